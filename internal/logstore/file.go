@@ -1,0 +1,493 @@
+package logstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// FsyncMode says when appended data is forced to stable storage (api.md §8
+// --fsync). The zero value is FsyncAlways, the safe default.
+type FsyncMode int
+
+const (
+	// FsyncAlways: Append returns after its data is fsynced. Concurrent
+	// appends to a partition share one write and one fsync (group commit).
+	FsyncAlways FsyncMode = iota
+	// FsyncInterval: a background fsync every Options.FsyncInterval.
+	FsyncInterval
+	// FsyncNever: the operating system decides when data reaches the disk.
+	FsyncNever
+)
+
+// String returns the flag spelling of m.
+func (m FsyncMode) String() string {
+	switch m {
+	case FsyncAlways:
+		return "always"
+	case FsyncInterval:
+		return "interval"
+	case FsyncNever:
+		return "never"
+	}
+	return "FsyncMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ParseFsyncMode parses the --fsync flag: "always", "interval" or "never".
+func ParseFsyncMode(s string) (FsyncMode, error) {
+	switch s {
+	case "always":
+		return FsyncAlways, nil
+	case "interval":
+		return FsyncInterval, nil
+	case "never":
+		return FsyncNever, nil
+	}
+	return 0, fmt.Errorf("%w: fsync mode %q, must be always, interval or never", ErrInvalidArgument, s)
+}
+
+// Options configures a FileStore. The zero value is usable.
+type Options struct {
+	Fsync         FsyncMode
+	FsyncInterval time.Duration    // FsyncInterval mode period; default 1s
+	Logger        *slog.Logger     // default slog.Default()
+	Now           func() time.Time // clock for time retention; default time.Now
+	// ReclaimInterval is the period of the background task that applies
+	// time retention and deletes purged segments; default 200ms. A purge
+	// also wakes it at once.
+	ReclaimInterval time.Duration
+}
+
+// FileStore is the on-disk Store: one directory per topic, one per
+// partition, segmented logs with sparse indexes. See doc.go.
+//
+// Lock order: FileStore.mu, then partition locks (see partition). mu is
+// never held during I/O; it only guards the topic map.
+type FileStore struct {
+	dir       string
+	topicsDir string
+	opts      Options
+	log       *slog.Logger
+	lockFile  *os.File
+
+	mu       sync.RWMutex
+	topics   map[string]*topic
+	creating map[string]struct{} // names being created, reserved against duplicates
+	closed   bool
+
+	wake chan struct{} // nudges the reclaimer (buffered 1)
+	stop chan struct{} // closed by Close
+	wg   sync.WaitGroup
+
+	io ioHooks
+}
+
+// ioHooks are the append path's data system calls. Tests replace them (before
+// any append) to inject write and fsync failures.
+type ioHooks struct {
+	writeAt  func(f *os.File, b []byte, off int64) (int, error)
+	datasync func(f *os.File) error
+}
+
+var _ Store = (*FileStore)(nil)
+
+// topic is a topic's immutable description and its partitions.
+type topic struct {
+	info  TopicInfo
+	dir   string
+	parts []*partition
+}
+
+// topicMeta is meta.json.
+type topicMeta struct {
+	Version    int        `json:"version"`
+	Name       string     `json:"name"`
+	ID         string     `json:"id"`
+	Partitions int32      `json:"partitions"`
+	Config     metaConfig `json:"config"`
+}
+
+type metaConfig struct {
+	SegmentBytes  int64  `json:"segment_bytes"`
+	RetentionMs   int64  `json:"retention_ms"`
+	CleanupPolicy string `json:"cleanup_policy"`
+}
+
+const (
+	metaFile    = "meta.json"
+	metaVersion = 1
+)
+
+// Open opens (creating if needed) the store in dir and recovers it: torn
+// tails of active segments are truncated, missing indexes rebuilt and
+// leftovers of interrupted deletions removed. It takes an exclusive lock on
+// the directory until Close.
+func Open(dir string, opts Options) (*FileStore, error) {
+	if opts.Fsync < FsyncAlways || opts.Fsync > FsyncNever {
+		return nil, fmt.Errorf("%w: fsync mode %d", ErrInvalidArgument, opts.Fsync)
+	}
+	if opts.FsyncInterval <= 0 {
+		opts.FsyncInterval = time.Second
+	}
+	if opts.ReclaimInterval <= 0 {
+		opts.ReclaimInterval = 200 * time.Millisecond
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &FileStore{
+		dir:       dir,
+		topicsDir: filepath.Join(dir, "topics"),
+		opts:      opts,
+		log:       opts.Logger,
+		topics:    make(map[string]*topic),
+		creating:  make(map[string]struct{}),
+		wake:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		io:        ioHooks{writeAt: (*os.File).WriteAt, datasync: datasync},
+	}
+	if err := os.MkdirAll(s.topicsDir, 0o755); err != nil {
+		return nil, fmt.Errorf("logstore: %w", err)
+	}
+	lf, err := lockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("logstore: %w", err)
+	}
+	s.lockFile = lf
+	if err := s.load(); err != nil {
+		for _, t := range s.topics {
+			t.shutdown(ErrClosed, false)
+		}
+		lf.Close()
+		return nil, fmt.Errorf("logstore: open %s: %w", dir, err)
+	}
+	s.wg.Add(1)
+	go s.reclaimLoop()
+	if opts.Fsync == FsyncInterval {
+		s.wg.Add(1)
+		go s.syncLoop()
+	}
+	return s, nil
+}
+
+func (s *FileStore) durable() bool { return s.opts.Fsync != FsyncNever }
+
+// partition returns a live partition or ErrClosed / ErrUnknownTopic.
+func (s *FileStore) partition(name string, part int32) (*partition, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	t := s.topics[name]
+	if t == nil {
+		return nil, fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
+	}
+	if part < 0 || int(part) >= len(t.parts) {
+		return nil, fmt.Errorf("topic %q has %d partitions, no partition %d: %w", name, len(t.parts), part, ErrUnknownTopic)
+	}
+	return t.parts[part], nil
+}
+
+func newPartition(s *FileStore, t *topic, id int32) *partition {
+	p := &partition{
+		st:       s,
+		topic:    t.info.Name,
+		id:       id,
+		dir:      filepath.Join(t.dir, strconv.Itoa(int(id))),
+		segBytes: t.info.Config.SegmentBytes,
+	}
+	p.wcond.L = &p.wmu
+	return p
+}
+
+// CreateTopic implements Store. The directory and meta.json are made
+// durable before it returns (unless fsync is never).
+func (s *FileStore) CreateTopic(ctx context.Context, name string, partitions int32, cfg TopicConfig) (TopicInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return TopicInfo{}, err
+	}
+	cfg, err := normalizeTopic(name, partitions, cfg)
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return TopicInfo{}, ErrClosed
+	}
+	_, busy := s.creating[name]
+	if s.topics[name] != nil || busy {
+		s.mu.Unlock()
+		return TopicInfo{}, fmt.Errorf("topic %q: %w", name, ErrTopicExists)
+	}
+	s.creating[name] = struct{}{}
+	s.mu.Unlock()
+
+	// The I/O runs without s.mu; the name stays reserved meanwhile.
+	info := TopicInfo{Name: name, ID: newTopicID(), Partitions: partitions, Config: cfg}
+	t, err := s.createTopicFiles(info)
+
+	s.mu.Lock()
+	delete(s.creating, name)
+	if err == nil && s.closed {
+		t.shutdown(ErrClosed, false)
+		err = ErrClosed
+	}
+	if err == nil {
+		s.topics[name] = t
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	return info, nil
+}
+
+func (s *FileStore) createTopicFiles(info TopicInfo) (*topic, error) {
+	t := &topic{info: info, dir: filepath.Join(s.topicsDir, info.ID)}
+	err := func() error {
+		if err := os.Mkdir(t.dir, 0o755); err != nil {
+			return err
+		}
+		for i := range info.Partitions {
+			if err := os.Mkdir(filepath.Join(t.dir, strconv.Itoa(int(i))), 0o755); err != nil {
+				return err
+			}
+		}
+		meta, err := json.MarshalIndent(topicMeta{
+			Version: metaVersion, Name: info.Name, ID: info.ID, Partitions: info.Partitions,
+			Config: metaConfig{info.Config.SegmentBytes, info.Config.RetentionMs, info.Config.CleanupPolicy},
+		}, "", "  ")
+		if err != nil {
+			return err
+		}
+		// meta.json last: a topic directory without it is an interrupted
+		// creation, removed at Open. One fsync of t.dir (inside
+		// writeFileAtomic) covers the partition directories too; a lost
+		// empty partition directory is recreated at Open anyway.
+		if err := writeFileAtomic(filepath.Join(t.dir, metaFile), meta, s.durable()); err != nil {
+			return err
+		}
+		if s.durable() {
+			return syncDir(s.topicsDir)
+		}
+		return nil
+	}()
+	if err != nil {
+		_ = os.RemoveAll(t.dir)
+		return nil, fmt.Errorf("create topic %q: %w", info.Name, err)
+	}
+	t.parts = make([]*partition, info.Partitions)
+	for i := range t.parts {
+		p := newPartition(s, t, int32(i))
+		p.segs = []*segment{newSegment(p.dir, 0)} // its file is created by the first append
+		t.parts[i] = p
+	}
+	return t, nil
+}
+
+// DeleteTopic implements Store: in-flight appends finish, then the directory
+// is renamed to <id>.deleted (durably, so a crash cannot bring the topic
+// back) and removed; watchers are woken.
+func (s *FileStore) DeleteTopic(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	t := s.topics[name]
+	if t == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
+	}
+	delete(s.topics, name)
+	s.mu.Unlock()
+
+	t.shutdown(fmt.Errorf("topic %q was deleted: %w", name, ErrUnknownTopic), false)
+	gone := t.dir + deletedSuffix
+	if err := os.Rename(t.dir, gone); err != nil {
+		return fmt.Errorf("delete topic %q: %w", name, err)
+	}
+	if s.durable() {
+		if err := syncDir(s.topicsDir); err != nil {
+			return fmt.Errorf("delete topic %q: %w", name, err)
+		}
+	}
+	if err := os.RemoveAll(gone); err != nil {
+		// Open removes it; the topic is gone either way.
+		s.log.Warn("logstore: removing deleted topic", "topic", name, "dir", gone, "err", err)
+	}
+	return nil
+}
+
+func (t *topic) shutdown(err error, flush bool) error {
+	var errs []error
+	for _, p := range t.parts {
+		if p != nil {
+			errs = append(errs, p.shutdown(err, flush))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Topics implements Store.
+func (s *FileStore) Topics(ctx context.Context) ([]TopicInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	out := make([]TopicInfo, 0, len(s.topics))
+	for _, t := range s.topics {
+		out = append(out, t.info)
+	}
+	slices.SortFunc(out, func(a, b TopicInfo) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Topic implements Store.
+func (s *FileStore) Topic(ctx context.Context, name string) (TopicInfo, []PartitionInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return TopicInfo{}, nil, err
+	}
+	s.mu.RLock()
+	t, closed := s.topics[name], s.closed
+	s.mu.RUnlock()
+	if closed {
+		return TopicInfo{}, nil, ErrClosed
+	}
+	if t == nil {
+		return TopicInfo{}, nil, fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
+	}
+	parts := make([]PartitionInfo, len(t.parts))
+	for i, p := range t.parts {
+		parts[i] = p.info()
+	}
+	return t.info, parts, nil
+}
+
+// Append implements Store.
+func (s *FileStore) Append(ctx context.Context, topic string, partition int32, recs []Record) (int64, error) {
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, err
+	}
+	return p.append(ctx, recs)
+}
+
+// Read implements Store. maxRecords and maxBytes must be positive; maxBytes
+// counts Record.Size, and the first record is returned even if larger.
+// Records returned are the caller's (no buffer is shared with the store).
+func (s *FileStore) Read(ctx context.Context, topic string, partition int32, offset int64, maxRecords, maxBytes int) ([]Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return nil, err
+	}
+	return p.read(offset, maxRecords, maxBytes)
+}
+
+// Bounds implements Store.
+func (s *FileStore) Bounds(topic string, partition int32) (int64, int64, error) {
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, 0, err
+	}
+	return p.logStart.Load(), p.hw.Load(), nil
+}
+
+// OffsetForTimestamp implements Store.
+func (s *FileStore) OffsetForTimestamp(ctx context.Context, topic string, partition int32, ts int64) (int64, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, 0, err
+	}
+	return p.offsetForTimestamp(ts)
+}
+
+// Watch implements Store.
+func (s *FileStore) Watch(topic string, partition int32) (<-chan struct{}, error) {
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return nil, err
+	}
+	return p.watch.wait()
+}
+
+// DeleteRecordsBefore implements Store. It persists the new log start offset
+// (unless fsync is never) and returns; segments are deleted in the
+// background, so its cost does not depend on how much is purged. A negative
+// offset is a no-op like any offset at or below the log start (the service
+// maps -1 to the high watermark before calling).
+func (s *FileStore) DeleteRecordsBefore(ctx context.Context, topic string, partition int32, offset int64) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, err
+	}
+	return p.moveLogStart(offset)
+}
+
+// Close implements Store: it waits for in-flight appends, fsyncs every
+// active segment (in every fsync mode), stops the background tasks and
+// releases the directory lock. Later calls return ErrClosed; a second Close
+// returns nil.
+func (s *FileStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	topics := make([]*topic, 0, len(s.topics))
+	for _, t := range s.topics {
+		topics = append(topics, t)
+	}
+	s.mu.Unlock()
+
+	close(s.stop)
+	s.wg.Wait()
+	var errs []error
+	for _, t := range topics {
+		errs = append(errs, t.shutdown(ErrClosed, true))
+	}
+	errs = append(errs, s.lockFile.Close())
+	return errors.Join(errs...)
+}
+
+// liveTopics returns the current topics (for background tasks).
+func (s *FileStore) liveTopics() []*topic {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*topic, 0, len(s.topics))
+	for _, t := range s.topics {
+		out = append(out, t)
+	}
+	return out
+}

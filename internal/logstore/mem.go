@@ -1,0 +1,334 @@
+package logstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// MemStore is an in-memory Store, for tests and as a reference
+// implementation: it has the FileStore's semantics (validation, purge,
+// Watch, errors) without segments. SizeBytes is the sum of the retained
+// records' Size, SegmentCount is always 1, and time retention is not
+// applied (it works on whole segments).
+//
+// Locks: MemStore.mu (topic map), then memPartition.mu; notifier locks are
+// leaves.
+type MemStore struct {
+	mu     sync.RWMutex
+	topics map[string]*memTopic
+	closed bool
+}
+
+var _ Store = (*MemStore)(nil)
+
+type memTopic struct {
+	info  TopicInfo
+	parts []*memPartition
+}
+
+type memPartition struct {
+	topic string
+	id    int32
+
+	mu       sync.RWMutex
+	recs     []Record // offsets logStart..hw-1 (recs[i].Offset == logStart+i)
+	logStart int64
+	hw       int64
+	size     int64 // sum of recs[i].Size()
+	gone     error // non-nil after deletion or Close
+	watch    notifier
+}
+
+// NewMem returns an empty MemStore.
+func NewMem() *MemStore {
+	return &MemStore{topics: make(map[string]*memTopic)}
+}
+
+func (s *MemStore) partition(name string, part int32) (*memPartition, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	t := s.topics[name]
+	if t == nil {
+		return nil, fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
+	}
+	if part < 0 || int(part) >= len(t.parts) {
+		return nil, fmt.Errorf("topic %q has %d partitions, no partition %d: %w", name, len(t.parts), part, ErrUnknownTopic)
+	}
+	return t.parts[part], nil
+}
+
+// CreateTopic implements Store.
+func (s *MemStore) CreateTopic(ctx context.Context, name string, partitions int32, cfg TopicConfig) (TopicInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return TopicInfo{}, err
+	}
+	cfg, err := normalizeTopic(name, partitions, cfg)
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return TopicInfo{}, ErrClosed
+	}
+	if s.topics[name] != nil {
+		return TopicInfo{}, fmt.Errorf("topic %q: %w", name, ErrTopicExists)
+	}
+	t := &memTopic{info: TopicInfo{Name: name, ID: newTopicID(), Partitions: partitions, Config: cfg}}
+	t.parts = make([]*memPartition, partitions)
+	for i := range t.parts {
+		t.parts[i] = &memPartition{topic: name, id: int32(i)}
+	}
+	s.topics[name] = t
+	return t.info, nil
+}
+
+// DeleteTopic implements Store.
+func (s *MemStore) DeleteTopic(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	t := s.topics[name]
+	if t == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
+	}
+	delete(s.topics, name)
+	s.mu.Unlock()
+	t.shutdown(fmt.Errorf("topic %q was deleted: %w", name, ErrUnknownTopic))
+	return nil
+}
+
+func (t *memTopic) shutdown(err error) {
+	for _, p := range t.parts {
+		p.mu.Lock()
+		p.gone, p.recs = err, nil
+		p.mu.Unlock()
+		p.watch.shutdown(err)
+	}
+}
+
+// Topics implements Store.
+func (s *MemStore) Topics(ctx context.Context) ([]TopicInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	out := make([]TopicInfo, 0, len(s.topics))
+	for _, t := range s.topics {
+		out = append(out, t.info)
+	}
+	slices.SortFunc(out, func(a, b TopicInfo) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Topic implements Store.
+func (s *MemStore) Topic(ctx context.Context, name string) (TopicInfo, []PartitionInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return TopicInfo{}, nil, err
+	}
+	s.mu.RLock()
+	t, closed := s.topics[name], s.closed
+	s.mu.RUnlock()
+	if closed {
+		return TopicInfo{}, nil, ErrClosed
+	}
+	if t == nil {
+		return TopicInfo{}, nil, fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
+	}
+	parts := make([]PartitionInfo, len(t.parts))
+	for i, p := range t.parts {
+		p.mu.RLock()
+		parts[i] = PartitionInfo{Partition: p.id, LogStartOffset: p.logStart, HighWatermark: p.hw, SizeBytes: p.size, SegmentCount: 1}
+		p.mu.RUnlock()
+	}
+	return t.info, parts, nil
+}
+
+// Append implements Store.
+func (s *MemStore) Append(ctx context.Context, topic string, partition int32, recs []Record) (int64, error) {
+	if _, err := validateBatch(recs); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, err
+	}
+	// Copy outside the lock: the caller may reuse its buffers afterwards.
+	cp := make([]Record, len(recs))
+	var size int64
+	for i := range recs {
+		cp[i] = cloneRecord(recs[i])
+		size += int64(recs[i].Size())
+	}
+	p.mu.Lock()
+	if p.gone != nil {
+		p.mu.Unlock()
+		return 0, p.gone
+	}
+	base := p.hw
+	for i := range cp {
+		cp[i].Offset = base + int64(i)
+	}
+	p.recs = append(p.recs, cp...)
+	p.hw += int64(len(cp))
+	p.size += size
+	p.mu.Unlock()
+	p.watch.notify()
+	return base, nil
+}
+
+// Read implements Store.
+func (s *MemStore) Read(ctx context.Context, topic string, partition int32, offset int64, maxRecords, maxBytes int) ([]Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := validateReadLimits(maxRecords, maxBytes); err != nil {
+		return nil, err
+	}
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.gone != nil {
+		return nil, p.gone
+	}
+	if offset < p.logStart || offset > p.hw {
+		return nil, fmt.Errorf("topic %q partition %d: offset %d is outside [log start %d, high watermark %d]: %w",
+			p.topic, p.id, offset, p.logStart, p.hw, ErrOffsetOutOfRange)
+	}
+	var out []Record
+	bytes := 0
+	for _, r := range p.recs[offset-p.logStart:] {
+		sz := r.Size()
+		if len(out) > 0 && bytes+sz > maxBytes {
+			break
+		}
+		out = append(out, cloneRecord(r))
+		bytes += sz
+		if len(out) >= maxRecords || bytes >= maxBytes {
+			break
+		}
+	}
+	return out, nil
+}
+
+// Bounds implements Store.
+func (s *MemStore) Bounds(topic string, partition int32) (int64, int64, error) {
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, 0, err
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.gone != nil {
+		return 0, 0, p.gone
+	}
+	return p.logStart, p.hw, nil
+}
+
+// OffsetForTimestamp implements Store.
+func (s *MemStore) OffsetForTimestamp(ctx context.Context, topic string, partition int32, ts int64) (int64, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, 0, err
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.gone != nil {
+		return 0, 0, p.gone
+	}
+	for _, r := range p.recs {
+		if r.Timestamp >= ts {
+			return r.Offset, r.Timestamp, nil
+		}
+	}
+	return -1, -1, nil
+}
+
+// Watch implements Store.
+func (s *MemStore) Watch(topic string, partition int32) (<-chan struct{}, error) {
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return nil, err
+	}
+	return p.watch.wait()
+}
+
+// DeleteRecordsBefore implements Store.
+func (s *MemStore) DeleteRecordsBefore(ctx context.Context, topic string, partition int32, offset int64) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	if p.gone != nil {
+		p.mu.Unlock()
+		return 0, p.gone
+	}
+	if offset <= p.logStart {
+		ls := p.logStart
+		p.mu.Unlock()
+		return ls, nil
+	}
+	if offset > p.hw {
+		hw := p.hw
+		p.mu.Unlock()
+		return 0, fmt.Errorf("topic %q partition %d: purge to offset %d beyond the high watermark %d: %w",
+			p.topic, p.id, offset, hw, ErrOffsetOutOfRange)
+	}
+	drop := p.recs[:offset-p.logStart]
+	for i := range drop {
+		p.size -= int64(drop[i].Size())
+	}
+	// Copy the rest so the dropped records' memory is released.
+	p.recs = slices.Clone(p.recs[offset-p.logStart:])
+	p.logStart = offset
+	p.mu.Unlock()
+	p.watch.notify()
+	return offset, nil
+}
+
+// Close implements Store. Later calls return ErrClosed; a second Close
+// returns nil.
+func (s *MemStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	topics := s.topics
+	s.topics = nil
+	s.mu.Unlock()
+	for _, t := range topics {
+		t.shutdown(ErrClosed)
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+package logstore
+
+import (
+	"slices"
+	"time"
+)
+
+// reclaimLoop applies time retention and deletes segments wholly below the
+// log start offset, every ReclaimInterval and whenever a purge wakes it.
+func (s *FileStore) reclaimLoop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.opts.ReclaimInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		case <-s.wake:
+		}
+		now := s.opts.Now().UnixMilli()
+		for _, t := range s.liveTopics() {
+			cfg := t.info.Config
+			retain := cfg.RetentionMs >= 0 && cfg.CleanupPolicy != CleanupCompact
+			for _, p := range t.parts {
+				if retain {
+					p.applyRetention(now - cfg.RetentionMs)
+				}
+				p.deleteSegments()
+			}
+		}
+	}
+}
+
+// wakeReclaimer asks the reclaimer to run soon without waiting for it.
+func (s *FileStore) wakeReclaimer() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// syncLoop fsyncs partitions with unsynced appends (fsync mode interval).
+func (s *FileStore) syncLoop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.opts.FsyncInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		for _, t := range s.liveTopics() {
+			for _, p := range t.parts {
+				p.syncIfDirty()
+			}
+		}
+	}
+}
+
+// applyRetention moves the log start offset past every leading sealed
+// segment whose newest record is older than cutoff (ms). The active segment
+// is never expired, so the log start stays at or below its base.
+func (p *partition) applyRetention(cutoff int64) {
+	p.mu.RLock()
+	to := int64(-1)
+	for i := 0; i+1 < len(p.segs); i++ {
+		if p.segs[i].maxTimestamp() >= cutoff {
+			break
+		}
+		to = p.segs[i+1].base
+	}
+	p.mu.RUnlock()
+	if to <= p.logStart.Load() {
+		return
+	}
+	if _, err := p.moveLogStart(to); err != nil {
+		if p.closedErr() == nil {
+			p.st.log.Error("logstore: retention failed", "topic", p.topic, "partition", p.id, "err", err)
+		}
+		return
+	}
+	p.st.log.Info("logstore: retention moved the log start offset", "topic", p.topic, "partition", p.id, "log_start", to)
+}
+
+// deleteSegments removes segments whose successor starts at or below the
+// log start offset: out of the list first (new readers cannot find them),
+// then renamed to *.deleted; the last reference unlinks them. The active
+// segment always has no successor, so it is never deleted.
+func (p *partition) deleteSegments() {
+	ls := p.logStart.Load()
+	p.mu.Lock()
+	k := 0
+	for k+1 < len(p.segs) && p.segs[k+1].base <= ls {
+		k++
+	}
+	if k == 0 {
+		p.mu.Unlock()
+		return
+	}
+	victims := slices.Clone(p.segs[:k])
+	// A fresh slice, so the old array (with the victims) is not kept alive
+	// and the leader's appends never write into an array readers share.
+	p.segs = slices.Clone(p.segs[k:])
+	p.mu.Unlock()
+	for _, v := range victims {
+		if err := v.markDeleted(); err != nil {
+			p.st.log.Warn("logstore: renaming segment for deletion", "topic", p.topic, "partition", p.id, "segment", v.base, "err", err)
+		}
+		v.release()
+	}
+}

@@ -1,0 +1,456 @@
+package logstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+)
+
+// Sparse index parameters.
+const (
+	// indexInterval is the number of log bytes between offset index entries
+	// (and the minimum between time index entries): a lookup reads at most
+	// this much before the wanted frame.
+	indexInterval  = 4096
+	indexEntrySize = 8  // u32 relative offset, u32 file position
+	timeEntrySize  = 12 // i64 max timestamp so far, u32 relative offset
+)
+
+// File name suffixes of a segment; the base name is the base offset as
+// %020d, so names sort lexically in offset order.
+const (
+	logSuffix       = ".log"
+	indexSuffix     = ".index"
+	timeIndexSuffix = ".timeindex"
+)
+
+// indexEntry maps a record (offset base+rel) to the file position of its frame.
+type indexEntry struct {
+	rel uint32
+	pos uint32
+}
+
+// timeEntry says: every record with relative offset <= rel has a timestamp
+// <= ts (ts is the running maximum). Entries increase strictly in both fields.
+type timeEntry struct {
+	ts  int64
+	rel uint32
+}
+
+// segment is one log file of a partition with its sparse indexes.
+//
+// Lifetime: refs starts at 1, the reference of the partition's segment list.
+// Readers add one (under the partition's mu, while the segment is still
+// listed) for as long as they use the file. Removal from the list renames
+// the files to *.deleted and drops the list's reference; whoever drops the
+// last reference closes the file and, if it was deleted, unlinks it. So a
+// reader never sees a segment disappear under it.
+type segment struct {
+	base int64
+	dir  string // the partition directory
+
+	refs atomic.Int32
+	// size is the number of readable bytes. For the active segment the append
+	// leader publishes it after writing and before moving the high watermark.
+	size atomic.Int64
+
+	// wpos is the next write position. Only the append leader uses it (the
+	// leader role is handed over under partition.wmu, which orders accesses).
+	wpos int64
+
+	// mu guards the fields below. Lock order: partition locks, then mu.
+	mu      sync.Mutex
+	f       *os.File // nil until opened: sealed lazily on first use, active on first write
+	sealed  bool     // no more appends; index files written
+	deleted bool     // files renamed to *.deleted
+	loaded  bool     // idx and tidx are in memory (always true for the active segment)
+	idx     []indexEntry
+	tidx    []timeEntry
+	maxTs   int64 // newest timestamp in the segment; math.MinInt64 when empty
+	end     int64 // offset after the last indexed record
+	// Indexer state: positions at or after which the next entry may be made.
+	nextIdxPos  int64
+	nextTidxPos int64
+}
+
+func newSegment(dir string, base int64) *segment {
+	s := &segment{base: base, dir: dir, loaded: true, maxTs: math.MinInt64, end: base, nextIdxPos: indexInterval}
+	s.refs.Store(1)
+	return s
+}
+
+// path returns the file path for suffix, following a rename to *.deleted.
+// s.mu must be held.
+func (s *segment) path(suffix string) string {
+	p := filepath.Join(s.dir, fmt.Sprintf("%020d%s", s.base, suffix))
+	if s.deleted {
+		p += deletedSuffix
+	}
+	return p
+}
+
+// acquire adds a reference. The caller must have found s in the partition's
+// segment list under the partition's mu, so the list still holds one.
+func (s *segment) acquire() { s.refs.Add(1) }
+
+// release drops a reference; the last one closes the file and unlinks a
+// deleted segment.
+func (s *segment) release() {
+	if s.refs.Add(-1) != 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f != nil {
+		_ = s.f.Close()
+		s.f = nil
+	}
+	if s.deleted {
+		for _, suf := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+			_ = removeIfExists(s.path(suf))
+		}
+	}
+}
+
+// file returns the open segment file, opening a sealed segment read-only on
+// first use (so a store with thousands of segments does not hold thousands
+// of descriptors until they are read).
+func (s *segment) file() (*os.File, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fileLocked()
+}
+
+func (s *segment) fileLocked() (*os.File, error) {
+	if s.f == nil {
+		f, err := os.Open(s.path(logSuffix))
+		if err != nil {
+			return nil, err
+		}
+		s.f = f
+	}
+	return s.f, nil
+}
+
+// create creates the file of a new active segment. Only the append leader
+// (or Open) calls it.
+func (s *segment) create() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, err := os.OpenFile(s.path(logSuffix), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	s.f = f
+	return nil
+}
+
+// markDeleted renames the segment's files to *.deleted. The caller has
+// removed s from the partition's list and then drops the list's reference.
+func (s *segment) markDeleted() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deleted {
+		return nil
+	}
+	var first error
+	for _, suf := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		from := s.path(suf)
+		if err := renameIfExists(from, from+deletedSuffix); err != nil && first == nil {
+			first = err
+		}
+	}
+	// Even if a rename failed, later paths must not point at a file that may
+	// have moved; release unlinks both names best-effort.
+	s.deleted = true
+	return first
+}
+
+// indexFrame adds the frame at file position pos to the in-memory indexes.
+// s.mu must be held.
+func (s *segment) indexFrame(pos int64, fi frameInfo) {
+	rel := uint32(fi.offset - s.base)
+	if pos >= s.nextIdxPos {
+		s.idx = append(s.idx, indexEntry{rel: rel, pos: uint32(pos)})
+		s.nextIdxPos = pos + indexInterval
+	}
+	if fi.timestamp > s.maxTs {
+		s.maxTs = fi.timestamp
+		if pos >= s.nextTidxPos {
+			s.tidx = append(s.tidx, timeEntry{ts: fi.timestamp, rel: rel})
+			s.nextTidxPos = pos + indexInterval
+		}
+	}
+	s.end = fi.offset + 1
+}
+
+// finishTimeIndex makes the last time index entry carry the segment's
+// maximum timestamp, so a sealed segment's newest timestamp is the last
+// entry of its file. s.mu must be held.
+func (s *segment) finishTimeIndex() {
+	if s.end > s.base && (len(s.tidx) == 0 || s.tidx[len(s.tidx)-1].ts < s.maxTs) {
+		s.tidx = append(s.tidx, timeEntry{ts: s.maxTs, rel: uint32(s.end - 1 - s.base)})
+	}
+}
+
+// lookup returns a file position at or before the frame of offset off.
+func (s *segment) lookup(off int64) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.loadLocked(); err != nil {
+		return 0, err
+	}
+	return s.lookupLocked(off), nil
+}
+
+func (s *segment) lookupLocked(off int64) int64 {
+	rel := off - s.base
+	// First entry with rel > target; the one before it is the answer.
+	lo, hi := 0, len(s.idx)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if int64(s.idx[m].rel) > rel {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	if lo == 0 {
+		return 0
+	}
+	return int64(s.idx[lo-1].pos)
+}
+
+// avgFrameSize estimates the segment's mean frame size from its index (0 if
+// unknown), so reads can size their first disk read.
+func (s *segment) avgFrameSize() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.idx); n > 0 && s.idx[n-1].rel > 0 {
+		return int(s.idx[n-1].pos / s.idx[n-1].rel)
+	}
+	return 0
+}
+
+// timeLookup returns the newest timestamp in the segment and an offset from
+// which a scan for the first record with timestamp >= ts may start.
+func (s *segment) timeLookup(ts int64) (maxTs, start int64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.loadLocked(); err != nil {
+		return 0, 0, err
+	}
+	// Last entry with entry.ts < ts: every record up to its rel is older.
+	lo, hi := 0, len(s.tidx)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s.tidx[m].ts >= ts {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	if lo == 0 {
+		return s.maxTs, s.base, nil
+	}
+	return s.maxTs, s.base + int64(s.tidx[lo-1].rel) + 1, nil
+}
+
+// maxTimestamp returns the newest timestamp in the segment.
+func (s *segment) maxTimestamp() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.maxTs
+}
+
+// seal finishes the active segment's indexes after its last write and
+// writes them to disk (temp file, optional fsync, rename: they are either
+// complete or missing, and a missing index is rebuilt at Open).
+func (s *segment) seal(durable bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.finishTimeIndex()
+	s.sealed = true
+	return s.writeIndexesLocked(durable)
+}
+
+func (s *segment) writeIndexesLocked(durable bool) error {
+	if s.deleted {
+		return nil
+	}
+	ib := make([]byte, 0, len(s.idx)*indexEntrySize)
+	for _, e := range s.idx {
+		ib = binary.BigEndian.AppendUint32(ib, e.rel)
+		ib = binary.BigEndian.AppendUint32(ib, e.pos)
+	}
+	tb := make([]byte, 0, len(s.tidx)*timeEntrySize)
+	for _, e := range s.tidx {
+		tb = binary.BigEndian.AppendUint64(tb, uint64(e.ts))
+		tb = binary.BigEndian.AppendUint32(tb, e.rel)
+	}
+	// No directory fsync: an index lost to a crash is rebuilt from the log.
+	if err := writeIndexFile(s.path(indexSuffix), ib, durable); err != nil {
+		return err
+	}
+	return writeIndexFile(s.path(timeIndexSuffix), tb, durable)
+}
+
+func writeIndexFile(path string, data []byte, durable bool) error {
+	tmp := path + tmpSuffix
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil && durable {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+// openSealed prepares a sealed segment found at Open: its size, and its
+// newest timestamp from the last time index entry. Indexes that are missing
+// or of an impossible size are rebuilt now; full index contents are loaded
+// lazily on first use. end is the next segment's base offset.
+func (s *segment) openSealed(size, end int64, durable bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sealed, s.loaded, s.end = true, false, end
+	s.size.Store(size)
+	s.wpos = size
+	if ts, ok := s.peekMaxTs(size); ok {
+		s.maxTs = ts
+		return nil
+	}
+	return s.rebuildLocked(durable)
+}
+
+// peekMaxTs reads the newest timestamp from the time index without loading
+// it, if both index files look plausible.
+func (s *segment) peekMaxTs(size int64) (int64, bool) {
+	ist, err := os.Stat(s.path(indexSuffix))
+	if err != nil || ist.Size()%indexEntrySize != 0 {
+		return 0, false
+	}
+	tf, err := os.Open(s.path(timeIndexSuffix))
+	if err != nil {
+		return 0, false
+	}
+	defer tf.Close()
+	tst, err := tf.Stat()
+	if err != nil || tst.Size()%timeEntrySize != 0 {
+		return 0, false
+	}
+	if tst.Size() == 0 {
+		return math.MinInt64, size == 0
+	}
+	var b [timeEntrySize]byte
+	if _, err := tf.ReadAt(b[:], tst.Size()-timeEntrySize); err != nil {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(b[:])), true
+}
+
+// loadLocked brings a sealed segment's indexes into memory, rebuilding them
+// from the log if the files are missing or inconsistent. s.mu must be held.
+func (s *segment) loadLocked() error {
+	if s.loaded {
+		return nil
+	}
+	if s.loadFilesLocked() {
+		s.loaded = true
+		return nil
+	}
+	return s.rebuildLocked(false)
+}
+
+func (s *segment) loadFilesLocked() bool {
+	size := s.size.Load()
+	count := s.end - s.base
+	ib, err := os.ReadFile(s.path(indexSuffix))
+	if err != nil || len(ib)%indexEntrySize != 0 {
+		return false
+	}
+	tb, err := os.ReadFile(s.path(timeIndexSuffix))
+	if err != nil || len(tb)%timeEntrySize != 0 {
+		return false
+	}
+	idx := make([]indexEntry, 0, len(ib)/indexEntrySize)
+	for i := 0; i < len(ib); i += indexEntrySize {
+		e := indexEntry{rel: binary.BigEndian.Uint32(ib[i:]), pos: binary.BigEndian.Uint32(ib[i+4:])}
+		if int64(e.rel) >= count || int64(e.pos) >= size ||
+			len(idx) > 0 && (e.rel <= idx[len(idx)-1].rel || e.pos <= idx[len(idx)-1].pos) {
+			return false
+		}
+		idx = append(idx, e)
+	}
+	tidx := make([]timeEntry, 0, len(tb)/timeEntrySize)
+	for i := 0; i < len(tb); i += timeEntrySize {
+		e := timeEntry{ts: int64(binary.BigEndian.Uint64(tb[i:])), rel: binary.BigEndian.Uint32(tb[i+8:])}
+		if int64(e.rel) >= count || len(tidx) > 0 && (e.ts <= tidx[len(tidx)-1].ts || e.rel <= tidx[len(tidx)-1].rel) {
+			return false
+		}
+		tidx = append(tidx, e)
+	}
+	s.idx, s.tidx = idx, tidx
+	if len(tidx) > 0 {
+		s.maxTs = tidx[len(tidx)-1].ts
+	}
+	return true
+}
+
+// rebuildLocked recomputes a sealed segment's indexes by scanning its log
+// and rewrites the index files. A damaged frame stops the scan: reads that
+// reach it report ErrCorrupt. s.mu must be held.
+func (s *segment) rebuildLocked(durable bool) error {
+	f, err := s.fileLocked()
+	if err != nil {
+		return err
+	}
+	s.idx, s.tidx, s.maxTs = nil, nil, math.MinInt64
+	s.nextIdxPos, s.nextTidxPos = indexInterval, 0
+	end := s.end
+	sc := newScanner(f, 0, s.size.Load(), 0)
+	defer sc.close()
+	for {
+		fr, pos, err := sc.next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, errShortFrame) && !errors.Is(err, errBadFrame) {
+				return err
+			}
+			break
+		}
+		_, fi, err := decodeFrame(fr, nil)
+		if err != nil {
+			break
+		}
+		s.indexFrame(pos, fi)
+	}
+	s.finishTimeIndex()
+	if s.sealed {
+		// end is the next segment's base; keep it even if the scan stopped
+		// early, offsets in between are simply unreadable.
+		s.end = max(end, s.end)
+	}
+	s.loaded = true
+	if err := s.writeIndexesLocked(durable); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package logstore
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+)
+
+// Limits shared by every Store implementation in this package. The service
+// may use them to validate requests before they reach the store; the store
+// checks them again.
+const (
+	// MaxTopicNameLen is the longest topic name (api.md §2).
+	MaxTopicNameLen = 249
+	// MaxPartitions is the largest partition count of a topic (api.md §2).
+	MaxPartitions = 10000
+	// MinSegmentBytes is the smallest accepted TopicConfig.SegmentBytes. It is
+	// tiny on purpose so tests can roll segments every few records.
+	MinSegmentBytes = 1024
+	// MaxSegmentBytes is the largest accepted TopicConfig.SegmentBytes. Index
+	// entries store file positions as u32, so a segment (at most this plus one
+	// append batch) must stay below 4 GiB.
+	MaxSegmentBytes = 1 << 30
+	// DefaultSegmentBytes replaces a zero TopicConfig.SegmentBytes.
+	DefaultSegmentBytes = 64 << 20
+	// MaxRecordBytes caps the encoded size of one record (its frame). Lengths
+	// read from disk are checked against it before anything is allocated.
+	MaxRecordBytes = 64 << 20
+	// MaxBatchBytes caps the encoded size of one Append call.
+	MaxBatchBytes = 512 << 20
+)
+
+// validTopicName reports why name is not a valid topic name, or "" if it is.
+func validTopicName(name string) string {
+	switch {
+	case name == "":
+		return "topic name is empty"
+	case len(name) > MaxTopicNameLen:
+		return fmt.Sprintf("topic name is %d characters long, the limit is %d", len(name), MaxTopicNameLen)
+	case name == "." || name == "..":
+		return fmt.Sprintf("topic name %q is not allowed", name)
+	case len(name) >= 2 && name[:2] == "__":
+		return fmt.Sprintf("topic name %q starts with \"__\", which is reserved", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Sprintf("topic name %q contains %q; allowed are [a-zA-Z0-9._-]", name, c)
+		}
+	}
+	return ""
+}
+
+// normalizeTopic validates a CreateTopic request and returns the config with
+// defaults filled in (SegmentBytes 0 → DefaultSegmentBytes, CleanupPolicy ""
+// → CleanupDelete). Errors wrap ErrInvalidArgument.
+func normalizeTopic(name string, partitions int32, cfg TopicConfig) (TopicConfig, error) {
+	if msg := validTopicName(name); msg != "" {
+		return cfg, fmt.Errorf("%w: %s", ErrInvalidArgument, msg)
+	}
+	if partitions < 1 || partitions > MaxPartitions {
+		return cfg, fmt.Errorf("%w: partitions is %d, must be in [1, %d]", ErrInvalidArgument, partitions, MaxPartitions)
+	}
+	if cfg.SegmentBytes == 0 {
+		cfg.SegmentBytes = DefaultSegmentBytes
+	}
+	if cfg.SegmentBytes < MinSegmentBytes || cfg.SegmentBytes > MaxSegmentBytes {
+		return cfg, fmt.Errorf("%w: segment_bytes is %d, must be in [%d, %d]", ErrInvalidArgument, cfg.SegmentBytes, MinSegmentBytes, MaxSegmentBytes)
+	}
+	if cfg.RetentionMs < -1 {
+		return cfg, fmt.Errorf("%w: retention_ms is %d, must be -1 (forever) or >= 0", ErrInvalidArgument, cfg.RetentionMs)
+	}
+	switch cfg.CleanupPolicy {
+	case "":
+		cfg.CleanupPolicy = CleanupDelete
+	case CleanupDelete, CleanupCompact, CleanupCompactDelete:
+	default:
+		return cfg, fmt.Errorf("%w: cleanup_policy %q, must be %q, %q or %q", ErrInvalidArgument,
+			cfg.CleanupPolicy, CleanupDelete, CleanupCompact, CleanupCompactDelete)
+	}
+	return cfg, nil
+}
+
+// validateBatch checks an Append batch and returns its encoded size.
+func validateBatch(recs []Record) (int, error) {
+	if len(recs) == 0 {
+		return 0, fmt.Errorf("%w: append of no records", ErrInvalidArgument)
+	}
+	total := 0
+	for i := range recs {
+		n := frameSize(&recs[i])
+		if n > MaxRecordBytes {
+			return 0, fmt.Errorf("%w: record %d encodes to %d bytes, the limit is %d", ErrInvalidArgument, i, n, MaxRecordBytes)
+		}
+		total += n
+		if total > MaxBatchBytes {
+			return 0, fmt.Errorf("%w: batch encodes to more than %d bytes", ErrInvalidArgument, MaxBatchBytes)
+		}
+	}
+	return total, nil
+}
+
+// validateReadLimits checks Read's limits; both must be positive so a read is
+// always bounded.
+func validateReadLimits(maxRecords, maxBytes int) error {
+	if maxRecords <= 0 || maxBytes <= 0 {
+		return fmt.Errorf("%w: max records (%d) and max bytes (%d) must be positive", ErrInvalidArgument, maxRecords, maxBytes)
+	}
+	return nil
+}
+
+// newTopicID returns a random (version 4) UUID in its canonical text form.
+func newTopicID() string {
+	var u [16]byte
+	_, _ = rand.Read(u[:])  // crypto/rand.Read never returns an error (Go 1.24+)
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+	var b [36]byte
+	hex.Encode(b[0:8], u[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], u[10:])
+	return string(b[:])
+}
+
+// cloneRecord deep-copies r so the caller's buffers may be reused. It keeps
+// nil and empty keys and values distinct and, like the file format, reads no
+// headers back as nil Headers.
+func cloneRecord(r Record) Record {
+	out := Record{Offset: r.Offset, Timestamp: r.Timestamp, Key: cloneBytes(r.Key), Value: cloneBytes(r.Value)}
+	if len(r.Headers) > 0 {
+		out.Headers = make([]Header, len(r.Headers))
+		for i, h := range r.Headers {
+			out.Headers[i] = Header{Key: h.Key, Value: cloneBytes(h.Value)}
+		}
+	}
+	return out
+}
+
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}

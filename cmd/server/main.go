@@ -1,0 +1,144 @@
+// Command server runs sharelog: the log store, share groups and change
+// streams behind gRPC (default 127.0.0.1:9090) and a JSON/REST gateway
+// (default 127.0.0.1:8080). With no flags it keeps its data in ./data.
+//
+// Every flag has an environment variable SHARELOG_<FLAG> (upper case, dashes
+// as underscores); a flag on the command line wins over the variable.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/sharelog/sharelog/internal/server"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "sharelog:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, logCfg, err := parseFlags(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(logCfg, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	srv, err := server.Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	case <-srv.Done():
+	}
+	closeErr := srv.Close()
+	if err := srv.Err(); err != nil {
+		return err
+	}
+	if closeErr != nil {
+		return closeErr
+	}
+	log.Info("stopped")
+	return nil
+}
+
+type logConfig struct{ level, format string }
+
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (server.Config, logConfig, error) {
+	cfg := server.DefaultConfig()
+	var lc logConfig
+	fs := flag.NewFlagSet("sharelog", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where the log and all state live")
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address (port 0 = pick one and log it)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address: REST gateway, OpenAPI, health, metrics")
+	fs.StringVar(&cfg.Fsync, "fsync", cfg.Fsync, "always (fsync before acknowledging a write), interval, or never")
+	fs.DurationVar(&cfg.FsyncInterval, "fsync-interval", cfg.FsyncInterval, "fsync period with --fsync=interval")
+	fs.Int64Var(&cfg.SegmentBytes, "segment-bytes", cfg.SegmentBytes, "default segment size for new topics")
+	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", cfg.MaxRequestBytes, "largest request accepted (gRPC and REST)")
+	fs.IntVar(&cfg.MaxShareSessions, "max-share-sessions", cfg.MaxShareSessions, "share session cache capacity")
+	fs.DurationVar(&cfg.ShareSessionIdleTimeout, "share-session-idle-timeout", cfg.ShareSessionIdleTimeout, "evict a share session idle this long and release its records")
+	fs.DurationVar(&cfg.ShareRecordLockDuration, "share-record-lock-duration", cfg.ShareRecordLockDuration, "default acquisition lock duration")
+	fs.DurationVar(&cfg.ShareMinRecordLockDuration, "share-min-record-lock-duration", cfg.ShareMinRecordLockDuration, "lower bound of a group's record_lock_duration_ms")
+	fs.DurationVar(&cfg.ShareMaxRecordLockDuration, "share-max-record-lock-duration", cfg.ShareMaxRecordLockDuration, "upper bound of a group's record_lock_duration_ms")
+	fs.IntVar(&cfg.ShareDeliveryCountLimit, "share-delivery-count-limit", cfg.ShareDeliveryCountLimit, "default delivery count limit (2..10)")
+	fs.IntVar(&cfg.SharePartitionMaxRecordLocks, "share-partition-max-record-locks", cfg.SharePartitionMaxRecordLocks, "default in-flight records per share-partition (100..10000)")
+	fs.IntVar(&cfg.ShareGroupMaxSize, "share-group-max-size", cfg.ShareGroupMaxSize, "members per share group")
+	fs.DurationVar(&cfg.ShareSessionTimeout, "share-session-timeout", cfg.ShareSessionTimeout, "member session timeout")
+	fs.DurationVar(&cfg.ShareHeartbeatInterval, "share-heartbeat-interval", cfg.ShareHeartbeatInterval, "member heartbeat interval")
+	fs.StringVar(&cfg.OSOBackfill, "oso-backfill", cfg.OSOBackfill, "OSO snapshots for full backfills: auto, enabled or disabled")
+	fs.Float64Var(&cfg.OSOAutoSmallRatio, "oso-auto-small-ratio", cfg.OSOAutoSmallRatio, "auto: max matching keys / records for OSO with small records")
+	fs.Float64Var(&cfg.OSOAutoLargeRatio, "oso-auto-large-ratio", cfg.OSOAutoLargeRatio, "auto: the same with large records")
+	fs.IntVar(&cfg.OSOAutoSmallRecordBytes, "oso-auto-small-record-bytes", cfg.OSOAutoSmallRecordBytes, "auto: mean stored record size separating small from large")
+	fs.IntVar(&cfg.MaxChangeStreams, "max-change-streams", cfg.MaxChangeStreams, "open StreamChanges calls server-wide")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate: serve gRPC and HTTP over TLS")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
+	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates signed by it (mTLS)")
+	fs.StringVar(&cfg.AuthTokensFile, "auth-tokens-file", "", "file with one bearer token per line: require 'authorization: Bearer <token>'")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long shutdown waits for in-flight calls")
+	fs.StringVar(&lc.level, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&lc.format, "log-format", "text", "text or json")
+
+	if err := fs.Parse(args); err != nil {
+		return cfg, lc, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, lc, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	// Environment variables fill the flags not given on the command line.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || envErr != nil {
+			return
+		}
+		name := "SHARELOG_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return cfg, lc, envErr
+	}
+	return cfg, lc, cfg.Validate()
+}
+
+func newLogger(lc logConfig, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(lc.level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch lc.format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format must be text or json, got %q", lc.format)
+	}
+}

@@ -1,0 +1,153 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is everything the server process is configured with (api.md §8).
+type Config struct {
+	DataDir  string
+	GRPCAddr string
+	HTTPAddr string
+
+	Fsync         string        // always | interval | never
+	FsyncInterval time.Duration // for Fsync "interval"
+	SegmentBytes  int64         // default segment size of new topics
+
+	MaxRequestBytes int // largest request accepted, gRPC and REST
+
+	// Share groups (flags accepted and validated now; used by share groups).
+	MaxShareSessions             int
+	ShareSessionIdleTimeout      time.Duration
+	ShareRecordLockDuration      time.Duration
+	ShareMinRecordLockDuration   time.Duration
+	ShareMaxRecordLockDuration   time.Duration
+	ShareDeliveryCountLimit      int
+	SharePartitionMaxRecordLocks int
+	ShareGroupMaxSize            int
+	ShareSessionTimeout          time.Duration
+	ShareHeartbeatInterval       time.Duration
+
+	// Change streams (flags accepted and validated now; used by change streams).
+	OSOBackfill             string // auto | enabled | disabled
+	OSOAutoSmallRatio       float64
+	OSOAutoLargeRatio       float64
+	OSOAutoSmallRecordBytes int
+	MaxChangeStreams        int
+
+	// Security (all off by default, on loopback).
+	TLSCert        string
+	TLSKey         string
+	TLSClientCA    string
+	AuthTokensFile string
+
+	// ShutdownTimeout bounds the wait for in-flight calls on shutdown.
+	ShutdownTimeout time.Duration
+}
+
+// DefaultConfig is the embedded default: data in ./data, gRPC on
+// 127.0.0.1:9090, HTTP on 127.0.0.1:8080, fsync before every acknowledgement.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:                      "./data",
+		GRPCAddr:                     "127.0.0.1:9090",
+		HTTPAddr:                     "127.0.0.1:8080",
+		Fsync:                        "always",
+		FsyncInterval:                time.Second,
+		SegmentBytes:                 64 << 20,
+		MaxRequestBytes:              16 << 20,
+		MaxShareSessions:             2000,
+		ShareSessionIdleTimeout:      2 * time.Minute,
+		ShareRecordLockDuration:      30 * time.Second,
+		ShareMinRecordLockDuration:   time.Second,
+		ShareMaxRecordLockDuration:   time.Hour,
+		ShareDeliveryCountLimit:      5,
+		SharePartitionMaxRecordLocks: 2000,
+		ShareGroupMaxSize:            200,
+		ShareSessionTimeout:          45 * time.Second,
+		ShareHeartbeatInterval:       5 * time.Second,
+		OSOBackfill:                  "auto",
+		OSOAutoSmallRatio:            0.02,
+		OSOAutoLargeRatio:            0.15,
+		OSOAutoSmallRecordBytes:      256,
+		MaxChangeStreams:             1024,
+		ShutdownTimeout:              10 * time.Second,
+	}
+}
+
+// Validate reports every flag value the server refuses to start with.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.DataDir == "" {
+		bad("--data-dir must not be empty")
+	}
+	switch c.Fsync {
+	case "always", "never":
+	case "interval":
+		if c.FsyncInterval <= 0 {
+			bad("--fsync-interval must be positive with --fsync=interval")
+		}
+	default:
+		bad("--fsync must be always, interval or never, got %q", c.Fsync)
+	}
+	if c.SegmentBytes < 1024 || c.SegmentBytes > 1<<30 {
+		bad("--segment-bytes must be between 1024 and 1073741824, got %d", c.SegmentBytes)
+	}
+	if c.MaxRequestBytes < 1024 {
+		bad("--max-request-bytes must be at least 1024, got %d", c.MaxRequestBytes)
+	}
+	if c.MaxShareSessions < 1 {
+		bad("--max-share-sessions must be at least 1")
+	}
+	if c.ShareSessionIdleTimeout <= 0 {
+		bad("--share-session-idle-timeout must be positive")
+	}
+	if c.ShareMinRecordLockDuration > c.ShareMaxRecordLockDuration {
+		bad("--share-min-record-lock-duration (%v) exceeds --share-max-record-lock-duration (%v)", c.ShareMinRecordLockDuration, c.ShareMaxRecordLockDuration)
+	}
+	if c.ShareRecordLockDuration < c.ShareMinRecordLockDuration || c.ShareRecordLockDuration > c.ShareMaxRecordLockDuration {
+		bad("--share-record-lock-duration %v is outside [%v, %v]", c.ShareRecordLockDuration, c.ShareMinRecordLockDuration, c.ShareMaxRecordLockDuration)
+	}
+	if c.ShareDeliveryCountLimit < 2 || c.ShareDeliveryCountLimit > 10 {
+		bad("--share-delivery-count-limit must be between 2 and 10, got %d", c.ShareDeliveryCountLimit)
+	}
+	if c.SharePartitionMaxRecordLocks < 100 || c.SharePartitionMaxRecordLocks > 10000 {
+		bad("--share-partition-max-record-locks must be between 100 and 10000, got %d", c.SharePartitionMaxRecordLocks)
+	}
+	if c.ShareGroupMaxSize < 1 || c.ShareGroupMaxSize > c.MaxShareSessions {
+		bad("--share-group-max-size must be between 1 and --max-share-sessions (%d), got %d", c.MaxShareSessions, c.ShareGroupMaxSize)
+	}
+	if c.ShareSessionTimeout < time.Second || c.ShareSessionTimeout > time.Hour {
+		bad("--share-session-timeout must be between 1s and 1h, got %v", c.ShareSessionTimeout)
+	}
+	if c.ShareHeartbeatInterval < 100*time.Millisecond || c.ShareHeartbeatInterval > 10*time.Minute || c.ShareHeartbeatInterval >= c.ShareSessionTimeout {
+		bad("--share-heartbeat-interval must be between 100ms and 10m and below --share-session-timeout, got %v", c.ShareHeartbeatInterval)
+	}
+	switch c.OSOBackfill {
+	case "auto", "enabled", "disabled":
+	default:
+		bad("--oso-backfill must be auto, enabled or disabled, got %q", c.OSOBackfill)
+	}
+	if c.OSOAutoSmallRatio < 0 || c.OSOAutoSmallRatio > 1 || c.OSOAutoLargeRatio < 0 || c.OSOAutoLargeRatio > 1 {
+		bad("--oso-auto-small-ratio and --oso-auto-large-ratio must be within [0, 1]")
+	}
+	if c.OSOAutoSmallRecordBytes < 0 {
+		bad("--oso-auto-small-record-bytes must not be negative")
+	}
+	if c.MaxChangeStreams < 1 {
+		bad("--max-change-streams must be at least 1")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		bad("--tls-cert and --tls-key go together")
+	}
+	if c.TLSClientCA != "" && c.TLSCert == "" {
+		bad("--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("shutdown timeout must be positive")
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,322 @@
+// Package server wires sharelog's process: the log store, the gRPC server with
+// health and reflection, the REST gateway (dialing the gRPC server, so that
+// streaming works through it), OpenAPI, health, readiness and Prometheus
+// endpoints, OpenTelemetry, TLS and bearer-token auth, and graceful shutdown.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/service"
+	"github.com/sharelog/sharelog/internal/telemetry"
+)
+
+// Options are test and embedding hooks; the zero value is what cmd/server uses.
+type Options struct {
+	// Telemetry overrides how OpenTelemetry is set up (tests add span recorders).
+	Telemetry telemetry.Options
+	// SpanProcessors are added to the tracer provider.
+	SpanProcessors []sdktrace.SpanProcessor
+	// GRPCListener, when set, is served instead of listening on Config.GRPCAddr
+	// (tests pass a bufconn listener).
+	GRPCListener net.Listener
+}
+
+// Server is a running sharelog process.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	tel   *telemetry.Telemetry
+	store *logstore.FileStore
+
+	grpcServer   *grpc.Server // public listener
+	gatewayGRPC  *grpc.Server // in-memory listener the gateway dials
+	gatewayConn  *grpc.ClientConn
+	httpServer   *http.Server
+	health       *health.Server
+	grpcListener net.Listener
+	httpListener net.Listener
+
+	ready    atomic.Bool
+	done     chan struct{} // closed when a listener fails or Close ran
+	doneOnce sync.Once
+	errMu    sync.Mutex
+	err      error
+	closed   sync.Once
+}
+
+// Start opens the store and starts serving gRPC and HTTP. It returns once both
+// listeners are bound; Close stops everything.
+func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (_ *Server, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	s := &Server{cfg: cfg, log: log, done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			s.teardown(context.Background())
+		}
+	}()
+
+	telOpts := o.Telemetry
+	telOpts.SpanProcessors = append(telOpts.SpanProcessors, o.SpanProcessors...)
+	if s.tel, err = telemetry.Setup(ctx, telOpts); err != nil {
+		return nil, err
+	}
+	mode, err := logstore.ParseFsyncMode(cfg.Fsync)
+	if err != nil {
+		return nil, err
+	}
+	if s.store, err = logstore.Open(cfg.DataDir, logstore.Options{Fsync: mode, FsyncInterval: cfg.FsyncInterval, Logger: log}); err != nil {
+		return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
+	}
+	store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)
+
+	var tlsCfg *tls.Config
+	if cfg.TLSCert != "" {
+		if tlsCfg, err = loadTLS(cfg); err != nil {
+			return nil, err
+		}
+	}
+	auth, err := newAuthenticator(cfg.AuthTokensFile)
+	if err != nil {
+		return nil, err
+	}
+
+	s.health = health.NewServer()
+	logSvc := service.NewLogService(store, service.LogConfig{SegmentBytes: cfg.SegmentBytes}, log)
+	newGRPC := func(creds credentials.TransportCredentials) *grpc.Server {
+		gs := grpc.NewServer(
+			grpc.Creds(creds),
+			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+			grpc.StatsHandler(otelgrpc.NewServerHandler(
+				otelgrpc.WithTracerProvider(s.tel.Tracer), otelgrpc.WithMeterProvider(s.tel.Meter))),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+			grpc.ChainUnaryInterceptor(
+				recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
+				logging.UnaryServerInterceptor(interceptorLogger(log), logging.WithLevels(logLevel), logging.WithLogOnEvents(logging.FinishCall)),
+				auth.unary,
+			),
+			grpc.ChainStreamInterceptor(
+				recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
+				logging.StreamServerInterceptor(interceptorLogger(log), logging.WithLevels(logLevel), logging.WithLogOnEvents(logging.FinishCall)),
+				auth.stream,
+			),
+		)
+		sharelogv1.RegisterLogServiceServer(gs, logSvc)
+		sharelogv1.RegisterShareGroupServiceServer(gs, sharelogv1.UnimplementedShareGroupServiceServer{})
+		sharelogv1.RegisterChangeStreamServiceServer(gs, service.ChangeStreamService{})
+		healthpb.RegisterHealthServer(gs, s.health)
+		reflection.Register(gs)
+		return gs
+	}
+	publicCreds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		publicCreds = credentials.NewTLS(tlsCfg)
+	}
+	s.grpcServer = newGRPC(publicCreds)
+	// The gateway dials a second gRPC server on an in-memory listener: the same
+	// handlers and interceptors, but no TLS to terminate twice and no
+	// dependence on the public address being dialable.
+	s.gatewayGRPC = newGRPC(insecure.NewCredentials())
+	for _, name := range []string{"", sharelogv1.LogService_ServiceDesc.ServiceName,
+		sharelogv1.ShareGroupService_ServiceDesc.ServiceName, sharelogv1.ChangeStreamService_ServiceDesc.ServiceName} {
+		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+
+	if s.grpcListener = o.GRPCListener; s.grpcListener == nil {
+		if s.grpcListener, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			return nil, fmt.Errorf("listen on --grpc-addr %s: %w", cfg.GRPCAddr, err)
+		}
+	}
+	if s.httpListener, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
+	}
+	memListener := bufconn.Listen(1 << 20)
+	if s.gatewayConn, err = grpc.NewClient("passthrough:///sharelog-gateway",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return memListener.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+			otelgrpc.WithTracerProvider(s.tel.Tracer), otelgrpc.WithMeterProvider(s.tel.Meter))),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cfg.MaxRequestBytes+4096), grpc.MaxCallRecvMsgSize(1<<30)),
+	); err != nil {
+		return nil, fmt.Errorf("gateway client: %w", err)
+	}
+	handler, err := newHTTPHandler(ctx, s.gatewayConn, httpDeps{
+		maxRequestBytes: int64(cfg.MaxRequestBytes),
+		metrics:         s.tel.Metrics,
+		ready:           s.ready.Load,
+		auth:            auth,
+		tracer:          s.tel.Tracer,
+		meter:           s.tel.Meter,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.httpServer = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+
+	go s.serve("grpc", func() error { return s.grpcServer.Serve(s.grpcListener) })
+	go s.serve("gateway-grpc", func() error { return s.gatewayGRPC.Serve(memListener) })
+	go s.serve("http", func() error {
+		if tlsCfg != nil {
+			return s.httpServer.ServeTLS(s.httpListener, "", "")
+		}
+		return s.httpServer.Serve(s.httpListener)
+	})
+	s.ready.Store(true)
+	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(),
+		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled())
+	return s, nil
+}
+
+func (s *Server) serve(name string, fn func() error) {
+	if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+		s.log.Error("listener failed", "listener", name, "err", err)
+		s.errMu.Lock()
+		if s.err == nil {
+			s.err = fmt.Errorf("%s listener: %w", name, err)
+		}
+		s.errMu.Unlock()
+		s.doneOnce.Do(func() { close(s.done) })
+	}
+}
+
+func (s *Server) recovered(ctx context.Context, p any) error {
+	s.log.ErrorContext(ctx, "panic in handler", "panic", p)
+	return status.Error(codes.Internal, "internal error")
+}
+
+// HTTPHandler is the whole HTTP surface (tests serve it with httptest).
+func (s *Server) HTTPHandler() http.Handler { return s.httpServer.Handler }
+
+// GRPCAddr is the bound gRPC address (useful with port 0).
+func (s *Server) GRPCAddr() string { return s.grpcListener.Addr().String() }
+
+// HTTPAddr is the bound HTTP address (useful with port 0).
+func (s *Server) HTTPAddr() string { return s.httpListener.Addr().String() }
+
+// Done is closed when a listener fails; Err then says why.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Err is the listener failure that closed Done, if any.
+func (s *Server) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+// Close stops accepting, finishes in-flight calls (bounded by the shutdown
+// timeout), flushes and closes the store, and flushes telemetry.
+func (s *Server) Close() error {
+	var err error
+	s.closed.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		defer cancel()
+		err = s.teardown(ctx)
+		s.doneOnce.Do(func() { close(s.done) })
+	})
+	return err
+}
+
+func (s *Server) teardown(ctx context.Context) error {
+	s.ready.Store(false)
+	if s.health != nil {
+		s.health.Shutdown()
+	}
+	var errs []error
+	if s.httpServer != nil {
+		if err := s.httpServer.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+	} else if s.httpListener != nil {
+		s.httpListener.Close()
+	}
+	for _, gs := range []*grpc.Server{s.grpcServer, s.gatewayGRPC} {
+		if gs != nil {
+			gracefulStop(ctx, gs)
+		}
+	}
+	if s.grpcServer == nil && s.grpcListener != nil {
+		s.grpcListener.Close()
+	}
+	if s.gatewayConn != nil {
+		s.gatewayConn.Close()
+	}
+	if s.store != nil {
+		if err := s.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+	}
+	if s.tel != nil {
+		if err := s.tel.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("telemetry shutdown: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// gracefulStop waits for in-flight calls until ctx ends, then cuts them.
+func gracefulStop(ctx context.Context, gs *grpc.Server) {
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		gs.Stop()
+		<-stopped
+	}
+}
+
+// interceptorLogger adapts slog to go-grpc-middleware's logging interceptor.
+func interceptorLogger(l *slog.Logger) logging.Logger {
+	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		l.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+}
+
+// logLevel logs successful calls at debug and failures at info (client
+// errors) or error (server faults), so the default level is not flooded.
+func logLevel(code codes.Code) logging.Level {
+	switch code {
+	case codes.OK, codes.Canceled:
+		return logging.LevelDebug
+	case codes.Internal, codes.DataLoss, codes.Unknown:
+		return logging.LevelError
+	default:
+		return logging.LevelInfo
+	}
+}

@@ -1,0 +1,126 @@
+// Package telemetry wires OpenTelemetry for the server: a tracer provider
+// configured by the standard OTEL_* variables, a meter provider exported in
+// the Prometheus text format on /metrics, and spans around log-store calls.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// Telemetry holds the providers the server instruments itself with.
+type Telemetry struct {
+	Tracer  *sdktrace.TracerProvider
+	Meter   *sdkmetric.MeterProvider
+	Metrics http.Handler // Prometheus text exposition
+}
+
+// Options configure Setup. Zero values read the environment.
+type Options struct {
+	// Getenv reads OTEL_* variables (default os.Getenv).
+	Getenv func(string) string
+	// Console is where OTEL_TRACES_EXPORTER=console writes (default os.Stdout).
+	Console io.Writer
+	// SpanProcessors are added to the tracer provider (tests add a span recorder).
+	SpanProcessors []sdktrace.SpanProcessor
+}
+
+// Setup builds the providers. OTEL_TRACES_EXPORTER selects the trace exporter:
+// unset or "none" (no export), "console" (JSON to stdout), "otlp" (protocol by
+// OTEL_EXPORTER_OTLP_PROTOCOL: "grpc", or "http/protobuf" by default). The
+// standard OTEL_EXPORTER_OTLP_* and OTEL_SERVICE_NAME variables apply.
+func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
+	getenv := opts.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", serviceName(getenv))))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry resource: %w", err)
+	}
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	exp, err := traceExporter(ctx, getenv, opts.Console)
+	if err != nil {
+		return nil, err
+	}
+	if exp != nil {
+		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
+	}
+	for _, sp := range opts.SpanProcessors {
+		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(sp))
+	}
+	tp := sdktrace.NewTracerProvider(tpOpts...)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	promExp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(promExp))
+
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	return &Telemetry{
+		Tracer:  tp,
+		Meter:   mp,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	}, nil
+}
+
+// Shutdown flushes spans and stops the providers.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	return errors.Join(t.Tracer.Shutdown(ctx), t.Meter.Shutdown(ctx))
+}
+
+func serviceName(getenv func(string) string) string {
+	if n := getenv("OTEL_SERVICE_NAME"); n != "" {
+		return n
+	}
+	return "sharelog"
+}
+
+func traceExporter(ctx context.Context, getenv func(string) string, console io.Writer) (sdktrace.SpanExporter, error) {
+	switch kind := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); kind {
+	case "", "none":
+		return nil, nil
+	case "console":
+		if console == nil {
+			console = os.Stdout
+		}
+		return stdouttrace.New(stdouttrace.WithWriter(console))
+	case "otlp":
+		proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+		if proto == "" {
+			proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+		}
+		switch proto {
+		case "grpc":
+			return otlptracegrpc.New(ctx)
+		case "", "http/protobuf":
+			return otlptracehttp.New(ctx)
+		default:
+			return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q is not supported (use grpc or http/protobuf)", proto)
+		}
+	default:
+		return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%q is not supported (use otlp, console or none)", kind)
+	}
+}

@@ -1,0 +1,17 @@
+// Command sharelogctl is the command-line client of sharelog: it manages topics,
+// produces and fetches records, and purges records (Kafka DeleteRecords) over gRPC.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+)
+
+// maxBatchBytes sends a batch early when its keys and values reach this size, well below the
+// server's default --max-request-bytes (16 MiB).
+const maxBatchBytes = 4 << 20
+
+func (a *app) produceCmd() *cobra.Command {
+	var (
+		partition int32
+		separator string
+		batchSize int
+		nullValue string
+	)
+	cmd := &cobra.Command{
+		Use:   "produce TOPIC",
+		Short: "Produce records read from stdin, one per line",
+		Long: `Produce one record per line of stdin. A line containing the key separator (TAB by
+default) is "key<SEP>value", split at the first separator; any other line is a value without
+key. Keys and values are the raw bytes of the line (the trailing "\n" or "\r\n" removed).
+An empty --key-separator disables keys.
+
+Without --partition the server routes each record by key (murmur2, as Kafka) and spreads
+keyless records round-robin. Records are sent in batches of --batch; a batch is also sent as
+soon as no more input is waiting, so interactive use sends each line as it is typed.
+At the end it prints "produced N records to TOPIC" (with --verbose, also "partition/offset"
+of each record; with -o json, each ProduceResponse instead).`,
+		Example: `  printf 'user-1\tcreated\nhello\n' | sharelogctl produce orders
+  sharelogctl produce orders --partition 2 --key-separator ':' < records.txt
+  echo 'user-1:__null__' | sharelogctl produce users --key-separator ':' --null-value __null__`,
+		Args: cobra.ExactArgs(1),
+	}
+	cmd.Flags().Int32VarP(&partition, "partition", "p", 0, "partition to write to (default: routed by key)")
+	cmd.Flags().StringVar(&separator, "key-separator", "\t", "separator between key and value; empty = no keys")
+	cmd.Flags().IntVar(&batchSize, "batch", 100, "records per Produce call")
+	cmd.Flags().StringVar(&nullValue, "null-value", "", "a value equal to this string is sent as absent (a tombstone)")
+	cmd.RunE = a.runE(func(cmd *cobra.Command, args []string) error {
+		if batchSize < 1 {
+			return fmt.Errorf("invalid --batch %d: must be >= 1", batchSize)
+		}
+		var tombstone *string
+		if cmd.Flags().Changed("null-value") {
+			tombstone = &nullValue
+		}
+		p := &producer{app: a, topic: args[0], batchSize: batchSize}
+		if cmd.Flags().Changed("partition") {
+			p.partition = &partition
+		}
+		client, err := a.logClient()
+		if err != nil {
+			return err
+		}
+		p.client = client
+		return p.run(cmd.Context(), separator, tombstone)
+	})
+	return cmd
+}
+
+type producer struct {
+	app       *app
+	client    sharelogv1.LogServiceClient
+	topic     string
+	partition *int32
+	batchSize int
+
+	batch      []*sharelogv1.Record
+	batchBytes int
+	produced   int
+}
+
+// inputLine is one line of stdin; more tells that further input was already buffered.
+type inputLine struct {
+	line []byte
+	more bool
+	err  error
+}
+
+func (p *producer) run(ctx context.Context, separator string, tombstone *string) error {
+	lines := make(chan inputLine)
+	stop := make(chan struct{})
+	defer close(stop)
+	// Reading stdin cannot be interrupted, so it runs apart and an interrupt (SIGINT) still ends
+	// the command.
+	go readLines(p.app.stdin, lines, stop)
+
+	for {
+		var in inputLine
+		select {
+		case <-ctx.Done():
+			// Interrupted while waiting for input: nothing is pending (see below), stop cleanly.
+			return p.summary()
+		case in = <-lines:
+		}
+		if in.line != nil {
+			p.add(lineRecord(in.line, separator, tombstone))
+			// Send when the batch is full, or when no more input is waiting: then nothing stays
+			// pending while we block on stdin.
+			if len(p.batch) >= p.batchSize || p.batchBytes >= maxBatchBytes || !in.more {
+				if err := p.flush(ctx); err != nil {
+					return err
+				}
+			}
+		}
+		if in.err != nil {
+			if !errors.Is(in.err, io.EOF) {
+				return fmt.Errorf("reading stdin: %w", in.err)
+			}
+			if err := p.flush(ctx); err != nil {
+				return err
+			}
+			return p.summary()
+		}
+	}
+}
+
+// readLines sends each line of r, without its line terminator, then a final error (io.EOF at
+// the end of the input).
+func readLines(r io.Reader, out chan<- inputLine, stop <-chan struct{}) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		in := inputLine{err: err}
+		if len(line) > 0 {
+			line = bytes.TrimSuffix(line, []byte("\n"))
+			line = bytes.TrimSuffix(line, []byte("\r"))
+			in.line = line
+			in.more = err == nil && br.Buffered() > 0
+		}
+		if in.line == nil && err == nil {
+			continue
+		}
+		select {
+		case out <- in:
+		case <-stop:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// lineRecord turns a line into a record: "key<SEP>value" or a value alone.
+func lineRecord(line []byte, separator string, tombstone *string) *sharelogv1.Record {
+	rec := &sharelogv1.Record{}
+	value := line
+	if separator != "" {
+		if k, v, ok := bytes.Cut(line, []byte(separator)); ok {
+			rec.Key = append([]byte{}, k...) // non-nil: an empty key is still a key
+			value = v
+		}
+	}
+	if tombstone == nil || string(value) != *tombstone {
+		rec.Value = append([]byte{}, value...) // non-nil: an empty value is not a tombstone
+	}
+	return rec
+}
+
+func (p *producer) add(rec *sharelogv1.Record) {
+	p.batch = append(p.batch, rec)
+	p.batchBytes += len(rec.Key) + len(rec.Value)
+}
+
+func (p *producer) flush(ctx context.Context) error {
+	if len(p.batch) == 0 {
+		return nil
+	}
+	callCtx, cancel := p.app.callCtx(ctx)
+	defer cancel()
+	resp, err := p.client.Produce(callCtx, &sharelogv1.ProduceRequest{
+		Topic:     p.topic,
+		Partition: p.partition,
+		Records:   p.batch,
+	})
+	if err != nil {
+		if p.produced > 0 && !p.app.jsonOutput() {
+			fmt.Fprintf(p.app.stdout, "produced %s to %s before the error\n", plural(p.produced, "record", "records"), p.topic)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted: the last batch of %s may or may not have been written", plural(len(p.batch), "record", "records"))
+		}
+		return err
+	}
+	p.produced += len(p.batch)
+	p.batch, p.batchBytes = nil, 0
+	if p.app.jsonOutput() {
+		return p.app.printJSON(resp)
+	}
+	if p.app.verbose {
+		for _, r := range resp.GetResults() {
+			fmt.Fprintf(p.app.stdout, "%d/%d\n", r.GetPartition(), r.GetOffset())
+		}
+	}
+	return nil
+}
+
+func (p *producer) summary() error {
+	if p.app.jsonOutput() {
+		return nil
+	}
+	_, err := fmt.Fprintf(p.app.stdout, "produced %s to %s\n", plural(p.produced, "record", "records"), p.topic)
+	return err
+}

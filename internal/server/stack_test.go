@@ -33,7 +33,7 @@ type stack struct {
 	dataDir string
 }
 
-func newStack(t *testing.T, opts server.Options, mutate ...func(*server.Config)) *stack {
+func newStack(t testing.TB, opts server.Options, mutate ...func(*server.Config)) *stack {
 	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.DataDir = t.TempDir()
@@ -124,14 +124,14 @@ func requireRESTError(t *testing.T, r restResponse, httpStatus int, reason strin
 	t.Fatalf("no ErrorInfo in body %s", r.Raw)
 }
 
-func (s *stack) createTopic(t *testing.T, name string, partitions int32, cfg *sharelogv1.TopicConfig) *sharelogv1.Topic {
+func (s *stack) createTopic(t testing.TB, name string, partitions int32, cfg *sharelogv1.TopicConfig) *sharelogv1.Topic {
 	t.Helper()
 	topic, err := s.log.CreateTopic(context.Background(), &sharelogv1.CreateTopicRequest{Name: name, Partitions: partitions, Config: cfg})
 	require.NoError(t, err)
 	return topic
 }
 
-func (s *stack) produce(t *testing.T, topic string, partition int32, values ...string) []*sharelogv1.ProduceResult {
+func (s *stack) produce(t testing.TB, topic string, partition int32, values ...string) []*sharelogv1.ProduceResult {
 	t.Helper()
 	req := &sharelogv1.ProduceRequest{Topic: topic, Partition: &partition}
 	for _, v := range values {

@@ -1,0 +1,241 @@
+package sessioncache
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type state struct{ tag string }
+
+type ended struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (e *ended) onEnd(s *Session[state], why EndReason) {
+	e.mu.Lock()
+	e.list = append(e.list, s.Key().Member+":"+why.String())
+	e.mu.Unlock()
+}
+
+func (e *ended) get() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.list...)
+}
+
+func newCache(t *testing.T, capacity int, idle time.Duration) (*Cache[state], *ended) {
+	var e ended
+	c := New(Config[state]{Capacity: capacity, IdleTimeout: idle, OnEnd: e.onEnd})
+	t.Cleanup(c.Close)
+	return c, &e
+}
+
+func key(m string) Key { return Key{Group: "g", Member: m} }
+
+func TestEpochSequence(t *testing.T) {
+	c, _ := newCache(t, 10, 0)
+	s, err := c.Open(context.Background(), key("m"), 0, nil)
+	require.NoError(t, err)
+	c.Done(s)
+	for _, tc := range []struct {
+		name     string
+		epoch    int32
+		expected int32 // 0 = admitted
+	}{
+		{"next expected", 1, 0},
+		{"replay of a consumed epoch", 1, 2},
+		{"ahead", 3, 2},
+		{"next", 2, 0},
+		{"next again", 3, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := c.Admit(key("m"), tc.epoch, nil)
+			if tc.expected == 0 {
+				require.NoError(t, err)
+				c.Done(s)
+				return
+			}
+			var ee *EpochError
+			require.ErrorAs(t, err, &ee)
+			assert.Equal(t, tc.expected, ee.Expected)
+		})
+	}
+	_, err = c.Admit(key("other"), 1, nil)
+	assert.ErrorIs(t, err, ErrNotFound)
+	_, err = c.AdmitClose(key("other"))
+	assert.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestEpochWrap(t *testing.T) {
+	c, _ := newCache(t, 10, 0)
+	s, err := c.Open(context.Background(), key("m"), 0, nil)
+	require.NoError(t, err)
+	c.Done(s)
+	require.True(t, c.SetNextEpoch(key("m"), math.MaxInt32))
+	s, err = c.Admit(key("m"), math.MaxInt32, nil)
+	require.NoError(t, err)
+	c.Done(s)
+	_, next, ok := c.Lookup(key("m"))
+	require.True(t, ok)
+	assert.Equal(t, int32(1), next, "2147483647 is followed by 1")
+}
+
+// Of concurrent requests with the same epoch exactly one is admitted.
+func TestAdmitAtomic(t *testing.T) {
+	c, _ := newCache(t, 10, 0)
+	s, err := c.Open(context.Background(), key("m"), 0, nil)
+	require.NoError(t, err)
+	c.Done(s)
+	for epoch := int32(1); epoch <= 50; epoch++ {
+		var ok atomic.Int32
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				if s, err := c.Admit(key("m"), epoch, nil); err == nil {
+					ok.Add(1)
+					c.Done(s)
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, int32(1), ok.Load(), "epoch %d", epoch)
+	}
+}
+
+func TestReplaceAndClose(t *testing.T) {
+	c, e := newCache(t, 1, 0)
+	ctx := context.Background()
+	s1, err := c.Open(ctx, key("m"), 0, func(st *state) { st.tag = "first" })
+	require.NoError(t, err)
+	c.Done(s1)
+	// Replacing needs no slot even when the cache is full.
+	s2, err := c.Open(ctx, key("m"), 0, nil)
+	require.NoError(t, err)
+	c.Done(s2)
+	assert.True(t, s1.Ended())
+	assert.NotEqual(t, s1.ID(), s2.ID())
+	select {
+	case <-s1.Done():
+	default:
+		t.Fatal("Done not closed")
+	}
+	assert.Equal(t, []string{"m:replaced"}, e.get())
+	s, err := c.AdmitClose(key("m"))
+	require.NoError(t, err)
+	c.End(s, EndClosed)
+	c.End(s, EndClosed) // idempotent
+	c.Done(s)
+	assert.Equal(t, []string{"m:replaced", "m:closed"}, e.get())
+	assert.Equal(t, 0, c.Len())
+}
+
+// A full cache evicts idle sessions; otherwise it holds the request for
+// max_wait and fails, without taking a slot freed meanwhile.
+func TestCapacity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, e := newCache(t, 2, time.Minute)
+		ctx := context.Background()
+		a, err := c.Open(ctx, key("a"), 0, nil)
+		require.NoError(t, err)
+		b, err := c.Open(ctx, key("b"), 0, nil)
+		require.NoError(t, err)
+		c.Done(a)
+		// b stays in flight: never evicted.
+		start := time.Now()
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			c.End(a, EndClosed) // frees a slot during the wait
+		}()
+		_, err = c.Open(ctx, key("c"), 100*time.Millisecond, nil)
+		assert.ErrorIs(t, err, ErrLimit)
+		assert.Equal(t, 100*time.Millisecond, time.Since(start))
+
+		// Idle sessions are evicted to make room.
+		a, err = c.Open(ctx, key("a"), 0, nil)
+		require.NoError(t, err)
+		c.Done(a)
+		time.Sleep(30 * time.Second)
+		_, err = c.Open(ctx, key("c"), 0, nil)
+		assert.ErrorIs(t, err, ErrLimit, "not idle long enough")
+		time.Sleep(30 * time.Second)
+		cs, err := c.Open(ctx, key("c"), 0, nil)
+		require.NoError(t, err)
+		c.Done(cs)
+		c.Done(b)
+		assert.Contains(t, e.get(), "a:evicted")
+		assert.NotContains(t, e.get(), "b:evicted")
+	})
+}
+
+// The sweeper ends sessions idle past the timeout, counted from the
+// completion of their last request, never while one is in flight.
+func TestIdleEviction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, e := newCache(t, 10, 10*time.Second)
+		ctx := context.Background()
+		s, err := c.Open(ctx, key("busy"), 0, nil)
+		require.NoError(t, err)
+		i, err := c.Open(ctx, key("idle"), 0, nil)
+		require.NoError(t, err)
+		c.Done(i)
+		time.Sleep(9 * time.Second)
+		synctest.Wait()
+		assert.Empty(t, e.get())
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, []string{"idle:evicted"}, e.get())
+		time.Sleep(time.Minute) // busy is in flight for a minute
+		synctest.Wait()
+		assert.Equal(t, []string{"idle:evicted"}, e.get())
+		c.Done(s)
+		time.Sleep(9 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, []string{"idle:evicted"}, e.get())
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, []string{"idle:evicted", "busy:evicted"}, e.get())
+	})
+}
+
+func TestClose(t *testing.T) {
+	var e ended
+	c := New(Config[state]{Capacity: 10, IdleTimeout: time.Minute, OnEnd: e.onEnd})
+	s, err := c.Open(context.Background(), key("m"), 0, nil)
+	require.NoError(t, err)
+	c.Done(s)
+	c.Close()
+	c.Close()
+	assert.Equal(t, []string{"m:shutdown"}, e.get())
+	_, err = c.Open(context.Background(), key("m"), 0, nil)
+	assert.True(t, errors.Is(err, ErrClosed))
+	_, err = c.Admit(key("m"), 1, nil)
+	assert.ErrorIs(t, err, ErrClosed)
+}
+
+func TestEndIf(t *testing.T) {
+	c, e := newCache(t, 10, 0)
+	ctx := context.Background()
+	for _, k := range []Key{{"g1", "a"}, {"g1", "b"}, {"g2", "a"}} {
+		s, err := c.Open(ctx, k, 0, nil)
+		require.NoError(t, err)
+		c.Done(s)
+	}
+	c.EndIf(func(k Key) bool { return k.Group == "g1" }, EndGroupDeleted)
+	assert.ElementsMatch(t, []string{"a:group deleted", "b:group deleted"}, e.get())
+	assert.Equal(t, 1, c.Len())
+}

@@ -1,0 +1,106 @@
+package sharegroup
+
+import (
+	"context"
+
+	"github.com/sharelog/sharelog/internal/sessioncache"
+)
+
+// ackOutcome is one partition entry's acknowledgement result.
+type ackOutcome struct {
+	has  bool // the entry carried batches
+	code ErrorCode
+	msg  string
+}
+
+// processAcks applies the acknowledgement batches of every entry (§4),
+// each partition atomically, and waits once for all their state writes:
+// concurrent requests share the fsync (group commit). A partition whose
+// write failed is rolled back and reports KAFKA_STORAGE_ERROR (§4.4).
+func (m *Manager) processAcks(s *session, g *group, es []PartitionEntry, named []namedPart) []ackOutcome {
+	out := make([]ackOutcome, len(es))
+	type pending struct {
+		i int
+		r ackResult
+	}
+	var pend []pending
+	var last uint64
+	for i := range es {
+		e := &es[i]
+		if len(e.Batches) == 0 {
+			continue
+		}
+		out[i].has = true
+		if !named[i].ok {
+			out[i].code, out[i].msg = CodeUnknownTopicOrPartition, "topic or partition does not exist"
+			continue
+		}
+		sp := g.partition(named[i].topicID, e.Topic, e.Partition, true)
+		if sp == nil {
+			out[i].code, out[i].msg = CodeUnknownTopicOrPartition, "share group was deleted"
+			continue
+		}
+		r := sp.ack(s, e.Batches)
+		out[i].code, out[i].msg = r.code, r.msg
+		if r.ticket > 0 {
+			pend = append(pend, pending{i, r})
+			last = max(last, r.ticket)
+		}
+	}
+	if last > 0 {
+		if err := m.slog.ackWait(last); err != nil {
+			for _, p := range pend {
+				if !m.slog.reached(p.r.ticket) {
+					p.r.sp.rollback(p.r.undo, s)
+					out[p.i].code, out[p.i].msg = CodeKafkaStorageError, "share state write failed"
+				}
+			}
+		}
+	}
+	return out
+}
+
+// ShareAcknowledge serves ShareAcknowledge (§2.3, §4).
+func (m *Manager) ShareAcknowledge(ctx context.Context, req AckRequest) (AckResponse, error) {
+	if !m.enter() {
+		return AckResponse{}, ErrClosed
+	}
+	defer m.leave()
+	if err := validateAck(&req); err != nil {
+		return AckResponse{}, err
+	}
+	if req.Epoch == 0 {
+		return AckResponse{}, &Error{Reason: ReasonInvalidShareSessionEpoch, Message: "ShareAcknowledge cannot open a share session (epoch 0)"}
+	}
+	named, err := m.resolveAll(ctx, req.Partitions)
+	if err != nil {
+		return AckResponse{}, err
+	}
+	key := sessioncache.Key{Group: req.GroupID, Member: req.MemberID}
+	var s *session
+	if req.Epoch > 0 {
+		s, err = m.sessions.Admit(key, req.Epoch, nil)
+	} else {
+		s, err = m.sessions.AdmitClose(key)
+	}
+	if err != nil {
+		return AckResponse{}, m.sessionError(err)
+	}
+	defer m.sessions.Done(s)
+	s.Mu.Lock()
+	g := s.State.g
+	s.Mu.Unlock()
+	acks := m.processAcks(s, g, req.Partitions, named)
+	if req.Epoch == -1 {
+		m.sessions.End(s, sessioncache.EndClosed)
+	}
+	resp := AckResponse{AcquisitionLockTimeoutMs: g.config().lockMs, Partitions: make([]PartitionAckResult, len(req.Partitions))}
+	for i := range req.Partitions {
+		r := PartitionAckResult{TopicPartition: req.Partitions[i].TopicPartition, ErrorCode: acks[i].code, ErrorMessage: acks[i].msg}
+		if !named[i].ok {
+			r.ErrorCode, r.ErrorMessage = CodeUnknownTopicOrPartition, "topic or partition does not exist"
+		}
+		resp.Partitions[i] = r
+	}
+	return resp, nil
+}

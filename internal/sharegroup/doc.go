@@ -1,0 +1,154 @@
+// Package sharegroup is the KIP-932 share-group domain of sharelog: share
+// sessions and their epochs, the share-partition state machine, and the
+// durable share state. The normative behaviour is
+// /work/shared/spec/share-groups.md (section numbers below refer to it);
+// api.go is the contract with internal/service, which translates protobuf
+// to these types and maps Error.Reason and the per-partition ErrorCodes.
+//
+// # Model
+//
+// A Manager holds groups. A group has its config (fields explicitly set,
+// persisted; the rest follow the server defaults in Options, also across
+// restarts) and its share-partitions, one per (topic_id, partition) — bound
+// to the topic ID, so a topic deleted and re-created under the same name
+// starts afresh. Share sessions live in internal/sessioncache, keyed by
+// (group, member); a session's State is its ordered fetch set and the
+// share-partitions where it may hold records.
+//
+// # State machine (§1, §4, §5)
+//
+// A share-partition has SPSO (first non-terminal offset) and SPEO (last
+// offset with state). Offsets in [SPSO, SPEO] are AVAILABLE, ACQUIRED,
+// ACKNOWLEDGED or ARCHIVED with a delivery count; offsets after SPEO are
+// implicitly AVAILABLE with count 0. Transitions:
+//
+//	AVAILABLE -> ACQUIRED      acquisition (count+1, owner, deadline)
+//	AVAILABLE -> ARCHIVED      scan finds count >= limit, or no record there (compaction)
+//	ACQUIRED  -> ACKNOWLEDGED  ACCEPT
+//	ACQUIRED  -> ARCHIVED      REJECT, GAP; RELEASE or expiry at the limit
+//	ACQUIRED  -> AVAILABLE     RELEASE or expiry below the limit (count kept)
+//	ACQUIRED  -> AVAILABLE     the owner session ends (count-1: not charged)
+//	ACQUIRED  -> ACQUIRED      RENEW (new deadline)
+//
+// After every change SPSO moves past leading terminal offsets and their
+// state is dropped. Acknowledgements of one partition entry are checked in
+// full before any applies (atomic per partition). A log start offset
+// passing SPSO (§6.1) makes SPSO jump to it; AVAILABLE and terminal state
+// below is dropped, ACQUIRED records move to a "below" list, still owned,
+// until acknowledged (ARCHIVED) or expired. Log start moves and lock
+// expiry are applied lazily at the start of every operation (prepare), so
+// a deadline is authoritative the instant it passes; a timer per
+// share-partition also fires at the earliest deadline, so expired records
+// become acquirable and waiting fetches wake without any request.
+//
+// # Range representation (§12)
+//
+// [SPSO, SPEO] is a sorted, gap-free slice of runs; a run is a span of
+// offsets with one state, count, owner and deadline (40 bytes). Operations
+// split runs at the boundaries they touch, rewrite the runs in between in
+// place, and merge equal neighbours, so acknowledging a uniform range costs
+// O(log runs) to find plus O(runs touched), whatever its length, and
+// acquiring N new records appends one run. Memory is O(runs), bounded by
+// partition_max_record_locks, never O(log size). Acquisition reads the
+// records it takes (to size them) under the share-partition's lock; the
+// only per-record allocations on the fetch path are the log store's.
+//
+// # Fetch (§3)
+//
+// ShareFetch runs the steps of §3.2 in order. The long-poll (§3.4)
+// evaluates; when short of min_bytes it registers a waiter on each of the
+// session's share-partitions and re-evaluates on every signal (appends and
+// log-start moves via logstore.Watch, releases, expiry, SPSO advance, config
+// change, topic deletion) until max_wait. A min_bytes of 0 or 1 needs no
+// dry run: it acquires directly and waits only if nothing came. Waiters
+// are woken one at a time in arrival order (a baton, see waiters.go), so
+// the oldest one chooses first. A record counts at least one byte toward
+// min_bytes.
+//
+// # State log (§4.4, §7)
+//
+// Persisted: per group its existence, explicitly set config and
+// group_epoch; per share-partition its topic, topic ID, SPSO and the
+// durable image of [SPSO, SPEO] as ranges: ACKNOWLEDGED, ARCHIVED and
+// AVAILABLE with count > 0. ACQUIRED is stored as AVAILABLE with the count
+// before the acquisition, so sessions, locks and deadlines are never
+// written, and a session's end or a restart returns records to their
+// durable state with no write.
+//
+// Files <Dir>/state-<generation>.log hold the magic "SLSGLOG1" and frames:
+//
+//	frame   = u32 length | u32 CRC32C(length ‖ payload) | payload   (big-endian)
+//	payload = u8 type | key | u32 CRC32C(type ‖ key) | body         (uvarints)
+//
+// Types: group (key: group; body: group_epoch, bit mask, set fields),
+// group delete, share-partition delta (key: group, topic, topic ID,
+// partition; body: SPSO, then ranges whose durable state to set), full
+// share-partition state (same; replaces it), share-partition delete, and
+// the snapshot marker of a generation. Ranges are encoded relative to the
+// previous one. Each acknowledged partition entry is one delta with the
+// SPSO after the advance; expiry, scan archivals and log-start moves write
+// deltas without waiting; initialisation writes a full state and waits.
+//
+// Group commit: entries are encoded under the share-partition's lock (so a
+// partition's entries are in the order they took effect) into one buffer; a
+// single writer goroutine writes and fsyncs whatever accumulated, so every
+// ack that arrived during an fsync shares the next one. With FsyncAlways an
+// acknowledgement reports NONE only after its entry is fsynced; otherwise
+// after it is written. A write or fsync failure rolls back the waiting
+// acknowledgements (KAFKA_STORAGE_ERROR) and is sticky: every later state
+// write fails until restart.
+//
+// Compaction: when the newest file exceeds max(Options.CompactBytes, 4 ×
+// the last snapshot), the writer switches to a new generation at the
+// current stream position; the compactor appends a full entry for every
+// group and share-partition and a marker, fsyncs, and deletes older files.
+// Open does the same after recovery, so disk use is O(live state).
+// Recovery replays from the newest file holding its own marker through the
+// newest file. In the newest file a truncated frame, a bad last frame or
+// zeros to the end is a torn tail and ends the log; any other checksum or
+// format failure fails Open with a CorruptError naming the group and
+// share-partition (from the key, which has its own checksum). Older files
+// are fsynced whole before a newer one is created. After replay, records
+// that were ACQUIRED are AVAILABLE with their durable count, SPSO is
+// clamped to the log start and share-partitions of deleted topics dropped.
+//
+// # Concurrency (§11) and lock order
+//
+// Each share-partition operation (an acquisition for one response, one
+// partition entry's acks, an expiry, a session-end release, a log-start
+// move, an initialisation) runs under sharePartition.mu, which makes it
+// linearizable. Epoch admission is atomic in the session cache. A session
+// end is ordered after any acquisition it raced with: an acquisition
+// registers the share-partition in the session's held set under Session.Mu
+// together with the "not ended" check, and the cache marks a session ended
+// under Session.Mu before OnEnd releases its held share-partitions.
+//
+// Locks are taken in this order (a lock may be taken while holding those
+// above it, never the reverse):
+//
+//	Manager.life (only to register calls; never held across work)
+//	sessioncache Cache.mu       (never held while calling out)
+//	Manager.mu                  (group map)
+//	group.mu
+//	sharePartition.mu
+//	Session.Mu                  (leaf, except below)
+//	sharePartition.wmu          (waiters; may call logstore.Watch)
+//	stateLog.mu                 (leaf)
+//	Manager.topicsMu            (leaf)
+//
+// Log-store calls happen under sharePartition.mu; the store's locks are
+// leaves for this package. Durability waits (stateLog.wait) are made with
+// no lock held, except initialisation (sharePartition.mu) and
+// UpdateConfig (group.mu), which keep others from seeing an effect that
+// may still fail; the writer needs no lock but stateLog.mu.
+//
+// # Lifecycle
+//
+// Open normalises Options (refusing defaults outside their bounds),
+// recovers the state log, writes the startup snapshot and starts the
+// writer, the compactor and the session sweeper. Calls register with
+// enter/leave. Close stops new calls, wakes waiting fetches (they answer
+// with no records), waits for calls in progress, ends every session
+// (releasing their records), stops timers and watchers, and flushes,
+// fsyncs and closes the state log.
+package sharegroup

@@ -1,0 +1,465 @@
+package sharegroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/sharelog/sharelog/internal/sessioncache"
+)
+
+// namedPart is a topics[] entry after resolution (§3.2 step 3).
+type namedPart struct {
+	topicID string
+	ok      bool // the topic and partition exist
+}
+
+func (m *Manager) resolveAll(ctx context.Context, es []PartitionEntry) ([]namedPart, error) {
+	out := make([]namedPart, len(es))
+	for i := range es {
+		id, ok, err := m.resolve(ctx, es[i].TopicPartition)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = namedPart{topicID: id, ok: ok}
+	}
+	return out, nil
+}
+
+// sessionError maps the session step's errors to request-level errors.
+func (m *Manager) sessionError(err error) error {
+	var ee *sessioncache.EpochError
+	switch {
+	case errors.Is(err, sessioncache.ErrNotFound):
+		return &Error{Reason: ReasonShareSessionNotFound, Message: "no share session for this group and member"}
+	case errors.As(err, &ee):
+		return &Error{
+			Reason:   ReasonInvalidShareSessionEpoch,
+			Message:  fmt.Sprintf("share session epoch mismatch: expected %d", ee.Expected),
+			Metadata: map[string]string{"expected_epoch": strconv.Itoa(int(ee.Expected))},
+		}
+	case errors.Is(err, sessioncache.ErrLimit):
+		return &Error{
+			Reason:   ReasonShareSessionLimitReached,
+			Message:  fmt.Sprintf("the share session cache is full (%d sessions)", m.opts.MaxShareSessions),
+			Metadata: map[string]string{"max_sessions": strconv.Itoa(m.opts.MaxShareSessions)},
+		}
+	case errors.Is(err, sessioncache.ErrClosed):
+		return ErrClosed
+	}
+	return err
+}
+
+// ShareFetch serves ShareFetch in the order of §3.2: static validation,
+// session step, resolution, acknowledgements, close/renew, acquisition with
+// long-poll, response shaping.
+func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchResponse, error) {
+	if !m.enter() {
+		return FetchResponse{}, ErrClosed
+	}
+	defer m.leave()
+	if err := validateFetch(&req); err != nil {
+		return FetchResponse{}, err
+	}
+	named, err := m.resolveAll(ctx, req.Partitions)
+	if err != nil {
+		return FetchResponse{}, err
+	}
+
+	// Session step (§2.2).
+	key := sessioncache.Key{Group: req.GroupID, Member: req.MemberID}
+	added := make([]bool, len(req.Partitions)) // added to the session by this request
+	var s *session
+	switch {
+	case req.Epoch == 0:
+		// The group is created only if the session is: a refused request
+		// changes nothing.
+		g := m.groupFor(req.GroupID, false)
+		created := g == nil
+		if created {
+			g = m.newGroup(req.GroupID)
+		}
+		parts := m.sessionParts(g, req.Partitions, named, added)
+		s, err = m.sessions.Open(ctx, key, time.Duration(req.MaxWaitMs)*time.Millisecond, func(st *sessState) {
+			st.g, st.held = g, make(map[*sharePartition]struct{})
+			st.index = make(map[TopicPartition]*sessPart, len(parts))
+			for _, p := range parts {
+				st.add(p)
+			}
+		})
+		if err == nil && created {
+			if cur := m.register(g); cur != g {
+				// Created concurrently by another request: use that one.
+				parts := m.sessionParts(cur, req.Partitions, named, added)
+				s.Mu.Lock()
+				s.State.g, s.State.parts = cur, nil
+				clear(s.State.index)
+				for _, p := range parts {
+					s.State.add(p)
+				}
+				s.Mu.Unlock()
+			}
+		}
+	case req.Epoch > 0:
+		var sps []*sharePartition
+		if g := m.groupFor(req.GroupID, false); g != nil {
+			sps = make([]*sharePartition, len(named))
+			for i, n := range named {
+				if n.ok {
+					e := &req.Partitions[i]
+					sps[i] = g.partition(n.topicID, e.Topic, e.Partition, true)
+				}
+			}
+		}
+		s, err = m.sessions.Admit(key, req.Epoch, func(s *session) {
+			st := &s.State
+			for i, n := range named {
+				tp := req.Partitions[i].TopicPartition
+				if !n.ok || sps == nil || sps[i] == nil {
+					continue
+				}
+				switch cur := st.index[tp]; {
+				case cur == nil:
+					st.add(&sessPart{tp: tp, topicID: n.topicID, sp: sps[i]})
+					added[i] = true
+				case cur.topicID != n.topicID:
+					// Named again after its topic was re-created: the new
+					// topic takes the old one's place (a new object: other
+					// requests of the session may be reading the old one).
+					st.replace(cur, &sessPart{tp: tp, topicID: n.topicID, sp: sps[i]})
+					added[i] = true
+				}
+			}
+			for _, tp := range req.Forgotten {
+				st.remove(tp)
+			}
+		})
+	default:
+		s, err = m.sessions.AdmitClose(key)
+	}
+	if err != nil {
+		return FetchResponse{}, m.sessionError(err)
+	}
+	defer m.sessions.Done(s)
+	admitted := time.Now()
+	k := s.NextFetchIndex()
+	seq := m.arrivals.Add(1)
+	s.Mu.Lock()
+	g := s.State.g
+	s.Mu.Unlock()
+
+	// Step 3: session partitions whose topic was deleted leave the session
+	// and are reported once.
+	var gone []TopicPartition
+	if req.Epoch >= 0 {
+		gone, err = m.dropDeleted(ctx, s)
+		if err != nil {
+			return FetchResponse{}, err
+		}
+	}
+
+	// Step 4: acknowledgements, all complete (and durable) before acquiring.
+	acks := m.processAcks(s, g, req.Partitions, named)
+
+	// Step 5.
+	if req.Epoch == -1 || req.IsRenewAck {
+		if req.Epoch == -1 {
+			m.sessions.End(s, sessioncache.EndClosed)
+		}
+		resp := FetchResponse{AcquisitionLockTimeoutMs: g.config().lockMs}
+		for i := range req.Partitions {
+			if a := acks[i]; a.has {
+				r := PartitionFetchResult{TopicPartition: req.Partitions[i].TopicPartition, AckErrorCode: a.code, AckErrorMessage: a.msg}
+				if !named[i].ok {
+					r.ErrorCode, r.ErrorMessage = CodeUnknownTopicOrPartition, a.msg
+				}
+				resp.Partitions = append(resp.Partitions, r)
+			}
+		}
+		return resp, nil
+	}
+
+	// Step 6.
+	s.Mu.Lock()
+	parts := slices.Clone(s.State.parts)
+	s.Mu.Unlock()
+	res, err := m.fetchRecords(ctx, s, parts, k, seq, admitted, &req)
+	if err != nil {
+		return FetchResponse{}, err
+	}
+	if s.Ended() {
+		// Ended while acquiring: what was taken has been released.
+		for i := range res {
+			res[i].records, res[i].acquired = nil, nil
+		}
+	}
+
+	// Step 7.
+	return m.shape(s, g, &req, named, added, acks, gone, parts, res), nil
+}
+
+// sessionParts builds the fetch set of an opening session: the existing
+// partitions named, in order.
+func (m *Manager) sessionParts(g *group, es []PartitionEntry, named []namedPart, added []bool) []*sessPart {
+	parts := make([]*sessPart, 0, len(named))
+	for i, n := range named {
+		if n.ok {
+			e := &es[i]
+			parts = append(parts, &sessPart{tp: e.TopicPartition, topicID: n.topicID, sp: g.partition(n.topicID, e.Topic, e.Partition, true)})
+			added[i] = true
+		}
+	}
+	return parts
+}
+
+// dropDeleted removes from the session the partitions whose topic no
+// longer exists or now has another ID.
+func (m *Manager) dropDeleted(ctx context.Context, s *session) ([]TopicPartition, error) {
+	s.Mu.Lock()
+	parts := slices.Clone(s.State.parts)
+	s.Mu.Unlock()
+	var gone []TopicPartition
+	for _, sp := range parts {
+		id, ok, err := m.resolve(ctx, sp.tp)
+		if err != nil {
+			return nil, err
+		}
+		if !ok || id != sp.topicID {
+			gone = append(gone, sp.tp)
+		}
+	}
+	if len(gone) > 0 {
+		s.Mu.Lock()
+		for _, tp := range gone {
+			s.State.remove(tp)
+		}
+		s.Mu.Unlock()
+	}
+	return gone, nil
+}
+
+// fetchRecords is steps 6 of §3.2: acquisition (§3.3) with long-poll
+// (§3.4) over the session's partitions.
+func (m *Manager) fetchRecords(ctx context.Context, s *session, parts []*sessPart, k, seq uint64, admitted time.Time, req *FetchRequest) ([]partFetch, error) {
+	n := len(parts)
+	res := make([]partFetch, n)
+	for i := range parts {
+		res[i].sp = parts[i].sp
+	}
+	maxRecords, maxBytes := int(req.MaxRecords), int64(req.MaxBytes)
+	if maxRecords == 0 {
+		maxRecords = defaultMaxRecords
+	}
+	if maxBytes == 0 {
+		maxBytes = defaultMaxBytes
+	}
+	minBytes := min(max(int64(req.MinBytes), 1), maxBytes)
+	deadline := admitted.Add(time.Duration(req.MaxWaitMs) * time.Millisecond)
+	startAt := 0
+	if n > 0 {
+		startAt = int(k % uint64(n))
+	}
+	attempt := func(dry bool) (budget, bool, error) {
+		bud := budget{records: maxRecords, bytes: maxBytes, first: true}
+		hasErr := false
+		for j := range n {
+			pf := &res[(startAt+j)%n]
+			pf.resetResult()
+			if bud.exhausted() {
+				continue
+			}
+			if err := pf.sp.acquire(ctx, s, &bud, dry, pf); err != nil {
+				return bud, false, err
+			}
+			hasErr = hasErr || pf.code != CodeNone
+		}
+		return bud, hasErr, nil
+	}
+	empty := func() []partFetch {
+		for i := range res {
+			res[i].resetResult()
+		}
+		return res
+	}
+
+	var w *waiter
+	var timer *time.Timer
+	defer func() {
+		if w != nil {
+			for _, p := range parts {
+				p.sp.removeWaiter(w)
+			}
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		final := !time.Now().Before(deadline)
+		if minBytes <= 1 || final {
+			// Anything at all satisfies min_bytes: acquire directly, and
+			// wait only if nothing came.
+			bud, hasErr, err := attempt(false)
+			if err != nil {
+				return nil, err
+			}
+			if final || hasErr || bud.records < maxRecords {
+				return res, nil
+			}
+		} else {
+			bud, hasErr, err := attempt(true)
+			if err != nil {
+				return nil, err
+			}
+			if hasErr || bud.mbytes >= minBytes || bud.exhausted() {
+				if _, _, err := attempt(false); err != nil {
+					return nil, err
+				}
+				return res, nil
+			}
+		}
+		if w == nil {
+			w = &waiter{seq: seq, wake: make(chan struct{}, 1)}
+			for _, p := range parts {
+				p.sp.addWaiter(w)
+			}
+			timer = time.NewTimer(time.Until(deadline))
+			continue // evaluate again: changes from now on wake us
+		}
+		for _, p := range parts {
+			p.sp.attempted(w)
+		}
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.Done():
+			return empty(), nil
+		case <-m.closing:
+			return empty(), nil
+		}
+	}
+}
+
+// shape builds the response (§3.5) and remembers which partitions reported
+// an error, for the "cleared, reported once with NONE" rule.
+func (m *Manager) shape(s *session, g *group, req *FetchRequest, named []namedPart, added []bool, acks []ackOutcome,
+	gone []TopicPartition, parts []*sessPart, res []partFetch) FetchResponse {
+	resp := FetchResponse{AcquisitionLockTimeoutMs: g.config().lockMs}
+	find := namedIndex(req.Partitions)
+	result := func(tp TopicPartition, pf *partFetch) PartitionFetchResult {
+		r := PartitionFetchResult{TopicPartition: tp}
+		if pf != nil {
+			r.ErrorCode, r.ErrorMessage, r.Records = pf.code, pf.msg, pf.records
+			r.Acquired = splitBatches(pf.acquired, req.BatchSize)
+		}
+		if i := find(tp); i >= 0 && acks[i].has {
+			r.AckErrorCode, r.AckErrorMessage = acks[i].code, acks[i].msg
+		}
+		return r
+	}
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	if req.Epoch == 0 {
+		// The session's parts are the existing named partitions, in order.
+		j := 0
+		for i := range req.Partitions {
+			tp := req.Partitions[i].TopicPartition
+			if !named[i].ok || j >= len(parts) || parts[j].tp != tp {
+				resp.Partitions = append(resp.Partitions, PartitionFetchResult{TopicPartition: tp,
+					ErrorCode: CodeUnknownTopicOrPartition, ErrorMessage: "topic or partition does not exist"})
+				continue
+			}
+			resp.Partitions = append(resp.Partitions, result(tp, &res[j]))
+			parts[j].lastErr = res[j].code != CodeNone
+			j++
+		}
+		return resp
+	}
+	inFetch := make(map[TopicPartition]bool, len(parts))
+	for j, p := range parts {
+		inFetch[p.tp] = true
+		pf := &res[j]
+		i := find(p.tp)
+		include := len(pf.acquired) > 0 || pf.code != CodeNone || (i >= 0 && (added[i] || acks[i].has)) ||
+			(p.lastErr && pf.code == CodeNone)
+		p.lastErr = pf.code != CodeNone
+		if include {
+			resp.Partitions = append(resp.Partitions, result(p.tp, pf))
+		}
+	}
+	for i := range req.Partitions {
+		tp := req.Partitions[i].TopicPartition
+		switch {
+		case !named[i].ok:
+			r := result(tp, nil)
+			r.ErrorCode, r.ErrorMessage = CodeUnknownTopicOrPartition, "topic or partition does not exist"
+			resp.Partitions = append(resp.Partitions, r)
+		case acks[i].has && !inFetch[tp]:
+			// Acknowledged but forgotten by the same request.
+			resp.Partitions = append(resp.Partitions, result(tp, nil))
+		}
+	}
+	for _, tp := range gone {
+		if find(tp) >= 0 {
+			continue // named again by this request: reported above
+		}
+		resp.Partitions = append(resp.Partitions, PartitionFetchResult{TopicPartition: tp,
+			ErrorCode: CodeUnknownTopicOrPartition, ErrorMessage: "topic was deleted"})
+	}
+	return resp
+}
+
+// namedIndex returns a lookup of a request's topics[] entries by name.
+func namedIndex(es []PartitionEntry) func(TopicPartition) int {
+	if len(es) <= 16 {
+		return func(tp TopicPartition) int {
+			for i := range es {
+				if es[i].TopicPartition == tp {
+					return i
+				}
+			}
+			return -1
+		}
+	}
+	idx := make(map[TopicPartition]int, len(es))
+	for i := range es {
+		idx[es[i].TopicPartition] = i
+	}
+	return func(tp TopicPartition) int {
+		if i, ok := idx[tp]; ok {
+			return i
+		}
+		return -1
+	}
+}
+
+// splitBatches cuts acquired runs longer than batchSize into pieces of
+// batchSize records from their first offset (§3.3).
+func splitBatches(rs []AcquiredRange, batchSize int32) []AcquiredRange {
+	if batchSize <= 0 {
+		return rs
+	}
+	b := int64(batchSize)
+	long := false
+	for _, r := range rs {
+		if r.LastOffset-r.FirstOffset+1 > b {
+			long = true
+			break
+		}
+	}
+	if !long {
+		return rs
+	}
+	var out []AcquiredRange
+	for _, r := range rs {
+		for f := r.FirstOffset; f <= r.LastOffset; f += b {
+			out = append(out, AcquiredRange{FirstOffset: f, LastOffset: min(f+b-1, r.LastOffset), DeliveryCount: r.DeliveryCount})
+		}
+	}
+	return out
+}

@@ -1,0 +1,183 @@
+package sharegroup
+
+import (
+	"slices"
+)
+
+// recState is a record's state (share-groups.md §1).
+type recState uint8
+
+const (
+	stAvailable recState = iota
+	stAcquired
+	stAcknowledged
+	stArchived
+)
+
+func (s recState) terminal() bool { return s >= stAcknowledged }
+
+func (s recState) String() string {
+	switch s {
+	case stAvailable:
+		return "AVAILABLE"
+	case stAcquired:
+		return "ACQUIRED"
+	case stAcknowledged:
+		return "ACKNOWLEDGED"
+	case stArchived:
+		return "ARCHIVED"
+	}
+	return "?"
+}
+
+// run is a maximal-or-not sequence of consecutive offsets in one uniform
+// state: same state, delivery count, owner and deadline. A share-partition
+// keeps [SPSO, SPEO] as a sorted, gap-free list of runs, so a uniform range
+// of any length costs one run (§12 range cost). Neighbours that become equal
+// are merged after every change.
+type run struct {
+	first, last int64
+	deadline    int64  // ACQUIRED: lock deadline on the manager's monotonic clock (ns)
+	owner       uint64 // ACQUIRED: owning session's ID; 0 otherwise
+	count       int16  // delivery count; 0 for terminal states
+	state       recState
+}
+
+func (r *run) same(o *run) bool {
+	return r.state == o.state && r.count == o.count && r.owner == o.owner && r.deadline == o.deadline
+}
+
+// durable is the run's durable image (§7): ACQUIRED is not persisted, so an
+// ACQUIRED record is durably AVAILABLE without the acquisition's +1.
+func (r *run) durable() durRange {
+	switch r.state {
+	case stAcquired:
+		return durRange{first: r.first, last: r.last, state: stAvailable, count: r.count - 1}
+	case stAvailable:
+		return durRange{first: r.first, last: r.last, state: stAvailable, count: r.count}
+	}
+	return durRange{first: r.first, last: r.last, state: r.state}
+}
+
+func availableRun(first, last int64, count int16) run {
+	return run{first: first, last: last, count: count, state: stAvailable}
+}
+
+func terminalRun(first, last int64, st recState) run {
+	return run{first: first, last: last, state: st}
+}
+
+// findRun returns the index of the run containing off, or len(rs) if off is
+// past the last run. rs is sorted and gap-free.
+func findRun(rs []run, off int64) int {
+	lo, hi := 0, len(rs)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if rs[mid].last < off {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// splitAt makes off the first offset of a run and returns that run's index
+// (len(p.runs) if off is past SPEO). off must be >= the first run's first.
+func (p *sharePartition) splitAt(off int64) int {
+	i := findRun(p.runs, off)
+	if i == len(p.runs) || p.runs[i].first == off {
+		return i
+	}
+	right := p.runs[i]
+	right.first = off
+	p.runs[i].last = off - 1
+	p.runs = slices.Insert(p.runs, i+1, right)
+	return i + 1
+}
+
+// mergeRuns merges equal neighbours among runs[lo..hi] (clamped).
+func (p *sharePartition) mergeRuns(lo, hi int) {
+	lo, hi = max(lo, 0), min(hi, len(p.runs)-1)
+	if lo >= hi {
+		return
+	}
+	w := lo
+	for i := lo + 1; i <= hi; i++ {
+		if p.runs[w].same(&p.runs[i]) {
+			p.runs[w].last = p.runs[i].last
+		} else {
+			w++
+			p.runs[w] = p.runs[i]
+		}
+	}
+	if w < hi {
+		p.runs = slices.Delete(p.runs, w+1, hi+1)
+	}
+}
+
+// setRange gives [a, b] the value v (its first/last are ignored). a lies
+// in [runs[0].first, SPEO+1]; b may pass SPEO, extending the in-flight
+// window (SPEO becomes b).
+func (p *sharePartition) setRange(a, b int64, v run) {
+	v.first, v.last = a, b
+	if a > p.speo {
+		p.runs = append(p.runs, v)
+		p.speo = b
+		p.mergeRuns(len(p.runs)-2, len(p.runs)-1)
+		return
+	}
+	i := p.splitAt(a)
+	j := p.splitAt(b + 1)
+	p.runs = slices.Replace(p.runs, i, j, v)
+	p.speo = max(p.speo, b)
+	p.mergeRuns(i-1, i+1)
+}
+
+// advance moves SPSO past leading terminal runs (§5.3) and drops them; it
+// reports whether SPSO moved.
+func (p *sharePartition) advance() bool {
+	i := 0
+	for i < len(p.runs) && p.runs[i].state.terminal() {
+		i++
+	}
+	if i == 0 {
+		return false
+	}
+	if i == len(p.runs) {
+		p.spso = p.speo + 1
+		p.runs = p.runs[:0]
+	} else {
+		p.spso = p.runs[i].first
+		// Reslice rather than move: the array is reclaimed by the next
+		// growth, so steady consumption costs O(1) amortised per advance.
+		p.runs = p.runs[i:]
+	}
+	return true
+}
+
+// appendDur appends r to a delta, merging it into the last range if adjacent
+// and equal.
+func appendDur(ds []durRange, r durRange) []durRange {
+	if n := len(ds); n > 0 {
+		l := &ds[n-1]
+		if l.last+1 == r.first && l.state == r.state && l.count == r.count {
+			l.last = r.last
+			return ds
+		}
+	}
+	return append(ds, r)
+}
+
+// clipDur drops the parts of ds below off (ds ascends).
+func clipDur(ds []durRange, off int64) []durRange {
+	i := 0
+	for i < len(ds) && ds[i].last < off {
+		i++
+	}
+	ds = ds[i:]
+	if len(ds) > 0 && ds[0].first < off {
+		ds[0].first = off
+	}
+	return ds
+}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,7 @@ import (
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/service"
+	"github.com/sharelog/sharelog/internal/sharegroup"
 	"github.com/sharelog/sharelog/internal/telemetry"
 )
 
@@ -54,6 +56,7 @@ type Server struct {
 	log   *slog.Logger
 	tel   *telemetry.Telemetry
 	store *logstore.FileStore
+	share *sharegroup.Manager
 
 	grpcServer   *grpc.Server // public listener
 	gatewayGRPC  *grpc.Server // in-memory listener the gateway dials
@@ -116,8 +119,28 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		return nil, err
 	}
 
+	if s.share, err = sharegroup.Open(store, sharegroup.Options{
+		Dir:                     filepath.Join(cfg.DataDir, "sharegroups"),
+		Fsync:                   mode,
+		FsyncInterval:           cfg.FsyncInterval,
+		Logger:                  log,
+		RecordLockDuration:      cfg.ShareRecordLockDuration,
+		MinRecordLockDuration:   cfg.ShareMinRecordLockDuration,
+		MaxRecordLockDuration:   cfg.ShareMaxRecordLockDuration,
+		DeliveryCountLimit:      cfg.ShareDeliveryCountLimit,
+		PartitionMaxRecordLocks: cfg.SharePartitionMaxRecordLocks,
+		SessionTimeout:          cfg.ShareSessionTimeout,
+		HeartbeatInterval:       cfg.ShareHeartbeatInterval,
+		MaxShareSessions:        cfg.MaxShareSessions,
+		SessionIdleTimeout:      cfg.ShareSessionIdleTimeout,
+		GroupMaxSize:            cfg.ShareGroupMaxSize,
+	}); err != nil {
+		return nil, fmt.Errorf("open share-group state: %w", err)
+	}
+
 	s.health = health.NewServer()
-	logSvc := service.NewLogService(store, service.LogConfig{SegmentBytes: cfg.SegmentBytes}, log)
+	logSvc := service.NewLogService(store, service.LogConfig{SegmentBytes: cfg.SegmentBytes, OnTopicDeleted: s.share.TopicDeleted}, log)
+	shareSvc := service.NewShareGroupService(s.share, log)
 	newGRPC := func(creds credentials.TransportCredentials) *grpc.Server {
 		gs := grpc.NewServer(
 			grpc.Creds(creds),
@@ -137,7 +160,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			),
 		)
 		sharelogv1.RegisterLogServiceServer(gs, logSvc)
-		sharelogv1.RegisterShareGroupServiceServer(gs, sharelogv1.UnimplementedShareGroupServiceServer{})
+		sharelogv1.RegisterShareGroupServiceServer(gs, shareSvc)
 		sharelogv1.RegisterChangeStreamServiceServer(gs, service.ChangeStreamService{})
 		healthpb.RegisterHealthServer(gs, s.health)
 		reflection.Register(gs)
@@ -275,6 +298,12 @@ func (s *Server) teardown(ctx context.Context) error {
 	}
 	if s.gatewayConn != nil {
 		s.gatewayConn.Close()
+	}
+	// Share groups end their sessions through the store: close them first.
+	if s.share != nil {
+		if err := s.share.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close share groups: %w", err))
+		}
 	}
 	if s.store != nil {
 		if err := s.store.Close(); err != nil {

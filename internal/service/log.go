@@ -37,6 +37,9 @@ const (
 type LogConfig struct {
 	// SegmentBytes is the default segment size of new topics (--segment-bytes).
 	SegmentBytes int64
+	// OnTopicDeleted, if set, is told the id of every deleted topic, so that
+	// state bound to it (share groups) goes with it.
+	OnTopicDeleted func(topicID string)
 }
 
 // LogService implements sharelogv1.LogServiceServer over a logstore.Store.
@@ -88,8 +91,15 @@ func (s *LogService) DeleteTopic(ctx context.Context, req *sharelogv1.DeleteTopi
 	if req.GetName() == "" {
 		return nil, toStatus(ctx, s.log, invalid("name is required"))
 	}
+	info, err := s.topicInfo(ctx, req.GetName())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
 	if err := s.store.DeleteTopic(ctx, req.GetName()); err != nil {
 		return nil, toStatus(ctx, s.log, err)
+	}
+	if s.cfg.OnTopicDeleted != nil {
+		s.cfg.OnTopicDeleted(info.ID)
 	}
 	s.roundRobin.Delete(req.GetName())
 	return &sharelogv1.DeleteTopicResponse{}, nil

@@ -130,6 +130,7 @@ sharelogctl exit with status 1.`,
 		a.produceCmd(),
 		a.fetchCmd(),
 		a.purgeCmd(),
+		a.shareGroupsCmd(),
 		a.versionCmd(),
 	)
 	return root

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -43,6 +44,7 @@ var jsonMarshaler = &runtime.JSONPb{
 func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: jsonMarshaler}),
+		runtime.WithIncomingHeaderMatcher(incomingHeader),
 	)
 	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		sharelogv1.RegisterLogServiceHandler,
@@ -86,6 +88,16 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 		otelhttp.WithMeterProvider(d.meter),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path }),
 	), nil
+}
+
+// incomingHeader forwards the X-Client-Id header as the x-client-id
+// metadata ShareGroupHeartbeat reads (as gRPC clients send it), besides
+// the gateway's defaults (Grpc-Metadata-* and permanent HTTP headers).
+func incomingHeader(key string) (string, bool) {
+	if strings.EqualFold(key, "X-Client-Id") {
+		return "x-client-id", true
+	}
+	return runtime.DefaultHeaderMatcher(key)
 }
 
 // limitBody refuses bodies above --max-request-bytes with 413 and a

@@ -1,13 +1,20 @@
 package service
 
-// ShareGroupService: ShareFetch, ShareAcknowledge and the group config RPCs
-// translate to internal/sharegroup, which holds every rule of
-// share-groups.md; membership and the admin RPCs answer UNIMPLEMENTED until
-// their issue lands.
+// ShareGroupService: every RPC translates to internal/sharegroup, which
+// holds every rule of share-groups.md. ShareGroupHeartbeat adds what the
+// request message does not carry: client_id from the x-client-id metadata
+// (the REST gateway forwards the X-Client-Id header as it) and client_host
+// from the peer address, or from x-forwarded-for when the call came
+// through the REST gateway (whose peer is its in-memory connection).
 
 import (
 	"context"
 	"log/slog"
+	"net"
+	"strings"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/sharegroup"
@@ -19,7 +26,20 @@ type ShareGroups interface {
 	ShareAcknowledge(ctx context.Context, req sharegroup.AckRequest) (sharegroup.AckResponse, error)
 	GetConfig(groupID string) (sharegroup.GroupConfig, error)
 	UpdateConfig(groupID string, c sharegroup.GroupConfig) (sharegroup.GroupConfig, error)
+	Heartbeat(ctx context.Context, req sharegroup.HeartbeatRequest) (sharegroup.HeartbeatResponse, error)
+	ListGroups(filter sharegroup.GroupState) ([]sharegroup.GroupListing, error)
+	DescribeGroup(ctx context.Context, groupID string) (sharegroup.GroupDescription, error)
+	DescribeOffsets(ctx context.Context, groupID string, topics []sharegroup.TopicPartitions) ([]sharegroup.TopicOffsets, error)
+	AlterOffsets(ctx context.Context, groupID string, topics []sharegroup.TopicStartOffsets) ([]sharegroup.TopicPartitionResults, error)
+	DeleteOffsets(ctx context.Context, groupID string, topics []string) ([]sharegroup.TopicResult, error)
+	DeleteGroup(ctx context.Context, groupID string) error
 }
+
+// Metadata keys read by ShareGroupHeartbeat.
+const (
+	mdClientID     = "x-client-id"
+	mdForwardedFor = "x-forwarded-for"
+)
 
 // ShareGroupService implements sharelogv1.ShareGroupServiceServer.
 type ShareGroupService struct {
@@ -219,4 +239,198 @@ func requirePartitions(topics []*sharelogv1.ShareFetchTopic) error {
 		}
 	}
 	return nil
+}
+
+func (s *ShareGroupService) ShareGroupHeartbeat(ctx context.Context, req *sharelogv1.ShareGroupHeartbeatRequest) (*sharelogv1.ShareGroupHeartbeatResponse, error) {
+	clientID, clientHost := callerOf(ctx)
+	resp, err := s.groups.Heartbeat(ctx, sharegroup.HeartbeatRequest{
+		GroupID:              req.GetGroupId(),
+		MemberID:             req.GetMemberId(),
+		MemberEpoch:          req.GetMemberEpoch(),
+		RackID:               req.RackId,
+		SubscribedTopicNames: req.GetSubscribedTopicNames(),
+		ClientID:             clientID,
+		ClientHost:           clientHost,
+	})
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	out := &sharelogv1.ShareGroupHeartbeatResponse{
+		MemberId:            resp.MemberID,
+		MemberEpoch:         resp.MemberEpoch,
+		HeartbeatIntervalMs: resp.HeartbeatIntervalMs,
+	}
+	if resp.Assignment != nil {
+		out.Assignment = assignmentToProto(*resp.Assignment)
+	}
+	return out, nil
+}
+
+// callerOf returns the call's client id (x-client-id metadata, empty if
+// absent) and client host: the first x-forwarded-for address when present
+// (the REST gateway sets it to the HTTP client's address), else the peer's
+// IP address.
+func callerOf(ctx context.Context) (clientID, clientHost string) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(mdClientID); len(v) > 0 {
+		clientID = v[0]
+	}
+	if v := md.Get(mdForwardedFor); len(v) > 0 {
+		first, _, _ := strings.Cut(v[0], ",")
+		if h := strings.TrimSpace(first); h != "" {
+			return clientID, h
+		}
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		clientHost = p.Addr.String()
+		if h, _, err := net.SplitHostPort(clientHost); err == nil {
+			clientHost = h
+		}
+	}
+	return clientID, clientHost
+}
+
+func (s *ShareGroupService) ListShareGroups(ctx context.Context, req *sharelogv1.ListShareGroupsRequest) (*sharelogv1.ListShareGroupsResponse, error) {
+	filter, ok := stateFromProto(req.GetStateFilter())
+	if !ok {
+		return nil, toStatus(ctx, s.log, invalid("state_filter %d is not a share group state", req.GetStateFilter()))
+	}
+	groups, err := s.groups.ListGroups(filter)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	out := &sharelogv1.ListShareGroupsResponse{Groups: make([]*sharelogv1.ShareGroupListing, len(groups))}
+	for i, g := range groups {
+		out.Groups[i] = &sharelogv1.ShareGroupListing{GroupId: g.GroupID, State: stateToProto(g.State)}
+	}
+	return out, nil
+}
+
+func (s *ShareGroupService) DescribeShareGroup(ctx context.Context, req *sharelogv1.DescribeShareGroupRequest) (*sharelogv1.DescribeShareGroupResponse, error) {
+	d, err := s.groups.DescribeGroup(ctx, req.GetGroupId())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	out := &sharelogv1.DescribeShareGroupResponse{
+		GroupId:         d.GroupID,
+		State:           stateToProto(d.State),
+		GroupEpoch:      d.GroupEpoch,
+		AssignmentEpoch: d.AssignmentEpoch,
+		Config:          configToProto(d.Config),
+		Members:         make([]*sharelogv1.ShareGroupMember, len(d.Members)),
+	}
+	for i, m := range d.Members {
+		out.Members[i] = &sharelogv1.ShareGroupMember{
+			MemberId:             m.MemberID,
+			MemberEpoch:          m.MemberEpoch,
+			RackId:               m.RackID,
+			ClientId:             m.ClientID,
+			ClientHost:           m.ClientHost,
+			SubscribedTopicNames: m.SubscribedTopicNames,
+			Assignment:           assignmentToProto(m.Assignment),
+		}
+	}
+	return out, nil
+}
+
+func (s *ShareGroupService) DescribeShareGroupOffsets(ctx context.Context, req *sharelogv1.DescribeShareGroupOffsetsRequest) (*sharelogv1.DescribeShareGroupOffsetsResponse, error) {
+	topics := make([]sharegroup.TopicPartitions, len(req.GetTopics()))
+	for i, t := range req.GetTopics() {
+		topics[i] = sharegroup.TopicPartitions{Topic: t.GetTopic(), Partitions: t.GetPartitions()}
+	}
+	res, err := s.groups.DescribeOffsets(ctx, req.GetGroupId(), topics)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	out := &sharelogv1.DescribeShareGroupOffsetsResponse{Topics: make([]*sharelogv1.ShareGroupOffsetsTopic, len(res))}
+	for i, t := range res {
+		ot := &sharelogv1.ShareGroupOffsetsTopic{Topic: t.Topic, Partitions: make([]*sharelogv1.ShareGroupOffsetsPartition, len(t.Partitions))}
+		for j, p := range t.Partitions {
+			ot.Partitions[j] = &sharelogv1.ShareGroupOffsetsPartition{
+				Partition: p.Partition, StartOffset: p.StartOffset, Lag: p.Lag,
+				ErrorCode: codeToProto(p.ErrorCode), ErrorMessage: p.ErrorMessage,
+			}
+		}
+		out.Topics[i] = ot
+	}
+	return out, nil
+}
+
+func (s *ShareGroupService) AlterShareGroupOffsets(ctx context.Context, req *sharelogv1.AlterShareGroupOffsetsRequest) (*sharelogv1.AlterShareGroupOffsetsResponse, error) {
+	topics := make([]sharegroup.TopicStartOffsets, len(req.GetTopics()))
+	for i, t := range req.GetTopics() {
+		topics[i].Topic = t.GetTopic()
+		for _, p := range t.GetPartitions() {
+			topics[i].Partitions = append(topics[i].Partitions, sharegroup.PartitionStartOffset{Partition: p.GetPartition(), StartOffset: p.GetStartOffset()})
+		}
+	}
+	res, err := s.groups.AlterOffsets(ctx, req.GetGroupId(), topics)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	out := &sharelogv1.AlterShareGroupOffsetsResponse{Topics: make([]*sharelogv1.AlterShareGroupOffsetsTopicResult, len(res))}
+	for i, t := range res {
+		ot := &sharelogv1.AlterShareGroupOffsetsTopicResult{Topic: t.Topic, Partitions: make([]*sharelogv1.AlterShareGroupOffsetsPartitionResult, len(t.Partitions))}
+		for j, p := range t.Partitions {
+			ot.Partitions[j] = &sharelogv1.AlterShareGroupOffsetsPartitionResult{
+				Partition: p.Partition, ErrorCode: codeToProto(p.ErrorCode), ErrorMessage: p.ErrorMessage,
+			}
+		}
+		out.Topics[i] = ot
+	}
+	return out, nil
+}
+
+func (s *ShareGroupService) DeleteShareGroupOffsets(ctx context.Context, req *sharelogv1.DeleteShareGroupOffsetsRequest) (*sharelogv1.DeleteShareGroupOffsetsResponse, error) {
+	res, err := s.groups.DeleteOffsets(ctx, req.GetGroupId(), req.GetTopics())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	out := &sharelogv1.DeleteShareGroupOffsetsResponse{Topics: make([]*sharelogv1.DeleteShareGroupOffsetsTopicResult, len(res))}
+	for i, t := range res {
+		out.Topics[i] = &sharelogv1.DeleteShareGroupOffsetsTopicResult{Topic: t.Topic, ErrorCode: codeToProto(t.ErrorCode), ErrorMessage: t.ErrorMessage}
+	}
+	return out, nil
+}
+
+func (s *ShareGroupService) DeleteShareGroup(ctx context.Context, req *sharelogv1.DeleteShareGroupRequest) (*sharelogv1.DeleteShareGroupResponse, error) {
+	if err := s.groups.DeleteGroup(ctx, req.GetGroupId()); err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	return &sharelogv1.DeleteShareGroupResponse{}, nil
+}
+
+func assignmentToProto(a sharegroup.Assignment) *sharelogv1.Assignment {
+	out := &sharelogv1.Assignment{TopicPartitions: make([]*sharelogv1.TopicPartitions, len(a.Topics))}
+	for i, t := range a.Topics {
+		out.TopicPartitions[i] = &sharelogv1.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions}
+	}
+	return out
+}
+
+func stateToProto(st sharegroup.GroupState) sharelogv1.ShareGroupState {
+	switch st {
+	case sharegroup.StateEmpty:
+		return sharelogv1.ShareGroupState_SHARE_GROUP_STATE_EMPTY
+	case sharegroup.StateStable:
+		return sharelogv1.ShareGroupState_SHARE_GROUP_STATE_STABLE
+	case sharegroup.StateDead:
+		return sharelogv1.ShareGroupState_SHARE_GROUP_STATE_DEAD
+	}
+	return sharelogv1.ShareGroupState_SHARE_GROUP_STATE_UNSPECIFIED
+}
+
+// stateFromProto maps a state filter; UNSPECIFIED is no filter.
+func stateFromProto(st sharelogv1.ShareGroupState) (sharegroup.GroupState, bool) {
+	switch st {
+	case sharelogv1.ShareGroupState_SHARE_GROUP_STATE_UNSPECIFIED:
+		return sharegroup.StateUnknown, true
+	case sharelogv1.ShareGroupState_SHARE_GROUP_STATE_EMPTY:
+		return sharegroup.StateEmpty, true
+	case sharelogv1.ShareGroupState_SHARE_GROUP_STATE_STABLE:
+		return sharegroup.StateStable, true
+	case sharelogv1.ShareGroupState_SHARE_GROUP_STATE_DEAD:
+		return sharegroup.StateDead, true
+	}
+	return 0, false
 }

@@ -308,6 +308,26 @@ func (c *Cache[T]) EndIf(match func(Key) bool, why EndReason) {
 	c.finish(ended, why)
 }
 
+// EndIfSession ends every session for which match returns true; match is
+// called with the session's Mu held, so it may read State (e.g. to end the
+// sessions bound to one incarnation of a group, not those of a group
+// created under the same ID since).
+func (c *Cache[T]) EndIfSession(match func(*Session[T]) bool, why EndReason) {
+	var ended []*Session[T]
+	c.mu.Lock()
+	for _, s := range c.m {
+		s.Mu.Lock()
+		ok := match(s)
+		s.Mu.Unlock()
+		if ok {
+			c.removeLocked(s)
+			ended = append(ended, s)
+		}
+	}
+	c.mu.Unlock()
+	c.finish(ended, why)
+}
+
 // Lookup returns the key's session and its next expected epoch.
 func (c *Cache[T]) Lookup(key Key) (s *Session[T], next int32, ok bool) {
 	c.mu.Lock()

@@ -3,6 +3,7 @@ package sessioncache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -237,5 +238,20 @@ func TestEndIf(t *testing.T) {
 	}
 	c.EndIf(func(k Key) bool { return k.Group == "g1" }, EndGroupDeleted)
 	assert.ElementsMatch(t, []string{"a:group deleted", "b:group deleted"}, e.get())
+	assert.Equal(t, 1, c.Len())
+}
+
+func TestEndIfSession(t *testing.T) {
+	c, e := newCache(t, 10, 0)
+	ctx := context.Background()
+	for i, k := range []Key{{"g1", "a"}, {"g1", "b"}, {"g2", "a"}} {
+		s, err := c.Open(ctx, k, 0, func(st *state) { st.tag = fmt.Sprint(i) })
+		require.NoError(t, err)
+		c.Done(s)
+	}
+	c.EndIfSession(func(s *Session[state]) bool { return s.State.tag != "1" }, EndGroupDeleted)
+	assert.ElementsMatch(t, []string{"a:group deleted", "a:group deleted"}, e.get())
+	_, _, ok := c.Lookup(Key{"g1", "b"})
+	assert.True(t, ok)
 	assert.Equal(t, 1, c.Len())
 }

@@ -156,6 +156,140 @@ func (e *Error) Error() string { return e.Message }
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("share groups closed")
 
+// --- Membership (§8) -----------------------------------------------------------
+
+// HeartbeatRequest is a ShareGroupHeartbeat call. ClientID and ClientHost
+// are not request fields: internal/service takes them from the call's
+// metadata (x-client-id) and peer address.
+type HeartbeatRequest struct {
+	GroupID              string
+	MemberID             string
+	MemberEpoch          int32    // 0 joins, -1 leaves, else the current or previous epoch
+	RackID               *string  // nil = unchanged
+	SubscribedTopicNames []string // empty = unchanged; required to join
+	ClientID             string
+	ClientHost           string
+}
+
+// TopicPartitions is one topic's partitions, ascending.
+type TopicPartitions struct {
+	Topic      string
+	Partitions []int32
+}
+
+// Assignment is a member's assignment: topics sorted by name, each with at
+// least one partition.
+type Assignment struct {
+	Topics []TopicPartitions
+}
+
+// HeartbeatResponse is a ShareGroupHeartbeat response.
+type HeartbeatResponse struct {
+	MemberID            string
+	MemberEpoch         int32 // -1 after a leave
+	HeartbeatIntervalMs int32
+	Assignment          *Assignment // nil = not sent (unchanged)
+}
+
+// --- Admin (§9) -----------------------------------------------------------------
+
+// GroupState is a share group's state (§8). StateUnknown is no state: as a
+// ListGroups filter it means every group.
+type GroupState uint8
+
+const (
+	StateUnknown GroupState = iota
+	StateEmpty              // no members (sessions do not count)
+	StateStable             // at least one member
+	StateDead               // a DeleteShareGroup is in progress
+)
+
+func (s GroupState) String() string {
+	switch s {
+	case StateEmpty:
+		return "Empty"
+	case StateStable:
+		return "Stable"
+	case StateDead:
+		return "Dead"
+	}
+	return "Unknown"
+}
+
+// GroupListing is one ListShareGroups entry.
+type GroupListing struct {
+	GroupID string
+	State   GroupState
+}
+
+// MemberDescription is one member of DescribeShareGroup.
+type MemberDescription struct {
+	MemberID             string
+	MemberEpoch          int32
+	RackID               string
+	ClientID             string
+	ClientHost           string
+	SubscribedTopicNames []string   // sorted
+	Assignment           Assignment // its current assignment (at MemberEpoch)
+}
+
+// GroupDescription is a DescribeShareGroup response.
+type GroupDescription struct {
+	GroupID         string
+	State           GroupState
+	GroupEpoch      int32
+	AssignmentEpoch int32
+	Config          GroupConfig         // effective: every field set
+	Members         []MemberDescription // sorted by member ID
+}
+
+// PartitionOffsets is one partition of DescribeShareGroupOffsets.
+type PartitionOffsets struct {
+	Partition    int32
+	StartOffset  int64 // SPSO; -1 when uninitialised or on error
+	Lag          int64 // high watermark - SPSO - terminal offsets >= SPSO; -1 likewise
+	ErrorCode    ErrorCode
+	ErrorMessage string
+}
+
+// TopicOffsets is one topic of DescribeShareGroupOffsets.
+type TopicOffsets struct {
+	Topic      string
+	Partitions []PartitionOffsets
+}
+
+// PartitionStartOffset is one partition of AlterShareGroupOffsets.
+type PartitionStartOffset struct {
+	Partition   int32
+	StartOffset int64
+}
+
+// TopicStartOffsets is one topic of AlterShareGroupOffsets.
+type TopicStartOffsets struct {
+	Topic      string
+	Partitions []PartitionStartOffset
+}
+
+// PartitionResult is a per-partition outcome.
+type PartitionResult struct {
+	Partition    int32
+	ErrorCode    ErrorCode
+	ErrorMessage string
+}
+
+// TopicPartitionResults is one topic's per-partition outcomes.
+type TopicPartitionResults struct {
+	Topic      string
+	Partitions []PartitionResult
+}
+
+// TopicResult is a per-topic outcome (DeleteShareGroupOffsets).
+type TopicResult struct {
+	Topic        string
+	ErrorCode    ErrorCode
+	ErrorMessage string
+}
+
 // The implementation provides (in other files of this package):
 //
 //	type Options struct {
@@ -177,3 +311,13 @@ var ErrClosed = errors.New("share groups closed")
 //	func (m *Manager) UpdateConfig(groupID string, c GroupConfig) (GroupConfig, error)
 //	func (m *Manager) TopicDeleted(topicID string) // drop share state bound to a deleted topic
 //	func (m *Manager) Close() error                // end sessions, wake fetches, sync state
+//
+// Membership and admin (membership.go, admin.go):
+//
+//	func (m *Manager) Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error)
+//	func (m *Manager) ListGroups(filter GroupState) ([]GroupListing, error)
+//	func (m *Manager) DescribeGroup(ctx context.Context, groupID string) (GroupDescription, error)
+//	func (m *Manager) DescribeOffsets(ctx context.Context, groupID string, topics []TopicPartitions) ([]TopicOffsets, error)
+//	func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []TopicStartOffsets) ([]TopicPartitionResults, error)
+//	func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []string) ([]TopicResult, error)
+//	func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error

@@ -9,9 +9,9 @@
 //
 // A Manager holds groups. A group has its config (fields explicitly set,
 // persisted; the rest follow the server defaults in Options, also across
-// restarts) and its share-partitions, one per (topic_id, partition) — bound
-// to the topic ID, so a topic deleted and re-created under the same name
-// starts afresh. Share sessions live in internal/sessioncache, keyed by
+// restarts), its members and its share-partitions, one per (topic_id,
+// partition) — bound to the topic ID, so a topic deleted and re-created
+// under the same name starts afresh. Share sessions live in internal/sessioncache, keyed by
 // (group, member); a session's State is its ordered fetch set and the
 // share-partitions where it may hold records.
 //
@@ -127,20 +127,44 @@
 // above it, never the reverse):
 //
 //	Manager.life (only to register calls; never held across work)
+//	group.op                    (heartbeats, expiry, config, admin of one group)
 //	sessioncache Cache.mu       (never held while calling out)
 //	Manager.mu                  (group map)
 //	group.mu
-//	sharePartition.mu
+//	sharePartition.mu           (several at once only in (topic ID, partition) order)
 //	Session.Mu                  (leaf, except below)
 //	sharePartition.wmu          (waiters; may call logstore.Watch)
 //	stateLog.mu                 (leaf)
 //	Manager.topicsMu            (leaf)
+//
+// Only group.op holders lock several share-partitions at once (the
+// assignor's initialisation, offsets alter/delete, group deletion), one
+// group at a time, sorted; no other path holds two.
 //
 // Log-store calls happen under sharePartition.mu; the store's locks are
 // leaves for this package. Durability waits (stateLog.wait) are made with
 // no lock held, except initialisation (sharePartition.mu) and
 // UpdateConfig (group.mu), which keep others from seeing an effect that
 // may still fail; the writer needs no lock but stateLog.mu.
+//
+// # Membership and admin (§8, §9)
+//
+// membership.go: a group's members, group_epoch and target assignment live
+// under group.op. Every change (join, leave, expiry, subscription change, a
+// subscribed topic created, deleted or grown — looked up lazily at each
+// heartbeat and describe) increments group_epoch once per call (persisted
+// without waiting) and recomputes the target with the simple assignor
+// (assignor.go), initialising its share-partitions durably first; members
+// take the target and its epoch at their next heartbeat. A per-group timer
+// removes members at their session deadline; every call of the group also
+// applies passed deadlines first. Members, epochs of members and
+// assignments are not persisted (§7).
+//
+// admin.go: list, describe, offsets describe/alter/delete and group
+// deletion. DeleteShareGroup marks the group DEAD (no new share-partitions),
+// writes its delete entry while holding every share-partition lock of the
+// group (so no entry of the group can follow it in the log), then drops the
+// share-partitions, unregisters the group and ends the sessions bound to it.
 //
 // # Lifecycle
 //

@@ -90,9 +90,12 @@ func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchRespon
 				st.add(p)
 			}
 		})
-		if err == nil && created {
-			if cur := m.register(g); cur != g {
-				// Created concurrently by another request: use that one.
+		if err == nil {
+			// Created concurrently by another request, or deleted by a
+			// DeleteShareGroup meanwhile: bind the session to the group
+			// that is registered now.
+			if cur := m.liveGroup(g, created); cur != g {
+				clear(added)
 				parts := m.sessionParts(cur, req.Partitions, named, added)
 				s.Mu.Lock()
 				s.State.g, s.State.parts = cur, nil
@@ -208,11 +211,27 @@ func (m *Manager) sessionParts(g *group, es []PartitionEntry, named []namedPart,
 	for i, n := range named {
 		if n.ok {
 			e := &es[i]
-			parts = append(parts, &sessPart{tp: e.TopicPartition, topicID: n.topicID, sp: g.partition(n.topicID, e.Topic, e.Partition, true)})
+			sp := g.partition(n.topicID, e.Topic, e.Partition, true)
+			if sp == nil {
+				continue // the group is being deleted: the session ends with it
+			}
+			parts = append(parts, &sessPart{tp: e.TopicPartition, topicID: n.topicID, sp: sp})
 			added[i] = true
 		}
 	}
 	return parts
+}
+
+// liveGroup returns the group a new session of g's ID belongs to: g once
+// registered (if created), or the group that replaced g if g was deleted.
+func (m *Manager) liveGroup(g *group, created bool) *group {
+	if created {
+		g = m.register(g)
+	}
+	for g.isDeleted() {
+		g = m.groupFor(g.id, true)
+	}
+	return g
 }
 
 // dropDeleted removes from the session the partitions whose topic no

@@ -45,17 +45,24 @@ type Manager struct {
 	arrivals  atomic.Uint64 // fetch admission order, for waiters
 }
 
-// group is a share group: its config and share-partitions. Membership
-// (§8) will live here too.
+// group is a share group: its config, share-partitions and membership.
 type group struct {
 	m   *Manager
 	id  string
 	cfg atomic.Pointer[effConfig]
 
+	// op serialises heartbeats, member expiry, config updates and admin
+	// calls of the group (§11); it guards mem and is held across their
+	// durable waits. Taken before mu; see doc.go for the lock order.
+	op       sync.Mutex
+	mem      membership   // guarded by op (membership.go)
+	nMembers atomic.Int32 // len(mem.members), for ListGroups without op
+
 	mu       sync.Mutex
-	deleted  bool
+	deleted  bool        // removed from the manager (set with Manager.mu held too)
+	dead     bool        // DeleteShareGroup in progress: no new share-partitions
 	explicit GroupConfig // fields explicitly set (persisted)
-	epoch    int32       // group_epoch (§8)
+	epoch    int32       // group_epoch (§8); written under op and mu
 	parts    map[partKey]*sharePartition
 }
 
@@ -178,6 +185,7 @@ func (m *Manager) load(rec *recovered) error {
 	for _, rg := range rec.groups {
 		g := m.newGroup(rg.id)
 		g.explicit, g.epoch = rg.config, rg.epoch
+		g.mem.assignEpoch = rg.epoch
 		g.cfg.Store(m.opts.effective(&g.explicit))
 		m.groups[g.id] = g
 		for _, rp := range rg.parts {
@@ -212,6 +220,7 @@ func (m *Manager) load(rec *recovered) error {
 
 func (m *Manager) newGroup(id string) *group {
 	g := &group{m: m, id: id, parts: make(map[partKey]*sharePartition)}
+	g.mem.members = make(map[string]*member)
 	g.cfg.Store(m.opts.effective(&g.explicit))
 	return g
 }
@@ -268,7 +277,7 @@ func (g *group) partition(topicID, topic string, part int32, create bool) *share
 	defer g.mu.Unlock()
 	k := partKey{topicID, part}
 	sp := g.parts[k]
-	if sp == nil && create && !g.deleted {
+	if sp == nil && create && !g.deleted && !g.dead {
 		sp = newSharePartition(g, topic, topicID, part)
 		g.parts[k] = sp
 	}
@@ -414,19 +423,20 @@ func (m *Manager) UpdateConfig(groupID string, c GroupConfig) (GroupConfig, erro
 	if err := validGroupID(groupID); err != nil {
 		return GroupConfig{}, err
 	}
-	if g := m.groupFor(groupID, false); g != nil {
-		if err := m.opts.validateUpdate(g.config(), &c); err != nil {
+	// A refused update must not create the group: validate against the
+	// defaults before creating it.
+	g := m.lockGroup(groupID, false)
+	if g == nil {
+		if err := m.opts.validateUpdate(m.opts.effective(&GroupConfig{}), &c); err != nil {
 			return GroupConfig{}, err
 		}
-	} else if err := m.opts.validateUpdate(m.opts.effective(&GroupConfig{}), &c); err != nil {
+		g = m.lockGroup(groupID, true)
+	}
+	defer g.op.Unlock()
+	if err := m.opts.validateUpdate(g.config(), &c); err != nil {
 		return GroupConfig{}, err
 	}
-	g := m.groupFor(groupID, true)
 	g.mu.Lock()
-	if err := m.opts.validateUpdate(g.config(), &c); err != nil { // raced with another update
-		g.mu.Unlock()
-		return GroupConfig{}, err
-	}
 	old := g.explicit
 	explicit := mergeConfig(old, c)
 	ticket, err := m.slog.write(func(b []byte) []byte { return appendGroupEntry(b, g.id, g.epoch, &explicit) })
@@ -478,6 +488,9 @@ func (m *Manager) Close() error {
 	m.ops.Wait()
 	m.sessions.Close()
 	for _, g := range m.groupList() {
+		g.op.Lock()
+		g.stopTimerLocked()
+		g.op.Unlock()
 		g.mu.Lock()
 		for _, sp := range g.parts {
 			sp.mu.Lock()
@@ -545,7 +558,10 @@ func (m *Manager) snapshot(gen uint64) error {
 	}
 	for _, g := range m.groupList() {
 		g.mu.Lock()
-		if g.deleted {
+		if g.deleted || g.dead {
+			// A dead group's delete entry is being written: a group entry
+			// after it would bring the group back at recovery. If that
+			// write fails the log is broken and this snapshot fails too.
 			g.mu.Unlock()
 			continue
 		}

@@ -239,6 +239,22 @@ func (p *sharePartition) onTimer() {
 // durable before returning (mu is held throughout: nobody may use a SPSO
 // that a crash could re-evaluate).
 func (p *sharePartition) initialize(ctx context.Context, ls, hw int64) error {
+	ticket, err := p.initStart(ctx, ls, hw)
+	if err == nil {
+		err = p.g.m.slog.ackWait(ticket)
+	}
+	if err != nil {
+		p.status = spUninit
+		return err
+	}
+	return nil
+}
+
+// initStart is initialize without the durability wait: it sets SPSO and
+// appends the full state, returning its ticket. The caller keeps mu until
+// the ticket is durable and sets status back to spUninit if it fails (the
+// assignor initialises several share-partitions under one fsync).
+func (p *sharePartition) initStart(ctx context.Context, ls, hw int64) (uint64, error) {
 	m := p.g.m
 	cfg := p.g.config()
 	spso := hw
@@ -249,7 +265,7 @@ func (p *sharePartition) initialize(ctx context.Context, ls, hw int64) error {
 		ts := time.Now().Add(-cfg.reset.dur).UnixMilli()
 		off, _, err := m.store.OffsetForTimestamp(ctx, p.topic, p.part, ts)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if off >= 0 {
 			spso = max(off, ls)
@@ -257,15 +273,7 @@ func (p *sharePartition) initialize(ctx context.Context, ls, hw int64) error {
 	}
 	p.status, p.spso, p.speo, p.runs, p.below = spLive, spso, spso-1, nil, nil
 	p.logStart = max(p.logStart, ls)
-	ticket, err := p.writeFull()
-	if err == nil {
-		err = m.slog.ackWait(ticket)
-	}
-	if err != nil {
-		p.status = spUninit
-		return err
-	}
-	return nil
+	return p.writeFull()
 }
 
 // --- acquisition (§3.3) ---------------------------------------------------------

@@ -1,0 +1,497 @@
+package sharegroup
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Membership (§8): ShareGroupHeartbeat, member expiry, group and
+// assignment epochs, and the target assignment.
+//
+// Everything here runs under group.op, which serialises a group's
+// heartbeats, expiries and admin calls. A change — a new member, a leave,
+// an expiry, a subscription change, a subscribed topic created, deleted or
+// grown — increments group_epoch once per call and recomputes the target
+// assignment at once (assignment_epoch = group_epoch), initialising
+// (§6.2) every share-partition of the new target, under one fsync, before
+// any member can see it. A member behind the target takes it and its epoch
+// at its next heartbeat.
+//
+// Topic changes are detected lazily: each heartbeat (and DescribeShareGroup)
+// looks up the subscribed topics — cheap, the manager caches topic
+// identities until the log store signals a change — and compares them with
+// the snapshot taken at the last recomputation. Members learn of their
+// assignment only through heartbeats, so nothing is lost by not reacting
+// sooner. Member expiry is driven by one timer per group armed at the
+// earliest deadline; every call also applies passed deadlines first, so a
+// deadline is authoritative even if the timer lags.
+
+// membership is a group's members and target assignment (guarded by op).
+type membership struct {
+	members     map[string]*member
+	assignEpoch int32
+	// topics is the subscribed topics as looked up at the last
+	// recomputation (an absent topic has an empty id).
+	topics  map[string]topicMeta
+	timer   *time.Timer // expiry, at the earliest member deadline
+	timerAt int64       // when the armed timer fires; 0 if not armed
+}
+
+// topicMeta is a topic's identity as the assignor sees it.
+type topicMeta struct {
+	id         string // "" = does not exist
+	partitions int32
+}
+
+// member is one group member.
+type member struct {
+	id          string
+	epoch, prev int32 // current and previous member epoch
+	rackID      string
+	clientID    string
+	clientHost  string
+	subscribed  []string           // sorted, unique
+	current     map[string][]int32 // the assignment it holds (at epoch)
+	target      map[string][]int32 // its part of the target (at assignEpoch)
+	deadline    int64              // removed when the manager clock passes it
+}
+
+// lockGroup returns the group with op held, creating it if asked; nil if
+// it does not exist. A group deleted while we waited for op is skipped.
+func (m *Manager) lockGroup(id string, create bool) *group {
+	for {
+		g := m.groupFor(id, create)
+		if g == nil {
+			return nil
+		}
+		g.op.Lock()
+		if !g.isDeleted() {
+			return g
+		}
+		g.op.Unlock()
+	}
+}
+
+func (g *group) isDeleted() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.deleted
+}
+
+func groupNotFound(id string) *Error {
+	return &Error{Reason: ReasonGroupIDNotFound, Message: fmt.Sprintf("share group %q does not exist", id)}
+}
+
+// validateHeartbeat is the request-level validation of §8.
+func validateHeartbeat(r *HeartbeatRequest) error {
+	if err := validIDs(r.GroupID, r.MemberID); err != nil {
+		return err
+	}
+	if r.MemberEpoch < -1 {
+		return invalidRequest("member_epoch %d is invalid", r.MemberEpoch)
+	}
+	if r.MemberEpoch == 0 && len(r.SubscribedTopicNames) == 0 {
+		return invalidRequest("subscribed_topic_names must be set to join (member_epoch 0)")
+	}
+	return nil
+}
+
+// Heartbeat serves ShareGroupHeartbeat (§8): join at epoch 0, heartbeat at
+// the member's current or previous epoch, leave at -1.
+func (m *Manager) Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error) {
+	if !m.enter() {
+		return HeartbeatResponse{}, ErrClosed
+	}
+	defer m.leave()
+	if err := validateHeartbeat(&req); err != nil {
+		return HeartbeatResponse{}, err
+	}
+	subs := slices.Compact(slices.Sorted(slices.Values(req.SubscribedTopicNames)))
+	g := m.lockGroup(req.GroupID, req.MemberEpoch == 0)
+	if g == nil {
+		return HeartbeatResponse{}, groupNotFound(req.GroupID)
+	}
+	defer g.op.Unlock()
+	now := m.now()
+	g.expireLocked(ctx, now)
+
+	mem := g.mem.members[req.MemberID]
+	joining := false
+	switch {
+	case req.MemberEpoch == 0:
+		if mem == nil && len(g.mem.members) >= m.opts.GroupMaxSize {
+			return HeartbeatResponse{}, &Error{
+				Reason:   ReasonGroupMaxSizeReached,
+				Message:  fmt.Sprintf("share group %q has reached its maximum size of %d members", g.id, m.opts.GroupMaxSize),
+				Metadata: map[string]string{"max_size": strconv.Itoa(m.opts.GroupMaxSize)},
+			}
+		}
+		joining = mem == nil
+	case mem == nil:
+		return HeartbeatResponse{}, &Error{Reason: ReasonUnknownMemberID,
+			Message: fmt.Sprintf("member %q is not in share group %q", req.MemberID, g.id)}
+	case req.MemberEpoch > 0 && req.MemberEpoch != mem.epoch && req.MemberEpoch != mem.prev:
+		return HeartbeatResponse{}, &Error{
+			Reason:   ReasonFencedMemberEpoch,
+			Message:  fmt.Sprintf("member epoch %d is fenced: the member's epoch is %d", req.MemberEpoch, mem.epoch),
+			Metadata: map[string]string{"expected_epoch": strconv.Itoa(int(mem.epoch))},
+		}
+	}
+
+	// The topics the group subscribes to after this call, looked up
+	// before anything changes (a failed lookup changes nothing).
+	subscribe := len(subs) > 0 && (mem == nil || !slices.Equal(mem.subscribed, subs))
+	names := g.subscribedNames()
+	if subscribe {
+		for _, t := range subs {
+			names[t] = struct{}{}
+		}
+	}
+	metas, err := m.lookupTopics(ctx, names)
+	if err != nil {
+		return HeartbeatResponse{}, err
+	}
+	changed := g.topicsChanged(metas)
+
+	cfg := g.config()
+	resp := HeartbeatResponse{MemberID: req.MemberID, HeartbeatIntervalMs: cfg.heartbeatMs}
+	if req.MemberEpoch == -1 {
+		g.removeMember(mem)
+		g.bumpLocked(ctx, metas)
+		g.armLocked(now)
+		resp.MemberEpoch = -1
+		return resp, nil
+	}
+	if joining {
+		mem = &member{id: req.MemberID}
+		g.mem.members[mem.id] = mem
+		g.nMembers.Store(int32(len(g.mem.members)))
+		changed = true
+	}
+	if subscribe {
+		mem.subscribed = subs
+		changed = true
+	}
+	if req.RackID != nil {
+		mem.rackID = *req.RackID
+	}
+	mem.clientID, mem.clientHost = req.ClientID, req.ClientHost
+	mem.deadline = now + int64(cfg.sessionMs)*int64(time.Millisecond)
+	if changed {
+		g.bumpLocked(ctx, metas)
+	}
+	g.armLocked(now)
+
+	usedPrev := req.MemberEpoch > 0 && req.MemberEpoch != mem.epoch
+	moved := g.catchUp(mem)
+	resp.MemberEpoch = mem.epoch
+	if req.MemberEpoch == 0 || moved || len(subs) > 0 || usedPrev {
+		a := toAssignment(mem.current)
+		resp.Assignment = &a
+	}
+	return resp, nil
+}
+
+// catchUp gives a member behind the target assignment the target and its
+// epoch (no revocation phase); it reports whether its assignment changed.
+func (g *group) catchUp(mem *member) bool {
+	if mem.epoch == g.mem.assignEpoch {
+		return false
+	}
+	mem.prev, mem.epoch = mem.epoch, g.mem.assignEpoch
+	changed := !equalAssignment(mem.current, mem.target)
+	mem.current = mem.target
+	return changed
+}
+
+func (g *group) removeMember(mem *member) {
+	delete(g.mem.members, mem.id)
+	g.nMembers.Store(int32(len(g.mem.members)))
+}
+
+// subscribedNames is the set of topics some member subscribes to, plus
+// those of the last recomputation (to notice their creation or deletion).
+func (g *group) subscribedNames() map[string]struct{} {
+	names := make(map[string]struct{}, len(g.mem.topics))
+	for t := range g.mem.topics {
+		names[t] = struct{}{}
+	}
+	for _, mem := range g.mem.members {
+		for _, t := range mem.subscribed {
+			names[t] = struct{}{}
+		}
+	}
+	return names
+}
+
+// topicsChanged reports whether a topic of the last recomputation was
+// created, deleted (or re-created) or grew since.
+func (g *group) topicsChanged(metas map[string]topicMeta) bool {
+	for t, old := range g.mem.topics {
+		if cur, ok := metas[t]; ok && cur != old {
+			return true
+		}
+	}
+	return false
+}
+
+// lookupTopics returns the current identity of each named topic.
+func (m *Manager) lookupTopics(ctx context.Context, names map[string]struct{}) (map[string]topicMeta, error) {
+	out := make(map[string]topicMeta, len(names))
+	for t := range names {
+		if t == "" || len(t) > maxTopicLen {
+			out[t] = topicMeta{}
+			continue
+		}
+		ref, err := m.lookupTopic(ctx, t)
+		if err != nil {
+			return nil, fmt.Errorf("looking up topic %q: %w", t, err)
+		}
+		if ref != nil {
+			out[t] = topicMeta{id: ref.id, partitions: ref.partitions}
+		} else {
+			out[t] = topicMeta{}
+		}
+	}
+	return out, nil
+}
+
+// refreshLocked applies what happened since the last call: passed member
+// deadlines and changes of the subscribed topics.
+func (g *group) refreshLocked(ctx context.Context, now int64) error {
+	g.expireLocked(ctx, now)
+	if len(g.mem.topics) == 0 {
+		return nil
+	}
+	metas, err := g.m.lookupTopics(ctx, g.subscribedNames())
+	if err != nil {
+		return err
+	}
+	if g.topicsChanged(metas) {
+		g.bumpLocked(ctx, metas)
+	}
+	return nil
+}
+
+// expireLocked removes the members whose deadline has passed (§8 session
+// timeout) and recomputes the assignment if any was.
+func (g *group) expireLocked(ctx context.Context, now int64) {
+	var gone []string
+	for id, mem := range g.mem.members {
+		if mem.deadline <= now {
+			gone = append(gone, id)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	for _, id := range gone {
+		g.removeMember(g.mem.members[id])
+	}
+	slices.Sort(gone)
+	g.m.log.Info("share group members expired", "group", g.id, "members", gone)
+	metas, err := g.m.lookupTopics(ctx, g.subscribedNames())
+	if err != nil {
+		// Assign over the topics as last seen; the next call looks again.
+		g.m.log.Warn("looking up subscribed topics after member expiry", "group", g.id, "err", err)
+		metas = g.mem.topics
+	}
+	g.bumpLocked(ctx, metas)
+}
+
+// bumpLocked increments group_epoch (written without waiting, §7) and
+// recomputes the target assignment over metas, which holds every
+// subscribed topic.
+func (g *group) bumpLocked(ctx context.Context, metas map[string]topicMeta) {
+	g.mu.Lock()
+	g.epoch++
+	_, _ = g.m.slog.write(func(b []byte) []byte { return appendGroupEntry(b, g.id, g.epoch, &g.explicit) })
+	epoch := g.epoch
+	g.mu.Unlock()
+	g.recomputeLocked(ctx, metas)
+	g.mem.assignEpoch = epoch
+}
+
+// recomputeLocked computes the target assignment with the simple assignor
+// (assignor.go) and initialises its share-partitions.
+func (g *group) recomputeLocked(ctx context.Context, metas map[string]topicMeta) {
+	ids := slices.Sorted(maps.Keys(g.mem.members))
+	targets := make(map[string]map[string][]int32, len(ids))
+	for _, id := range ids {
+		targets[id] = make(map[string][]int32)
+	}
+	snapshot := make(map[string]topicMeta)
+	var initial []TopicPartition
+	var initialIDs []string
+	for _, t := range slices.Sorted(maps.Keys(metas)) {
+		var subscribers []string
+		var prev [][]int32
+		for _, id := range ids {
+			mem := g.mem.members[id]
+			if _, ok := slices.BinarySearch(mem.subscribed, t); ok {
+				subscribers = append(subscribers, id)
+				prev = append(prev, mem.target[t])
+			}
+		}
+		if len(subscribers) == 0 {
+			continue // no longer subscribed: not watched any more
+		}
+		meta := metas[t]
+		snapshot[t] = meta
+		if meta.id == "" {
+			continue
+		}
+		assigned := make([]bool, meta.partitions)
+		for i, parts := range assignTopic(subscribers, meta.partitions, prev) {
+			if len(parts) > 0 {
+				targets[subscribers[i]][t] = parts
+			}
+			for _, p := range parts {
+				assigned[p] = true
+			}
+		}
+		for p, ok := range assigned {
+			if ok {
+				initial = append(initial, TopicPartition{Topic: t, Partition: int32(p)})
+				initialIDs = append(initialIDs, meta.id)
+			}
+		}
+	}
+	for _, id := range ids {
+		g.mem.members[id].target = targets[id]
+	}
+	g.mem.topics = snapshot
+	g.initPartitions(ctx, initial, initialIDs)
+}
+
+// initPartitions initialises (§6.2) the uninitialised share-partitions
+// among tps (with their topic IDs) before they appear in an assignment:
+// all under one durability wait, holding their locks (in topic ID,
+// partition order) until it completes so nobody uses an SPSO a crash could
+// re-evaluate. A failure is logged and leaves the share-partition
+// uninitialised: ShareFetch initialises it, or reports the error, later.
+func (g *group) initPartitions(ctx context.Context, tps []TopicPartition, ids []string) {
+	m := g.m
+	var sps []*sharePartition
+	for i, tp := range tps {
+		if sp := g.partition(ids[i], tp.Topic, tp.Partition, true); sp != nil {
+			sps = append(sps, sp)
+		}
+	}
+	sps = lockPartitions(sps)
+	defer unlockPartitions(sps)
+	var pending []*sharePartition
+	var last uint64
+	for _, sp := range sps {
+		if sp.status != spUninit {
+			continue
+		}
+		ls, hw, err := m.store.Bounds(sp.topic, sp.part)
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		ticket, err := sp.initStart(ctx, ls, hw)
+		if err != nil {
+			sp.status = spUninit
+			m.log.Warn("share-partition initialisation failed", "group", g.id, "partition", sp.String(), "err", err)
+			continue
+		}
+		pending, last = append(pending, sp), ticket
+	}
+	if last == 0 {
+		return
+	}
+	if err := m.slog.ackWait(last); err != nil {
+		for _, sp := range pending {
+			sp.status = spUninit
+		}
+		m.log.Warn("share-partition initialisation failed", "group", g.id, "partitions", len(pending), "err", err)
+	}
+}
+
+// lockPartitions sorts share-partitions in (topic ID, partition) order —
+// the only order in which more than one is ever held — drops duplicates,
+// locks them and returns them for unlockPartitions.
+func lockPartitions(sps []*sharePartition) []*sharePartition {
+	slices.SortFunc(sps, func(a, b *sharePartition) int {
+		return cmp.Or(cmp.Compare(a.topicID, b.topicID), cmp.Compare(a.part, b.part))
+	})
+	sps = slices.Compact(sps)
+	for _, sp := range sps {
+		sp.mu.Lock()
+	}
+	return sps
+}
+
+func unlockPartitions(sps []*sharePartition) {
+	for i := len(sps) - 1; i >= 0; i-- {
+		sps[i].mu.Unlock()
+	}
+}
+
+// armLocked makes the expiry timer fire at the earliest member deadline
+// (or earlier).
+func (g *group) armLocked(now int64) {
+	at := int64(never)
+	for _, mem := range g.mem.members {
+		at = min(at, mem.deadline)
+	}
+	if at == never {
+		g.stopTimerLocked()
+		return
+	}
+	if g.mem.timerAt != 0 && g.mem.timerAt <= at {
+		return
+	}
+	d := time.Duration(at - now)
+	if g.mem.timer == nil {
+		g.mem.timer = time.AfterFunc(d, g.onExpiryTimer)
+	} else {
+		g.mem.timer.Reset(d)
+	}
+	g.mem.timerAt = at
+}
+
+func (g *group) stopTimerLocked() {
+	if g.mem.timer != nil {
+		g.mem.timer.Stop()
+	}
+	g.mem.timerAt = 0
+}
+
+// onExpiryTimer removes the members whose session timed out, so a silent
+// member leaves the assignment without anyone calling.
+func (g *group) onExpiryTimer() {
+	m := g.m
+	if !m.enter() {
+		return
+	}
+	defer m.leave()
+	g.op.Lock()
+	defer g.op.Unlock()
+	g.mem.timerAt = 0
+	if g.isDeleted() {
+		return
+	}
+	now := m.now()
+	g.expireLocked(context.Background(), now)
+	g.armLocked(now)
+}
+
+// toAssignment renders an assignment: topics sorted, partitions ascending.
+func toAssignment(a map[string][]int32) Assignment {
+	out := Assignment{Topics: make([]TopicPartitions, 0, len(a))}
+	for _, t := range slices.Sorted(maps.Keys(a)) {
+		out.Topics = append(out.Topics, TopicPartitions{Topic: t, Partitions: slices.Clone(a[t])})
+	}
+	return out
+}
+
+func equalAssignment(a, b map[string][]int32) bool {
+	return maps.EqualFunc(a, b, slices.Equal)
+}

@@ -9,10 +9,11 @@ GOFLAGS_TEST ?= -race -count=1 -timeout=15m
 run:
 	$(GO) run ./cmd/server
 
-## test: vet and run every test with the race detector
+## test: vet and run every test with the race detector (and the bench harness's own tests)
 test:
 	$(GO) vet ./...
 	$(GO) test $(GOFLAGS_TEST) ./...
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## build: build bin/sharelog-server and bin/sharelogctl
 build:
@@ -42,8 +43,18 @@ lint:
 	$(GO) vet ./...
 	$(BUF) lint
 
-## bench: Go benchmarks of the log store
+.PHONY: bench-quick bench-go
+
+## bench: the benchmark suite against NATS JetStream (full sizes; bench/ is its own module) -> bench/results/latest.{md,png}
 bench:
+	cd bench && $(GO) run ./cmd/bench
+
+## bench-quick: the same suite at reduced sizes (a few minutes on 2 cores)
+bench-quick:
+	cd bench && $(GO) run ./cmd/bench -quick
+
+## bench-go: Go benchmarks of the log store
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/logstore/
 
 clean:

@@ -25,13 +25,19 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Telemetry holds the providers the server instruments itself with.
 type Telemetry struct {
-	Tracer  *sdktrace.TracerProvider
+	// Tracer is a no-op provider when nothing would receive spans (no
+	// exporter, no span processor): every RPC and store call would otherwise
+	// pay for spans that go nowhere. Incoming trace context still flows.
+	Tracer  trace.TracerProvider
 	Meter   *sdkmetric.MeterProvider
-	Metrics http.Handler // Prometheus text exposition
+	sdk     *sdktrace.TracerProvider // nil when Tracer is a no-op
+	Metrics http.Handler             // Prometheus text exposition
 }
 
 // Options configure Setup. Zero values read the environment.
@@ -68,7 +74,14 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	for _, sp := range opts.SpanProcessors {
 		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(sp))
 	}
-	tp := sdktrace.NewTracerProvider(tpOpts...)
+	var (
+		tp  trace.TracerProvider = noop.NewTracerProvider()
+		sdk *sdktrace.TracerProvider
+	)
+	if exp != nil || len(opts.SpanProcessors) > 0 {
+		sdk = sdktrace.NewTracerProvider(tpOpts...)
+		tp = sdk
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -81,6 +94,7 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	return &Telemetry{
 		Tracer:  tp,
+		sdk:     sdk,
 		Meter:   mp,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}, nil
@@ -88,7 +102,11 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 
 // Shutdown flushes spans and stops the providers.
 func (t *Telemetry) Shutdown(ctx context.Context) error {
-	return errors.Join(t.Tracer.Shutdown(ctx), t.Meter.Shutdown(ctx))
+	var err error
+	if t.sdk != nil {
+		err = t.sdk.Shutdown(ctx)
+	}
+	return errors.Join(err, t.Meter.Shutdown(ctx))
 }
 
 func serviceName(getenv func(string) string) string {

@@ -1,0 +1,171 @@
+package shareconsumer
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	mrand "math/rand/v2"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxRecords     = 500
+	DefaultMaxWait        = 500 * time.Millisecond
+	DefaultRequestTimeout = 30 * time.Second
+	// DefaultCloseTimeout bounds Close when its context has no deadline.
+	DefaultCloseTimeout = 30 * time.Second
+)
+
+// Config configures a Consumer. GroupID and Topics are required.
+type Config struct {
+	// GroupID is the share group (1..249 characters).
+	GroupID string
+	// MemberID identifies this consumer in the group and keys its share
+	// session (1..36 characters). Default: a random UUID. Two live consumers
+	// must never share a member ID.
+	MemberID string
+	// Topics is the subscription.
+	Topics []string
+	// RackID is sent with heartbeats (informational).
+	RackID string
+	// ClientID is sent as the "x-client-id" request metadata (shown by
+	// DescribeShareGroup).
+	ClientID string
+
+	// MaxRecords caps the records returned by one Poll, across all
+	// partitions. Default 500.
+	MaxRecords int
+	// MaxWait is how long the server holds a fetch waiting for records (its
+	// long poll). Default 500 ms; negative = do not wait.
+	MaxWait time.Duration
+	// AckMode: AckImplicit (default) or AckExplicit.
+	AckMode AckMode
+	// RequestTimeout bounds each request beyond its long poll, so a silent
+	// network cannot block a call forever. Default 30 s.
+	RequestTimeout time.Duration
+
+	// Backoff paces retries after transport failures.
+	Backoff Backoff
+	// Logger receives the consumer's diagnostics (reconnects, session
+	// reopenings, dropped acknowledgements). Default: discarded.
+	Logger *slog.Logger
+	// OnAcknowledgement, when set, is called with the outcome of every
+	// acknowledgement sent with Poll, Commit or Close, and of those dropped
+	// because their share session ended. It runs on the goroutine calling
+	// Poll, Commit or Close and must not call them (Acknowledge is fine).
+	OnAcknowledgement func(AckResult)
+}
+
+// Backoff is an exponential backoff with jitter. Zero fields take defaults.
+type Backoff struct {
+	// Initial is the first delay. Default 100 ms.
+	Initial time.Duration
+	// Max caps the delay. Default 5 s.
+	Max time.Duration
+	// Multiplier grows the delay after each failure. Default 2.
+	Multiplier float64
+	// Jitter randomises each delay by ± this fraction. Default 0.2.
+	Jitter float64
+}
+
+func (b Backoff) withDefaults() Backoff {
+	if b.Initial <= 0 {
+		b.Initial = 100 * time.Millisecond
+	}
+	if b.Max <= 0 {
+		b.Max = 5 * time.Second
+	}
+	if b.Max < b.Initial {
+		b.Max = b.Initial
+	}
+	if b.Multiplier < 1 {
+		b.Multiplier = 2
+	}
+	if b.Jitter <= 0 || b.Jitter > 1 {
+		b.Jitter = 0.2
+	}
+	return b
+}
+
+// Delay is the wait before retry number attempt (0 = the first retry).
+func (b Backoff) Delay(attempt int) time.Duration {
+	b = b.withDefaults()
+	d := float64(b.Initial) * math.Pow(b.Multiplier, float64(min(attempt, 64)))
+	d = min(d, float64(b.Max))
+	d *= 1 + b.Jitter*(2*mrand.Float64()-1)
+	return time.Duration(d)
+}
+
+func (c Config) withDefaults() Config {
+	if c.MemberID == "" {
+		c.MemberID = newUUID()
+	}
+	if c.MaxRecords == 0 {
+		c.MaxRecords = DefaultMaxRecords
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = DefaultMaxWait
+	} else if c.MaxWait < 0 {
+		c.MaxWait = 0
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	c.Backoff = c.Backoff.withDefaults()
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Topics = append([]string(nil), c.Topics...)
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if n := len(c.GroupID); n < 1 || n > 249 {
+		errs = append(errs, fmt.Errorf("GroupID must be 1..249 characters, got %d", n))
+	}
+	if n := len(c.MemberID); n > 36 {
+		errs = append(errs, fmt.Errorf("MemberID must be 1..36 characters, got %d", n))
+	}
+	if len(c.Topics) == 0 {
+		errs = append(errs, errors.New("Topics must name at least one topic"))
+	}
+	seen := map[string]bool{}
+	for _, t := range c.Topics {
+		if t == "" {
+			errs = append(errs, errors.New("Topics contains an empty name"))
+		} else if seen[t] {
+			errs = append(errs, fmt.Errorf("Topics names %q twice", t))
+		}
+		seen[t] = true
+	}
+	if c.MaxRecords < 0 || c.MaxRecords > math.MaxInt32 {
+		errs = append(errs, fmt.Errorf("MaxRecords must be >= 0, got %d", c.MaxRecords))
+	}
+	if c.MaxWait > time.Duration(math.MaxInt32)*time.Millisecond {
+		errs = append(errs, fmt.Errorf("MaxWait is too long: %v", c.MaxWait))
+	}
+	if c.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("RequestTimeout must be >= 0, got %v", c.RequestTimeout))
+	}
+	if c.AckMode != AckImplicit && c.AckMode != AckExplicit {
+		errs = append(errs, fmt.Errorf("unknown AckMode %d", c.AckMode))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("shareconsumer: invalid config: %w", err)
+	}
+	return nil
+}
+
+// newUUID returns a random (version 4) UUID: 36 characters, the longest
+// member ID the server accepts.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics rather than return an error)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

@@ -1,0 +1,680 @@
+package shareconsumer
+
+import (
+	"context"
+	"math"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+)
+
+// Timings of the fallback without membership, and of partitions the server
+// reported unknown.
+var (
+	metadataMaxAge       = 10 * time.Second // re-describe the subscribed topics this often
+	emptyMetadataRetry   = time.Second      // ... or this often while none of them exists
+	unknownPartitionWait = 2 * time.Second  // do not fetch an unknown partition again before this
+)
+
+// session is the client side of the share session (share-groups.md §2).
+// Only touched while holding Consumer.op.
+type session struct {
+	// epoch is the next epoch to send: 0 opens a session, then 1..MaxInt32,
+	// wrapping to 1; ShareFetch and ShareAcknowledge share the sequence.
+	epoch int32
+	// needClose: the server may hold a session of ours whose epoch we lost
+	// track of (a request failed in transport, or the epoch was refused).
+	// The next request closes it (-1, which needs no epoch) to deliver the
+	// pending acknowledgements, or replaces it (0).
+	needClose bool
+	// uncertain are acknowledgements sent in a request whose outcome is
+	// unknown. They are sent again with the closing request: if the first
+	// attempt applied them, that partition's entry now fails (unless they
+	// fell below the start offset, which succeeds again) and they are
+	// reported ErrAckOutcomeUnknown.
+	uncertain ackSet
+	// parts is the session's partition set as the server holds it.
+	parts map[TopicPartition]bool
+	// inDoubt is the request that just failed in transport, which the
+	// call in progress resends unchanged (same epoch): if the first attempt
+	// had been admitted the server answers INVALID_SHARE_SESSION_EPOCH, else
+	// it processes the request normally. It never outlives the call: one
+	// still in doubt at its end turns into needClose (see settleDoubt).
+	inDoubt *doubtful
+
+	metaAt    time.Time // fallback: when the subscribed topics were described
+	metaStale bool
+	excluded  map[TopicPartition]time.Time // reported unknown: not fetched before then
+}
+
+// doubtful is a request whose admission is unknown, with the
+// acknowledgements it carried.
+type doubtful struct {
+	fetch *sharelogv1.ShareFetchRequest
+	ack   *sharelogv1.ShareAcknowledgeRequest
+	acks  ackSet
+}
+
+// settleDoubt gives up on resending the request in doubt: its
+// acknowledgements become uncertain and the session is to be closed.
+func (s *session) settleDoubt() {
+	if s.inDoubt != nil {
+		s.uncertain.merge(s.inDoubt.acks)
+		s.needClose = true
+		s.inDoubt = nil
+	}
+}
+
+func newSession() session {
+	return session{uncertain: ackSet{}, parts: map[TopicPartition]bool{}, excluded: map[TopicPartition]time.Time{}}
+}
+
+// advance moves to the next epoch after an admitted request.
+func (s *session) advance() {
+	if s.epoch == math.MaxInt32 {
+		s.epoch = 1
+	} else {
+		s.epoch++
+	}
+}
+
+// pollOnce is one attempt of Poll: resend a request in doubt, recover the
+// session if needed, flush renewals, then one ShareFetch carrying the
+// pending acknowledgements.
+func (c *Consumer) pollOnce(ctx context.Context, rep *reporter) ([]Record, error) {
+	if d := c.s.inDoubt; d != nil {
+		if d.fetch != nil {
+			return c.fetch(ctx, d.fetch, d.acks, rep, true)
+		}
+		if err := c.acknowledge(ctx, d.ack, d.acks, rep, true); err != nil {
+			return nil, err
+		}
+	}
+	if c.s.needClose {
+		if err := c.recoverSession(ctx, rep); err != nil {
+			return nil, err
+		}
+	}
+	if c.s.epoch != 0 && c.pendingHasRenew() {
+		// A renewing ShareFetch fetches nothing: renew with ShareAcknowledge
+		// (with the other pending acknowledgements), then fetch.
+		if err := c.sendAcks(ctx, rep); err != nil {
+			return nil, err
+		}
+	}
+	desired, err := c.desired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if c.s.epoch == 0 && len(desired) == 0 {
+		// Nothing to fetch (no assignment, or no subscribed topic exists):
+		// wait for a change rather than open an empty session.
+		c.waitForChange(ctx)
+		return nil, ctx.Err()
+	}
+	c.pruneExpired()
+	req, acks := c.buildFetch(desired)
+	return c.fetch(ctx, req, acks, rep, false)
+}
+
+// fetch sends one ShareFetch (resend: the same request again, after a
+// transport failure).
+func (c *Consumer) fetch(ctx context.Context, req *sharelogv1.ShareFetchRequest, acks ackSet, rep *reporter, resend bool) ([]Record, error) {
+	wait := c.maxWait(ctx)
+	req.MaxWaitMs = int32(wait / time.Millisecond)
+	callCtx, cancel := c.callContext(ctx, wait)
+	resp, err := c.groups.ShareFetch(callCtx, req, grpc.WaitForReady(true))
+	cancel()
+	if err != nil {
+		return nil, c.requestFailed(ctx, err, doubtful{fetch: req, acks: acks}, resend, rep)
+	}
+	c.s.inDoubt = nil
+	c.s.advance()
+	return c.handleFetch(req, resp, acks, rep), nil
+}
+
+// recoverSession deals with a session in an unknown state: close it with the
+// acknowledgements that need it, or let the next epoch-0 request replace it
+// (which releases its records).
+func (c *Consumer) recoverSession(ctx context.Context, rep *reporter) error {
+	if c.s.uncertain.empty() && c.pendingEmpty() {
+		c.log.Info("reopening the share session")
+		c.endSession(rep)
+		return nil
+	}
+	return c.closeSession(ctx, rep)
+}
+
+// sendAcks sends the pending acknowledgements with ShareAcknowledge at the
+// session's epoch (renewing if any is a renewal).
+func (c *Consumer) sendAcks(ctx context.Context, rep *reporter) error {
+	acks := c.takePending(true)
+	if acks.empty() {
+		return nil
+	}
+	req := &sharelogv1.ShareAcknowledgeRequest{
+		GroupId:           c.cfg.GroupID,
+		MemberId:          c.cfg.MemberID,
+		ShareSessionEpoch: c.s.epoch,
+		IsRenewAck:        acks.hasRenew(),
+		Topics:            ackTopics(acks),
+	}
+	return c.acknowledge(ctx, req, acks, rep, false)
+}
+
+// acknowledge sends one ShareAcknowledge (resend: the same request again,
+// after a transport failure).
+func (c *Consumer) acknowledge(ctx context.Context, req *sharelogv1.ShareAcknowledgeRequest, acks ackSet, rep *reporter, resend bool) error {
+	callCtx, cancel := c.callContext(ctx, 0)
+	resp, err := c.groups.ShareAcknowledge(callCtx, req, grpc.WaitForReady(true))
+	cancel()
+	if err != nil {
+		return c.requestFailed(ctx, err, doubtful{ack: req, acks: acks}, resend, rep)
+	}
+	c.s.inDoubt = nil
+	c.s.advance()
+	got := map[TopicPartition]bool{}
+	for _, tr := range resp.GetResponses() {
+		for _, pr := range tr.GetPartitions() {
+			tp := TopicPartition{Topic: tr.GetTopic(), Partition: pr.GetPartition()}
+			got[tp] = true
+			c.ackOutcome(rep, tp, acks[tp], pr.GetErrorCode(), pr.GetErrorMessage(), resp.GetAcquisitionLockTimeoutMs())
+		}
+	}
+	c.missingOutcomes(rep, acks, got)
+	return nil
+}
+
+// closeSession ends the session with epoch -1 (no epoch check), carrying the
+// pending and uncertain acknowledgements; renewals are dropped (the end of
+// the session releases the records anyway).
+func (c *Consumer) closeSession(ctx context.Context, rep *reporter) error {
+	acks := c.takePending(true).without(Renew)
+	c.s.uncertain = c.s.uncertain.without(Renew)
+	all := ackSet{}
+	all.merge(c.s.uncertain)
+	all.merge(acks)
+	req := &sharelogv1.ShareAcknowledgeRequest{
+		GroupId:           c.cfg.GroupID,
+		MemberId:          c.cfg.MemberID,
+		ShareSessionEpoch: -1,
+		Topics:            ackTopics(all),
+	}
+	callCtx, cancel := c.callContext(ctx, 0)
+	resp, err := c.groups.ShareAcknowledge(callCtx, req, grpc.WaitForReady(true))
+	cancel()
+	if err != nil {
+		f := classify(ctx, err)
+		switch f.outcome {
+		case outcomeSessionNotFound:
+			// Gone (restart, eviction) before these could apply; the
+			// uncertain ones may have applied earlier.
+			rep.all(acks, ErrSessionEnded)
+			c.endSession(rep)
+			return nil
+		case outcomeUncertain:
+			c.s.uncertain.merge(acks)
+			c.s.needClose = true
+			if f.retry {
+				return transient{err}
+			}
+			return err
+		default: // refused: nothing applied
+			c.s.needClose = true
+			if f.retry { // e.g. the server is shutting down: try again
+				c.restorePending(acks)
+				return transient{err}
+			}
+			rep.all(all, err)
+			c.s.uncertain = ackSet{}
+			return err
+		}
+	}
+	got := map[TopicPartition]bool{}
+	for _, tr := range resp.GetResponses() {
+		for _, pr := range tr.GetPartitions() {
+			tp := TopicPartition{Topic: tr.GetTopic(), Partition: pr.GetPartition()}
+			got[tp] = true
+			certain, unsure := split(all[tp], c.s.uncertain[tp])
+			if pr.GetErrorCode() == sharelogv1.ErrorCode_ERROR_CODE_NONE {
+				rep.add(tp, rangesOf(all[tp]), nil)
+				continue
+			}
+			perr := &PartitionError{TopicPartition: tp, Code: pr.GetErrorCode(), Message: pr.GetErrorMessage()}
+			rep.add(tp, certain, perr)
+			rep.add(tp, unsure, ErrAckOutcomeUnknown) // perhaps applied by the first attempt
+		}
+	}
+	for _, tp := range all.partitions() {
+		if !got[tp] {
+			rep.add(tp, rangesOf(all[tp]), ErrAckOutcomeUnknown)
+		}
+	}
+	c.s.uncertain = ackSet{}
+	c.endSession(rep)
+	return nil
+}
+
+// endSession forgets the share session: the server released (or will
+// release, when the next epoch-0 request replaces it) every record it held,
+// so the acknowledgements still pending for them can never apply.
+func (c *Consumer) endSession(rep *reporter) {
+	c.mu.Lock()
+	c.gen++
+	dropped := c.pending.without(Renew)
+	c.pending = ackSet{}
+	clear(c.held)
+	c.lastPoll = nil
+	c.mu.Unlock()
+	rep.all(dropped, ErrSessionEnded)
+	rep.all(c.s.uncertain.without(Renew), ErrAckOutcomeUnknown)
+	c.s.uncertain = ackSet{}
+	c.s.epoch = 0
+	c.s.needClose = false
+	clear(c.s.parts)
+}
+
+// requestFailed updates the session after a failed ShareFetch or
+// ShareAcknowledge at the session's epoch (0 included), and returns the
+// error for the retry loop. resend: d is the second (or later) attempt of a
+// request that failed in transport.
+func (c *Consumer) requestFailed(ctx context.Context, err error, d doubtful, resend bool, rep *reporter) error {
+	c.s.inDoubt = nil
+	f := classify(ctx, err)
+	switch f.outcome {
+	case outcomeSessionNotFound:
+		c.log.Info("share session not found (server restart or idle eviction); reopening it")
+		if resend {
+			// The first attempt may have been applied before the session ended.
+			c.s.uncertain.merge(d.acks)
+		} else {
+			rep.all(d.acks.without(Renew), ErrSessionEnded)
+		}
+		c.endSession(rep)
+		return errRetryNow
+	case outcomeEpochMismatch:
+		if resend {
+			// The first attempt was admitted: its acknowledgements were
+			// processed (with an outcome we did not see) and what it
+			// acquired is held by the session.
+			c.log.Info("a share session request lost in transport had been admitted; closing and reopening the session")
+			c.s.uncertain.merge(d.acks)
+		} else {
+			c.log.Warn("share session epoch refused; closing and reopening the session", "epoch", c.s.epoch, "err", err)
+			c.restorePending(d.acks)
+		}
+		c.s.needClose = true
+		return errRetryNow
+	case outcomeUncertain:
+		if f.retry {
+			c.s.inDoubt = &d // resent unchanged by the next attempt
+			return transient{err}
+		}
+		c.s.uncertain.merge(d.acks)
+		c.s.needClose = true
+		return err
+	}
+	switch {
+	case resend:
+		// Refused now, so not admitted now; the first attempt is still in
+		// doubt.
+		c.s.uncertain.merge(d.acks)
+		c.s.needClose = true
+	case f.retry:
+		c.restorePending(d.acks)
+	default:
+		rep.all(d.acks, err)
+	}
+	if f.retry {
+		return transient{err}
+	}
+	return err
+}
+
+// ackOutcome reports the result of one partition's acknowledgements and
+// refreshes the deadlines of renewed records.
+func (c *Consumer) ackOutcome(rep *reporter, tp TopicPartition, acks map[int64]AckType, code sharelogv1.ErrorCode, msg string, lockMs int32) {
+	if len(acks) == 0 {
+		return
+	}
+	ranges := rangesOf(acks)
+	if code != sharelogv1.ErrorCode_ERROR_CODE_NONE {
+		rep.add(tp, ranges, &PartitionError{TopicPartition: tp, Code: code, Message: msg})
+		return
+	}
+	rep.add(tp, ranges, nil)
+	deadline := lockDeadline(time.Now(), lockMs)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for off, t := range acks {
+		if t != Renew {
+			continue
+		}
+		key := recordKey{tp: tp, offset: off}
+		if h, ok := c.held[key]; ok {
+			h.deadline = deadline
+			c.held[key] = h
+		}
+	}
+}
+
+// lockDeadline is the local estimate of a lock's deadline: never earlier
+// than the server's, which started before the response was received.
+func lockDeadline(received time.Time, lockMs int32) time.Time {
+	if lockMs <= 0 {
+		return received.Add(365 * 24 * time.Hour) // not reported: let the server decide
+	}
+	return received.Add(time.Duration(lockMs) * time.Millisecond)
+}
+
+// missingOutcomes reports acknowledgements of partitions absent from a
+// response (which the server always answers; never expected).
+func (c *Consumer) missingOutcomes(rep *reporter, acks ackSet, got map[TopicPartition]bool) {
+	for _, tp := range acks.partitions() {
+		if !got[tp] {
+			rep.add(tp, rangesOf(acks[tp]), ErrAckOutcomeUnknown)
+		}
+	}
+}
+
+// buildFetch builds the next ShareFetch: at epoch 0 the full partition set;
+// later the changes (add/forget) and the pending acknowledgements. A
+// partition acknowledged but no longer wanted is also forgotten, so that the
+// acknowledgement does not add it to the session.
+func (c *Consumer) buildFetch(desired []TopicPartition) (*sharelogv1.ShareFetchRequest, ackSet) {
+	req := &sharelogv1.ShareFetchRequest{
+		GroupId:           c.cfg.GroupID,
+		MemberId:          c.cfg.MemberID,
+		ShareSessionEpoch: c.s.epoch,
+		MaxRecords:        int32(c.cfg.MaxRecords),
+	}
+	want := make(map[TopicPartition]bool, len(desired))
+	for _, tp := range desired {
+		want[tp] = true
+	}
+	entries := map[TopicPartition]*sharelogv1.ShareFetchPartition{}
+	var acks ackSet
+	var forget []TopicPartition
+	if c.s.epoch == 0 {
+		for _, tp := range desired {
+			entries[tp] = &sharelogv1.ShareFetchPartition{Partition: tp.Partition}
+		}
+	} else {
+		acks = c.takePending(false)
+		for _, tp := range desired {
+			if !c.s.parts[tp] {
+				entries[tp] = &sharelogv1.ShareFetchPartition{Partition: tp.Partition}
+			}
+		}
+		for tp := range c.s.parts {
+			if !want[tp] {
+				forget = append(forget, tp)
+			}
+		}
+		for tp, m := range acks {
+			entries[tp] = &sharelogv1.ShareFetchPartition{Partition: tp.Partition, AcknowledgementBatches: batchesOf(rangesOf(m))}
+			if !want[tp] && !c.s.parts[tp] {
+				forget = append(forget, tp)
+			}
+		}
+	}
+	req.Topics = fetchTopics(entries)
+	req.ForgottenTopicsData = groupPartitions(forget)
+	return req, acks
+}
+
+// handleFetch applies a ShareFetch response: session set, acknowledgement
+// outcomes, per-partition errors, and the records.
+func (c *Consumer) handleFetch(req *sharelogv1.ShareFetchRequest, resp *sharelogv1.ShareFetchResponse, acks ackSet, rep *reporter) []Record {
+	if req.GetShareSessionEpoch() == 0 {
+		clear(c.s.parts)
+	}
+	for _, t := range req.GetTopics() {
+		for _, p := range t.GetPartitions() {
+			c.s.parts[TopicPartition{Topic: t.GetTopic(), Partition: p.GetPartition()}] = true
+		}
+	}
+	for _, t := range req.GetForgottenTopicsData() {
+		for _, p := range t.GetPartitions() {
+			delete(c.s.parts, TopicPartition{Topic: t.GetTopic(), Partition: p})
+		}
+	}
+
+	now := time.Now()
+	deadline := lockDeadline(now, resp.GetAcquisitionLockTimeoutMs())
+	var recs []Record
+	got := map[TopicPartition]bool{}
+	for _, tr := range resp.GetResponses() {
+		for _, pr := range tr.GetPartitions() {
+			tp := TopicPartition{Topic: tr.GetTopic(), Partition: pr.GetPartition()}
+			got[tp] = true
+			c.ackOutcome(rep, tp, acks[tp], pr.GetAcknowledgeErrorCode(), pr.GetAcknowledgeErrorMessage(), resp.GetAcquisitionLockTimeoutMs())
+			if code := pr.GetErrorCode(); code != sharelogv1.ErrorCode_ERROR_CODE_NONE {
+				c.log.Warn("fetch error on a partition", "partition", tp.String(), "code", code.String(), "err", pr.GetErrorMessage())
+				if code == sharelogv1.ErrorCode_ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION {
+					// Not (or no longer) in the session; do not name it
+					// again for a while.
+					delete(c.s.parts, tp)
+					c.s.excluded[tp] = now.Add(unknownPartitionWait)
+					c.s.metaStale = true
+				}
+			}
+			recs = appendRecords(recs, tp, pr)
+		}
+	}
+	c.missingOutcomes(rep, acks, got)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range recs {
+		r := &recs[i]
+		c.seq++
+		r.gen, r.seq = c.gen, c.seq
+		key := recordKey{tp: r.TopicPartition(), offset: r.Offset}
+		c.held[key] = heldRecord{seq: r.seq, deadline: deadline}
+		if c.cfg.AckMode == AckImplicit {
+			c.lastPoll = append(c.lastPoll, heldRef{key: key, seq: r.seq})
+		}
+	}
+	return recs
+}
+
+// appendRecords converts a partition's records, with their delivery counts
+// from acquired_records.
+func appendRecords(out []Record, tp TopicPartition, pr *sharelogv1.ShareFetchPartitionResponse) []Record {
+	acq := pr.GetAcquiredRecords()
+	j := 0
+	for _, rec := range pr.GetRecords() {
+		for j < len(acq) && acq[j].GetLastOffset() < rec.GetOffset() {
+			j++
+		}
+		var count int32
+		if j < len(acq) && acq[j].GetFirstOffset() <= rec.GetOffset() {
+			count = acq[j].GetDeliveryCount()
+		}
+		r := Record{
+			Topic:         tp.Topic,
+			Partition:     tp.Partition,
+			Offset:        rec.GetOffset(),
+			Key:           rec.Key,
+			Value:         rec.Value,
+			Timestamp:     time.UnixMilli(rec.GetTimestamp()),
+			DeliveryCount: count,
+		}
+		if hs := rec.GetHeaders(); len(hs) > 0 {
+			r.Headers = make([]Header, len(hs))
+			for i, h := range hs {
+				r.Headers[i] = Header{Key: h.GetKey(), Value: h.GetValue()}
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// pruneExpired forgets held records whose lock has expired (explicit mode
+// keeps records until acknowledged; these can no longer be).
+func (c *Consumer) pruneExpired() {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, h := range c.held {
+		if now.After(h.deadline) {
+			delete(c.held, k)
+		}
+	}
+}
+
+func (c *Consumer) pendingHasRenew() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pending.hasRenew()
+}
+
+// maxWait is the long poll of the next fetch: Config.MaxWait, shortened to
+// answer before ctx's deadline.
+func (c *Consumer) maxWait(ctx context.Context) time.Duration {
+	w := c.cfg.MaxWait
+	if dl, ok := ctx.Deadline(); ok {
+		rem := time.Until(dl)
+		rem -= min(rem/4, 250*time.Millisecond) // time to answer
+		w = max(min(w, rem), 0)
+	}
+	return w.Truncate(time.Millisecond)
+}
+
+// desired is the partition set to fetch: the assignment, or in the fallback
+// every partition of the subscribed topics; minus partitions recently
+// reported unknown.
+func (c *Consumer) desired(ctx context.Context) ([]TopicPartition, error) {
+	c.mu.Lock()
+	mode, parts := c.member.mode, c.member.assignment
+	c.mu.Unlock()
+	if mode != modeMember {
+		var err error
+		if parts, err = c.fallbackPartitions(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if len(c.s.excluded) == 0 {
+		return parts, nil
+	}
+	now := time.Now()
+	out := make([]TopicPartition, 0, len(parts))
+	for _, tp := range parts {
+		if until, ok := c.s.excluded[tp]; ok {
+			if now.Before(until) {
+				continue
+			}
+			delete(c.s.excluded, tp)
+		}
+		out = append(out, tp)
+	}
+	return out, nil
+}
+
+// fallbackPartitions lists every partition of the subscribed topics, for a
+// server without ShareGroupHeartbeat, re-describing them now and then.
+func (c *Consumer) fallbackPartitions(ctx context.Context) ([]TopicPartition, error) {
+	c.mu.Lock()
+	cached := c.member.fallbackParts
+	c.mu.Unlock()
+	age := time.Since(c.s.metaAt)
+	if !c.s.metaAt.IsZero() && !c.s.metaStale && age < metadataMaxAge && (len(cached) > 0 || age < emptyMetadataRetry) {
+		return cached, nil
+	}
+	var parts []TopicPartition
+	for _, topic := range c.cfg.Topics {
+		callCtx, cancel := c.callContext(ctx, 0)
+		t, err := c.topics.DescribeTopic(callCtx, &sharelogv1.DescribeTopicRequest{Name: topic})
+		cancel()
+		if status.Code(err) == codes.NotFound {
+			continue // not created yet
+		}
+		if err != nil {
+			if !c.s.metaAt.IsZero() && ctx.Err() == nil {
+				c.log.Warn("describing the subscribed topics failed; using the last result", "err", err)
+				return cached, nil
+			}
+			if f := classify(ctx, err); f.retry {
+				return nil, transient{err}
+			}
+			return nil, err
+		}
+		n := int32(len(t.GetPartitions()))
+		if n == 0 {
+			n = t.GetPartitionCount()
+		}
+		for p := range n {
+			parts = append(parts, TopicPartition{Topic: topic, Partition: p})
+		}
+	}
+	slices.SortFunc(parts, compareTP)
+	c.s.metaAt, c.s.metaStale = time.Now(), false
+	c.mu.Lock()
+	c.member.fallbackParts = parts
+	c.mu.Unlock()
+	return parts, nil
+}
+
+// waitForChange waits up to MaxWait for the assignment to change.
+func (c *Consumer) waitForChange(ctx context.Context) {
+	c.mu.Lock()
+	changed := c.member.changed
+	c.mu.Unlock()
+	t := time.NewTimer(max(c.maxWait(ctx), time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-changed:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// fetchTopics groups partition entries by topic, sorted.
+func fetchTopics(entries map[TopicPartition]*sharelogv1.ShareFetchPartition) []*sharelogv1.ShareFetchTopic {
+	tps := make([]TopicPartition, 0, len(entries))
+	for tp := range entries {
+		tps = append(tps, tp)
+	}
+	slices.SortFunc(tps, compareTP)
+	var out []*sharelogv1.ShareFetchTopic
+	for _, tp := range tps {
+		if n := len(out); n == 0 || out[n-1].Topic != tp.Topic {
+			out = append(out, &sharelogv1.ShareFetchTopic{Topic: tp.Topic})
+		}
+		last := out[len(out)-1]
+		last.Partitions = append(last.Partitions, entries[tp])
+	}
+	return out
+}
+
+// ackTopics turns an ack set into ShareAcknowledge/ShareFetch topics.
+func ackTopics(acks ackSet) []*sharelogv1.ShareFetchTopic {
+	entries := make(map[TopicPartition]*sharelogv1.ShareFetchPartition, len(acks))
+	for tp, m := range acks {
+		entries[tp] = &sharelogv1.ShareFetchPartition{Partition: tp.Partition, AcknowledgementBatches: batchesOf(rangesOf(m))}
+	}
+	return fetchTopics(entries)
+}
+
+// groupPartitions groups partitions by topic, sorted.
+func groupPartitions(tps []TopicPartition) []*sharelogv1.TopicPartitions {
+	tps = slices.Clone(tps)
+	slices.SortFunc(tps, compareTP)
+	tps = slices.Compact(tps)
+	var out []*sharelogv1.TopicPartitions
+	for _, tp := range tps {
+		if n := len(out); n == 0 || out[n-1].Topic != tp.Topic {
+			out = append(out, &sharelogv1.TopicPartitions{Topic: tp.Topic})
+		}
+		last := out[len(out)-1]
+		last.Partitions = append(last.Partitions, tp.Partition)
+	}
+	return out
+}

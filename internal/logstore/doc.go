@@ -20,6 +20,7 @@
 //	<dir>/topics/<topic-id>/<p>/%020d.log          segment; name = base offset
 //	<dir>/topics/<topic-id>/<p>/%020d.index        sparse offset index (sealed segments)
 //	<dir>/topics/<topic-id>/<p>/%020d.timeindex    sparse time index (sealed segments)
+//	<dir>/topics/<topic-id>/<p>/%020d.keys         key-index run (sealed segments; keyrun.go)
 //
 // Zero-padded names sort in offset order. meta.json and log-start-offset are
 // replaced atomically: write <name>.tmp, fsync, rename, fsync the directory.
@@ -66,6 +67,25 @@
 // the maximum grows and ~4 KiB have passed; its last entry is the segment's
 // newest timestamp, which time retention and timestamp search use to skip
 // whole segments.
+//
+// # Key index (KeyIndexer, change-stream.md §7)
+//
+// Every keyed record's (key, offset, tombstone) is indexed, sorted by key:
+// the active segment's entries in an in-memory B-tree (memIndex), filled
+// by the append leader before it publishes the high watermark (and rebuilt
+// from the frames by recoverActive, whole batches only); when the segment
+// rolls, that tree is written as the segment's run file (<base>.keys:
+// checksummed ~4 KiB blocks of key groups, then a block index holding each
+// block's first key; format in keyrun.go) and the tree is dropped. Runs are
+// not fsynced: a missing, torn or checksum-failing run is rebuilt from its
+// segment in the background (keyLoop), and ScanKeys fails with
+// ErrIndexNotReady until it is, so change streams fall back to ordered
+// scans. ScanKeys(prefix, end) merges one iterator per segment not wholly
+// below the log start (a block index seek, then only the blocks under the
+// prefix; the active tree is read a batch of keys per read lock) and yields
+// each key once with its greatest offset below end. The cursor holds a
+// reference on each segment, so reclamation never pulls a run from under
+// it; a reclaimed segment's run goes with its other files.
 //
 // # Recovery (Open)
 //
@@ -146,6 +166,7 @@
 //	partition.wmu       the append queue; wcond waits on it
 //	partition.mu        RW; the segment list
 //	segment.mu          one segment's file handle, indexes and deleted flag
+//	memIndex.mu         leaf; the active segment's key index (RW)
 //	notifier.mu         leaf; Watch channels
 //
 // The append leader holds none of these during its write and fsync (the

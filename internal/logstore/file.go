@@ -85,6 +85,7 @@ type FileStore struct {
 	closed   bool
 
 	wake chan struct{} // nudges the reclaimer (buffered 1)
+	keys keyRebuilder  // rebuilds missing key-index runs (keyindex_file.go)
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
 
@@ -157,6 +158,7 @@ func Open(dir string, opts Options) (*FileStore, error) {
 		wake:      make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		io:        ioHooks{writeAt: (*os.File).WriteAt, datasync: datasync},
+		keys:      keyRebuilder{wake: make(chan struct{}, 1)},
 	}
 	if err := os.MkdirAll(s.topicsDir, 0o755); err != nil {
 		return nil, fmt.Errorf("logstore: %w", err)
@@ -173,8 +175,9 @@ func Open(dir string, opts Options) (*FileStore, error) {
 		lf.Close()
 		return nil, fmt.Errorf("logstore: open %s: %w", dir, err)
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.reclaimLoop()
+	go s.keyLoop()
 	if opts.Fsync == FsyncInterval {
 		s.wg.Add(1)
 		go s.syncLoop()

@@ -1,6 +1,7 @@
 package logstore
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -37,8 +38,9 @@ type memPartition struct {
 	recs     []Record // offsets logStart..hw-1 (recs[i].Offset == logStart+i)
 	logStart int64
 	hw       int64
-	size     int64 // sum of recs[i].Size()
-	gone     error // non-nil after deletion or Close
+	size     int64     // sum of recs[i].Size()
+	keys     *memIndex // every keyed record ever appended (purged entries stay; scans skip nothing)
+	gone     error     // non-nil after deletion or Close
 	watch    notifier
 }
 
@@ -83,7 +85,7 @@ func (s *MemStore) CreateTopic(ctx context.Context, name string, partitions int3
 	t := &memTopic{info: TopicInfo{Name: name, ID: newTopicID(), Partitions: partitions, Config: cfg}}
 	t.parts = make([]*memPartition, partitions)
 	for i := range t.parts {
-		t.parts[i] = &memPartition{topic: name, id: int32(i)}
+		t.parts[i] = &memPartition{topic: name, id: int32(i), keys: newMemIndex()}
 	}
 	s.topics[name] = t
 	return t.info, nil
@@ -189,6 +191,13 @@ func (s *MemStore) Append(ctx context.Context, topic string, partition int32, re
 		cp[i].Offset = base + int64(i)
 	}
 	p.recs = append(p.recs, cp...)
+	p.keys.mu.Lock()
+	for i := range cp {
+		if cp[i].Key != nil {
+			p.keys.addLocked(cp[i].Key, cp[i].Offset, cp[i].Value == nil)
+		}
+	}
+	p.keys.mu.Unlock()
 	p.hw += int64(len(cp))
 	p.size += size
 	p.mu.Unlock()
@@ -331,4 +340,64 @@ func (s *MemStore) Close() error {
 		t.shutdown(ErrClosed)
 	}
 	return nil
+}
+
+var _ KeyIndexer = (*MemStore)(nil)
+
+// TopicID implements KeyIndexer.
+func (s *MemStore) TopicID(name string) (string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return "", ErrClosed
+	}
+	t := s.topics[name]
+	if t == nil {
+		return "", fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
+	}
+	return t.info.ID, nil
+}
+
+// ScanKeys implements KeyIndexer over the partition's in-memory index. The
+// memory store's index is always ready.
+func (s *MemStore) ScanKeys(ctx context.Context, topic string, partition int32, prefix []byte, end int64) (KeyCursor, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.RLock()
+	gone, keys := p.gone, p.keys
+	p.mu.RUnlock()
+	if gone != nil {
+		return nil, gone
+	}
+	return newMergeCursor([]keyIter{newMemIter(keys, bytes.Clone(prefix), end)}, nil), nil
+}
+
+// RangeStats implements KeyIndexer: records and their encoded frame sizes.
+func (s *MemStore) RangeStats(topic string, partition int32, from, end int64) (int64, int64, error) {
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, 0, err
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.gone != nil {
+		return 0, 0, p.gone
+	}
+	from, end = max(from, p.logStart), min(end, p.hw)
+	var size int64
+	for i := from; i < end; i++ {
+		size += int64(frameSize(&p.recs[i-p.logStart]))
+	}
+	return max(end-from, 0), size, nil
+}
+
+// SegmentEnd implements KeyIndexer: the memory store is one segment.
+func (s *MemStore) SegmentEnd(topic string, partition int32, offset int64) (int64, error) {
+	_, hw, err := s.Bounds(topic, partition)
+	return hw, err
 }

@@ -59,6 +59,10 @@ type partition struct {
 	mu   sync.RWMutex
 	segs []*segment // ascending base offsets; never empty until shutdown
 
+	// keysPending counts sealed segments whose key-index run is missing or
+	// damaged and queued for a rebuild; OSO scans wait until it is 0.
+	keysPending atomic.Int32
+
 	gone    atomic.Pointer[error] // set at shutdown: the error every call returns
 	dirty   atomic.Bool           // unsynced appends (fsync mode interval)
 	commits atomic.Int64          // group commits so far (tests check that groups form)
@@ -236,13 +240,26 @@ func (p *partition) writePiece(seg *segment, b []byte) error {
 	}
 	seg.wpos += int64(len(b))
 	seg.mu.Lock()
+	// The key index learns the records before the high watermark passes
+	// them (change-stream.md §7). Lock order: segment.mu, then memIndex.mu.
+	mem := seg.mem
+	if mem != nil {
+		mem.mu.Lock()
+	}
 	for pos := 0; pos < len(b); {
 		n, _ := frameLen(b[pos:]) // our own frames: lengths are valid
+		off := int64(beUint64(b[pos+offFieldOffset:]))
 		seg.indexFrame(at+int64(pos), frameInfo{
-			offset:    int64(beUint64(b[pos+offFieldOffset:])),
+			offset:    off,
 			timestamp: int64(beUint64(b[pos+tsFieldOffset:])),
 		})
+		if key, tomb, ok := frameKey(b[pos : pos+n]); ok && mem != nil {
+			mem.addLocked(key, off, tomb)
+		}
 		pos += n
+	}
+	if mem != nil {
+		mem.mu.Unlock()
 	}
 	seg.mu.Unlock()
 	seg.size.Store(seg.wpos)
@@ -260,6 +277,7 @@ func (p *partition) roll(old *segment, base int64) (*segment, error) {
 	if err := old.seal(durable); err != nil {
 		return nil, err
 	}
+	p.sealKeys(old)
 	seg := newSegment(p.dir, base)
 	if err := seg.create(); err != nil {
 		return nil, err

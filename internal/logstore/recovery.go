@@ -1,6 +1,7 @@
 package logstore
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -143,7 +144,7 @@ func (p *partition) open() error {
 				continue
 			}
 			bases = append(bases, b)
-		case strings.HasSuffix(name, indexSuffix), strings.HasSuffix(name, timeIndexSuffix):
+		case strings.HasSuffix(name, indexSuffix), strings.HasSuffix(name, timeIndexSuffix), strings.HasSuffix(name, keysSuffix):
 			indexFiles = append(indexFiles, name)
 		default:
 			p.st.log.Warn("logstore: ignoring unexpected file", "path", path)
@@ -153,8 +154,11 @@ func (p *partition) open() error {
 	// Index files of a log that no longer exists (a crash during deletion).
 	for _, name := range indexFiles {
 		suf := indexSuffix
-		if strings.HasSuffix(name, timeIndexSuffix) {
+		switch {
+		case strings.HasSuffix(name, timeIndexSuffix):
 			suf = timeIndexSuffix
+		case strings.HasSuffix(name, keysSuffix):
+			suf = keysSuffix
 		}
 		if b, ok := parseBase(name, suf); !ok || !slices.Contains(bases, b) {
 			if err := removeIfExists(filepath.Join(p.dir, name)); err != nil {
@@ -180,6 +184,11 @@ func (p *partition) open() error {
 		if err := seg.openSealed(st.Size(), bases[i+1], durable); err != nil {
 			return fmt.Errorf("segment %020d: %w", b, err)
 		}
+		if ri, err := loadRun(seg.path(keysSuffix), b); err == nil {
+			seg.run = ri
+		} else {
+			p.queueKeyRebuild(seg)
+		}
 	}
 	if len(p.segs) == 0 {
 		// Nothing written yet (or everything lost with fsync never): the
@@ -202,6 +211,7 @@ func (p *partition) open() error {
 			if err := active.seal(durable); err != nil {
 				return err
 			}
+			p.sealKeys(active)
 			p.segs = append(p.segs, newSegment(p.dir, ls))
 		} else {
 			p.segs[len(p.segs)-1] = newSegment(p.dir, ls)
@@ -262,6 +272,14 @@ func (p *partition) recoverActive(seg *segment) error {
 	}
 	good := snap(0)
 	var reason error
+	// Key-index entries of the batch being scanned, added when its
+	// batch-end frame proves the batch whole (a cut tail adds nothing).
+	type pendingKey struct {
+		key  []byte
+		off  int64
+		tomb bool
+	}
+	var batchKeys []pendingKey
 	sc := newScanner(f, 0, size, 0)
 	for {
 		fr, pos, err := sc.next()
@@ -286,8 +304,15 @@ func (p *partition) recoverActive(seg *segment) error {
 			break
 		}
 		seg.indexFrame(pos, fi)
+		if key, tomb, ok := frameKey(fr); ok {
+			batchKeys = append(batchKeys, pendingKey{bytes.Clone(key), fi.offset, tomb})
+		}
 		if fi.batchEnd {
 			good = snap(pos + int64(n))
+			for _, k := range batchKeys {
+				seg.mem.add(k.key, k.off, k.tomb)
+			}
+			batchKeys = batchKeys[:0]
 		}
 	}
 	sc.close()

@@ -31,6 +31,9 @@ const (
 	timeIndexSuffix = ".timeindex"
 )
 
+// segmentSuffixes are the files of one segment, removed together.
+var segmentSuffixes = []string{logSuffix, indexSuffix, timeIndexSuffix, keysSuffix}
+
 // indexEntry maps a record (offset base+rel) to the file position of its frame.
 type indexEntry struct {
 	rel uint32
@@ -78,10 +81,16 @@ type segment struct {
 	// Indexer state: positions at or after which the next entry may be made.
 	nextIdxPos  int64
 	nextTidxPos int64
+	// Key index (keyindex.go): mem holds the entries of the active segment
+	// (and of a sealed one until its run is written); run is the parsed
+	// block index of the sealed segment's .keys file. Both nil: the run is
+	// missing and queued for a rebuild.
+	mem *memIndex
+	run *runIndex
 }
 
 func newSegment(dir string, base int64) *segment {
-	s := &segment{base: base, dir: dir, loaded: true, maxTs: math.MinInt64, end: base, nextIdxPos: indexInterval}
+	s := &segment{base: base, dir: dir, loaded: true, maxTs: math.MinInt64, end: base, nextIdxPos: indexInterval, mem: newMemIndex()}
 	s.refs.Store(1)
 	return s
 }
@@ -113,7 +122,7 @@ func (s *segment) release() {
 		s.f = nil
 	}
 	if s.deleted {
-		for _, suf := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		for _, suf := range segmentSuffixes {
 			_ = removeIfExists(s.path(suf))
 		}
 	}
@@ -161,7 +170,7 @@ func (s *segment) markDeleted() error {
 		return nil
 	}
 	var first error
-	for _, suf := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+	for _, suf := range segmentSuffixes {
 		from := s.path(suf)
 		if err := renameIfExists(from, from+deletedSuffix); err != nil && first == nil {
 			first = err
@@ -331,7 +340,7 @@ func writeIndexFile(path string, data []byte, durable bool) error {
 func (s *segment) openSealed(size, end int64, durable bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sealed, s.loaded, s.end = true, false, end
+	s.sealed, s.loaded, s.end, s.mem = true, false, end, nil
 	s.size.Store(size)
 	s.wpos = size
 	if ts, ok := s.peekMaxTs(size); ok {

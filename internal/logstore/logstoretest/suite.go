@@ -58,6 +58,15 @@ func Run(t *testing.T, newStore func(t *testing.T) logstore.Store) {
 		{"UnknownTopicOrPartition", testUnknown},
 		{"ContextCanceled", testContextCanceled},
 		{"Closed", testClosed},
+		// KeyIndexer (change-stream.md §7), for stores that implement it.
+		{"KeyIndexLatestBelowEnd", keyIndexed(testKeyIndexLatestBelowEnd)},
+		{"KeyIndexPrefixAndOrder", keyIndexed(testKeyIndexPrefixAndOrder)},
+		{"KeyIndexModel", keyIndexed(testKeyIndexModel)},
+		{"KeyIndexAppendDuringScan", keyIndexed(testKeyIndexAppendDuringScan)},
+		{"KeyIndexPurge", keyIndexed(testKeyIndexPurge)},
+		{"KeyIndexRangeStats", keyIndexed(testKeyIndexRangeStats)},
+		{"KeyIndexSegmentEnd", keyIndexed(testKeyIndexSegmentEnd)},
+		{"KeyIndexTopicID", keyIndexed(testKeyIndexTopicID)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,0 +1,341 @@
+package logstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+)
+
+var _ KeyIndexer = (*FileStore)(nil)
+
+// keyRebuilder rebuilds missing or damaged key-index runs in the background
+// (one goroutine per store, started by Open).
+type keyRebuilder struct {
+	mu   sync.Mutex
+	jobs []keyJob
+	wake chan struct{} // buffered 1
+}
+
+type keyJob struct {
+	p   *partition
+	seg *segment
+}
+
+// rebuildHook, when set (tests), runs before each run rebuild.
+var rebuildHook func()
+
+// queueKeyRebuild marks seg's run missing and queues its rebuild; until it
+// is done the partition's scans fail with ErrIndexNotReady.
+func (p *partition) queueKeyRebuild(seg *segment) {
+	p.keysPending.Add(1)
+	r := &p.st.keys
+	r.mu.Lock()
+	r.jobs = append(r.jobs, keyJob{p, seg})
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// keyLoop runs queued rebuilds until the store closes.
+func (s *FileStore) keyLoop() {
+	defer s.wg.Done()
+	for {
+		s.keys.mu.Lock()
+		var job keyJob
+		ok := len(s.keys.jobs) > 0
+		if ok {
+			job = s.keys.jobs[0]
+			s.keys.jobs = s.keys.jobs[1:]
+		}
+		s.keys.mu.Unlock()
+		if !ok {
+			select {
+			case <-s.stop:
+				return
+			case <-s.keys.wake:
+			}
+			continue
+		}
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+		if rebuildHook != nil {
+			rebuildHook()
+		}
+		if err := job.p.rebuildRun(job.seg); err != nil {
+			if job.p.closedErr() == nil {
+				s.log.Error("logstore: rebuilding key index run failed; OSO stays off for the partition until restart",
+					"topic", job.p.topic, "partition", job.p.id, "segment", job.seg.base, "err", err)
+			}
+			continue
+		}
+		job.p.keysPending.Add(-1)
+	}
+}
+
+// rebuildRun scans a sealed segment and writes its key-index run. If the
+// file cannot be written the index stays in memory and serves scans.
+func (p *partition) rebuildRun(seg *segment) error {
+	if err := p.closedErr(); err != nil {
+		return err
+	}
+	p.mu.RLock()
+	listed := false
+	for _, s := range p.segs {
+		if s == seg {
+			listed = true
+			seg.acquire()
+			break
+		}
+	}
+	p.mu.RUnlock()
+	if !listed {
+		return nil // reclaimed meanwhile: nothing to index
+	}
+	defer seg.release()
+	f, err := seg.file()
+	if err != nil {
+		return err
+	}
+	mem := newMemIndex()
+	sc := newScanner(f, 0, seg.size.Load(), 0)
+	defer sc.close()
+	for {
+		fr, _, err := sc.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if errors.Is(err, errShortFrame) || errors.Is(err, errBadFrame) {
+				break // as rebuildLocked: reads reaching the damage report it
+			}
+			return err
+		}
+		_, fi, err := decodeFrame(fr, nil)
+		if err != nil {
+			break
+		}
+		if key, tomb, ok := frameKey(fr); ok {
+			mem.add(key, fi.offset, tomb)
+		}
+	}
+	seg.mu.Lock()
+	seg.mem = mem
+	seg.mu.Unlock()
+	p.sealKeys(seg)
+	return nil
+}
+
+// sealKeys writes a sealed segment's in-memory key index as its run file
+// and then serves scans from the file. A failed write is logged and leaves
+// the index in memory (Open rebuilds the file next time).
+func (p *partition) sealKeys(seg *segment) {
+	seg.mu.Lock()
+	mem, path, deleted := seg.mem, seg.path(keysSuffix), seg.deleted
+	seg.mu.Unlock()
+	if mem == nil || deleted {
+		return
+	}
+	ri, err := writeRun(path, seg.base, mem)
+	if err != nil {
+		p.st.log.Warn("logstore: writing key index run; keeping it in memory", "topic", p.topic, "partition", p.id, "segment", seg.base, "err", err)
+		return
+	}
+	seg.mu.Lock()
+	if !seg.deleted {
+		seg.run, seg.mem = ri, nil
+	}
+	seg.mu.Unlock()
+}
+
+// runCorrupt takes a run that failed a block checksum out of service and
+// queues its rebuild.
+func (p *partition) runCorrupt(seg *segment) {
+	seg.mu.Lock()
+	had := seg.run != nil
+	seg.run = nil
+	seg.mu.Unlock()
+	if had {
+		p.st.log.Error("logstore: key index run failed its checksum; rebuilding", "topic", p.topic, "partition", p.id, "segment", seg.base)
+		p.queueKeyRebuild(seg)
+	}
+}
+
+// scanKeys implements KeyIndexer.ScanKeys: one source per segment that may
+// hold offsets in [log start, end), merged by key.
+func (p *partition) scanKeys(prefix []byte, end int64) (KeyCursor, error) {
+	if err := p.closedErr(); err != nil {
+		return nil, err
+	}
+	if p.keysPending.Load() > 0 {
+		return nil, p.errf("%w", ErrIndexNotReady)
+	}
+	ls := p.logStart.Load()
+	p.mu.RLock()
+	var segs []*segment
+	for i, s := range p.segs {
+		if s.base >= end {
+			break
+		}
+		if i+1 < len(p.segs) && p.segs[i+1].base <= ls {
+			continue // wholly below the log start
+		}
+		s.acquire()
+		segs = append(segs, s)
+	}
+	p.mu.RUnlock()
+	release := func() {
+		for _, s := range segs {
+			s.release()
+		}
+	}
+	prefix = bytes.Clone(prefix)
+	iters := make([]keyIter, 0, len(segs))
+	fail := func(err error) (KeyCursor, error) {
+		for _, it := range iters {
+			it.close()
+		}
+		release()
+		return nil, err
+	}
+	for _, s := range segs {
+		s.mu.Lock()
+		mem, ri := s.mem, s.run
+		var f *os.File
+		var err error
+		if mem == nil && ri != nil {
+			f, err = os.Open(s.path(keysSuffix))
+		}
+		s.mu.Unlock()
+		switch {
+		case mem != nil:
+			iters = append(iters, newMemIter(mem, prefix, end))
+		case ri == nil:
+			return fail(p.errf("%w", ErrIndexNotReady))
+		case err != nil:
+			return fail(p.errf("open key index run: %w", err))
+		default:
+			it := newRunIter(f, ri, prefix, end)
+			it.onCorrupt = func() { p.runCorrupt(s) }
+			iters = append(iters, it)
+		}
+	}
+	return newMergeCursor(iters, release), nil
+}
+
+// rangeStats implements KeyIndexer.RangeStats from segment sizes and the
+// sparse offset indexes (accurate to about indexInterval per end).
+func (p *partition) rangeStats(from, end int64) (int64, int64, error) {
+	if err := p.closedErr(); err != nil {
+		return 0, 0, err
+	}
+	hw := p.hw.Load()
+	from, end = max(from, p.logStart.Load()), min(end, hw)
+	if from >= end {
+		return 0, 0, nil
+	}
+	type span struct {
+		seg    *segment
+		segEnd int64
+	}
+	var spans []span
+	p.mu.RLock()
+	for i, s := range p.segs {
+		segEnd := hw
+		if i+1 < len(p.segs) {
+			segEnd = p.segs[i+1].base
+		}
+		if segEnd <= from || s.base >= end {
+			continue
+		}
+		s.acquire()
+		spans = append(spans, span{s, segEnd})
+	}
+	p.mu.RUnlock()
+	var size int64
+	var err error
+	for _, sp := range spans {
+		lo, hi := int64(0), sp.seg.size.Load()
+		if from > sp.seg.base && err == nil {
+			lo, err = sp.seg.lookup(from)
+		}
+		if end < sp.segEnd && err == nil {
+			hi, err = sp.seg.lookup(end)
+		}
+		size += max(hi-lo, 0)
+		sp.seg.release()
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	return end - from, size, nil
+}
+
+// segmentEnd implements KeyIndexer.SegmentEnd.
+func (p *partition) segmentEnd(off int64) (int64, error) {
+	if err := p.closedErr(); err != nil {
+		return 0, err
+	}
+	hw := p.hw.Load()
+	if off >= hw {
+		return hw, nil
+	}
+	seg, end, err := p.acquire(max(off, 0), hw)
+	if err != nil {
+		return 0, err
+	}
+	seg.release()
+	return end, nil
+}
+
+// TopicID implements KeyIndexer.
+func (s *FileStore) TopicID(name string) (string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return "", ErrClosed
+	}
+	t := s.topics[name]
+	if t == nil {
+		return "", fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
+	}
+	return t.info.ID, nil
+}
+
+// ScanKeys implements KeyIndexer.
+func (s *FileStore) ScanKeys(ctx context.Context, topic string, partition int32, prefix []byte, end int64) (KeyCursor, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return nil, err
+	}
+	return p.scanKeys(prefix, end)
+}
+
+// RangeStats implements KeyIndexer.
+func (s *FileStore) RangeStats(topic string, partition int32, from, end int64) (int64, int64, error) {
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, 0, err
+	}
+	return p.rangeStats(from, end)
+}
+
+// SegmentEnd implements KeyIndexer.
+func (s *FileStore) SegmentEnd(topic string, partition int32, offset int64) (int64, error) {
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, err
+	}
+	return p.segmentEnd(offset)
+}

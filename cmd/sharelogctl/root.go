@@ -132,6 +132,7 @@ sharelogctl exit with status 1.`,
 		a.consumeCmd(),
 		a.purgeCmd(),
 		a.shareGroupsCmd(),
+		a.streamCmd(),
 		a.versionCmd(),
 	)
 	return root

@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/changestream"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/service"
 	"github.com/sharelog/sharelog/internal/sharegroup"
@@ -57,6 +58,8 @@ type Server struct {
 	tel   *telemetry.Telemetry
 	store *logstore.FileStore
 	share *sharegroup.Manager
+	// streams runs StreamChanges calls; Close ends them with SHUTDOWN first.
+	streams *changestream.Manager
 
 	grpcServer   *grpc.Server // public listener
 	gatewayGRPC  *grpc.Server // in-memory listener the gateway dials
@@ -141,6 +144,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	s.health = health.NewServer()
 	logSvc := service.NewLogService(store, service.LogConfig{SegmentBytes: cfg.SegmentBytes, OnTopicDeleted: s.share.TopicDeleted}, log)
 	shareSvc := service.NewShareGroupService(s.share, log)
+	// Change streams read the unwrapped store: a tail would otherwise add a
+	// span per read batch to its call's trace for as long as it runs.
+	if s.streams, err = changestream.New(s.store, s.store, changestream.Config{
+		Backfill:             changestream.Backfill(cfg.OSOBackfill),
+		AutoSmallRatio:       cfg.OSOAutoSmallRatio,
+		AutoLargeRatio:       cfg.OSOAutoLargeRatio,
+		AutoSmallRecordBytes: cfg.OSOAutoSmallRecordBytes,
+		MaxStreams:           cfg.MaxChangeStreams,
+		Meter:                s.tel.Meter,
+	}); err != nil {
+		return nil, err
+	}
+	changeSvc := service.NewChangeStreamService(s.streams, log)
 	newGRPC := func(creds credentials.TransportCredentials) *grpc.Server {
 		gs := grpc.NewServer(
 			grpc.Creds(creds),
@@ -161,7 +177,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		)
 		sharelogv1.RegisterLogServiceServer(gs, logSvc)
 		sharelogv1.RegisterShareGroupServiceServer(gs, shareSvc)
-		sharelogv1.RegisterChangeStreamServiceServer(gs, service.ChangeStreamService{})
+		sharelogv1.RegisterChangeStreamServiceServer(gs, changeSvc)
 		healthpb.RegisterHealthServer(gs, s.health)
 		reflection.Register(gs)
 		return gs
@@ -277,6 +293,12 @@ func (s *Server) Close() error {
 
 func (s *Server) teardown(ctx context.Context) error {
 	s.ready.Store(false)
+	if s.streams != nil {
+		// Streams end with stream_end{SHUTDOWN} at their next event and new
+		// calls get UNAVAILABLE, so the graceful stops below do not wait for
+		// tails (an NDJSON tail would hold the HTTP shutdown too).
+		s.streams.Shutdown()
+	}
 	if s.health != nil {
 		s.health.Shutdown()
 	}

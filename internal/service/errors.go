@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sharelog/sharelog/internal/changestream"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
@@ -27,6 +28,16 @@ var shareGroupCodes = map[string]codes.Code{
 	sharegroup.ReasonFencedMemberEpoch:        codes.FailedPrecondition,
 	sharegroup.ReasonGroupMaxSizeReached:      codes.ResourceExhausted,
 	sharegroup.ReasonNonEmptyGroup:            codes.FailedPrecondition,
+}
+
+// changeStreamCodes maps change-stream reasons to the gRPC codes of api.md §7.
+var changeStreamCodes = map[string]codes.Code{
+	changestream.ReasonInvalidRequest:          codes.InvalidArgument,
+	changestream.ReasonUnknownTopicOrPartition: codes.NotFound,
+	changestream.ReasonRollbackRequired:        codes.FailedPrecondition,
+	changestream.ReasonOffsetOutOfRange:        codes.OutOfRange,
+	changestream.ReasonThrottlingQuotaExceeded: codes.ResourceExhausted,
+	changestream.ReasonUnavailable:             codes.Unavailable,
 }
 
 // Reasons of api.md §7, carried in ErrorInfo.reason.
@@ -99,9 +110,16 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	}
 	var e *Error
 	var sg *sharegroup.Error
+	var cs *changestream.Error
 	switch {
 	case errors.As(err, &e):
 		return e
+	case errors.As(err, &cs):
+		code, ok := changeStreamCodes[cs.Reason]
+		if !ok {
+			code = codes.Internal
+		}
+		return &Error{Code: code, Reason: cs.Reason, Message: cs.Message, Metadata: cs.Metadata}
 	case errors.As(err, &sg):
 		code, ok := shareGroupCodes[sg.Reason]
 		if !ok {

@@ -1,0 +1,34 @@
+// Package changestream produces the change stream of one partition
+// (change-stream.md): request validation and rollback checks, an optional
+// out-of-sequence-order (OSO) snapshot read from the log store's key index,
+// then ordered snapshots and the live tail. It knows nothing of gRPC:
+// internal/service translates Request and Event to and from the protos.
+//
+// # One call
+//
+//	validate (§2, one read of LSO and HW, which also fixes E = HW)
+//	  └─ OSO eligible (§4.1; auto: §4.3 estimate from RangeStats and a
+//	     counting key cursor)?
+//	       oso(START) · per key its latest record in [L0, E) · [adv(E-1)] · oso(END)
+//	  └─ ordered snapshots from max(start, LSO) or E:
+//	       DISK while catching up, cut at segment ends (KeyIndexer.SegmentEnd);
+//	       MEMORY once the stream reached the HW, one per HW advance
+//	       (Store.Watch, no polling), a range without a match held back up
+//	       to HoldBack and merged with the next
+//	  └─ stream_end: OK at end_offset; ROLLBACK when a purge overtakes the
+//	     reader; TOPIC_DELETED when the topic goes (or is re-created);
+//	     SHUTDOWN after Manager.Shutdown.
+//
+// Before every event the stream checks, without blocking, the partition's
+// watch channel (closed by appends, purges and topic deletion), the
+// shutdown signal and the context, so a deleted topic or a shutdown is
+// noticed after at most the event already handed to the transport.
+//
+// # Resources
+//
+// A call runs on the caller's goroutine and holds one read batch (at most
+// BatchRecords records / BatchBytes bytes, or one larger record), or in an
+// OSO snapshot one index cursor (one buffered block per index run) and one
+// record. Events are handed to send one by one; send blocking (gRPC flow
+// control) is the back-pressure. Manager caps the calls open at once.
+package changestream

@@ -1,0 +1,314 @@
+package changestream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sharelog/sharelog/internal/logstore"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxStreams   = 1024
+	DefaultHoldBack     = time.Second
+	DefaultBatchRecords = 256
+	DefaultBatchBytes   = 1 << 20
+	// fallbackDiskSpan caps a DISK snapshot when the store cannot tell
+	// segment boundaries (no KeyIndexer): the resume point still moves
+	// regularly during a filtered catch-up.
+	fallbackDiskSpan = 65536
+)
+
+// Config configures a Manager. Zero values take the defaults.
+type Config struct {
+	Backfill             Backfill // --oso-backfill; "" = auto
+	AutoSmallRatio       float64  // --oso-auto-small-ratio
+	AutoLargeRatio       float64  // --oso-auto-large-ratio
+	AutoSmallRecordBytes int      // --oso-auto-small-record-bytes
+	MaxStreams           int      // --max-change-streams; 0 = DefaultMaxStreams
+	// HoldBack is how long a live-tail snapshot in which nothing matches may
+	// be held back and merged with the next (change-stream.md §3.2, at most
+	// 1 s; 0 = DefaultHoldBack, negative = never hold back).
+	HoldBack     time.Duration
+	BatchRecords int // records read at once (0 = 256)
+	BatchBytes   int // bytes read at once (0 = 1 MiB; one larger record alone)
+	Meter        metric.MeterProvider
+}
+
+// Manager runs StreamChanges calls over a log store. Its methods are safe for
+// concurrent use.
+type Manager struct {
+	store logstore.Store
+	idx   logstore.KeyIndexer // nil: no OSO, DISK snapshots capped by fallbackDiskSpan
+	cfg   Config
+
+	open      atomic.Int64
+	stop      chan struct{}
+	stopOnce  sync.Once
+	backfills metric.Int64Counter
+}
+
+// New returns a Manager. The store's key index is used when it implements
+// logstore.KeyIndexer; idx overrides that (pass the unwrapped store when
+// store is a wrapper such as the tracing one).
+func New(store logstore.Store, idx logstore.KeyIndexer, cfg Config) (*Manager, error) {
+	if idx == nil {
+		idx, _ = store.(logstore.KeyIndexer)
+	}
+	switch cfg.Backfill {
+	case "":
+		cfg.Backfill = BackfillAuto
+	case BackfillAuto, BackfillEnabled, BackfillDisabled:
+	default:
+		return nil, fmt.Errorf("oso backfill %q: must be auto, enabled or disabled", cfg.Backfill)
+	}
+	if cfg.AutoSmallRatio < 0 || cfg.AutoSmallRatio > 1 || cfg.AutoLargeRatio < 0 || cfg.AutoLargeRatio > 1 || cfg.AutoSmallRecordBytes < 0 {
+		return nil, errors.New("oso auto ratios must be within [0, 1] and the record size not negative")
+	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.HoldBack == 0 {
+		cfg.HoldBack = DefaultHoldBack
+	}
+	if cfg.BatchRecords <= 0 {
+		cfg.BatchRecords = DefaultBatchRecords
+	}
+	if cfg.BatchBytes <= 0 {
+		cfg.BatchBytes = DefaultBatchBytes
+	}
+	if cfg.Meter == nil {
+		cfg.Meter = noop.NewMeterProvider()
+	}
+	m := &Manager{store: store, idx: idx, cfg: cfg, stop: make(chan struct{})}
+	var err error
+	m.backfills, err = cfg.Meter.Meter("github.com/sharelog/sharelog/internal/changestream").Int64Counter(
+		"sharelog.change_stream.backfills",
+		metric.WithDescription("Full backfills of change streams by the shape chosen (kind=oso or ordered)."),
+		metric.WithUnit("{backfill}"))
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Shutdown makes every open stream end with stream_end{SHUTDOWN} at its next
+// event boundary, and new calls fail with UNAVAILABLE. It does not wait.
+func (m *Manager) Shutdown() {
+	m.stopOnce.Do(func() { close(m.stop) })
+}
+
+// Open returns the number of calls in progress.
+func (m *Manager) Open() int64 { return m.open.Load() }
+
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// validate is step 1 of change-stream.md §2.
+func validate(req *Request) error {
+	switch {
+	case req.Topic == "":
+		return invalid("topic is required")
+	case req.Partition < 0:
+		return invalid("partition must not be negative, got %d", req.Partition)
+	case req.StartOffset < 0:
+		return invalid("start_offset must not be negative, got %d", req.StartOffset)
+	case req.EndOffset != nil && *req.EndOffset < req.StartOffset:
+		return invalid("end_offset %d is below start_offset %d", *req.EndOffset, req.StartOffset)
+	case req.TopicID != nil && !uuidRE.MatchString(*req.TopicID):
+		return invalid("topic_id %q is not a UUID", *req.TopicID)
+	case !req.OSO.known():
+		return invalid("unknown oso_mode %d", req.OSO)
+	}
+	return nil
+}
+
+func rollbackRequired(cause, topicID string, ls, hw int64, msg string) *Error {
+	return &Error{
+		Reason:  ReasonRollbackRequired,
+		Message: msg + "; drop the state derived from this partition and restart from offset 0",
+		Metadata: map[string]string{
+			"rollback_offset":  "0",
+			"cause":            cause,
+			"topic_id":         topicID,
+			"log_start_offset": strconv.FormatInt(ls, 10),
+			"high_watermark":   strconv.FormatInt(hw, 10),
+		},
+	}
+}
+
+// Stream runs one call: it validates req (change-stream.md §2; a failure is
+// an *Error or a logstore sentinel, before any event), then sends events
+// one at a time through send until the call ends. It returns nil after
+// stream_end, ctx's error when cancelled, or the error that stopped it
+// (logstore.ErrCorrupt on a checksum failure). send blocking is the
+// back-pressure: nothing is buffered beyond one read batch.
+func (m *Manager) Stream(ctx context.Context, req Request, send func(*Event) error) error {
+	if err := validate(&req); err != nil {
+		return err
+	}
+	select {
+	case <-m.stop:
+		return &Error{Reason: ReasonUnavailable, Message: "the server is shutting down"}
+	default:
+	}
+	if n := m.open.Add(1); n > int64(m.cfg.MaxStreams) {
+		m.open.Add(-1)
+		return &Error{Reason: ReasonThrottlingQuotaExceeded,
+			Message: fmt.Sprintf("%d change streams are open, the limit is %d (--max-change-streams)", n-1, m.cfg.MaxStreams)}
+	}
+	defer m.open.Add(-1)
+
+	s := &stream{m: m, ctx: ctx, req: req, send: send, prefix: req.KeyPrefix}
+	if req.EndOffset != nil {
+		s.hasEnd, s.end = true, *req.EndOffset
+	}
+	return s.run()
+}
+
+// start runs steps 2-5 of §2 against one read of the partition's bounds and
+// returns them.
+func (s *stream) start() (ls, hw int64, err error) {
+	req := &s.req
+	// Subscribe before reading the bounds, so no change is missed.
+	if s.watch, err = s.m.store.Watch(req.Topic, req.Partition); err != nil {
+		return 0, 0, s.unknownOr(err)
+	}
+	info, parts, err := s.m.store.Topic(s.ctx, req.Topic)
+	if err != nil {
+		return 0, 0, s.unknownOr(err)
+	}
+	if int(req.Partition) >= len(parts) {
+		return 0, 0, s.unknownOr(logstore.ErrUnknownTopic)
+	}
+	s.topicID = info.ID
+	ls, hw = parts[req.Partition].LogStartOffset, parts[req.Partition].HighWatermark
+	if req.TopicID != nil && *req.TopicID != info.ID {
+		return 0, 0, rollbackRequired(CauseTopicRecreated, info.ID, ls, hw,
+			fmt.Sprintf("topic %q was re-created: its id is %s, not %s", req.Topic, info.ID, *req.TopicID))
+	}
+	if req.StartOffset > hw {
+		return 0, 0, &Error{
+			Reason:  ReasonOffsetOutOfRange,
+			Message: fmt.Sprintf("start_offset %d is above the high watermark %d", req.StartOffset, hw),
+			Metadata: map[string]string{
+				"log_start_offset": strconv.FormatInt(ls, 10),
+				"high_watermark":   strconv.FormatInt(hw, 10),
+			},
+		}
+	}
+	// P (the greatest tombstone removed by compaction) is -1: the store does
+	// not compact, so tombstones_purged cannot happen yet.
+	if req.StartOffset > 0 && req.StartOffset < ls {
+		return 0, 0, rollbackRequired(CauseHistoryPurged, info.ID, ls, hw,
+			fmt.Sprintf("offsets below %d were purged; start_offset %d is no longer readable", ls, req.StartOffset))
+	}
+	return ls, hw, nil
+}
+
+func (s *stream) unknownOr(err error) error {
+	if errors.Is(err, logstore.ErrUnknownTopic) {
+		return &Error{Reason: ReasonUnknownTopicOrPartition,
+			Message: fmt.Sprintf("topic %q has no partition %d", s.req.Topic, s.req.Partition)}
+	}
+	return err
+}
+
+// chooseOSO applies the eligibility rules of §4.1 and, under auto, the
+// estimate of §4.3. It returns an open cursor when the call begins with an
+// OSO snapshot.
+func (s *stream) chooseOSO(l0, e int64) (logstore.KeyCursor, error) {
+	req, m := &s.req, s.m
+	if !req.OSO.wantsOSO() || req.StartOffset > l0 || e <= l0 || s.hasEnd && s.end < e || m.idx == nil {
+		return nil, nil
+	}
+	kind := "ordered"
+	span := trace.SpanFromContext(s.ctx)
+	defer func() {
+		m.backfills.Add(s.ctx, 1, metric.WithAttributes(attribute.String("kind", kind)))
+		span.SetAttributes(attribute.String("sharelog.change_stream.backfill", kind))
+	}()
+	switch m.cfg.Backfill {
+	case BackfillDisabled:
+		return nil, nil
+	case BackfillAuto:
+		ok, err := s.estimate(l0, e)
+		if err != nil || !ok {
+			return nil, ignoreNotReady(err)
+		}
+	}
+	c, err := m.idx.ScanKeys(s.ctx, req.Topic, req.Partition, req.KeyPrefix, e)
+	if err != nil {
+		return nil, ignoreNotReady(err)
+	}
+	kind = "oso"
+	return c, nil
+}
+
+func ignoreNotReady(err error) error {
+	if errors.Is(err, logstore.ErrIndexNotReady) {
+		return nil // eligibility 5: the index is being rebuilt
+	}
+	return err
+}
+
+// estimate is the auto rule of §4.3: OSO iff the matching keys M are at most
+// r·N, counting at most floor(r·N)+1 keys and reading no record.
+func (s *stream) estimate(l0, e int64) (bool, error) {
+	req, m := &s.req, s.m
+	n, b, err := m.idx.RangeStats(req.Topic, req.Partition, l0, e)
+	if err != nil {
+		return false, err
+	}
+	r := m.cfg.AutoLargeRatio
+	if n > 0 && float64(b)/float64(n) < float64(m.cfg.AutoSmallRecordBytes) {
+		r = m.cfg.AutoSmallRatio
+	}
+	limit := int64(math.Floor(r*float64(n))) + 1
+	c, err := m.idx.ScanKeys(s.ctx, req.Topic, req.Partition, req.KeyPrefix, e)
+	if err != nil {
+		return false, err
+	}
+	var keys int64
+	for keys < limit && c.Next() {
+		keys++
+	}
+	err = c.Err()
+	c.Close()
+	if err != nil {
+		return false, err
+	}
+	oso := float64(keys) <= r*float64(n)
+	trace.SpanFromContext(s.ctx).SetAttributes(
+		attribute.Int64("sharelog.change_stream.auto.records", n),
+		attribute.Int64("sharelog.change_stream.auto.bytes", b),
+		attribute.Int64("sharelog.change_stream.auto.keys", keys),
+		attribute.Float64("sharelog.change_stream.auto.ratio", r),
+	)
+	return oso, nil
+}
+
+// Estimate reports what the auto rule would choose for a full backfill of
+// the partition with prefix now (benchmarks and tools).
+func (m *Manager) Estimate(ctx context.Context, topic string, partition int32, prefix []byte) (oso bool, err error) {
+	if m.idx == nil {
+		return false, nil
+	}
+	ls, hw, err := m.store.Bounds(topic, partition)
+	if err != nil || hw <= ls {
+		return false, err
+	}
+	s := &stream{m: m, ctx: ctx, req: Request{Topic: topic, Partition: partition, KeyPrefix: prefix}}
+	return s.estimate(ls, hw)
+}

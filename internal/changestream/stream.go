@@ -1,0 +1,385 @@
+package changestream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sharelog/sharelog/internal/logstore"
+)
+
+// stream is one call's state. It lives on the handler's goroutine and holds
+// at most one read batch (or one record and an index cursor in an OSO
+// snapshot): never the key set, the backlog or a queue of events.
+type stream struct {
+	m      *Manager
+	ctx    context.Context
+	req    Request
+	send   func(*Event) error
+	prefix []byte
+	hasEnd bool
+	end    int64
+
+	topicID string
+	watch   <-chan struct{} // closed at the partition's next change
+	ls, hw  int64           // bounds as of the last change seen
+
+	pos     int64 // next offset to cover
+	memory  bool  // the stream reached the HW once: snapshots are MEMORY
+	scanned int64 // [pos, scanned) is known to hold no match (held back)
+	heldAt  time.Time
+	ev      Event
+}
+
+// errEnded stops the loops once stream_end was sent.
+var errEnded = errors.New("stream ended")
+
+func (s *stream) run() error {
+	ls, hw, err := s.start()
+	if err != nil {
+		return err
+	}
+	s.ls, s.hw = ls, hw
+	s.pos = max(s.req.StartOffset, ls)
+	if s.req.Started != nil {
+		s.req.Started()
+	}
+	cursor, err := s.chooseOSO(ls, hw)
+	if err != nil {
+		return err
+	}
+	if cursor != nil {
+		err = s.oso(cursor, ls, hw)
+		cursor.Close()
+	}
+	if err == nil {
+		err = s.ordered()
+	}
+	if errors.Is(err, errEnded) {
+		return nil
+	}
+	return err
+}
+
+// finish sends stream_end{reason}; the call then completes with status OK.
+func (s *stream) finish(reason EndReason) error {
+	if err := s.emit(&Event{Kind: EventEnd, Reason: reason}); err != nil {
+		return err
+	}
+	return errEnded
+}
+
+func (s *stream) emit(ev *Event) error {
+	if err := s.send(ev); err != nil {
+		if cerr := s.ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return err
+	}
+	return nil
+}
+
+// interrupted is checked before every event: cancellation, shutdown, and any
+// change of the partition (topic deleted or re-created, log start moved).
+// It returns errEnded after sending the stream_end the situation calls for.
+// next is the offset of the record about to be sent, or -1.
+func (s *stream) interrupted(next int64) error {
+	if err := s.ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-s.m.stop:
+		return s.finish(EndShutdown)
+	case <-s.watch:
+		if err := s.refresh(); err != nil {
+			return err
+		}
+	default:
+	}
+	if next >= 0 && next < s.ls {
+		return s.finish(EndRollback) // a purge overtook the reader (§6.1)
+	}
+	return nil
+}
+
+// refresh re-subscribes and re-reads the bounds after a change, ending the
+// stream if the topic is gone or is not the one the call started on.
+func (s *stream) refresh() error {
+	st, req := s.m.store, &s.req
+	w, err := st.Watch(req.Topic, req.Partition)
+	if err == nil {
+		s.watch = w
+		s.ls, s.hw, err = st.Bounds(req.Topic, req.Partition)
+	}
+	if err == nil && s.m.idx != nil {
+		var id string
+		if id, err = s.m.idx.TopicID(req.Topic); err == nil && id != s.topicID {
+			err = logstore.ErrUnknownTopic // deleted, and the name re-created
+		}
+	}
+	return s.storeErr(err)
+}
+
+// storeErr turns the store errors that end a stream into its stream_end.
+func (s *stream) storeErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, logstore.ErrUnknownTopic):
+		return s.finish(EndTopicDeleted)
+	case errors.Is(err, logstore.ErrClosed):
+		return s.finish(EndShutdown)
+	case errors.Is(err, logstore.ErrOffsetOutOfRange):
+		return s.finish(EndRollback)
+	}
+	return err
+}
+
+func (s *stream) matches(key []byte) bool {
+	return len(key) > 0 && bytes.HasPrefix(key, s.prefix)
+}
+
+// sendRecord sends r as a mutation or a deletion.
+func (s *stream) sendRecord(r *logstore.Record) error {
+	if err := s.interrupted(r.Offset); err != nil {
+		return err
+	}
+	s.ev = Event{Kind: EventMutation, Record: r}
+	if r.Value == nil {
+		s.ev.Kind = EventDeletion
+	}
+	return s.emit(&s.ev)
+}
+
+// oso sends the OSO snapshot of [l0, e) (§4.2): each matching key's latest
+// record once, in key order, from the index cursor.
+func (s *stream) oso(c logstore.KeyCursor, l0, e int64) error {
+	req := &s.req
+	if err := s.interrupted(-1); err != nil {
+		return err
+	}
+	// A purge between the bounds read and the cursor may have dropped
+	// index runs the snapshot needed: such a stream needs records below the
+	// log start, so it is overtaken.
+	if s.ls > l0 {
+		return s.finish(EndRollback)
+	}
+	if err := s.emit(&Event{Kind: EventOSOStart}); err != nil {
+		return err
+	}
+	maxSent := int64(-1)
+	for c.Next() {
+		ent := c.Entry()
+		if ent.Offset < l0 {
+			continue // every record of the key is below the snapshot's range
+		}
+		if err := s.interrupted(ent.Offset); err != nil {
+			return err
+		}
+		recs, err := s.m.store.Read(s.ctx, req.Topic, req.Partition, ent.Offset, 1, 1)
+		if err != nil {
+			return s.storeErr(err)
+		}
+		if len(recs) != 1 || recs[0].Offset != ent.Offset || !bytes.Equal(recs[0].Key, ent.Key) {
+			return fmt.Errorf("key index of topic %q partition %d points key %q at offset %d, which holds another record",
+				req.Topic, req.Partition, ent.Key, ent.Offset)
+		}
+		if err := s.sendRecord(&recs[0]); err != nil {
+			return err
+		}
+		maxSent = max(maxSent, ent.Offset)
+	}
+	if err := c.Err(); err != nil {
+		return err
+	}
+	if req.OSO == OSOWithOffsetAdvanced && maxSent < e-1 {
+		if err := s.interrupted(-1); err != nil {
+			return err
+		}
+		if err := s.emit(&Event{Kind: EventOffsetAdvanced, Offset: e - 1}); err != nil {
+			return err
+		}
+	}
+	if err := s.interrupted(-1); err != nil {
+		return err
+	}
+	if err := s.emit(&Event{Kind: EventOSOEnd}); err != nil {
+		return err
+	}
+	s.pos = e
+	return nil
+}
+
+// ordered sends consecutive ordered snapshots from s.pos (§3), tailing at
+// the HW, until end_offset, a stream_end or an error.
+func (s *stream) ordered() error {
+	for {
+		if s.hasEnd && s.pos >= s.end {
+			return s.finish(EndOK)
+		}
+		if s.pos >= s.hw {
+			s.memory = true // what comes next was appended after the stream reached the HW
+		}
+		if err := s.interrupted(-1); err != nil {
+			return err
+		}
+		if s.pos < s.ls {
+			return s.finish(EndRollback)
+		}
+		if s.pos < s.hw {
+			held, err := s.snapshot()
+			if err != nil {
+				return err
+			}
+			if !held {
+				continue
+			}
+		}
+		if err := s.wait(); err != nil {
+			return err
+		}
+	}
+}
+
+// wait blocks until the partition changes, the held-back snapshot is due,
+// the server shuts down or the call is cancelled.
+func (s *stream) wait() error {
+	var due <-chan time.Time
+	if !s.heldAt.IsZero() {
+		t := time.NewTimer(time.Until(s.heldAt.Add(s.m.cfg.HoldBack)))
+		defer t.Stop()
+		due = t.C
+	}
+	select {
+	case <-s.ctx.Done():
+		return s.ctx.Err()
+	case <-s.m.stop:
+		return s.finish(EndShutdown)
+	case <-s.watch:
+		return s.refresh()
+	case <-due:
+		return nil
+	}
+}
+
+// snapshot sends one ordered snapshot [pos, e]: e is the HW - 1, capped at
+// end_offset - 1 and, for DISK, at the end of pos's segment. A live-tail
+// range where nothing matches may be held back (held = true) and merged
+// with the next one, for at most HoldBack.
+func (s *stream) snapshot() (held bool, err error) {
+	req := &s.req
+	e := s.hw - 1
+	if s.hasEnd {
+		e = min(e, s.end-1)
+	}
+	src := SourceMemory
+	if !s.memory {
+		src = SourceDisk
+		segEnd := s.pos + fallbackDiskSpan
+		if s.m.idx != nil {
+			if segEnd, err = s.m.idx.SegmentEnd(req.Topic, req.Partition, s.pos); err != nil {
+				return false, s.storeErr(err)
+			}
+		}
+		e = min(e, max(segEnd, s.pos+1)-1)
+	}
+
+	// Find the first match before sending the marker, so that a range with
+	// none can be held back (never a matching record).
+	from := max(s.pos, s.scanned)
+	batch, err := s.findMatch(from, e)
+	if err != nil {
+		return false, err
+	}
+	if batch == nil {
+		s.scanned = e + 1
+		if src == SourceMemory && s.m.cfg.HoldBack > 0 && !(s.hasEnd && e == s.end-1) {
+			now := time.Now()
+			if s.heldAt.IsZero() {
+				s.heldAt = now
+			}
+			if now.Sub(s.heldAt) < s.m.cfg.HoldBack {
+				return true, nil
+			}
+		}
+	}
+	if err := s.interrupted(-1); err != nil {
+		return false, err
+	}
+	if err := s.emit(&Event{Kind: EventMarker, Start: s.pos, End: e, Source: src}); err != nil {
+		return false, err
+	}
+	last := int64(-1)
+	for batch != nil {
+		for i := range batch {
+			r := &batch[i]
+			if r.Offset > e {
+				break
+			}
+			if s.matches(r.Key) {
+				if err := s.sendRecord(r); err != nil {
+					return false, err
+				}
+				last = r.Offset
+			}
+		}
+		next := batch[len(batch)-1].Offset + 1
+		batch = nil
+		if next <= e {
+			if batch, err = s.read(next, e); err != nil {
+				return false, err
+			}
+		}
+	}
+	if last != e {
+		if err := s.interrupted(-1); err != nil {
+			return false, err
+		}
+		if err := s.emit(&Event{Kind: EventOffsetAdvanced, Offset: e}); err != nil {
+			return false, err
+		}
+	}
+	s.pos, s.scanned, s.heldAt = e+1, e+1, time.Time{}
+	return false, nil
+}
+
+// read returns the next batch of [from, e] (at most BatchRecords records
+// and about BatchBytes).
+func (s *stream) read(from, e int64) ([]logstore.Record, error) {
+	req := &s.req
+	recs, err := s.m.store.Read(s.ctx, req.Topic, req.Partition, from,
+		int(min(int64(s.m.cfg.BatchRecords), e-from+1)), s.m.cfg.BatchBytes)
+	if err != nil {
+		return nil, s.storeErr(err)
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("topic %q partition %d: no record at offset %d below the high watermark", req.Topic, req.Partition, from)
+	}
+	return recs, nil
+}
+
+// findMatch reads [from, e] until a matching record and returns the batch
+// from it on, or nil if nothing matches.
+func (s *stream) findMatch(from, e int64) ([]logstore.Record, error) {
+	for from <= e {
+		if err := s.interrupted(-1); err != nil { // a long scan still notices a shutdown or deletion
+			return nil, err
+		}
+		batch, err := s.read(from, e)
+		if err != nil {
+			return nil, err
+		}
+		for i := range batch {
+			if batch[i].Offset > e {
+				return nil, nil
+			}
+			if s.matches(batch[i].Key) {
+				return batch[i:], nil
+			}
+		}
+		from = batch[len(batch)-1].Offset + 1
+	}
+	return nil, nil
+}

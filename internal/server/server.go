@@ -13,11 +13,11 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -161,17 +161,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		gs := grpc.NewServer(
 			grpc.Creds(creds),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+			// Reused handler goroutines keep their grown stacks: a new
+			// goroutine per call pays stack growth on every RPC.
+			grpc.NumStreamWorkers(uint32(runtime.NumCPU())),
 			grpc.StatsHandler(otelgrpc.NewServerHandler(
 				otelgrpc.WithTracerProvider(s.tel.Tracer), otelgrpc.WithMeterProvider(s.tel.Meter))),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 			grpc.ChainUnaryInterceptor(
 				recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
-				logging.UnaryServerInterceptor(interceptorLogger(log), logging.WithLevels(logLevel), logging.WithLogOnEvents(logging.FinishCall)),
+				callLogger{log}.unary,
 				auth.unary,
 			),
 			grpc.ChainStreamInterceptor(
 				recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
-				logging.StreamServerInterceptor(interceptorLogger(log), logging.WithLevels(logLevel), logging.WithLogOnEvents(logging.FinishCall)),
+				callLogger{log}.stream,
 				auth.stream,
 			),
 		)
@@ -349,25 +352,5 @@ func gracefulStop(ctx context.Context, gs *grpc.Server) {
 	case <-ctx.Done():
 		gs.Stop()
 		<-stopped
-	}
-}
-
-// interceptorLogger adapts slog to go-grpc-middleware's logging interceptor.
-func interceptorLogger(l *slog.Logger) logging.Logger {
-	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		l.Log(ctx, slog.Level(lvl), msg, fields...)
-	})
-}
-
-// logLevel logs successful calls at debug and failures at info (client
-// errors) or error (server faults), so the default level is not flooded.
-func logLevel(code codes.Code) logging.Level {
-	switch code {
-	case codes.OK, codes.Canceled:
-		return logging.LevelDebug
-	case codes.Internal, codes.DataLoss, codes.Unknown:
-		return logging.LevelError
-	default:
-		return logging.LevelInfo
 	}
 }

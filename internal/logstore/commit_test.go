@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sharelog/sharelog/internal/fsutil"
 )
 
 func TestGroupCommitSharesFsyncs(t *testing.T) {
@@ -60,7 +62,7 @@ func TestStorageErrorDisablesAppends(t *testing.T) {
 			_, hw, err := s.Bounds("f", 0)
 			require.NoError(t, err)
 			assert.Equal(t, int64(1), hw, "a failed append is not visible")
-			s.io = ioHooks{writeAt: (*os.File).WriteAt, datasync: datasync}
+			s.io = ioHooks{writeAt: (*os.File).WriteAt, datasync: fsutil.Fdatasync}
 			_, err = s.Append(ctx, "f", 0, []Record{{Value: []byte("after")}})
 			require.ErrorIs(t, err, injected, "the partition stays failed: its file state is unknown")
 			recs, err := s.Read(ctx, "f", 0, 0, 10, 1<<20)

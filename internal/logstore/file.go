@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sharelog/sharelog/internal/fsutil"
 )
 
 // FsyncMode says when appended data is forced to stable storage (api.md §8
@@ -157,7 +159,7 @@ func Open(dir string, opts Options) (*FileStore, error) {
 		creating:  make(map[string]struct{}),
 		wake:      make(chan struct{}, 1),
 		stop:      make(chan struct{}),
-		io:        ioHooks{writeAt: (*os.File).WriteAt, datasync: datasync},
+		io:        ioHooks{writeAt: (*os.File).WriteAt, datasync: fsutil.Fdatasync},
 		keys:      keyRebuilder{wake: make(chan struct{}, 1)},
 	}
 	if err := os.MkdirAll(s.topicsDir, 0o755); err != nil {
@@ -281,11 +283,11 @@ func (s *FileStore) createTopicFiles(info TopicInfo) (*topic, error) {
 		// creation, removed at Open. One fsync of t.dir (inside
 		// writeFileAtomic) covers the partition directories too; a lost
 		// empty partition directory is recreated at Open anyway.
-		if err := writeFileAtomic(filepath.Join(t.dir, metaFile), meta, s.durable()); err != nil {
+		if err := fsutil.WriteFileAtomic(filepath.Join(t.dir, metaFile), meta, dirSync(s.durable())); err != nil {
 			return err
 		}
 		if s.durable() {
-			return syncDir(s.topicsDir)
+			return fsutil.SyncDir(s.topicsDir)
 		}
 		return nil
 	}()
@@ -328,7 +330,7 @@ func (s *FileStore) DeleteTopic(ctx context.Context, name string) error {
 		return fmt.Errorf("delete topic %q: %w", name, err)
 	}
 	if s.durable() {
-		if err := syncDir(s.topicsDir); err != nil {
+		if err := fsutil.SyncDir(s.topicsDir); err != nil {
 			return fmt.Errorf("delete topic %q: %w", name, err)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sharelog/sharelog/internal/fsutil"
 )
 
 // logStartFile holds a partition's persisted log start offset (decimal text).
@@ -229,7 +231,7 @@ func (p *partition) writePiece(seg *segment, b []byte) error {
 			return err
 		}
 		if p.st.opts.Fsync != FsyncNever {
-			if err := syncDir(p.dir); err != nil {
+			if err := fsutil.SyncDir(p.dir); err != nil {
 				return err
 			}
 		}
@@ -283,7 +285,7 @@ func (p *partition) roll(old *segment, base int64) (*segment, error) {
 		return nil, err
 	}
 	if durable {
-		if err := syncDir(p.dir); err != nil {
+		if err := fsutil.SyncDir(p.dir); err != nil {
 			seg.release()
 			return nil, err
 		}
@@ -585,7 +587,7 @@ func (p *partition) moveLogStart(off int64) (int64, error) {
 	if hw := p.hw.Load(); off > hw {
 		return 0, p.errf("purge to offset %d beyond the high watermark %d: %w", off, hw, ErrOffsetOutOfRange)
 	}
-	if err := writeFileAtomic(filepath.Join(p.dir, logStartFile), strconv.AppendInt(nil, off, 10), p.st.opts.Fsync != FsyncNever); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(p.dir, logStartFile), strconv.AppendInt(nil, off, 10), dirSync(p.st.opts.Fsync != FsyncNever)); err != nil {
 		return 0, p.errf("persist log start offset: %w", err)
 	}
 	p.logStart.Store(off)
@@ -659,7 +661,7 @@ func (p *partition) shutdown(err error, flush bool) error {
 	var ferr error
 	if flush && len(segs) > 0 {
 		if f := segs[len(segs)-1].f; f != nil { // the leader is gone: no race on f
-			ferr = datasync(f)
+			ferr = fsutil.Fdatasync(f)
 		}
 	}
 	for _, s := range segs {

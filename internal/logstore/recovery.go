@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sharelog/sharelog/internal/fsutil"
 )
 
 // load reads every topic under topicsDir (Open's recovery).
@@ -113,7 +115,7 @@ func (p *partition) open() error {
 			return err
 		}
 		if p.st.durable() {
-			if err := syncDir(filepath.Dir(p.dir)); err != nil {
+			if err := fsutil.SyncDir(filepath.Dir(p.dir)); err != nil {
 				return err
 			}
 		}
@@ -344,7 +346,7 @@ func (p *partition) recoverActive(seg *segment) error {
 	// Data recovered from the page cache after a process crash may not be on
 	// disk yet; make the recovered high watermark durable.
 	if p.st.durable() {
-		return datasync(f)
+		return fsutil.Fdatasync(f)
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sharelog/sharelog/internal/fsutil"
 )
 
 // Sparse index parameters.
@@ -305,32 +307,10 @@ func (s *segment) writeIndexesLocked(durable bool) error {
 		tb = binary.BigEndian.AppendUint32(tb, e.rel)
 	}
 	// No directory fsync: an index lost to a crash is rebuilt from the log.
-	if err := writeIndexFile(s.path(indexSuffix), ib, durable); err != nil {
+	if err := fsutil.WriteFileAtomic(s.path(indexSuffix), ib, fileSync(durable)); err != nil {
 		return err
 	}
-	return writeIndexFile(s.path(timeIndexSuffix), tb, durable)
-}
-
-func writeIndexFile(path string, data []byte, durable bool) error {
-	tmp := path + tmpSuffix
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil && durable {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-	}
-	return err
+	return fsutil.WriteFileAtomic(s.path(timeIndexSuffix), tb, fileSync(durable))
 }
 
 // openSealed prepares a sealed segment found at Open: its size, and its

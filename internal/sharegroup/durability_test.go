@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/internal/fsutil"
 	"github.com/sharelog/sharelog/internal/logstore"
 )
 
@@ -235,7 +236,7 @@ func (f *faultHooks) hooks() *ioHooks {
 			if f.failSync.Load() {
 				return errors.New("injected fsync failure")
 			}
-			return fdatasync(file)
+			return fsutil.Fdatasync(file)
 		},
 	}
 }
@@ -352,7 +353,7 @@ func TestGroupCommit(t *testing.T) {
 		sync: func(f *os.File) error {
 			syncs.Add(1)
 			time.Sleep(5 * time.Millisecond) // a slow disk
-			return fdatasync(f)
+			return fsutil.Fdatasync(f)
 		},
 	}
 	e := newEnv(t, func(o *Options) { o.testHooks = hooks })

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sharelog/sharelog/internal/fsutil"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
 )
@@ -613,7 +614,7 @@ func (m *Manager) removeOldFiles(gen uint64) {
 		}
 	}
 	if removed {
-		if err := syncDir(m.opts.Dir); err != nil {
+		if err := fsutil.SyncDir(m.opts.Dir); err != nil {
 			m.log.Warn("syncing the share state directory", "err", err)
 		}
 	}

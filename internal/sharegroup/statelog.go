@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sharelog/sharelog/internal/fsutil"
 	"github.com/sharelog/sharelog/internal/logstore"
 )
 
@@ -81,7 +82,7 @@ type rotation struct {
 var errLogClosed = errors.New("share state log closed")
 
 func defaultHooks() ioHooks {
-	return ioHooks{write: (*os.File).Write, sync: fdatasync}
+	return ioHooks{write: (*os.File).Write, sync: fsutil.Fdatasync}
 }
 
 func genFileName(gen uint64) string { return fmt.Sprintf("state-%016d.log", gen) }
@@ -114,7 +115,7 @@ func (l *stateLog) openGen(gen uint64) error {
 		f.Close()
 		return err
 	}
-	if err := syncDir(l.dir); err != nil {
+	if err := fsutil.SyncDir(l.dir); err != nil {
 		f.Close()
 		return err
 	}
@@ -336,20 +337,6 @@ func (l *stateLog) close() error {
 	l.wg.Wait()
 	err := l.failed()
 	if cerr := l.f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// syncDir fsyncs a directory so that creations, renames and removals in it
-// survive a power loss.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
 	return err

@@ -1,13 +1,13 @@
-package sharegroup
+package fsutil
 
 import (
 	"os"
 	"syscall"
 )
 
-// fdatasync flushes f's data and the metadata needed to read it back,
-// skipping the mtime update a full fsync would also write.
-func fdatasync(f *os.File) error {
+// Fdatasync flushes f's data and the metadata needed to read it back (its
+// size), skipping the mtime update that a full fsync would also write.
+func Fdatasync(f *os.File) error {
 	sc, err := f.SyscallConn()
 	if err != nil {
 		return err
@@ -15,7 +15,8 @@ func fdatasync(f *os.File) error {
 	var serr error
 	if err := sc.Control(func(fd uintptr) {
 		for {
-			if serr = syscall.Fdatasync(int(fd)); serr != syscall.EINTR {
+			serr = syscall.Fdatasync(int(fd))
+			if serr != syscall.EINTR {
 				return
 			}
 		}

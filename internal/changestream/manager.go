@@ -276,16 +276,7 @@ func (s *stream) estimate(l0, e int64) (bool, error) {
 		r = m.cfg.AutoSmallRatio
 	}
 	limit := int64(math.Floor(r*float64(n))) + 1
-	c, err := m.idx.ScanKeys(s.ctx, req.Topic, req.Partition, req.KeyPrefix, e)
-	if err != nil {
-		return false, err
-	}
-	var keys int64
-	for keys < limit && c.Next() {
-		keys++
-	}
-	err = c.Err()
-	c.Close()
+	keys, err := s.countKeys(e, limit)
 	if err != nil {
 		return false, err
 	}
@@ -297,6 +288,37 @@ func (s *stream) estimate(l0, e int64) (bool, error) {
 		attribute.Float64("sharelog.change_stream.auto.ratio", r),
 	)
 	return oso, nil
+}
+
+// countKeys returns M for the auto rule: the keys under the prefix in the
+// key index, counted up to limit. With a store's KeyCounter bounds decide
+// without iterating the index when they can (an upper bound <= limit-1, or
+// a lower bound >= limit); otherwise an index cursor counts.
+func (s *stream) countKeys(e, limit int64) (int64, error) {
+	req, m := &s.req, s.m
+	if kc, ok := m.idx.(logstore.KeyCounter); ok {
+		lo, hi, err := kc.CountKeys(s.ctx, req.Topic, req.Partition, req.KeyPrefix, e, limit)
+		if err != nil {
+			return 0, err
+		}
+		if lo >= limit {
+			return limit, nil
+		}
+		if hi < limit {
+			return hi, nil // over-counting only biases toward ordered (§4.3)
+		}
+	}
+	c, err := m.idx.ScanKeys(s.ctx, req.Topic, req.Partition, req.KeyPrefix, e)
+	if err != nil {
+		return 0, err
+	}
+	var keys int64
+	for keys < limit && c.Next() {
+		keys++
+	}
+	err = c.Err()
+	c.Close()
+	return keys, err
 }
 
 // Estimate reports what the auto rule would choose for a full backfill of

@@ -178,15 +178,15 @@ func (s *stream) oso(c logstore.KeyCursor, l0, e int64) error {
 		if err := s.interrupted(ent.Offset); err != nil {
 			return err
 		}
-		recs, err := s.m.store.Read(s.ctx, req.Topic, req.Partition, ent.Offset, 1, 1)
+		rec, err := s.readEntry(ent)
 		if err != nil {
 			return s.storeErr(err)
 		}
-		if len(recs) != 1 || recs[0].Offset != ent.Offset || !bytes.Equal(recs[0].Key, ent.Key) {
+		if rec.Offset != ent.Offset || !bytes.Equal(rec.Key, ent.Key) {
 			return fmt.Errorf("key index of topic %q partition %d points key %q at offset %d, which holds another record",
 				req.Topic, req.Partition, ent.Key, ent.Offset)
 		}
-		if err := s.sendRecord(&recs[0]); err != nil {
+		if err := s.sendRecord(&rec); err != nil {
 			return err
 		}
 		maxSent = max(maxSent, ent.Offset)
@@ -210,6 +210,24 @@ func (s *stream) oso(c logstore.KeyCursor, l0, e int64) error {
 	}
 	s.pos = e
 	return nil
+}
+
+// readEntry reads the record an index entry points at: through the store's
+// EntryReader when it has one (one pread at the indexed position), else a
+// one-record Read at its offset.
+func (s *stream) readEntry(ent logstore.KeyEntry) (logstore.Record, error) {
+	req := &s.req
+	if er, ok := s.m.store.(logstore.EntryReader); ok {
+		return er.ReadEntry(s.ctx, req.Topic, req.Partition, ent)
+	}
+	recs, err := s.m.store.Read(s.ctx, req.Topic, req.Partition, ent.Offset, 1, 1)
+	if err != nil {
+		return logstore.Record{}, err
+	}
+	if len(recs) != 1 {
+		return logstore.Record{}, fmt.Errorf("offset %d: no record: %w", ent.Offset, logstore.ErrOffsetOutOfRange)
+	}
+	return recs[0], nil
 }
 
 // ordered sends consecutive ordered snapshots from s.pos (§3), tailing at

@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"math"
 	"sync"
 
 	"github.com/google/btree"
@@ -21,6 +22,17 @@ type KeyEntry struct {
 	Key       []byte // valid until the cursor's next call to Next
 	Offset    int64
 	Tombstone bool // the record at Offset has no value
+	// loc is where the file store keeps the record: its frame's position
+	// in the segment holding Offset and its length (zero when unknown).
+	// EntryReader.ReadEntry uses it to read the record with one pread.
+	loc recLoc
+}
+
+// recLoc is a record frame's position in its segment file and its length.
+// The zero value means unknown.
+type recLoc struct {
+	pos  uint32
+	size uint32
 }
 
 // KeyCursor iterates a key-index scan in unsigned byte order of keys, each key
@@ -63,6 +75,28 @@ type KeyIndexer interface {
 	SegmentEnd(topic string, partition int32, offset int64) (int64, error)
 }
 
+// EntryReader is implemented by key-indexed stores that can read the record
+// a KeyEntry of their own cursor points at more cheaply than Read (the file
+// store keeps each record's file position in its key index).
+type EntryReader interface {
+	// ReadEntry returns the record at ent.Offset, as Read(ent.Offset, 1, 1)
+	// would (same errors; offsets outside [log start, high watermark) are
+	// ErrOffsetOutOfRange). A stale location (the segment was purged or
+	// rewritten since the scan) falls back to the offset path.
+	ReadEntry(ctx context.Context, topic string, partition int32, ent KeyEntry) (Record, error)
+}
+
+// KeyCounter is implemented by key-indexed stores that can bound the number
+// of keys a ScanKeys cursor would yield without iterating it (the auto
+// estimate of change-stream.md §4.3).
+type KeyCounter interface {
+	// CountKeys returns lo <= M <= hi, where M is the number of keys
+	// ScanKeys(prefix, end) would yield. It reads no record and only as
+	// much index as it needs: once it knows lo >= limit it may stop, and then
+	// hi is only >= lo. lo == hi < limit means the count is exact.
+	CountKeys(ctx context.Context, topic string, partition int32, prefix []byte, end, limit int64) (lo, hi int64, err error)
+}
+
 // An index entry packs an offset and the tombstone flag: off<<1 | tomb.
 func packEntry(off int64, tomb bool) uint64 {
 	v := uint64(off) << 1
@@ -74,11 +108,17 @@ func packEntry(off int64, tomb bool) uint64 {
 
 func unpackEntry(v uint64) (int64, bool) { return int64(v >> 1), v&1 != 0 }
 
+// memEnt is one indexed record: its packEntry value and its location.
+type memEnt struct {
+	v   uint64
+	loc recLoc
+}
+
 // memKey is one key of a memIndex with every offset it has in the indexed
 // range, ascending.
 type memKey struct {
 	key  []byte
-	offs []uint64 // packEntry values
+	offs []memEnt
 }
 
 func memKeyLess(a, b *memKey) bool { return bytes.Compare(a.key, b.key) < 0 }
@@ -99,42 +139,89 @@ func newMemIndex() *memIndex {
 	return &memIndex{tree: btree.NewG(32, memKeyLess)}
 }
 
-// addLocked records key at off. Offsets of one key must be added in
-// increasing order. mu must be held for writing.
-func (m *memIndex) addLocked(key []byte, off int64, tomb bool) {
+// addLocked records key at off, stored at loc (zero if unknown). Offsets of
+// one key must be added in increasing order. mu must be held for writing.
+func (m *memIndex) addLocked(key []byte, off int64, tomb bool, loc recLoc) {
+	e := memEnt{v: packEntry(off, tomb), loc: loc}
 	m.probe.key = key
 	if it, ok := m.tree.Get(&m.probe); ok {
-		it.offs = append(it.offs, packEntry(off, tomb))
+		it.offs = append(it.offs, e)
 	} else {
-		m.tree.ReplaceOrInsert(&memKey{key: bytes.Clone(key), offs: []uint64{packEntry(off, tomb)}})
+		m.tree.ReplaceOrInsert(&memKey{key: bytes.Clone(key), offs: []memEnt{e}})
 	}
 	m.probe.key = nil
 	m.entries++
 }
 
-func (m *memIndex) add(key []byte, off int64, tomb bool) {
+func (m *memIndex) add(key []byte, off int64, tomb bool, loc recLoc) {
 	m.mu.Lock()
-	m.addLocked(key, off, tomb)
+	m.addLocked(key, off, tomb, loc)
 	m.mu.Unlock()
 }
 
-// latestBelow returns the last packed entry of offs below end.
-func latestBelow(offs []uint64, end int64) (uint64, bool) {
+// frameLoc is the location of a frame at file position pos of length n
+// (zero, unknown, if either does not fit).
+func frameLoc(pos int64, n int) recLoc {
+	if pos < 0 || pos > math.MaxUint32 || n <= 0 || int64(n) > math.MaxUint32 {
+		return recLoc{}
+	}
+	return recLoc{pos: uint32(pos), size: uint32(n)}
+}
+
+// latestBelow returns the last entry of offs below end.
+func latestBelow(offs []memEnt, end int64) (memEnt, bool) {
 	lim := packEntry(end, false)
 	// offs ascend: binary search the first entry >= lim.
 	lo, hi := 0, len(offs)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if offs[m] >= lim {
+		if offs[m].v >= lim {
 			hi = m
 		} else {
 			lo = m + 1
 		}
 	}
 	if lo == 0 {
-		return 0, false
+		return memEnt{}, false
 	}
 	return offs[lo-1], true
+}
+
+// memCountBatch is how many keys count looks at per read lock.
+const memCountBatch = 1024
+
+// count returns the number of keys a memIter over prefix and end would
+// yield, stopping at limit. It walks the tree under the read lock a batch at
+// a time, so appends are never held up for long.
+func (m *memIndex) count(prefix []byte, end, limit int64) int64 {
+	lim := packEntry(end, false)
+	var n int64
+	from := prefix // the next key to look at
+	for n < limit {
+		var next []byte
+		seen := 0
+		m.mu.RLock()
+		m.tree.AscendGreaterOrEqual(&memKey{key: from}, func(k *memKey) bool {
+			if !bytes.HasPrefix(k.key, prefix) {
+				return false
+			}
+			if seen == memCountBatch || n >= limit {
+				next = bytes.Clone(k.key)
+				return false
+			}
+			seen++
+			if len(k.key) > 0 && k.offs[0].v < lim { // offs ascend
+				n++
+			}
+			return true
+		})
+		m.mu.RUnlock()
+		if next == nil {
+			break
+		}
+		from = next
+	}
+	return n
 }
 
 // keyIter is one sorted source of a merged scan: it yields key groups in key
@@ -143,7 +230,7 @@ func latestBelow(offs []uint64, end int64) (uint64, bool) {
 type keyIter interface {
 	next() bool
 	key() []byte
-	entry() uint64
+	entry() memEnt
 	err() error
 	close()
 }
@@ -161,7 +248,7 @@ type memIter struct {
 
 type memHit struct {
 	key []byte
-	ent uint64
+	ent memEnt
 }
 
 const memIterBatch = 128
@@ -227,7 +314,7 @@ func (it *memIter) fill() {
 }
 
 func (it *memIter) key() []byte   { return it.batch[it.i].key }
-func (it *memIter) entry() uint64 { return it.batch[it.i].ent }
+func (it *memIter) entry() memEnt { return it.batch[it.i].ent }
 func (it *memIter) err() error    { return nil }
 func (it *memIter) close()        {}
 
@@ -284,7 +371,7 @@ func (c *mergeCursor) Next() bool {
 	best := top.entry()
 	for len(c.h) > 0 && bytes.Equal(c.h[0].key(), c.keyBuf) {
 		it := c.h[0]
-		if e := it.entry(); e > best {
+		if e := it.entry(); e.v > best.v {
 			best = e
 		}
 		if it.next() {
@@ -300,8 +387,8 @@ func (c *mergeCursor) Next() bool {
 	if c.err != nil {
 		return false
 	}
-	off, tomb := unpackEntry(best)
-	c.cur = KeyEntry{Key: c.keyBuf, Offset: off, Tombstone: tomb}
+	off, tomb := unpackEntry(best.v)
+	c.cur = KeyEntry{Key: c.keyBuf, Offset: off, Tombstone: tomb, loc: best.loc}
 	return true
 }
 

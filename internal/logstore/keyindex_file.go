@@ -109,7 +109,7 @@ func (p *partition) rebuildRun(seg *segment) error {
 	sc := newScanner(f, 0, seg.size.Load(), 0)
 	defer sc.close()
 	for {
-		fr, _, err := sc.next()
+		fr, pos, err := sc.next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -124,7 +124,7 @@ func (p *partition) rebuildRun(seg *segment) error {
 			break
 		}
 		if key, tomb, ok := frameKey(fr); ok {
-			mem.add(key, fi.offset, tomb)
+			mem.add(key, fi.offset, tomb, frameLoc(pos, len(fr)))
 		}
 	}
 	seg.mu.Lock()
@@ -338,4 +338,141 @@ func (s *FileStore) SegmentEnd(topic string, partition int32, offset int64) (int
 		return 0, err
 	}
 	return p.segmentEnd(offset)
+}
+
+var (
+	_ EntryReader = (*FileStore)(nil)
+	_ KeyCounter  = (*FileStore)(nil)
+)
+
+// readEntry implements EntryReader.ReadEntry: one pread of the frame at the
+// entry's location, checked (length, CRC, offset); anything else goes the
+// offset path of read.
+func (p *partition) readEntry(ent KeyEntry) (Record, error) {
+	if err := p.closedErr(); err != nil {
+		return Record{}, err
+	}
+	hw := p.hw.Load()
+	if ent.loc.size >= minFrameSize && int64(ent.loc.size) <= MaxRecordBytes &&
+		ent.Offset >= p.logStart.Load() && ent.Offset < hw {
+		if seg, _, err := p.acquire(ent.Offset, hw); err == nil {
+			rec, ok := readFrameAt(seg, ent.Offset, ent.loc)
+			seg.release()
+			if ok {
+				return rec, nil
+			}
+		}
+	}
+	recs, err := p.read(ent.Offset, 1, 1)
+	if err != nil {
+		return Record{}, err
+	}
+	if len(recs) == 0 {
+		return Record{}, p.outOfRange(ent.Offset)
+	}
+	return recs[0], nil
+}
+
+// readFrameAt reads the record at offset from seg at loc; ok is false if
+// that is not where it is (the caller falls back to the offset path, which
+// also reports real damage).
+func readFrameAt(seg *segment, offset int64, loc recLoc) (Record, bool) {
+	if int64(loc.pos)+int64(loc.size) > seg.size.Load() {
+		return Record{}, false
+	}
+	f, err := seg.file()
+	if err != nil {
+		return Record{}, false
+	}
+	buf := make([]byte, loc.size)
+	if _, err := f.ReadAt(buf, int64(loc.pos)); err != nil {
+		return Record{}, false
+	}
+	var rec Record
+	n, fi, err := decodeFrame(buf, &rec)
+	if err != nil || n != len(buf) || fi.offset != offset {
+		return Record{}, false
+	}
+	return rec, true
+}
+
+// countKeys implements KeyCounter.CountKeys from the runs' block indexes
+// (per-block key counts) and a walk of in-memory indexes.
+func (p *partition) countKeys(prefix []byte, end, limit int64) (int64, int64, error) {
+	if err := p.closedErr(); err != nil {
+		return 0, 0, err
+	}
+	if p.keysPending.Load() > 0 {
+		return 0, 0, p.errf("%w", ErrIndexNotReady)
+	}
+	type src struct {
+		seg   *segment
+		below bool // every offset of the segment is below end
+	}
+	ls := p.logStart.Load()
+	p.mu.RLock()
+	var srcs []src
+	for i, s := range p.segs {
+		if s.base >= end {
+			break
+		}
+		if i+1 < len(p.segs) && p.segs[i+1].base <= ls {
+			continue // wholly below the log start
+		}
+		s.acquire()
+		srcs = append(srcs, src{s, i+1 < len(p.segs) && p.segs[i+1].base <= end})
+	}
+	p.mu.RUnlock()
+	defer func() {
+		for _, s := range srcs {
+			s.seg.release()
+		}
+	}()
+	var lo, hi int64
+	for _, s := range srcs {
+		s.seg.mu.Lock()
+		mem, ri := s.seg.mem, s.seg.run
+		s.seg.mu.Unlock()
+		switch {
+		case mem != nil:
+			n := mem.count(prefix, end, limit)
+			lo, hi = max(lo, n), hi+n
+		case ri == nil:
+			return 0, 0, p.errf("%w", ErrIndexNotReady)
+		default:
+			l, h := ri.countPrefix(prefix)
+			if !s.below {
+				l = 0
+			}
+			lo, hi = max(lo, l), hi+h
+		}
+		if lo >= limit {
+			break
+		}
+	}
+	return lo, max(lo, hi), nil
+}
+
+// ReadEntry implements EntryReader.
+func (s *FileStore) ReadEntry(ctx context.Context, topic string, partition int32, ent KeyEntry) (Record, error) {
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return Record{}, err
+	}
+	return p.readEntry(ent)
+}
+
+// CountKeys implements KeyCounter.
+func (s *FileStore) CountKeys(ctx context.Context, topic string, partition int32, prefix []byte, end, limit int64) (int64, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, 0, err
+	}
+	return p.countKeys(prefix, end, limit)
 }

@@ -234,3 +234,28 @@ func TestKeyIndexTornTail(t *testing.T) {
 		{Key: []byte("a"), Offset: 0}, {Key: []byte("b"), Offset: 1},
 	}, got, "the cut batch (c@2, a@3) is not indexed")
 }
+
+func TestReadEntryStaleLocationFallsBack(t *testing.T) {
+	s, err := logstore.Open(t.TempDir(), logstore.Options{Fsync: logstore.FsyncNever})
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.CreateTopic(ctx, "stale", 1, logstore.TopicConfig{SegmentBytes: logstore.MinSegmentBytes, RetentionMs: -1})
+	require.NoError(t, err)
+	for i := range 100 {
+		_, err = s.Append(ctx, "stale", 0, []logstore.Record{{Key: []byte(fmt.Sprintf("k%03d", i)), Value: []byte(fmt.Sprint(i))}})
+		require.NoError(t, err)
+	}
+	c, err := s.ScanKeys(ctx, "stale", 0, nil, 100)
+	require.NoError(t, err)
+	defer c.Close()
+	for c.Next() {
+		e := c.Entry()
+		for _, bad := range []logstore.KeyEntry{logstore.WithLoc(e, 0, 60), logstore.WithLoc(e, 3, 1<<20), logstore.WithLoc(e, 1<<30, 60)} {
+			rec, err := s.ReadEntry(ctx, "stale", 0, bad)
+			require.NoError(t, err)
+			assert.Equal(t, e.Offset, rec.Offset)
+			assert.Equal(t, fmt.Sprint(e.Offset), string(rec.Value))
+		}
+	}
+	require.NoError(t, c.Err())
+}

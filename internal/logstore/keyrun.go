@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"os"
 	"sort"
 )
@@ -17,19 +18,27 @@ import (
 //
 //	block*   u32 payload length | u32 CRC32C(payload) | payload
 //	         payload = group*; group = uvarint key length | key |
-//	                   uvarint count | count × uvarint((offset-base)<<1 | tombstone)
-//	index    per block: uvarint first-key length | first key | uvarint block position
+//	                   uvarint count | count × entry
+//	         entry = uvarint((offset-base)<<1 | tombstone) |
+//	                 uvarint frame position | uvarint frame length
+//	index    per block: uvarint first-key length | first key |
+//	                    uvarint block position | uvarint keys in the block
 //	footer   u64 index position | u32 index length | u32 CRC32C(index) |
-//	         i64 segment base | u32 entries | u32 magic "SLK1"
+//	         i64 segment base | u32 entries | u32 magic "SLK2"
 //
 // A key's group never spans blocks and its offsets ascend. Blocks are cut
 // after keyBlockSize bytes, so a prefix seek binary searches the index
-// (held in memory, about one key per 4 KiB) and reads from one block on.
+// (held in memory, about one key per 4 KiB) and reads from one block on,
+// and a prefix's keys are counted from the index without reading blocks
+// (but the two at its ends). Each entry locates its record's frame in the
+// segment file (position and length 0: unknown), so an OSO snapshot reads
+// a record with one pread. A run of another version (magic) fails to load
+// and is rebuilt from its segment.
 const (
 	keysSuffix      = ".keys"
 	keyBlockSize    = 4096
 	keyFooterSize   = 8 + 4 + 4 + 8 + 4 + 4
-	keyRunMagic     = 0x534c4b31 // "SLK1"
+	keyRunMagic     = 0x534c4b32 // "SLK2"
 	keyBlockHdrSize = 8
 )
 
@@ -40,6 +49,7 @@ type blockRef struct {
 	first []byte
 	pos   int64
 	size  int64 // header included
+	keys  int64 // key groups in the block
 }
 
 // runIndex is a run file's parsed block index.
@@ -77,7 +87,7 @@ func encodeRun(w io.Writer, base int64, m *memIndex) (*runIndex, error) {
 	ri := &runIndex{base: base}
 	var block, scratch []byte
 	var first []byte
-	pos := int64(0)
+	pos, keys := int64(0), int64(0)
 	flush := func() error {
 		if len(block) == 0 {
 			return nil
@@ -92,9 +102,9 @@ func encodeRun(w io.Writer, base int64, m *memIndex) (*runIndex, error) {
 			return err
 		}
 		size := int64(keyBlockHdrSize + len(block))
-		ri.blocks = append(ri.blocks, blockRef{first: first, pos: pos, size: size})
+		ri.blocks = append(ri.blocks, blockRef{first: first, pos: pos, size: size, keys: keys})
 		pos += size
-		block, first = block[:0], nil
+		block, first, keys = block[:0], nil, 0
 		return nil
 	}
 	var werr error
@@ -107,10 +117,13 @@ func encodeRun(w io.Writer, base int64, m *memIndex) (*runIndex, error) {
 		scratch = append(scratch, k.key...)
 		scratch = binary.AppendUvarint(scratch, uint64(len(k.offs)))
 		for _, e := range k.offs {
-			off, tomb := unpackEntry(e)
+			off, tomb := unpackEntry(e.v)
 			scratch = binary.AppendUvarint(scratch, packEntry(off-base, tomb))
+			scratch = binary.AppendUvarint(scratch, uint64(e.loc.pos))
+			scratch = binary.AppendUvarint(scratch, uint64(e.loc.size))
 		}
 		block = append(block, scratch...)
+		keys++
 		ri.entries += int64(len(k.offs))
 		if len(block) >= keyBlockSize {
 			werr = flush()
@@ -129,6 +142,7 @@ func encodeRun(w io.Writer, base int64, m *memIndex) (*runIndex, error) {
 		idx = binary.AppendUvarint(idx, uint64(len(b.first)))
 		idx = append(idx, b.first...)
 		idx = binary.AppendUvarint(idx, uint64(b.pos))
+		idx = binary.AppendUvarint(idx, uint64(b.keys))
 	}
 	foot := make([]byte, 0, keyFooterSize)
 	foot = binary.BigEndian.AppendUint64(foot, uint64(pos))
@@ -193,7 +207,12 @@ func loadRun(path string, base int64) (*runIndex, error) {
 			return nil, errBadRun
 		}
 		idx = idx[n:]
-		ri.blocks = append(ri.blocks, blockRef{first: first, pos: int64(p)})
+		k, n := binary.Uvarint(idx)
+		if n <= 0 || k == 0 || k > math.MaxUint32 {
+			return nil, errBadRun
+		}
+		idx = idx[n:]
+		ri.blocks = append(ri.blocks, blockRef{first: first, pos: int64(p), keys: int64(k)})
 	}
 	for i := range ri.blocks {
 		end := idxPos
@@ -221,7 +240,7 @@ type runIter struct {
 	data   []byte // unread payload of the current block
 	buf    []byte
 	k      []byte
-	ent    uint64
+	ent    memEnt
 	e      error
 	done   bool
 	// onCorrupt is called once when a block fails its checksum.
@@ -262,17 +281,24 @@ func (it *runIter) next() bool {
 		if len(key) == 0 {
 			continue
 		}
-		best, ok := uint64(0), false
+		var best memEnt
+		ok := false
 		for len(offs) > 0 {
-			v, n := binary.Uvarint(offs)
-			if n <= 0 {
+			v, n1 := binary.Uvarint(offs)
+			pos, n2 := uvarintAt(offs, n1)
+			size, n3 := uvarintAt(offs, n2)
+			if n1 <= 0 || n2 <= 0 || n3 <= 0 {
 				it.e, it.done = it.corrupt(), true
 				return false
 			}
-			offs = offs[n:]
+			offs = offs[n3:]
 			rel, tomb := unpackEntry(v)
-			if it.ri.base+rel < it.end {
-				best, ok = packEntry(it.ri.base+rel, tomb), true
+			if it.ri.base+rel >= it.end {
+				break // offsets ascend
+			}
+			best, ok = memEnt{v: packEntry(it.ri.base+rel, tomb)}, true
+			if pos <= math.MaxUint32 && size <= math.MaxUint32 {
+				best.loc = recLoc{pos: uint32(pos), size: uint32(size)}
 			}
 		}
 		if ok {
@@ -299,7 +325,7 @@ func (it *runIter) group() (key, offs []byte, err error) {
 	}
 	d = d[n:]
 	start := d
-	for i := uint64(0); i < cnt; i++ {
+	for i := uint64(0); i < 3*cnt; i++ { // three uvarints per entry
 		_, n := binary.Uvarint(d)
 		if n <= 0 {
 			return nil, nil, it.corrupt()
@@ -337,11 +363,49 @@ func (it *runIter) corrupt() error {
 }
 
 func (it *runIter) key() []byte   { return it.k }
-func (it *runIter) entry() uint64 { return it.ent }
+func (it *runIter) entry() memEnt { return it.ent }
 func (it *runIter) err() error    { return it.e }
 func (it *runIter) close() {
 	if it.f != nil {
 		_ = it.f.Close()
 		it.f = nil
 	}
+}
+
+// uvarintAt decodes the uvarint at b[at:] and returns it with the position
+// after it; the position is <= 0 if at <= 0 or the uvarint is bad.
+func uvarintAt(b []byte, at int) (uint64, int) {
+	if at <= 0 || at > len(b) {
+		return 0, 0
+	}
+	v, n := binary.Uvarint(b[at:])
+	if n <= 0 {
+		return 0, 0
+	}
+	return v, at + n
+}
+
+// countPrefix bounds, from the block index alone, the keys of the run that
+// start with prefix (non-empty keys only): lo counts the blocks wholly
+// inside the prefix's key range, hi every block that may hold one.
+func (ri *runIndex) countPrefix(prefix []byte) (lo, hi int64) {
+	bl := ri.blocks
+	b := sort.Search(len(bl), func(i int) bool { return bytes.Compare(bl[i].first, prefix) > 0 })
+	for i := max(b-1, 0); i < len(bl); i++ {
+		in := bytes.HasPrefix(bl[i].first, prefix)
+		if !in && i >= b {
+			break // this block and the later ones are past the prefix
+		}
+		hi += bl[i].keys
+		// The keys with a prefix are one contiguous range: a block whose
+		// first key and whose successor's first key both have it holds
+		// only such keys. With no prefix every block does.
+		if len(prefix) == 0 || in && i+1 < len(bl) && bytes.HasPrefix(bl[i+1].first, prefix) {
+			lo += bl[i].keys
+			if len(bl[i].first) == 0 {
+				lo-- // the empty key matches no prefix
+			}
+		}
+	}
+	return lo, hi
 }

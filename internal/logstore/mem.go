@@ -194,7 +194,7 @@ func (s *MemStore) Append(ctx context.Context, topic string, partition int32, re
 	p.keys.mu.Lock()
 	for i := range cp {
 		if cp[i].Key != nil {
-			p.keys.addLocked(cp[i].Key, cp[i].Offset, cp[i].Value == nil)
+			p.keys.addLocked(cp[i].Key, cp[i].Offset, cp[i].Value == nil, recLoc{})
 		}
 	}
 	p.keys.mu.Unlock()
@@ -400,4 +400,41 @@ func (s *MemStore) RangeStats(topic string, partition int32, from, end int64) (i
 func (s *MemStore) SegmentEnd(topic string, partition int32, offset int64) (int64, error) {
 	_, hw, err := s.Bounds(topic, partition)
 	return hw, err
+}
+
+var (
+	_ EntryReader = (*MemStore)(nil)
+	_ KeyCounter  = (*MemStore)(nil)
+)
+
+// ReadEntry implements EntryReader: the memory store reads by offset.
+func (s *MemStore) ReadEntry(ctx context.Context, topic string, partition int32, ent KeyEntry) (Record, error) {
+	recs, err := s.Read(ctx, topic, partition, ent.Offset, 1, 1)
+	if err != nil {
+		return Record{}, err
+	}
+	if len(recs) == 0 {
+		return Record{}, fmt.Errorf("topic %q partition %d: offset %d is at the high watermark: %w", topic, partition, ent.Offset, ErrOffsetOutOfRange)
+	}
+	return recs[0], nil
+}
+
+// CountKeys implements KeyCounter with an exact count (up to limit) of the
+// partition's in-memory index.
+func (s *MemStore) CountKeys(ctx context.Context, topic string, partition int32, prefix []byte, end, limit int64) (int64, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, 0, err
+	}
+	p.mu.RLock()
+	gone, keys := p.gone, p.keys
+	p.mu.RUnlock()
+	if gone != nil {
+		return 0, 0, gone
+	}
+	n := keys.count(prefix, end, limit)
+	return n, n, nil
 }

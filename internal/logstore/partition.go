@@ -256,7 +256,7 @@ func (p *partition) writePiece(seg *segment, b []byte) error {
 			timestamp: int64(beUint64(b[pos+tsFieldOffset:])),
 		})
 		if key, tomb, ok := frameKey(b[pos : pos+n]); ok && mem != nil {
-			mem.addLocked(key, off, tomb)
+			mem.addLocked(key, off, tomb, frameLoc(at+int64(pos), n))
 		}
 		pos += n
 	}

@@ -280,6 +280,7 @@ func (p *partition) recoverActive(seg *segment) error {
 		key  []byte
 		off  int64
 		tomb bool
+		loc  recLoc
 	}
 	var batchKeys []pendingKey
 	sc := newScanner(f, 0, size, 0)
@@ -307,12 +308,12 @@ func (p *partition) recoverActive(seg *segment) error {
 		}
 		seg.indexFrame(pos, fi)
 		if key, tomb, ok := frameKey(fr); ok {
-			batchKeys = append(batchKeys, pendingKey{bytes.Clone(key), fi.offset, tomb})
+			batchKeys = append(batchKeys, pendingKey{bytes.Clone(key), fi.offset, tomb, frameLoc(pos, n)})
 		}
 		if fi.batchEnd {
 			good = snap(pos + int64(n))
 			for _, k := range batchKeys {
-				seg.mem.add(k.key, k.off, k.tomb)
+				seg.mem.add(k.key, k.off, k.tomb, k.loc)
 			}
 			batchKeys = batchKeys[:0]
 		}

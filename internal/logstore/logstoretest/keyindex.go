@@ -274,3 +274,123 @@ func testKeyIndexTopicID(t *testing.T, s logstore.Store, ki logstore.KeyIndexer)
 	_, _, err = ki.RangeStats("kt", 1, 0, 1)
 	assert.ErrorIs(t, err, logstore.ErrUnknownTopic)
 }
+
+// keyModelTopic fills topic with keyed records (versions, tombstones,
+// headers, keyless records) over many tiny segments and returns them.
+func keyModelTopic(t *testing.T, s logstore.Store, topic string) []logstore.Record {
+	_, err := s.CreateTopic(ctx, topic, 1, logstore.TopicConfig{SegmentBytes: logstore.MinSegmentBytes, RetentionMs: -1})
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var all []logstore.Record
+	for len(all) < 600 {
+		batch := make([]logstore.Record, 1+rng.IntN(4))
+		for i := range batch {
+			r := logstore.Record{Timestamp: int64(len(all) + i), Value: []byte(fmt.Sprint(len(all) + i))}
+			if rng.IntN(10) > 0 {
+				r.Key = []byte(fmt.Sprintf("%c/%02d", 'a'+rng.IntN(3), rng.IntN(60)))
+			}
+			switch rng.IntN(8) {
+			case 0:
+				r.Value = nil
+			case 1:
+				r.Headers = []logstore.Header{{Key: "h", Value: []byte("x")}}
+			}
+			batch[i] = r
+		}
+		base := appendRecs(t, s, topic, 0, batch...)
+		for i := range batch {
+			batch[i].Offset = base + int64(i)
+		}
+		all = append(all, batch...)
+	}
+	return all
+}
+
+func testKeyIndexReadEntry(t *testing.T, s logstore.Store, ki logstore.KeyIndexer) {
+	er, ok := ki.(logstore.EntryReader)
+	if !ok {
+		t.Skip("the store has no EntryReader")
+	}
+	all := keyModelTopic(t, s, "kre")
+	check := func(end int64) int {
+		c, err := ki.ScanKeys(ctx, "kre", 0, nil, end)
+		require.NoError(t, err)
+		defer c.Close()
+		n := 0
+		for c.Next() {
+			e := c.Entry()
+			got, err := er.ReadEntry(ctx, "kre", 0, e)
+			require.NoError(t, err, "key %q offset %d", e.Key, e.Offset)
+			want := all[e.Offset]
+			assert.Equal(t, want.Offset, got.Offset)
+			assert.Equal(t, want.Key, got.Key)
+			assert.Equal(t, want.Value, got.Value)
+			assert.Equal(t, want.Timestamp, got.Timestamp)
+			assert.Equal(t, len(want.Headers), len(got.Headers))
+			assert.Equal(t, e.Tombstone, got.Value == nil)
+			n++
+		}
+		require.NoError(t, c.Err())
+		return n
+	}
+	assert.Equal(t, len(ScanAll(t, ki, "kre", 0, nil, 1000)), check(1000))
+	check(301)
+	// An entry built by hand (no location) reads by offset.
+	got, err := er.ReadEntry(ctx, "kre", 0, logstore.KeyEntry{Key: all[5].Key, Offset: 5})
+	require.NoError(t, err)
+	assert.Equal(t, all[5].Value, got.Value)
+	// Entries the log start has passed are out of range, as Read.
+	c, err := ki.ScanKeys(ctx, "kre", 0, nil, 1000)
+	require.NoError(t, err)
+	var ents []logstore.KeyEntry
+	for c.Next() {
+		e := c.Entry()
+		e.Key = bytes.Clone(e.Key)
+		ents = append(ents, e)
+	}
+	require.NoError(t, c.Err())
+	c.Close()
+	_, err = s.DeleteRecordsBefore(ctx, "kre", 0, 400)
+	require.NoError(t, err)
+	for _, e := range ents {
+		got, err := er.ReadEntry(ctx, "kre", 0, e)
+		if e.Offset < 400 {
+			assert.ErrorIs(t, err, logstore.ErrOffsetOutOfRange, "offset %d", e.Offset)
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, all[e.Offset].Value, got.Value)
+	}
+	_, err = er.ReadEntry(ctx, "kre", 0, logstore.KeyEntry{Offset: int64(len(all))})
+	assert.ErrorIs(t, err, logstore.ErrOffsetOutOfRange, "the high watermark")
+}
+
+func testKeyIndexCountKeys(t *testing.T, s logstore.Store, ki logstore.KeyIndexer) {
+	kc, ok := ki.(logstore.KeyCounter)
+	if !ok {
+		t.Skip("the store has no KeyCounter")
+	}
+	keyModelTopic(t, s, "kck")
+	appendRecs(t, s, "kck", 0, logstore.Record{Key: []byte{}, Value: []byte("empty key")})
+	for _, end := range []int64{0, 1, 100, 333, 601, 2000} {
+		for _, prefix := range []string{"", "a/", "b/1", "c/59", "d", "a"} {
+			m := int64(len(ScanAll(t, ki, "kck", 0, []byte(prefix), end)))
+			for _, limit := range []int64{1, 5, m, m + 1, 1 << 40} {
+				lo, hi, err := kc.CountKeys(ctx, "kck", 0, []byte(prefix), end, limit)
+				require.NoError(t, err)
+				assert.LessOrEqual(t, lo, m, "prefix %q end %d limit %d: lower bound", prefix, end, limit)
+				assert.LessOrEqual(t, lo, hi)
+				if lo < limit {
+					assert.GreaterOrEqual(t, hi, m, "prefix %q end %d limit %d: upper bound", prefix, end, limit)
+				}
+			}
+		}
+	}
+	_, err := s.DeleteRecordsBefore(ctx, "kck", 0, 300)
+	require.NoError(t, err)
+	m := int64(len(ScanAll(t, ki, "kck", 0, nil, 2000)))
+	lo, hi, err := kc.CountKeys(ctx, "kck", 0, nil, 2000, 1<<40)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, lo, m)
+	assert.GreaterOrEqual(t, hi, m)
+}

@@ -67,6 +67,8 @@ func Run(t *testing.T, newStore func(t *testing.T) logstore.Store) {
 		{"KeyIndexRangeStats", keyIndexed(testKeyIndexRangeStats)},
 		{"KeyIndexSegmentEnd", keyIndexed(testKeyIndexSegmentEnd)},
 		{"KeyIndexTopicID", keyIndexed(testKeyIndexTopicID)},
+		{"KeyIndexReadEntry", keyIndexed(testKeyIndexReadEntry)},
+		{"KeyIndexCountKeys", keyIndexed(testKeyIndexCountKeys)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

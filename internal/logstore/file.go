@@ -67,6 +67,10 @@ type Options struct {
 	// time retention and deletes purged segments; default 200ms. A purge
 	// also wakes it at once.
 	ReclaimInterval time.Duration
+	// ReclaimPause spaces out the deletion of consecutive segments so that a
+	// large purge does not delete them all in one burst; default 3ms (a
+	// hundred segments in about 0.3 s). Negative: no pause.
+	ReclaimPause time.Duration
 }
 
 // FileStore is the on-disk Store: one directory per topic, one per
@@ -143,6 +147,9 @@ func Open(dir string, opts Options) (*FileStore, error) {
 	}
 	if opts.ReclaimInterval <= 0 {
 		opts.ReclaimInterval = 200 * time.Millisecond
+	}
+	if opts.ReclaimPause == 0 {
+		opts.ReclaimPause = 3 * time.Millisecond
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -104,10 +104,20 @@ func (p *partition) deleteSegments() {
 	// and the leader's appends never write into an array readers share.
 	p.segs = slices.Clone(p.segs[k:])
 	p.mu.Unlock()
-	for _, v := range victims {
+	for i, v := range victims {
 		if err := v.markDeleted(); err != nil {
 			p.st.log.Warn("logstore: renaming segment for deletion", "topic", p.topic, "partition", p.id, "segment", v.base, "err", err)
 		}
 		v.release()
+		// Unlinking a large segment is real file-system work; a purge of a
+		// hundred segments done in one burst showed in the p99 of produces
+		// running meanwhile (benchmark D1). Pacing keeps a purge of 100
+		// segments well inside purge.md's "within a second".
+		if i+1 < len(victims) && p.st.opts.ReclaimPause > 0 {
+			select {
+			case <-p.st.stop:
+			case <-time.After(p.st.opts.ReclaimPause):
+			}
+		}
 	}
 }

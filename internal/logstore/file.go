@@ -69,7 +69,8 @@ type Options struct {
 	ReclaimInterval time.Duration
 	// ReclaimPause spaces out the deletion of consecutive segments so that a
 	// large purge does not delete them all in one burst; default 3ms (a
-	// hundred segments in about 0.3 s). Negative: no pause.
+	// hundred segments in about 0.3 s), shortened so that one pass pauses
+	// at most 0.5 s in all. Negative: no pause.
 	ReclaimPause time.Duration
 }
 

@@ -287,3 +287,22 @@ var (
 	profileSeq   atomic.Int64
 	currentGroup atomic.Value // string: the running group's first id, for profile names
 )
+
+// startDialed starts sharelog on a fresh data directory named name, with
+// args, and dials its gRPC address; stop closes the client and the server.
+func (e *env) startDialed(name string, args ...string) (*proc, *client, func(), error) {
+	dir, err := e.dataDir(name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	p, err := startSharelog(e.sharelogBin, dir, args...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := dial(p.grpcAddr)
+	if err != nil {
+		p.stop()
+		return nil, nil, nil, err
+	}
+	return p, c, func() { c.close(); p.stop() }, nil
+}

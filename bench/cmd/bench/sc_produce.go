@@ -82,20 +82,11 @@ func (e *env) p2Total(p1Config) (int64, time.Duration) { return e.sz.p2Records, 
 // produceGroupOurs starts one sharelog and runs each configuration on a
 // fresh single-partition topic.
 func produceGroupOurs(ctx context.Context, e *env, o *runOut, prefix string, flags []string, cfgs []p1Config, total func(p1Config) (int64, time.Duration)) error {
-	dir, err := e.dataDir(prefix)
+	p, adm, stop, err := e.startDialed(prefix, flags...)
 	if err != nil {
 		return err
 	}
-	p, err := startSharelog(e.sharelogBin, dir, flags...)
-	if err != nil {
-		return err
-	}
-	defer p.stop()
-	adm, err := dial(p.grpcAddr)
-	if err != nil {
-		return err
-	}
-	defer adm.close()
+	defer stop()
 	value := payload(recordSize, 1)
 	for _, c := range cfgs {
 		o.part([]string{c.key(), "ack-" + c.key()}, func() error {
@@ -180,20 +171,11 @@ func g1Group() group {
 			bar: report.AtMostBar(3, "REST ≤ 3× slower")})
 	}
 	g.ours = func(ctx context.Context, e *env, rep int, o *runOut) error {
-		dir, err := e.dataDir("g1")
+		p, c, stop, err := e.startDialed("g1", "--fsync", "never")
 		if err != nil {
 			return err
 		}
-		p, err := startSharelog(e.sharelogBin, dir, "--fsync", "never")
-		if err != nil {
-			return err
-		}
-		defer p.stop()
-		c, err := dial(p.grpcAddr)
-		if err != nil {
-			return err
-		}
-		defer c.close()
+		defer stop()
 		value := payload(recordSize, 2)
 		for _, b := range []int{1, 100} {
 			key := fmt.Sprintf("b%d", b)

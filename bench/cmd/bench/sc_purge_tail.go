@@ -98,20 +98,11 @@ func d1Group(e *env) group {
 
 func d1Ours(ctx context.Context, e *env, rep int, o *runOut) error {
 	total, cut := e.sz.d1Total, e.sz.d1Purge
-	dir, err := e.dataDir("d1")
+	p, c, stop, err := e.startDialed("d1", "--fsync", "never")
 	if err != nil {
 		return err
 	}
-	p, err := startSharelog(e.sharelogBin, dir, "--fsync", "never")
-	if err != nil {
-		return err
-	}
-	defer p.stop()
-	c, err := dial(p.grpcAddr)
-	if err != nil {
-		return err
-	}
-	defer c.close()
+	defer stop()
 	segBytes := max(1024, total*recordSize/100)
 	if err := createTopic(ctx, c, "d1", 1, segBytes); err != nil {
 		return err
@@ -454,20 +445,11 @@ func (t *tailTimes) waitFor(n int64, d time.Duration) error {
 }
 
 func s3Ours(ctx context.Context, e *env, rep int, o *runOut) error {
-	dir, err := e.dataDir("s3")
+	p, c, stop, err := e.startDialed("s3", "--fsync", "never")
 	if err != nil {
 		return err
 	}
-	p, err := startSharelog(e.sharelogBin, dir, "--fsync", "never")
-	if err != nil {
-		return err
-	}
-	defer p.stop()
-	c, err := dial(p.grpcAddr)
-	if err != nil {
-		return err
-	}
-	defer c.close()
+	defer stop()
 	if err := createTopic(ctx, c, "s3", 1, 0); err != nil {
 		return err
 	}

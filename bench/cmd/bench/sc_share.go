@@ -45,20 +45,11 @@ func c3Group() group {
 }
 
 func c3Ours(ctx context.Context, e *env, rep int, o *runOut) error {
-	dir, err := e.dataDir("c3")
+	p, c, stop, err := e.startDialed("c3", "--fsync", "never")
 	if err != nil {
 		return err
 	}
-	p, err := startSharelog(e.sharelogBin, dir, "--fsync", "never")
-	if err != nil {
-		return err
-	}
-	defer p.stop()
-	c, err := dial(p.grpcAddr)
-	if err != nil {
-		return err
-	}
-	defer c.close()
+	defer stop()
 	if err := createTopic(ctx, c, "c3", c3Partitions, 0); err != nil {
 		return err
 	}
@@ -427,20 +418,11 @@ func c4Group() group {
 func c4Ours(ctx context.Context, e *env, rep int, o *runOut) error {
 	n := e.sz.c4Recs
 	lock := e.sz.c4Lock
-	dir, err := e.dataDir("c4")
+	p, c, stop, err := e.startDialed("c4", "--fsync", "never")
 	if err != nil {
 		return err
 	}
-	p, err := startSharelog(e.sharelogBin, dir, "--fsync", "never")
-	if err != nil {
-		return err
-	}
-	defer p.stop()
-	c, err := dial(p.grpcAddr)
-	if err != nil {
-		return err
-	}
-	defer c.close()
+	defer stop()
 	if err := createTopic(ctx, c, "c4", 1, 0); err != nil {
 		return err
 	}

@@ -377,19 +377,20 @@ func (s *FileStore) Topics(ctx context.Context) ([]TopicInfo, error) {
 	return out, nil
 }
 
+// TopicInfo implements Store.
+func (s *FileStore) TopicInfo(ctx context.Context, name string) (TopicInfo, error) {
+	t, err := s.lookupTopic(ctx, name)
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	return t.info, nil
+}
+
 // Topic implements Store.
 func (s *FileStore) Topic(ctx context.Context, name string) (TopicInfo, []PartitionInfo, error) {
-	if err := ctx.Err(); err != nil {
+	t, err := s.lookupTopic(ctx, name)
+	if err != nil {
 		return TopicInfo{}, nil, err
-	}
-	s.mu.RLock()
-	t, closed := s.topics[name], s.closed
-	s.mu.RUnlock()
-	if closed {
-		return TopicInfo{}, nil, ErrClosed
-	}
-	if t == nil {
-		return TopicInfo{}, nil, fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
 	}
 	parts := make([]PartitionInfo, len(t.parts))
 	for i, p := range t.parts {
@@ -503,4 +504,21 @@ func (s *FileStore) liveTopics() []*topic {
 		out = append(out, t)
 	}
 	return out
+}
+
+// lookupTopic finds a live topic by name.
+func (s *FileStore) lookupTopic(ctx context.Context, name string) (*topic, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	t, closed := s.topics[name], s.closed
+	s.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if t == nil {
+		return nil, fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
+	}
+	return t, nil
 }

@@ -139,19 +139,20 @@ func (s *MemStore) Topics(ctx context.Context) ([]TopicInfo, error) {
 	return out, nil
 }
 
+// TopicInfo implements Store.
+func (s *MemStore) TopicInfo(ctx context.Context, name string) (TopicInfo, error) {
+	t, err := s.lookupTopic(ctx, name)
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	return t.info, nil
+}
+
 // Topic implements Store.
 func (s *MemStore) Topic(ctx context.Context, name string) (TopicInfo, []PartitionInfo, error) {
-	if err := ctx.Err(); err != nil {
+	t, err := s.lookupTopic(ctx, name)
+	if err != nil {
 		return TopicInfo{}, nil, err
-	}
-	s.mu.RLock()
-	t, closed := s.topics[name], s.closed
-	s.mu.RUnlock()
-	if closed {
-		return TopicInfo{}, nil, ErrClosed
-	}
-	if t == nil {
-		return TopicInfo{}, nil, fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
 	}
 	parts := make([]PartitionInfo, len(t.parts))
 	for i, p := range t.parts {
@@ -437,4 +438,21 @@ func (s *MemStore) CountKeys(ctx context.Context, topic string, partition int32,
 	}
 	n := keys.count(prefix, end, limit)
 	return n, n, nil
+}
+
+// lookupTopic finds a live topic by name.
+func (s *MemStore) lookupTopic(ctx context.Context, name string) (*memTopic, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	t, closed := s.topics[name], s.closed
+	s.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if t == nil {
+		return nil, fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
+	}
+	return t, nil
 }

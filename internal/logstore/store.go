@@ -91,6 +91,9 @@ type Store interface {
 	Topics(ctx context.Context) ([]TopicInfo, error)
 	// Topic describes one topic and each of its partitions.
 	Topic(ctx context.Context, name string) (TopicInfo, []PartitionInfo, error)
+	// TopicInfo describes one topic without visiting its partitions: the
+	// cheap lookup for hot paths (routing a produce needs only the count).
+	TopicInfo(ctx context.Context, name string) (TopicInfo, error)
 	// Append appends recs to one partition atomically and contiguously and returns
 	// the offset of the first. It returns once the records are durable per the
 	// store's fsync mode; then they are below the high watermark and readable.

@@ -91,7 +91,7 @@ func (s *LogService) DeleteTopic(ctx context.Context, req *sharelogv1.DeleteTopi
 	if req.GetName() == "" {
 		return nil, toStatus(ctx, s.log, invalid("name is required"))
 	}
-	info, err := s.topicInfo(ctx, req.GetName())
+	info, err := s.store.TopicInfo(ctx, req.GetName())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -172,7 +172,7 @@ func (s *LogService) Produce(ctx context.Context, req *sharelogv1.ProduceRequest
 	if n > MaxProduceRecords {
 		return nil, toStatus(ctx, s.log, invalid("%d records in one call; the limit is %d", n, MaxProduceRecords))
 	}
-	info, err := s.topicInfo(ctx, req.GetTopic())
+	info, err := s.store.TopicInfo(ctx, req.GetTopic())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -255,11 +255,6 @@ func (s *LogService) route(info logstore.TopicInfo, key []byte) int32 {
 	}
 	c, _ := s.roundRobin.LoadOrStore(info.Name, new(atomic.Uint32))
 	return int32((c.(*atomic.Uint32).Add(1) - 1) % uint32(info.Partitions))
-}
-
-func (s *LogService) topicInfo(ctx context.Context, name string) (logstore.TopicInfo, error) {
-	info, _, err := s.store.Topic(ctx, name)
-	return info, err
 }
 
 func (s *LogService) Fetch(ctx context.Context, req *sharelogv1.FetchRequest) (*sharelogv1.FetchResponse, error) {

@@ -38,7 +38,7 @@ func (s *LogService) Purge(ctx context.Context, req *sharelogv1.PurgeRequest) (*
 	for _, t := range req.GetTopics() {
 		info, ok := topics[t.GetTopic()]
 		if !ok {
-			if ti, err := s.topicInfo(ctx, t.GetTopic()); err == nil {
+			if ti, err := s.store.TopicInfo(ctx, t.GetTopic()); err == nil {
 				info = &ti
 			} else if !errors.Is(err, logstore.ErrUnknownTopic) && !errors.Is(err, logstore.ErrInvalidArgument) {
 				return nil, toStatus(ctx, s.log, err)

@@ -46,6 +46,11 @@ func (s *synthStore) Topic(_ context.Context, name string) (logstore.TopicInfo, 
 	return logstore.TopicInfo{Name: s.name, ID: s.id, Partitions: s.parts}, nil, nil
 }
 
+func (s *synthStore) TopicInfo(ctx context.Context, name string) (logstore.TopicInfo, error) {
+	info, _, err := s.Topic(ctx, name)
+	return info, err
+}
+
 func (s *synthStore) Bounds(topic string, part int32) (int64, int64, error) {
 	return 0, s.hw, s.check(topic, part)
 }

@@ -192,7 +192,7 @@ func (m *Manager) load(rec *recovered) error {
 		for _, rp := range rg.parts {
 			info, ok := infos[rp.topic]
 			if !ok {
-				ti, _, err := m.store.Topic(ctx, rp.topic)
+				ti, err := m.store.TopicInfo(ctx, rp.topic)
 				switch {
 				case err == nil:
 					info = &ti
@@ -299,7 +299,7 @@ func (m *Manager) lookupTopic(ctx context.Context, name string) (*topicRef, erro
 			return ref, nil
 		}
 	}
-	info, _, err := m.store.Topic(ctx, name)
+	info, err := m.store.TopicInfo(ctx, name)
 	if err != nil {
 		if !errors.Is(err, logstore.ErrUnknownTopic) {
 			return nil, err

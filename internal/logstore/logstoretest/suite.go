@@ -148,6 +148,9 @@ func testCreateTopic(t *testing.T, s logstore.Store) {
 	got, parts, err := s.Topic(ctx, "orders")
 	require.NoError(t, err)
 	assert.Equal(t, info, got)
+	cheap, err := s.TopicInfo(ctx, "orders")
+	require.NoError(t, err)
+	assert.Equal(t, info, cheap, "TopicInfo answers what Topic does, without partitions")
 	require.Len(t, parts, 3)
 	for i, p := range parts {
 		assert.Equal(t, int32(i), p.Partition)
@@ -726,6 +729,7 @@ func testUnknown(t *testing.T, s logstore.Store) {
 			_, calls["DeleteRecordsBefore"] = s.DeleteRecordsBefore(ctx, tg.topic, tg.part, 0)
 			if tg.topic == "nope" {
 				_, _, calls["Topic"] = s.Topic(ctx, tg.topic)
+				_, calls["TopicInfo"] = s.TopicInfo(ctx, tg.topic)
 				calls["DeleteTopic"] = s.DeleteTopic(ctx, tg.topic)
 			}
 			for _, name := range slices.Sorted(maps.Keys(calls)) {

@@ -84,7 +84,6 @@ func evString(r *sharelogv1.StreamChangesResponse) string {
 type changeCall struct {
 	stream sharelogv1.ChangeStreamService_StreamChangesClient
 	cancel context.CancelFunc
-	events chan recvResult
 }
 
 type recvResult struct {

@@ -1,6 +1,7 @@
 # sharelog — the two commands are `make run` and `make test`.
 GO        ?= go
 BUF       := $(GO) tool -modfile=tools/go.mod buf
+STATICCHECK := $(GO) tool -modfile=tools/go.mod staticcheck
 GOFLAGS_TEST ?= -race -count=1 -timeout=15m
 
 .PHONY: run test build generate check-generate lint bench clean
@@ -37,10 +38,12 @@ check-generate: generate
 	@git diff --exit-code --stat -- gen || (echo "gen/ is stale: run 'make generate' and commit" >&2; exit 1)
 	@test -z "$$(git status --porcelain -- gen)" || (git status --porcelain -- gen; echo "gen/ has untracked files: run 'make generate' and commit" >&2; exit 1)
 
-## lint: gofmt, go vet, buf lint
+## lint: gofmt, go vet, staticcheck (both modules), buf lint
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); test -z "$$out" || (echo "gofmt needed:"; echo "$$out"; exit 1)
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
+	cd bench && $(GO) vet ./... && $(GO) tool -modfile=../tools/go.mod staticcheck ./...
 	$(BUF) lint
 
 .PHONY: bench-quick bench-go

@@ -131,14 +131,14 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("MemberID must be 1..36 characters, got %d", n))
 	}
 	if len(c.Topics) == 0 {
-		errs = append(errs, errors.New("Topics must name at least one topic"))
+		errs = append(errs, errors.New("no topic in Topics: name at least one"))
 	}
 	seen := map[string]bool{}
 	for _, t := range c.Topics {
 		if t == "" {
-			errs = append(errs, errors.New("Topics contains an empty name"))
+			errs = append(errs, errors.New("an empty name in Topics"))
 		} else if seen[t] {
-			errs = append(errs, fmt.Errorf("Topics names %q twice", t))
+			errs = append(errs, fmt.Errorf("topic %q twice in Topics", t))
 		}
 		seen[t] = true
 	}

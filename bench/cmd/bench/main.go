@@ -16,7 +16,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,10 +84,9 @@ type env struct {
 	logf        func(string, ...any)
 
 	// Machine limits measured at the start, used by bars that refer to them.
-	nullP50   float64 // ms, plain grpc-go unary round trip
-	fsyncP99  float64 // ms, 4 KiB append + fsync
-	seqWrite  float64 // MiB/s
-	cpuFactor float64 // unused placeholder for future normalisation
+	nullP50  float64 // ms, plain grpc-go unary round trip
+	fsyncP99 float64 // ms, 4 KiB append + fsync
+	seqWrite float64 // MiB/s
 }
 
 // dataDir makes a fresh directory for one server instance.
@@ -474,5 +472,3 @@ func methods(e *env) []string {
 		"Server CPU profile: `BENCH_SERVER_CPUPROFILE=<dir> go run ./cmd/bench -only <ID>` builds `./cmd/sharelog-prof` (the same server with a CPU profile written on shutdown) instead of `cmd/server`; inspect with `go tool pprof <dir>/<file>.pprof`.",
 	}
 }
-
-func roundMs(v float64) float64 { return math.Round(v*1000) / 1000 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -277,8 +276,6 @@ func build(ctx context.Context, repoRoot, benchDir, dir string, logf func(string
 	logf("built sharelog-server and nats-server in %v", time.Since(t0).Round(time.Millisecond))
 	return sharelogBin, natsBin, nil
 }
-
-var errNotReady = errors.New("not ready")
 
 // profileDir is where server CPU profiles go (BENCH_SERVER_CPUPROFILE), or "".
 func profileDir() string { return os.Getenv("BENCH_SERVER_CPUPROFILE") }

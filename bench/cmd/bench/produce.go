@@ -103,12 +103,12 @@ func produceOurs(ctx context.Context, addr string, spec produceSpec) (*produceRe
 				lats[w].Add(d)
 				res := resp.GetResults()
 				if len(res) != n {
-					errs[w] = fmt.Errorf("Produce of %d records answered %d results", n, len(res))
+					errs[w] = fmt.Errorf("produce of %d records answered %d results", n, len(res))
 					return
 				}
 				for i, r := range res {
 					if r.GetPartition() != part || r.GetOffset() != res[0].GetOffset()+int64(i) {
-						errs[w] = fmt.Errorf("Produce results not contiguous in partition %d: %v", part, r)
+						errs[w] = fmt.Errorf("produce results not contiguous in partition %d: %v", part, r)
 						return
 					}
 					if !tr.Deliver(r.GetOffset()) {

@@ -245,8 +245,8 @@ func prefilledOurs(ctx context.Context, e *env, rep int, o *runOut) error {
 	})
 
 	type s2m struct {
-		oso, ord, auto float64
-		hash           [3]*streamResult
+		oso, ord float64
+		hash     [3]*streamResult
 	}
 	s2 := map[string]*s2m{}
 	measure := func(cl *client, f fraction, mode sharelogv1.OsoMode, wantOSO int) (float64, *streamResult, error) {

@@ -122,7 +122,7 @@ func d1Ours(ctx context.Context, e *env, rep int, o *runOut) error {
 			}
 			pr := resp.GetTopics()[0].GetPartitions()[0]
 			if pr.GetErrorCode() != sharelogv1.ErrorCode_ERROR_CODE_NONE || pr.GetLowWatermark() != off {
-				return 0, fmt.Errorf("Purge %s to %d: %v low_watermark %d %s", topic, off, pr.GetErrorCode(), pr.GetLowWatermark(), pr.GetErrorMessage())
+				return 0, fmt.Errorf("purge %s to %d: %v low_watermark %d %s", topic, off, pr.GetErrorCode(), pr.GetLowWatermark(), pr.GetErrorMessage())
 			}
 			return d, nil
 		}
@@ -180,7 +180,7 @@ func d1Ours(ctx context.Context, e *env, rep int, o *runOut) error {
 				return classify("LogService.Produce", err)
 			}
 			if len(resp.GetResults()) != d1Batch || resp.GetResults()[0].GetOffset() < total {
-				return fmt.Errorf("Produce during purge: %d results, first offset %d", len(resp.GetResults()), resp.GetResults()[0].GetOffset())
+				return fmt.Errorf("produce during purge: %d results, first offset %d", len(resp.GetResults()), resp.GetResults()[0].GetOffset())
 			}
 			produced.Add(d1Batch)
 			return nil
@@ -209,7 +209,7 @@ func d1Ours(ctx context.Context, e *env, rep int, o *runOut) error {
 		}
 		_, ferr := c.log.Fetch(ctx, &sharelogv1.FetchRequest{Topic: "d1", Partition: 0, Offset: cut - 1, MaxRecords: 1})
 		if status.Code(ferr) != codes.OutOfRange {
-			return fmt.Errorf("Fetch below the log start offset: %v, want OUT_OF_RANGE", ferr)
+			return fmt.Errorf("fetch below the log start offset: %v, want OUT_OF_RANGE", ferr)
 		}
 		rpc := newMeas(float64(r.d.Microseconds()) / 1000)
 		rpc.note = fmt.Sprintf("segments %d before, %d ~%.1fs after; log start = %d, reads below it OUT_OF_RANGE, high watermark = prefill + %d produced",
@@ -271,7 +271,6 @@ func d1Peer(ctx context.Context, e *env, rep int, o *runOut) error {
 			}
 			small = append(small, float64(time.Since(t).Microseconds())/1000)
 		}
-		type pub struct{ js jetstream.JetStream }
 		pubs := make([]jetstream.JetStream, d1Workers)
 		for i := range pubs {
 			cn, cjs, err := natsConnect(p.natsURL, fmt.Sprintf("d1-pub-%d", i))

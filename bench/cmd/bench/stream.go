@@ -17,11 +17,10 @@ import (
 
 // streamResult is what one StreamChanges call delivered.
 type streamResult struct {
-	items    int64 // mutations + deletions
-	oso      bool  // began with an OSO snapshot
-	elapsed  time.Duration
-	hash     verify.MapHash
-	lastItem time.Time
+	items   int64 // mutations + deletions
+	oso     bool  // began with an OSO snapshot
+	elapsed time.Duration
+	hash    verify.MapHash
 }
 
 // streamChanges runs one StreamChanges call to its stream_end{OK} and checks

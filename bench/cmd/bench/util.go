@@ -167,14 +167,6 @@ func partitionInfo(ctx context.Context, c *client, topic string, partition int32
 
 func ptr[T any](v T) *T { return &v }
 
-func joinKeys(prefix string, names ...string) []string {
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = prefix + n
-	}
-	return out
-}
-
 func trimErr(err error) string {
 	s := err.Error()
 	if len(s) > 400 {

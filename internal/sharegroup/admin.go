@@ -483,7 +483,7 @@ func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error {
 		g.mu.Lock()
 		g.dead = false
 		g.mu.Unlock()
-		return fmt.Errorf("share group %q: deletion not saved: %w", groupID, err)
+		return storageError("share group %q: deletion not saved: %v", groupID, err)
 	}
 	for _, sp := range sps {
 		sp.dropLocked()

@@ -2,12 +2,12 @@ package sharegroup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -218,31 +218,41 @@ func TestRecoveryCorruption(t *testing.T) {
 	})
 }
 
-// faultHooks injects write or fsync failures after a number of calls.
+// faultHooks injects ENOSPC into the state log's writes or fsyncs.
 type faultHooks struct {
 	failSync  atomic.Bool
 	failWrite atomic.Bool
+}
+
+func (f *faultHooks) set(which string, on bool) {
+	if which == "fsync" {
+		f.failSync.Store(on)
+	} else {
+		f.failWrite.Store(on)
+	}
 }
 
 func (f *faultHooks) hooks() *ioHooks {
 	return &ioHooks{
 		write: func(file *os.File, b []byte) (int, error) {
 			if f.failWrite.Load() {
-				return 0, errors.New("injected write failure")
+				return 0, fmt.Errorf("injected write failure: %w", syscall.ENOSPC)
 			}
 			return file.Write(b)
 		},
 		sync: func(file *os.File) error {
 			if f.failSync.Load() {
-				return errors.New("injected fsync failure")
+				return fmt.Errorf("injected fsync failure: %w", syscall.ENOSPC)
 			}
 			return fsutil.Fdatasync(file)
 		},
 	}
 }
 
-// A failed state write rolls the acknowledgement back and reports
-// KAFKA_STORAGE_ERROR; after it every state write fails until restart.
+// A failed state write (ENOSPC on write or fsync) rolls the
+// acknowledgement back and reports KAFKA_STORAGE_ERROR; the failure is not
+// sticky: once the fault is gone the next acknowledgement succeeds, with no
+// restart, and other groups are never affected beyond the failed batch.
 func TestStateWriteFailure(t *testing.T) {
 	for _, which := range []string{"fsync", "write"} {
 		t.Run(which, func(t *testing.T) {
@@ -256,30 +266,72 @@ func TestStateWriteFailure(t *testing.T) {
 			require.Equal(t, []AcquiredRange{rng(10, 29, 1)}, acquired(t, e.fetch("m", FetchRequest{}), x))
 			require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(10, 11, AckAccept))).Partitions[0].ErrorCode)
 			before := e.state(x)
-			if which == "fsync" {
-				f.failSync.Store(true)
-			} else {
-				f.failWrite.Store(true)
-			}
+			f.set(which, true)
 			r := e.ack("m", ackEntry(x, batch(12, 14, AckAccept), batch(15, 16, AckRelease), batch(17, 17, AckReject)))
 			assert.Equal(t, CodeKafkaStorageError, r.Partitions[0].ErrorCode)
+			assert.Contains(t, r.Partitions[0].ErrorMessage, "no space left on device")
 			assert.Equal(t, before, e.state(x), "rolled back: still ACQUIRED by the session")
-			f.failSync.Store(false)
-			f.failWrite.Store(false)
-			// Sticky: later writes fail too.
+			// Still failing: the retry fails the same way, state unchanged.
 			resp := e.fetch("m", FetchRequest{Partitions: []PartitionEntry{ackEntry(x, batch(12, 12, AckAccept))}})
 			assert.Equal(t, CodeKafkaStorageError, part(t, resp, x).AckErrorCode)
 			assert.Equal(t, before, e.state(x))
-			// RENEW writes nothing and still works; acquisitions continue.
-			r2, err := e.m.ShareAcknowledge(context.Background(), AckRequest{GroupID: testGroup, MemberID: "m", Epoch: e.next("m"), IsRenewAck: true,
-				Partitions: []PartitionEntry{ackEntry(x, batch(12, 29, AckRenew))}})
-			require.NoError(t, err)
-			assert.Equal(t, CodeNone, r2.Partitions[0].ErrorCode)
+			_, err := e.m.UpdateConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(3)})
+			require.Error(t, err)
+			assert.Equal(t, ReasonKafkaStorageError, reqErr(err).Reason)
+			assert.NotEmpty(t, e.m.Offline(), "the share-partition's durable state is unknown while the fault lasts")
+
+			// Space is back: the next acknowledgement succeeds, no reopen.
+			f.set(which, false)
+			r = e.ack("m", ackEntry(x, batch(12, 14, AckAccept), batch(15, 16, AckRelease), batch(17, 17, AckReject)))
+			require.Equal(t, CodeNone, r.Partitions[0].ErrorCode)
+			assert.Equal(t, "spso=15 [15-16 AVAILABLE(1)] [17-17 ARCHIVED(0)] [18-29 ACQUIRED(1)]", e.state(x))
+			assert.Empty(t, e.m.Offline())
 			_, err = e.m.UpdateConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(3)})
-			assert.Error(t, err)
-			assert.Error(t, e.m.Close())
+			require.NoError(t, err)
+			require.NoError(t, e.m.Close())
+
+			// What was reported NONE is durable: a restart has it.
+			e2 := newEnvOn(t, e.store, e.opts.Dir, nil)
+			assert.Equal(t, "spso=15 [15-16 AVAILABLE(1)] [17-17 ARCHIVED(0)]", e2.state(x))
 		})
 	}
+}
+
+// A write failure affects only the entries in flight: another group's
+// acknowledgement after the fault is cleared succeeds, and a partition
+// whose background entry was lost rewrites its full state first.
+func TestStateWriteFailureScoped(t *testing.T) {
+	var f faultHooks
+	e := newEnv(t, func(o *Options) { o.testHooks = f.hooks() })
+	e.topic("t", 2)
+	x, y := tp("t", 0), tp("t", 1)
+	e.produce("t", 0, 10, 10)
+	e.produce("t", 1, 10, 10)
+	e.update(GroupConfig{AutoOffsetReset: str("earliest")})
+	_, err := e.m.UpdateConfig("other", GroupConfig{AutoOffsetReset: str("earliest")})
+	require.NoError(t, err)
+	open := func(group, member string, parts ...TopicPartition) FetchResponse {
+		resp, err := e.m.ShareFetch(context.Background(), FetchRequest{GroupID: group, MemberID: member, Partitions: entries(parts...)})
+		require.NoError(t, err)
+		return resp
+	}
+	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, open("other", "o", y), y))
+	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, e.open("m", x), x))
+
+	f.set("write", true)
+	r := e.ack("m", ackEntry(x, batch(0, 4, AckAccept)))
+	require.Equal(t, CodeKafkaStorageError, r.Partitions[0].ErrorCode)
+	f.set("write", false)
+	// The other group was not part of the failed batch: its ack works.
+	ro, err := e.m.ShareAcknowledge(context.Background(), AckRequest{GroupID: "other", MemberID: "o", Epoch: 1,
+		Partitions: []PartitionEntry{ackEntry(y, batch(0, 9, AckAccept))}})
+	require.NoError(t, err)
+	require.Equal(t, CodeNone, ro.Partitions[0].ErrorCode)
+	// The failed partition rewrites its full state, then acks normally.
+	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 4, AckAccept))).Partitions[0].ErrorCode)
+	require.NoError(t, e.m.Close())
+	e2 := newEnvOn(t, e.store, e.opts.Dir, nil)
+	assert.Equal(t, "spso=5", e2.state(x), "0-4 acknowledged; 5-9 were only acquired")
 }
 
 // Rollback after the ack's effects were built upon (SPSO advanced by two

@@ -44,6 +44,9 @@ type Manager struct {
 	compactCh chan struct{}
 	snapBytes atomic.Int64  // size of the last snapshot
 	arrivals  atomic.Uint64 // fetch admission order, for waiters
+	// unreadable counts offsets archived because the log could not read
+	// them (Stats().UnreadableArchived).
+	unreadable atomic.Uint64
 }
 
 // group is a share group: its config, share-partitions and membership.
@@ -446,7 +449,7 @@ func (m *Manager) UpdateConfig(groupID string, c GroupConfig) (GroupConfig, erro
 	}
 	if err != nil {
 		g.mu.Unlock()
-		return GroupConfig{}, fmt.Errorf("share group %q: config not saved: %w", groupID, err)
+		return GroupConfig{}, storageError("share group %q: config not saved: %v", groupID, err)
 	}
 	g.explicit = explicit
 	eff := m.opts.effective(&explicit)
@@ -547,6 +550,7 @@ func (m *Manager) compactLoop() {
 // snapshot appends the full state of every group and share-partition and a
 // marker for generation gen (the file entries now go to), and syncs it.
 func (m *Manager) snapshot(gen uint64) error {
+	fails := m.slog.failures()
 	var first, last uint64
 	note := func(t uint64, err error) error {
 		if err == nil {
@@ -591,6 +595,13 @@ func (m *Manager) snapshot(gen uint64) error {
 	}
 	if err := m.slog.syncTo(last); err != nil {
 		return err
+	}
+	// Every entry of the snapshot must have made it, in generation gen.
+	if m.slog.failures() != fails {
+		return errors.New("a share state log write failed during the snapshot")
+	}
+	if cur := m.slog.currentFile(); cur != gen {
+		return fmt.Errorf("the snapshot went to generation %d, not %d (rotation failed)", cur, gen)
 	}
 	m.snapBytes.Store(int64(last - first))
 	return nil

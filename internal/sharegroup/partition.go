@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sharelog/sharelog/internal/logstore"
@@ -45,6 +46,14 @@ type sharePartition struct {
 	nextDeadline int64 // no ACQUIRED record has an earlier deadline; never if none
 	timer        *time.Timer
 	timerAt      int64 // when the armed timer fires; 0 if not armed
+	// lastTicket is the ticket of the partition's last state-log entry
+	// (written under mu; read atomically by Offline). If that entry was
+	// lost, the durable state is unknown until a full entry succeeds.
+	lastTicket atomic.Uint64
+	// offline is why the share-partition's durable state is known to be
+	// lost (found at Open); "" when it is not. Set at load, cleared only by
+	// a repair; read under mu.
+	offline string
 
 	// Waiting fetches (waiters.go); wmu is taken after mu, never before.
 	wmu      sync.Mutex
@@ -65,14 +74,56 @@ func (p *sharePartition) String() string {
 // --- durable writes -----------------------------------------------------------
 
 // writeDelta appends the durable state of the changed ranges ds and the
-// current SPSO. mu is held, which orders the partition's entries.
+// current SPSO. mu is held, which orders the partition's entries. If the
+// partition's last entry was lost, it appends the full state instead: a
+// delta presumes the entries before it.
 func (p *sharePartition) writeDelta(ds []durRange) (uint64, error) {
+	if p.lost() {
+		return p.writeFull()
+	}
 	ds = clipDur(ds, p.spso)
-	return p.g.m.slog.write(func(b []byte) []byte {
+	return p.note(p.g.m.slog.write(func(b []byte) []byte {
 		b, start := partKeyStart(b, entPartDelta, p.g.id, p)
 		b = appendRanges(b, p.spso, ds)
 		return frameEnd(b, start)
-	})
+	}))
+}
+
+// note records t as the partition's last entry. mu is held.
+func (p *sharePartition) note(t uint64, err error) (uint64, error) {
+	if err == nil {
+		p.lastTicket.Store(t)
+	}
+	return t, err
+}
+
+// lost reports whether the partition's last state-log entry failed: its
+// durable state is unknown until a full-state entry is written.
+func (p *sharePartition) lost() bool {
+	return p.g.m.slog.lost(p.lastTicket.Load())
+}
+
+// ensureDurable rewrites the partition's full state and waits for it if
+// its last entry was lost (a state-log failure): until that succeeds the
+// share-partition answers KAFKA_STORAGE_ERROR. mu is held.
+func (p *sharePartition) ensureDurable() (ErrorCode, string) {
+	if p.status != spLive || !p.lost() {
+		return CodeNone, ""
+	}
+	t, err := p.writeFull()
+	if err == nil {
+		err = p.g.m.slog.ackWait(t)
+	}
+	if err != nil {
+		return CodeKafkaStorageError, storageErrMsg(err)
+	}
+	p.g.m.log.Info("share-partition state rewritten after a state log failure", "group", p.g.id, "topic", p.topic, "partition", p.part)
+	return CodeNone, ""
+}
+
+// storageErrMsg is the per-partition message of a state-log failure.
+func storageErrMsg(err error) string {
+	return fmt.Sprintf("share state write failed (%v); retried on the next request", err)
 }
 
 // fullState is the partition's durable state as ranges (AVAILABLE with
@@ -92,16 +143,17 @@ func (p *sharePartition) fullState() []durRange {
 // writeFull appends the partition's whole durable state. mu is held.
 func (p *sharePartition) writeFull() (uint64, error) {
 	ds := p.fullState()
-	return p.g.m.slog.write(func(b []byte) []byte {
+	return p.note(p.g.m.slog.write(func(b []byte) []byte {
 		b, start := partKeyStart(b, entPartFull, p.g.id, p)
 		b = appendRanges(b, p.spso, ds)
 		return frameEnd(b, start)
-	})
+	}))
 }
 
 // writeBackground writes a delta nobody waits for (expiry, scans, log-start
-// moves: re-derived after a crash). A failure is sticky and logged by the
-// state log; the in-memory transition stands.
+// moves: re-derived after a crash). A failure is logged by the state log;
+// the in-memory transition stands and the partition's next write is a
+// full-state entry.
 func (p *sharePartition) writeBackground(ds []durRange) {
 	_, _ = p.writeDelta(ds)
 }
@@ -346,9 +398,17 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 			out.fail(CodeUnknownTopicOrPartition, "topic was deleted")
 			return nil
 		}
+		if p.offline != "" {
+			out.fail(CodeKafkaStorageError, p.offline)
+			return nil
+		}
 		ls, hw, err := m.store.Bounds(p.topic, p.part)
 		if err != nil {
 			out.fail(storeCode(err))
+			return nil
+		}
+		if code, msg := p.ensureDurable(); code != CodeNone {
+			out.fail(code, msg)
 			return nil
 		}
 		if p.status == spUninit {
@@ -579,9 +639,16 @@ func (p *sharePartition) ack(s *session, batches []AckBatch) ackResult {
 		res.code, res.msg = CodeUnknownTopicOrPartition, "topic was deleted"
 		return res
 	}
+	if p.offline != "" {
+		res.code, res.msg = CodeKafkaStorageError, p.offline
+		return res
+	}
 	ls, hw, err := m.store.Bounds(p.topic, p.part)
 	if err != nil {
 		res.code, res.msg = storeCode(err)
+		return res
+	}
+	if res.code, res.msg = p.ensureDurable(); res.code != CodeNone {
 		return res
 	}
 	if p.status == spUninit {
@@ -624,7 +691,7 @@ func (p *sharePartition) ack(s *session, batches []AckBatch) ackResult {
 		ticket, err := p.writeDelta(st.delta)
 		if err != nil {
 			p.rollbackLocked(st.undo, s.Ended(), now)
-			res.code, res.msg, res.undo = CodeKafkaStorageError, "share state write failed", nil
+			res.code, res.msg, res.undo = CodeKafkaStorageError, storageErrMsg(err), nil
 			return res
 		}
 		res.ticket = ticket

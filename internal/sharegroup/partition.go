@@ -344,8 +344,9 @@ func (b *budget) exhausted() bool { return b.records <= 0 || b.stopped }
 type planKind uint8
 
 const (
-	planTake    planKind = iota
-	planArchive          // count at the limit, or no record at the offset
+	planTake       planKind = iota
+	planArchive             // count at the limit, or no record at the offset
+	planUnreadable          // the log cannot read these offsets: archived, logged, counted
 )
 
 type planItem struct {
@@ -493,10 +494,14 @@ func (p *sharePartition) scan(ctx context.Context, hw int64, bud *budget, dry bo
 }
 
 // take plans the acquisition of AVAILABLE offsets [a, b] of count c. An
-// offset without a record (compaction) is planned for archiving.
+// offset without a record (compaction) is planned for archiving, and so is
+// an offset the log cannot read (a corrupt record, §2 of the reliability
+// rules): it is archived, logged and counted rather than failing every
+// acquisition of the group forever.
 func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *budget, dry bool, out *partFetch) error {
 	store := p.g.m.store
 	off := a
+	end := b // reads stop here: before an unreadable range seen ahead
 	for off <= b && !bud.exhausted() {
 		maxBytes := bud.bytes
 		if bud.first {
@@ -506,15 +511,35 @@ func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *bud
 			bud.stopped = true
 			return nil
 		}
-		n := min(b-off+1, int64(bud.records))
+		n := min(end-off+1, int64(bud.records))
 		recs, err := store.Read(ctx, p.topic, p.part, off, int(n), int(min(maxBytes, math.MaxInt32)))
 		if err != nil {
-			return err
+			if !errors.Is(err, logstore.ErrCorrupt) {
+				return err
+			}
+			from, to, ok := corruptRange(err)
+			if ok && from > off && from <= end {
+				end = from - 1 // take what precedes the damage first
+				continue
+			}
+			if !ok && end > off {
+				end = off // no range: find out whether off itself is unreadable
+				continue
+			}
+			if !ok || from > off || to < off {
+				from, to = off, off // no usable range: just this offset
+			}
+			last := min(to, b)
+			if !dry {
+				out.plan = appendPlan(out.plan, planItem{first: off, last: last, kind: planUnreadable})
+			}
+			off, end = last+1, b
+			continue
 		}
 		taken, pastEnd := 0, len(recs) == 0
 		for i := range recs {
 			rec := &recs[i]
-			if rec.Offset > b {
+			if rec.Offset > end {
 				pastEnd = true
 				break
 			}
@@ -552,11 +577,18 @@ func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *bud
 		if bud.exhausted() {
 			return nil
 		}
+		if off > end {
+			end = b // read up to the damage: go on from it
+			continue
+		}
 		if pastEnd {
-			if off <= b && !dry {
-				out.plan = appendPlan(out.plan, planItem{first: off, last: b, kind: planArchive})
+			if off <= end && !dry {
+				out.plan = appendPlan(out.plan, planItem{first: off, last: end, kind: planArchive})
 			}
-			return nil
+			if end == b {
+				return nil
+			}
+			off, end = end+1, b // on to the unreadable range
 		}
 	}
 	return nil
@@ -583,9 +615,16 @@ func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 	took := false
 	for _, it := range out.plan {
 		switch it.kind {
-		case planArchive:
+		case planArchive, planUnreadable:
 			p.setRange(it.first, it.last, run{state: stArchived})
 			archived = append(archived, durRange{first: it.first, last: it.last, state: stArchived})
+			if it.kind == planUnreadable {
+				m := p.g.m
+				m.unreadable.Add(uint64(it.last - it.first + 1))
+				m.log.Error("share group archived records the log cannot read (corrupt); they are never delivered",
+					"group", p.g.id, "topic", p.topic, "partition", p.part, "first_offset", it.first, "last_offset", it.last,
+					"offsets", unreadableMsg(it.first, it.last))
+			}
 		case planTake:
 			p.setRange(it.first, it.last, run{state: stAcquired, count: it.count + 1, owner: sid, deadline: deadline})
 			took = true

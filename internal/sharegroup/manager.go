@@ -47,6 +47,11 @@ type Manager struct {
 	// unreadable counts offsets archived because the log could not read
 	// them (Stats().UnreadableArchived).
 	unreadable atomic.Uint64
+
+	manWrite sync.Mutex // serialises manifest writes
+	manMu    sync.Mutex // guards man (leaf)
+	man      manState
+	qdir     string // quarantine directory of this start
 }
 
 // group is a share group: its config, share-partitions and membership.
@@ -155,22 +160,44 @@ func Open(store logstore.Store, opts Options) (*Manager, error) {
 		topics:    make(map[string]*topicRef),
 		closing:   make(chan struct{}),
 		compactCh: make(chan struct{}, 1),
+		man:       manState{parts: make(map[manPart]struct{})},
 	}
-	m.slog = &stateLog{dir: opts.Dir, mode: opts.Fsync, interval: opts.FsyncInterval, log: opts.Logger, hooks: hooks, onBatch: m.maybeCompact}
-	if err := m.slog.start(rec.lastGen + 1); err != nil {
+	gen := rec.lastGen + 1
+	m.slog = &stateLog{dir: opts.Dir, mode: opts.Fsync, interval: opts.FsyncInterval, log: opts.Logger, hooks: hooks,
+		onBatch: m.maybeCompact, onSynced: m.onSynced}
+	// Until the startup snapshot is complete, recovery still needs what
+	// it read this time, with the checkpoints known.
+	m.man.base = gen
+	if rec.baseGen != 0 {
+		m.man.base = rec.baseGen
+	}
+	m.slog.sealed = make(map[uint64]int64)
+	if rec.man != nil {
+		for _, f := range rec.man.Files {
+			m.slog.sealed[f.Gen] = f.Size
+		}
+	}
+	quarantine := m.assess(rec)
+	if err := m.slog.start(gen); err != nil {
 		return nil, fmt.Errorf("sharegroup: %w", err)
 	}
 	if err := m.load(rec); err != nil {
 		m.slog.close()
 		return nil, fmt.Errorf("sharegroup: %w", err)
 	}
-	// The startup snapshot makes the new file self-contained (clamps and
-	// dropped topics included); then the old files go.
-	if err := m.snapshot(rec.lastGen + 1); err != nil {
+	// The startup snapshot makes the new file self-contained (clamps,
+	// dropped topics and offline share-partitions included); then the old
+	// files go: damaged ones to quarantine, the others are removed.
+	if err := m.snapshot(gen); err != nil {
 		m.slog.close()
 		return nil, fmt.Errorf("sharegroup: writing the startup snapshot: %w", err)
 	}
-	m.removeOldFiles(rec.lastGen + 1)
+	keep := m.quarantine(quarantine)
+	m.manMu.Lock()
+	m.man.base = gen
+	m.manMu.Unlock()
+	m.removeOldFiles(gen, keep)
+	m.writeManifest(gen, m.slog.currentSize())
 	m.sessions = sessioncache.New(sessioncache.Config[sessState]{
 		Capacity:    opts.MaxShareSessions,
 		IdleTimeout: opts.SessionIdleTimeout,
@@ -210,8 +237,11 @@ func (m *Manager) load(rec *recovered) error {
 				continue
 			}
 			sp := newSharePartition(g, rp.topic, rp.topicID, rp.part)
-			sp.status, sp.spso, sp.speo, sp.runs = spLive, rp.spso, rp.speo, rp.runs
+			sp.status, sp.spso, sp.speo, sp.runs, sp.offline = rp.status, rp.spso, rp.speo, rp.runs, rp.offline
 			g.parts[partKey{rp.topicID, rp.part}] = sp
+			if sp.status != spLive {
+				continue
+			}
 			if ls, _, err := m.store.Bounds(rp.topic, rp.part); err == nil {
 				sp.mu.Lock()
 				sp.prepare(ls, m.now())
@@ -379,7 +409,8 @@ func (m *Manager) TopicDeleted(topicID string) {
 		g.mu.Unlock()
 		for _, sp := range dropped {
 			sp.mu.Lock()
-			if sp.status == spLive {
+			if sp.status == spLive || sp.offline != "" {
+				m.noteDeleted(g.id, sp)
 				_, _ = m.slog.write(func(b []byte) []byte { return appendPartDelete(b, g.id, sp) })
 			}
 			sp.dropLocked()
@@ -506,7 +537,12 @@ func (m *Manager) Close() error {
 		g.mu.Unlock()
 	}
 	m.bg.Wait()
-	return m.slog.close()
+	err := m.slog.close()
+	if err == nil {
+		// The clean-shutdown checkpoint: the whole file is durable.
+		m.writeManifest(m.slog.finalFile())
+	}
+	return err
 }
 
 // --- compaction -------------------------------------------------------------
@@ -537,7 +573,12 @@ func (m *Manager) compactLoop() {
 				m.log.Error("share state compaction failed", "err", err)
 				continue
 			}
-			m.removeOldFiles(gen)
+			m.manMu.Lock()
+			m.man.base = gen
+			m.manMu.Unlock()
+			m.writeManifest(gen, m.slog.currentSize())
+			m.removeOldFiles(gen, nil)
+			m.slog.forgetSealed(gen)
 			// Requests made while the old file was still growing are moot.
 			select {
 			case <-m.compactCh:
@@ -584,6 +625,11 @@ func (m *Manager) snapshot(gen uint64) error {
 			if sp.status == spLive {
 				err = note(sp.writeFull())
 			}
+			if err == nil && sp.offline != "" {
+				m.noteDurable(sp)
+				reason := sp.offline
+				err = note(m.slog.write(func(b []byte) []byte { return appendPartOffline(b, g.id, sp, reason) }))
+			}
 			sp.mu.Unlock()
 			if err != nil {
 				return err
@@ -608,8 +654,9 @@ func (m *Manager) snapshot(gen uint64) error {
 }
 
 // removeOldFiles deletes the generations before gen, whose content the
-// snapshot in gen now covers.
-func (m *Manager) removeOldFiles(gen uint64) {
+// snapshot in gen now covers, except those in keep (damaged files that
+// could not be moved to quarantine: never deleted).
+func (m *Manager) removeOldFiles(gen uint64, keep map[string]bool) {
 	files, err := listGenerations(m.opts.Dir)
 	if err != nil {
 		m.log.Warn("listing share state files", "err", err)
@@ -617,7 +664,7 @@ func (m *Manager) removeOldFiles(gen uint64) {
 	}
 	removed := false
 	for _, f := range files {
-		if f.gen < gen {
+		if f.gen < gen && !keep[f.name] {
 			if err := os.Remove(filepath.Join(m.opts.Dir, f.name)); err != nil {
 				m.log.Warn("removing an old share state file", "file", f.name, "err", err)
 			}

@@ -143,6 +143,7 @@ func (p *sharePartition) fullState() []durRange {
 // writeFull appends the partition's whole durable state. mu is held.
 func (p *sharePartition) writeFull() (uint64, error) {
 	ds := p.fullState()
+	p.g.m.noteDurable(p)
 	return p.note(p.g.m.slog.write(func(b []byte) []byte {
 		b, start := partKeyStart(b, entPartFull, p.g.id, p)
 		b = appendRanges(b, p.spso, ds)

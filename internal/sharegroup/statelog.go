@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,8 +71,10 @@ type stateLog struct {
 	lastErr   error // the last write or fsync failure
 	broken    bool  // the last batch failed: re-validate the file first
 	rot       *rotation
-	gen       uint64 // newest generation (the writer's file, or the pending rotation's)
-	fileGen   uint64 // the writer's current file
+	gen       uint64           // newest generation (the writer's file, or the pending rotation's)
+	fileGen   uint64           // the writer's current file
+	sealed    map[uint64]int64 // final sizes of the files rotated away from
+	durSize   int64            // fsynced size of fileGen, as last published
 	fails     []lostSpan
 	nfail     atomic.Int64 // len(fails): lost() without the lock when 0
 	failSeq   uint64       // failures so far
@@ -119,6 +122,9 @@ func genFileName(gen uint64) string { return fmt.Sprintf("state-%016d.log", gen)
 func (l *stateLog) start(gen uint64) error {
 	l.work.L, l.progress.L = &l.mu, &l.mu
 	l.stop, l.done = make(chan struct{}), make(chan struct{})
+	if l.sealed == nil {
+		l.sealed = make(map[uint64]int64)
+	}
 	if l.hooks.truncate == nil {
 		l.hooks.truncate = (*os.File).Truncate
 	}
@@ -156,7 +162,7 @@ func (l *stateLog) openGen(gen uint64) error {
 	}
 	l.f, l.size, l.syncedSize = f, int64(len(fileMagic)), int64(len(fileMagic))
 	l.mu.Lock()
-	l.fileGen = gen
+	l.fileGen, l.durSize = gen, l.syncedSize
 	l.mu.Unlock()
 	return nil
 }
@@ -249,6 +255,35 @@ func (l *stateLog) failures() uint64 {
 	return l.failSeq
 }
 
+// sealedSizes returns the final sizes of the files rotated away from.
+func (l *stateLog) sealedSizes() map[uint64]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.sealed)
+}
+
+// forgetSealed drops the sizes of generations before gen (removed).
+func (l *stateLog) forgetSealed(gen uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	maps.DeleteFunc(l.sealed, func(g uint64, _ int64) bool { return g < gen })
+}
+
+// finalFile returns the current file's generation and fsynced size; only
+// after close.
+func (l *stateLog) finalFile() (uint64, int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fileGen, l.syncedSize
+}
+
+// currentSize returns the current file's fsynced size (a checkpoint).
+func (l *stateLog) currentSize() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.durSize
+}
+
 // currentFile returns the generation of the file the writer appends to.
 func (l *stateLog) currentFile() uint64 {
 	l.mu.Lock()
@@ -298,9 +333,6 @@ func (l *stateLog) run() {
 			l.buf = nil
 			l.progress.Broadcast()
 			l.mu.Unlock()
-			if err == nil && l.onSynced != nil {
-				l.onSynced(l.currentFile(), l.syncedSize)
-			}
 			return
 		}
 		b := l.buf
@@ -342,7 +374,12 @@ func (l *stateLog) run() {
 			if err == nil {
 				sPos = rot.at
 				good, goodSize = rot.at, l.size
-				err = l.openGen(rot.gen)
+				oldGen, oldSize := l.fileGen, l.size
+				if err = l.openGen(rot.gen); err == nil {
+					l.mu.Lock()
+					l.sealed[oldGen] = oldSize
+					l.mu.Unlock()
+				}
 			}
 			if err == nil {
 				good, goodSize = rot.at, l.size
@@ -362,6 +399,10 @@ func (l *stateLog) run() {
 				l.size = goodSize
 			}
 		}
+		if err == nil && wantSync && l.onSynced != nil {
+			// Before the entries are reported durable (see onSynced).
+			l.onSynced(l.fileGen, l.syncedSize)
+		}
 
 		l.mu.Lock()
 		if err != nil {
@@ -375,22 +416,17 @@ func (l *stateLog) run() {
 			l.written = end
 			if wantSync {
 				l.synced = end
+				l.durSize = l.syncedSize
 			}
 		}
 		if cap(b) <= 4<<20 {
 			l.spare = b[:0]
 		}
-		size, synced := l.size, l.syncedSize
-		gen := l.fileGen
+		size := l.size
 		l.progress.Broadcast()
 		l.mu.Unlock()
-		if err == nil {
-			if wantSync && l.onSynced != nil {
-				l.onSynced(gen, synced)
-			}
-			if l.onBatch != nil {
-				l.onBatch(size)
-			}
+		if err == nil && l.onBatch != nil {
+			l.onBatch(size)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package sharegroup
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -196,12 +197,17 @@ func TestRecoveryCorruption(t *testing.T) {
 type faultHooks struct {
 	failSync  atomic.Bool
 	failWrite atomic.Bool
+	short     atomic.Bool // a failing write writes half its bytes first
 }
 
 func (f *faultHooks) set(which string, on bool) {
-	if which == "fsync" {
+	switch which {
+	case "fsync":
 		f.failSync.Store(on)
-	} else {
+	case "short write":
+		f.short.Store(on)
+		f.failWrite.Store(on)
+	default:
 		f.failWrite.Store(on)
 	}
 }
@@ -210,7 +216,11 @@ func (f *faultHooks) hooks() *ioHooks {
 	return &ioHooks{
 		write: func(file *os.File, b []byte) (int, error) {
 			if f.failWrite.Load() {
-				return 0, fmt.Errorf("injected write failure: %w", syscall.ENOSPC)
+				n := 0
+				if f.short.Load() {
+					n, _ = file.Write(b[:len(b)/2])
+				}
+				return n, fmt.Errorf("injected write failure: %w", syscall.ENOSPC)
 			}
 			return file.Write(b)
 		},
@@ -228,7 +238,7 @@ func (f *faultHooks) hooks() *ioHooks {
 // sticky: once the fault is gone the next acknowledgement succeeds, with no
 // restart, and other groups are never affected beyond the failed batch.
 func TestStateWriteFailure(t *testing.T) {
-	for _, which := range []string{"fsync", "write"} {
+	for _, which := range []string{"fsync", "write", "short write"} {
 		t.Run(which, func(t *testing.T) {
 			var f faultHooks
 			e := newEnv(t, func(o *Options) { o.testHooks = f.hooks() })
@@ -264,9 +274,13 @@ func TestStateWriteFailure(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, e.m.Close())
 
-			// What was reported NONE is durable: a restart has it.
-			e2 := newEnvOn(t, e.store, e.opts.Dir, nil)
+			// What was reported NONE is durable, and nothing half written
+			// was left in the file: a restart has it all, with no damage.
+			var lb logBuf
+			e2 := newEnvOn(t, e.store, e.opts.Dir, withLog(&lb, nil))
 			assert.Equal(t, "spso=15 [15-16 AVAILABLE(1)] [17-17 ARCHIVED(0)]", e2.state(x))
+			assert.Empty(t, e2.m.Offline())
+			assert.NotContains(t, lb.String(), "level=ERROR")
 		})
 	}
 }
@@ -460,4 +474,43 @@ func TestFileStoreRestart(t *testing.T) {
 	resp = e2.open("m", x)
 	assert.Equal(t, []AcquiredRange{rng(45, 49, 2), rng(50, 99, 1)}, acquired(t, resp, x))
 	require.NoError(t, e2.m.Close())
+}
+
+// The state log truncates what a failed write left behind (a half frame)
+// and goes on from the last good position: the file parses whole, with
+// exactly the entries that succeeded; lost tickets fail, later ones work.
+func TestStateLogTruncatesAfterFailure(t *testing.T) {
+	for _, which := range []string{"short write", "fsync"} {
+		t.Run(which, func(t *testing.T) {
+			var f faultHooks
+			dir := t.TempDir()
+			l := &stateLog{dir: dir, mode: logstore.FsyncAlways, log: slog.New(slog.DiscardHandler), hooks: *f.hooks()}
+			require.NoError(t, l.start(1))
+			put := func(group string) (uint64, error) {
+				t1, err := l.write(func(b []byte) []byte { return appendGroupDelete(b, group) })
+				require.NoError(t, err)
+				return t1, l.ackWait(t1)
+			}
+			t1, err := put("a")
+			require.NoError(t, err)
+			f.set(which, true)
+			t2, err := put("b")
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			assert.True(t, l.lost(t2))
+			assert.False(t, l.lost(t1))
+			f.set(which, false)
+			t3, err := put("c")
+			require.NoError(t, err, "not sticky")
+			assert.False(t, l.lost(t3))
+			require.NoError(t, l.close())
+
+			es, dmg := parseFile(filepath.Join(dir, genFileName(1)), 1, false, 0)
+			assert.Empty(t, dmg)
+			var groups []string
+			for _, e := range es {
+				groups = append(groups, e.group)
+			}
+			assert.Equal(t, []string{"a", "c"}, groups)
+		})
+	}
 }

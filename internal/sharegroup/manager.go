@@ -164,7 +164,7 @@ func Open(store logstore.Store, opts Options) (*Manager, error) {
 	}
 	gen := rec.lastGen + 1
 	m.slog = &stateLog{dir: opts.Dir, mode: opts.Fsync, interval: opts.FsyncInterval, log: opts.Logger, hooks: hooks,
-		onBatch: m.maybeCompact, onSynced: m.onSynced}
+		onBatch: m.maybeCompact, onSynced: m.onSynced, onHealed: m.requestCompact}
 	// Until the startup snapshot is complete, recovery still needs what
 	// it read this time, with the checkpoints known.
 	m.man.base = gen
@@ -555,6 +555,15 @@ func (m *Manager) maybeCompact(size int64) {
 		case m.compactCh <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// requestCompact asks for a compaction whatever the size: after a state
+// log failure, it rewrites every group and share-partition in full.
+func (m *Manager) requestCompact() {
+	select {
+	case m.compactCh <- struct{}{}:
+	default:
 	}
 }
 

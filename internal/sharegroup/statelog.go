@@ -56,6 +56,10 @@ type stateLog struct {
 	// with the generation and size of the current file, durable now (the
 	// manifest checkpoint). It may block the writer briefly.
 	onSynced func(gen uint64, size int64)
+	// onHealed is called (under mu; it must not block) when a write
+	// succeeds after a failure: entries of groups may have been lost with
+	// the failed batch, and a snapshot rewrites them all.
+	onHealed func()
 
 	mu        sync.Mutex
 	work      sync.Cond // the writer waits for work
@@ -327,6 +331,7 @@ func (l *stateLog) run() {
 				} else {
 					l.synced = l.written
 					l.syncedSize = l.size
+					l.broken = false
 				}
 			}
 			l.exited = true
@@ -409,8 +414,12 @@ func (l *stateLog) run() {
 			l.size = goodSize
 			l.failLocked(err, good)
 		} else {
-			if l.broken {
+			healed := l.broken
+			if healed {
 				l.log.Info("share state log writes succeed again")
+				if l.onHealed != nil {
+					l.onHealed()
+				}
 			}
 			l.broken = false
 			l.written = end

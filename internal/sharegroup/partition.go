@@ -496,9 +496,8 @@ func (p *sharePartition) scan(ctx context.Context, hw int64, bud *budget, dry bo
 
 // take plans the acquisition of AVAILABLE offsets [a, b] of count c. An
 // offset without a record (compaction) is planned for archiving, and so is
-// an offset the log cannot read (a corrupt record, §2 of the reliability
-// rules): it is archived, logged and counted rather than failing every
-// acquisition of the group forever.
+// an offset the log cannot read (a corrupt record): it is archived, logged
+// and counted rather than failing every acquisition of the group forever.
 func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *budget, dry bool, out *partFetch) error {
 	store := p.g.m.store
 	off := a

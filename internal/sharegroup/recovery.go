@@ -244,15 +244,6 @@ func resync(data []byte, q int) int {
 	return -1
 }
 
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // replay applies entries to an in-memory image of the durable state.
 type replay struct {
 	groups map[string]*replayGroup

@@ -514,3 +514,29 @@ func TestStateLogTruncatesAfterFailure(t *testing.T) {
 		})
 	}
 }
+
+// A failed fsync does not make the writer retry it in a loop: what it was
+// for is lost, so nothing is left to fsync until the next request.
+func TestStateLogNoFsyncRetryLoop(t *testing.T) {
+	var f faultHooks
+	var syncs atomic.Int64
+	h := f.hooks()
+	inner := h.sync
+	h.sync = func(file *os.File) error { syncs.Add(1); return inner(file) }
+	l := &stateLog{dir: t.TempDir(), mode: logstore.FsyncNever, log: slog.New(slog.DiscardHandler), hooks: *h}
+	require.NoError(t, l.start(1))
+	defer l.close()
+	t1, err := l.write(func(b []byte) []byte { return appendGroupDelete(b, "a") })
+	require.NoError(t, err)
+	f.set("fsync", true)
+	require.ErrorIs(t, l.syncTo(t1), syscall.ENOSPC)
+	n := syncs.Load()
+	// A write that needs no fsync goes through the writer: had the failed
+	// fsync been retried in a loop, more would have happened meanwhile.
+	t2, err := l.write(func(b []byte) []byte { return appendGroupDelete(b, "b") })
+	require.NoError(t, err)
+	require.NoError(t, l.ackWait(t2))
+	assert.Equal(t, n, syncs.Load())
+	f.set("fsync", false)
+	require.NoError(t, l.syncTo(t2), "the next fsync works")
+}

@@ -465,6 +465,11 @@ func (l *stateLog) failLocked(err error, good uint64) {
 	}
 	l.nfail.Store(int64(len(l.fails)))
 	l.written = max(l.written, to)
+	// Nothing after good is left to fsync for (it is lost): without this
+	// the writer would retry a failing fsync in a loop.
+	if l.syncWant > good {
+		l.syncWant = max(good, l.synced)
+	}
 	if l.rot != nil && l.rot.at < to {
 		l.rot.at = to
 	}

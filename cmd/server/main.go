@@ -87,6 +87,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&cfg.ShareGroupMaxSize, "share-group-max-size", cfg.ShareGroupMaxSize, "members per share group")
 	fs.DurationVar(&cfg.ShareSessionTimeout, "share-session-timeout", cfg.ShareSessionTimeout, "member session timeout")
 	fs.DurationVar(&cfg.ShareHeartbeatInterval, "share-heartbeat-interval", cfg.ShareHeartbeatInterval, "member heartbeat interval")
+	fs.BoolVar(&cfg.RepairShareState, "repair-share-state", cfg.RepairShareState, "at start, accept lost share state: bring its share-partitions online with what is readable (damaged files go to quarantine)")
 	fs.StringVar(&cfg.OSOBackfill, "oso-backfill", cfg.OSOBackfill, "OSO snapshots for full backfills: auto, enabled or disabled")
 	fs.Float64Var(&cfg.OSOAutoSmallRatio, "oso-auto-small-ratio", cfg.OSOAutoSmallRatio, "auto: max matching keys / records for OSO with small records")
 	fs.Float64Var(&cfg.OSOAutoLargeRatio, "oso-auto-large-ratio", cfg.OSOAutoLargeRatio, "auto: the same with large records")

@@ -29,6 +29,10 @@ type Config struct {
 	ShareGroupMaxSize            int
 	ShareSessionTimeout          time.Duration
 	ShareHeartbeatInterval       time.Duration
+	// RepairShareState accepts lost share state at start: share-partitions
+	// whose acknowledged state was found lost come online with what is
+	// readable (the loss is logged) instead of staying offline.
+	RepairShareState bool
 
 	// Change streams (flags accepted and validated now; used by change streams).
 	OSOBackfill             string // auto | enabled | disabled

@@ -137,6 +137,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		MaxShareSessions:        cfg.MaxShareSessions,
 		SessionIdleTimeout:      cfg.ShareSessionIdleTimeout,
 		GroupMaxSize:            cfg.ShareGroupMaxSize,
+		RepairShareState:        cfg.RepairShareState,
 	}); err != nil {
 		return nil, fmt.Errorf("open share-group state: %w", err)
 	}

@@ -28,6 +28,7 @@ var shareGroupCodes = map[string]codes.Code{
 	sharegroup.ReasonFencedMemberEpoch:        codes.FailedPrecondition,
 	sharegroup.ReasonGroupMaxSizeReached:      codes.ResourceExhausted,
 	sharegroup.ReasonNonEmptyGroup:            codes.FailedPrecondition,
+	sharegroup.ReasonKafkaStorageError:        codes.Unavailable,
 }
 
 // changeStreamCodes maps change-stream reasons to the gRPC codes of api.md §7.

@@ -48,12 +48,13 @@ func (m *Manager) processAcks(s *session, g *group, es []PartitionEntry, named [
 		}
 	}
 	if last > 0 {
-		if err := m.slog.ackWait(last); err != nil {
-			for _, p := range pend {
-				if !m.slog.reached(p.r.ticket) {
-					p.r.sp.rollback(p.r.undo, s)
-					out[p.i].code, out[p.i].msg = CodeKafkaStorageError, "share state write failed"
-				}
+		// Once the last ticket is settled so are the others, but each may
+		// have failed on its own: a failure is not sticky.
+		_ = m.slog.ackWait(last)
+		for _, p := range pend {
+			if err := m.slog.ackWait(p.r.ticket); err != nil {
+				p.r.sp.rollback(p.r.undo, s)
+				out[p.i].code, out[p.i].msg = CodeKafkaStorageError, storageErrMsg(err)
 			}
 		}
 	}

@@ -180,7 +180,7 @@ func (m *Manager) topicsWithState(ctx context.Context, g *group) ([]string, erro
 	seen := map[named]bool{}
 	for _, sp := range g.partitions() {
 		sp.mu.Lock()
-		if sp.status == spLive {
+		if sp.status == spLive || sp.offline != "" {
 			seen[named{sp.topic, sp.topicID}] = true
 		}
 		sp.mu.Unlock()
@@ -216,6 +216,9 @@ func (p *sharePartition) offsets() (spso, lag int64, code ErrorCode, msg string)
 	m := p.g.m
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.offline != "" {
+		return -1, -1, CodeKafkaStorageError, p.offline
+	}
 	if p.status != spLive {
 		return -1, -1, CodeNone, ""
 	}
@@ -314,6 +317,10 @@ func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []Top
 			j.res.ErrorCode, j.res.ErrorMessage = storeCode(err)
 			continue
 		}
+		if sp.offline != "" {
+			j.res.ErrorCode, j.res.ErrorMessage = CodeKafkaStorageError, sp.offline
+			continue
+		}
 		if j.start < ls || j.start > hw {
 			j.res.ErrorCode = CodeOffsetOutOfRange
 			j.res.ErrorMessage = fmt.Sprintf("start offset %d is outside [%d, %d] (log start offset, high watermark)", j.start, ls, hw)
@@ -325,22 +332,22 @@ func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []Top
 		ticket, err := sp.writeFull()
 		if err != nil {
 			sp.restore(j.saved)
-			j.res.ErrorCode, j.res.ErrorMessage = CodeKafkaStorageError, "share state write failed"
+			j.res.ErrorCode, j.res.ErrorMessage = CodeKafkaStorageError, storageErrMsg(err)
 			continue
 		}
 		j.done, last = true, ticket
 	}
-	var werr error
 	if last > 0 {
-		werr = m.slog.ackWait(last)
+		_ = m.slog.ackWait(last)
 	}
 	for _, j := range jobs {
 		if !j.done {
 			continue
 		}
-		if werr != nil {
+		// Each entry may have failed on its own (failures are not sticky).
+		if werr := m.slog.ackWait(j.sp.lastTicket.Load()); werr != nil {
 			j.sp.restore(j.saved)
-			j.res.ErrorCode, j.res.ErrorMessage = CodeKafkaStorageError, "share state write failed"
+			j.res.ErrorCode, j.res.ErrorMessage = CodeKafkaStorageError, storageErrMsg(werr)
 			continue
 		}
 		j.sp.signal() // waiting fetches continue from the new start
@@ -408,10 +415,19 @@ func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []st
 	var werr error
 	for i := range topics {
 		live := byTopic[i][:0]
+		offline := ""
 		for _, sp := range byTopic[i] {
+			if sp.offline != "" {
+				offline = sp.offline
+			}
 			if sp.status == spLive {
 				live = append(live, sp)
 			}
+		}
+		if offline != "" {
+			byTopic[i] = nil
+			out[i].ErrorCode, out[i].ErrorMessage = CodeKafkaStorageError, offline
+			continue
 		}
 		byTopic[i] = live
 		if len(live) == 0 {
@@ -422,11 +438,21 @@ func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []st
 			if werr != nil {
 				break
 			}
-			last, werr = m.slog.write(func(b []byte) []byte { return appendPartDelete(b, g.id, sp) })
+			m.noteDeleted(g.id, sp)
+			last, werr = sp.note(m.slog.write(func(b []byte) []byte { return appendPartDelete(b, g.id, sp) }))
 		}
 	}
 	if werr == nil && last > 0 {
-		werr = m.slog.ackWait(last)
+		// The last entry settles all; any failure among them fails the
+		// topic's result (entries are not sticky-failed any more).
+		_ = m.slog.ackWait(last)
+		for i := range topics {
+			for _, sp := range byTopic[i] {
+				if err := m.slog.ackWait(sp.lastTicket.Load()); err != nil {
+					werr = err
+				}
+			}
+		}
 	}
 	for i := range topics {
 		if len(byTopic[i]) == 0 {
@@ -483,9 +509,10 @@ func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error {
 		g.mu.Lock()
 		g.dead = false
 		g.mu.Unlock()
-		return fmt.Errorf("share group %q: deletion not saved: %w", groupID, err)
+		return storageError("share group %q: deletion not saved: %v", groupID, err)
 	}
 	for _, sp := range sps {
+		m.noteDeleted(g.id, sp)
 		sp.dropLocked()
 	}
 	unlockPartitions(sps)

@@ -2,6 +2,7 @@ package sharegroup
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/sharelog/sharelog/internal/logstore"
 )
@@ -141,7 +142,15 @@ const (
 	ReasonFencedMemberEpoch        = "FENCED_MEMBER_EPOCH"
 	ReasonGroupMaxSizeReached      = "GROUP_MAX_SIZE_REACHED"
 	ReasonNonEmptyGroup            = "NON_EMPTY_GROUP"
+	// ReasonKafkaStorageError: the share state could not be written (a
+	// full disk, an I/O error) or is offline after damage; retryable.
+	ReasonKafkaStorageError = "KAFKA_STORAGE_ERROR"
 )
+
+// storageError is a request-level KAFKA_STORAGE_ERROR.
+func storageError(format string, args ...any) *Error {
+	return &Error{Reason: ReasonKafkaStorageError, Message: fmt.Sprintf(format, args...)}
+}
 
 // Error is a request-level error: the call changed nothing (unless the spec
 // says otherwise). internal/service maps Reason to the gRPC code of api.md §7.

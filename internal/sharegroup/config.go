@@ -32,7 +32,16 @@ type Options struct {
 	// max(CompactBytes, 4 × the last snapshot). Default 16 MiB.
 	CompactBytes int64
 
-	testHooks *ioHooks // fault injection for the state log (tests)
+	// RepairShareState (--repair-share-state) accepts lost share state
+	// explicitly at Open: what is readable is kept, the damaged part is
+	// dropped (logged at WARN), damaged files are moved to
+	// <Dir>/quarantine/<timestamp>/ and the share-partitions come online.
+	// Without it, share-partitions whose acknowledged state was lost stay
+	// offline (KAFKA_STORAGE_ERROR) and everything else works.
+	RepairShareState bool
+
+	testHooks       *ioHooks // fault injection for the state log (tests)
+	checkpointBytes int64    // manifest checkpoint period; default 1 MiB (tests lower it)
 }
 
 // Bounds of group config fields that are not flags (§9).
@@ -79,6 +88,9 @@ func (o *Options) normalize() error {
 	defInt(&o.PartitionMaxRecordLocks, 2000)
 	defInt(&o.MaxShareSessions, 2000)
 	defInt(&o.GroupMaxSize, defaultGroupMaxSize)
+	if o.checkpointBytes <= 0 {
+		o.checkpointBytes = defaultCheckpointBytes
+	}
 	if o.CompactBytes <= 0 {
 		o.CompactBytes = defaultCompactBytes
 	}

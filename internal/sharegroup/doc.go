@@ -83,34 +83,87 @@
 // Types: group (key: group; body: group_epoch, bit mask, set fields),
 // group delete, share-partition delta (key: group, topic, topic ID,
 // partition; body: SPSO, then ranges whose durable state to set), full
-// share-partition state (same; replaces it), share-partition delete, and
-// the snapshot marker of a generation. Ranges are encoded relative to the
-// previous one. Each acknowledged partition entry is one delta with the
-// SPSO after the advance; expiry, scan archivals and log-start moves write
-// deltas without waiting; initialisation writes a full state and waits.
+// share-partition state (same; replaces it), share-partition delete,
+// share-partition offline (same key; body: why its state is lost; follows
+// its full entry in a snapshot) and the snapshot marker of a generation.
+// Ranges are encoded relative to the previous one. Each acknowledged
+// partition entry is one delta with the SPSO after the advance; expiry,
+// scan archivals and log-start moves write deltas without waiting;
+// initialisation writes a full state and waits.
 //
 // Group commit: entries are encoded under the share-partition's lock (so a
 // partition's entries are in the order they took effect) into one buffer; a
 // single writer goroutine writes and fsyncs whatever accumulated, so every
 // ack that arrived during an fsync shares the next one. With FsyncAlways an
 // acknowledgement reports NONE only after its entry is fsynced; otherwise
-// after it is written. A write or fsync failure rolls back the waiting
-// acknowledgements (KAFKA_STORAGE_ERROR) and is sticky: every later state
-// write fails until restart.
+// after it is written.
+//
+// Write failures are scoped and not sticky. A write or fsync failure (a
+// full disk, EIO) fails the entries in flight: the waiting
+// acknowledgements roll back and report KAFKA_STORAGE_ERROR, UpdateConfig
+// and DeleteGroup fail with reason KAFKA_STORAGE_ERROR. The writer cuts
+// the file back to the last good position (the end of the last whole
+// write; the last fsynced position after an fsync failure) and the next
+// batch re-validates the file (truncate, reopen if needed) and writes
+// again, so once space is back writes succeed without a restart. A
+// share-partition whose last entry was lost has an unknown durable state
+// (a later delta's SPSO could presume the lost one): it is listed by
+// Offline() and its next operation first writes and waits for a full-state
+// entry (KAFKA_STORAGE_ERROR while that fails); other share-partitions
+// are unaffected. The first success after a failure also triggers a
+// compaction, which rewrites every group entry in full.
 //
 // Compaction: when the newest file exceeds max(Options.CompactBytes, 4 ×
 // the last snapshot), the writer switches to a new generation at the
 // current stream position; the compactor appends a full entry for every
 // group and share-partition and a marker, fsyncs, and deletes older files.
-// Open does the same after recovery, so disk use is O(live state).
-// Recovery replays from the newest file holding its own marker through the
-// newest file. In the newest file a truncated frame, a bad last frame or
-// zeros to the end is a torn tail and ends the log; any other checksum or
-// format failure fails Open with a CorruptError naming the group and
-// share-partition (from the key, which has its own checksum). Older files
-// are fsynced whole before a newer one is created. After replay, records
-// that were ACQUIRED are AVAILABLE with their durable count, SPSO is
-// clamped to the log start and share-partitions of deleted topics dropped.
+// Open does the same after recovery, so disk use is O(live state). Older
+// files are fsynced whole before a newer one is created, so only the
+// newest can have a torn tail.
+//
+// Manifest: <Dir>/share-state.manifest (JSON and a CRC32C line, replaced
+// atomically: temp, fsync, rename, fsync of the directory) records the
+// generation recovery starts from, for each file from it a size the file
+// is known to have reached durably (a checkpoint), and every
+// share-partition with durable state. It is rewritten after the fsync that
+// makes a new share-partition durable (before the initialisation is
+// reported), after every 1 MiB of log, after each snapshot and at Close
+// (whose checkpoint is the whole file). A missing manifest (a directory
+// from before it) or a damaged one (moved to quarantine, ERROR) only
+// means truncation cannot be detected at that start: recovery then trusts
+// the files' checksums, as before, and writes a new one.
+//
+// Recovery replays from the manifest's base generation (without a
+// manifest: from the newest file holding its own marker) through the
+// newest file. In the newest file, past its checkpoint, a truncated frame,
+// a bad frame with nothing readable after it, or zeros to the end is a
+// torn tail (never acknowledged) and ends the log. Anything else is lost
+// acknowledged state: a listed file missing, a file shorter than its
+// checkpoint, a bad file header, or a bad entry before the tail (the
+// reader skips it and resynchronises on the next frame whose checksum
+// holds). Open never refuses to start for it: it logs an ERROR naming the
+// groups and share-partitions affected — the damaged entry's when its key
+// checksum holds, otherwise every share-partition of the log (from the
+// files and the manifest) — and puts exactly those share-partitions
+// offline: ShareFetch, ShareAcknowledge and the offsets admin calls answer
+// KAFKA_STORAGE_ERROR on them with a message naming the problem and the
+// repair, Offline() lists them, and nothing is redelivered from the lost
+// state. The offline mark is written into the snapshot, so it survives
+// restarts, and the damaged files move to <Dir>/quarantine/<timestamp>/
+// (never deleted). Options.RepairShareState (--repair-share-state) accepts
+// the loss: each affected share-partition keeps what was readable (or, if
+// nothing was, starts afresh from auto_offset_reset), the drop is logged
+// at WARN per share-partition, and a fresh snapshot brings them online.
+// After replay, records that were ACQUIRED are AVAILABLE with their
+// durable count, SPSO is clamped to the log start and share-partitions of
+// deleted topics dropped.
+//
+// Unreadable records: when acquisition reads the log and gets a corrupt
+// record error, the unreadable offsets (the range the error names through
+// a CorruptRange() (first, last int64) method, else the single offset
+// being read) are ARCHIVED, logged at ERROR and counted
+// (Stats().UnreadableArchived); acquisition continues after them, so a
+// damaged segment never wedges a share group.
 //
 // # Concurrency (§11) and lock order
 //
@@ -136,6 +189,11 @@
 //	sharePartition.wmu          (waiters; may call logstore.Watch)
 //	stateLog.mu                 (leaf)
 //	Manager.topicsMu            (leaf)
+//	Manager.manMu               (leaf; manifest bookkeeping)
+//
+// Manager.manWrite serialises manifest writes; it is taken with no lock
+// held (the writer goroutine after an fsync, Open, the compactor, Close)
+// and only stateLog.mu and manMu are taken under it.
 //
 // Only group.op holders lock several share-partitions at once (the
 // assignor's initialisation, offsets alter/delete, group deletion), one

@@ -2,12 +2,13 @@ package sharegroup
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,8 +151,7 @@ func TestStartupClampAndDrop(t *testing.T) {
 	assert.Equal(t, []AcquiredRange{rng(0, 2, 1)}, acquired(t, resp, gn))
 }
 
-// A torn last entry is discarded; any other checksum failure refuses to
-// start, naming the group and share-partition.
+// A torn last entry is discarded.
 func TestRecoveryCorruption(t *testing.T) {
 	setup := func(t *testing.T) (*env, string) {
 		e := newEnv(t, nil)
@@ -190,61 +190,55 @@ func TestRecoveryCorruption(t *testing.T) {
 		e2 := newEnvOn(t, e.store, dir, nil)
 		assert.Contains(t, e2.state(tp("t", 0)), "spso=15")
 	})
-	t.Run("bad checksum in the middle", func(t *testing.T) {
-		e, file := setup(t)
-		dir := copyDir(t, e.opts.Dir)
-		path := filepath.Join(dir, filepath.Base(file))
-		b, err := os.ReadFile(path)
-		require.NoError(t, err)
-		// Find the second partition entry and flip a byte of its body.
-		pos, seen := len(fileMagic), 0
-		for {
-			payload, n, err := readFrame(b[pos:])
-			require.NoError(t, err)
-			if payload[0] == entPartDelta {
-				seen++
-				if seen == 2 {
-					b[pos+n-1] ^= 0xff
-					break
-				}
-			}
-			pos += n
-		}
-		require.NoError(t, os.WriteFile(path, b, 0o644))
-		_, err = Open(e.store, Options{Dir: dir})
-		var ce *CorruptError
-		require.ErrorAs(t, err, &ce)
-		assert.Contains(t, err.Error(), `group "g" share-partition t/0`)
-	})
+	// Damage before the tail: see damage_test.go.
 }
 
-// faultHooks injects write or fsync failures after a number of calls.
+// faultHooks injects ENOSPC into the state log's writes or fsyncs.
 type faultHooks struct {
 	failSync  atomic.Bool
 	failWrite atomic.Bool
+	short     atomic.Bool // a failing write writes half its bytes first
+}
+
+func (f *faultHooks) set(which string, on bool) {
+	switch which {
+	case "fsync":
+		f.failSync.Store(on)
+	case "short write":
+		f.short.Store(on)
+		f.failWrite.Store(on)
+	default:
+		f.failWrite.Store(on)
+	}
 }
 
 func (f *faultHooks) hooks() *ioHooks {
 	return &ioHooks{
 		write: func(file *os.File, b []byte) (int, error) {
 			if f.failWrite.Load() {
-				return 0, errors.New("injected write failure")
+				n := 0
+				if f.short.Load() {
+					n, _ = file.Write(b[:len(b)/2])
+				}
+				return n, fmt.Errorf("injected write failure: %w", syscall.ENOSPC)
 			}
 			return file.Write(b)
 		},
 		sync: func(file *os.File) error {
 			if f.failSync.Load() {
-				return errors.New("injected fsync failure")
+				return fmt.Errorf("injected fsync failure: %w", syscall.ENOSPC)
 			}
 			return fsutil.Fdatasync(file)
 		},
 	}
 }
 
-// A failed state write rolls the acknowledgement back and reports
-// KAFKA_STORAGE_ERROR; after it every state write fails until restart.
+// A failed state write (ENOSPC on write or fsync) rolls the
+// acknowledgement back and reports KAFKA_STORAGE_ERROR; the failure is not
+// sticky: once the fault is gone the next acknowledgement succeeds, with no
+// restart, and other groups are never affected beyond the failed batch.
 func TestStateWriteFailure(t *testing.T) {
-	for _, which := range []string{"fsync", "write"} {
+	for _, which := range []string{"fsync", "write", "short write"} {
 		t.Run(which, func(t *testing.T) {
 			var f faultHooks
 			e := newEnv(t, func(o *Options) { o.testHooks = f.hooks() })
@@ -256,30 +250,76 @@ func TestStateWriteFailure(t *testing.T) {
 			require.Equal(t, []AcquiredRange{rng(10, 29, 1)}, acquired(t, e.fetch("m", FetchRequest{}), x))
 			require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(10, 11, AckAccept))).Partitions[0].ErrorCode)
 			before := e.state(x)
-			if which == "fsync" {
-				f.failSync.Store(true)
-			} else {
-				f.failWrite.Store(true)
-			}
+			f.set(which, true)
 			r := e.ack("m", ackEntry(x, batch(12, 14, AckAccept), batch(15, 16, AckRelease), batch(17, 17, AckReject)))
 			assert.Equal(t, CodeKafkaStorageError, r.Partitions[0].ErrorCode)
+			assert.Contains(t, r.Partitions[0].ErrorMessage, "no space left on device")
 			assert.Equal(t, before, e.state(x), "rolled back: still ACQUIRED by the session")
-			f.failSync.Store(false)
-			f.failWrite.Store(false)
-			// Sticky: later writes fail too.
+			// Still failing: the retry fails the same way, state unchanged.
 			resp := e.fetch("m", FetchRequest{Partitions: []PartitionEntry{ackEntry(x, batch(12, 12, AckAccept))}})
 			assert.Equal(t, CodeKafkaStorageError, part(t, resp, x).AckErrorCode)
 			assert.Equal(t, before, e.state(x))
-			// RENEW writes nothing and still works; acquisitions continue.
-			r2, err := e.m.ShareAcknowledge(context.Background(), AckRequest{GroupID: testGroup, MemberID: "m", Epoch: e.next("m"), IsRenewAck: true,
-				Partitions: []PartitionEntry{ackEntry(x, batch(12, 29, AckRenew))}})
-			require.NoError(t, err)
-			assert.Equal(t, CodeNone, r2.Partitions[0].ErrorCode)
+			_, err := e.m.UpdateConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(3)})
+			require.Error(t, err)
+			assert.Equal(t, ReasonKafkaStorageError, reqErr(err).Reason)
+			assert.NotEmpty(t, e.m.Offline(), "the share-partition's durable state is unknown while the fault lasts")
+
+			// Space is back: the next acknowledgement succeeds, no reopen.
+			f.set(which, false)
+			r = e.ack("m", ackEntry(x, batch(12, 14, AckAccept), batch(15, 16, AckRelease), batch(17, 17, AckReject)))
+			require.Equal(t, CodeNone, r.Partitions[0].ErrorCode)
+			assert.Equal(t, "spso=15 [15-16 AVAILABLE(1)] [17-17 ARCHIVED(0)] [18-29 ACQUIRED(1)]", e.state(x))
+			assert.Empty(t, e.m.Offline())
 			_, err = e.m.UpdateConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(3)})
-			assert.Error(t, err)
-			assert.Error(t, e.m.Close())
+			require.NoError(t, err)
+			require.NoError(t, e.m.Close())
+
+			// What was reported NONE is durable, and nothing half written
+			// was left in the file: a restart has it all, with no damage.
+			var lb logBuf
+			e2 := newEnvOn(t, e.store, e.opts.Dir, withLog(&lb, nil))
+			assert.Equal(t, "spso=15 [15-16 AVAILABLE(1)] [17-17 ARCHIVED(0)]", e2.state(x))
+			assert.Empty(t, e2.m.Offline())
+			assert.NotContains(t, lb.String(), "level=ERROR")
 		})
 	}
+}
+
+// A write failure affects only the entries in flight: another group's
+// acknowledgement after the fault is cleared succeeds, and a partition
+// whose background entry was lost rewrites its full state first.
+func TestStateWriteFailureScoped(t *testing.T) {
+	var f faultHooks
+	e := newEnv(t, func(o *Options) { o.testHooks = f.hooks() })
+	e.topic("t", 2)
+	x, y := tp("t", 0), tp("t", 1)
+	e.produce("t", 0, 10, 10)
+	e.produce("t", 1, 10, 10)
+	e.update(GroupConfig{AutoOffsetReset: str("earliest")})
+	_, err := e.m.UpdateConfig("other", GroupConfig{AutoOffsetReset: str("earliest")})
+	require.NoError(t, err)
+	open := func(group, member string, parts ...TopicPartition) FetchResponse {
+		resp, err := e.m.ShareFetch(context.Background(), FetchRequest{GroupID: group, MemberID: member, Partitions: entries(parts...)})
+		require.NoError(t, err)
+		return resp
+	}
+	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, open("other", "o", y), y))
+	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, e.open("m", x), x))
+
+	f.set("write", true)
+	r := e.ack("m", ackEntry(x, batch(0, 4, AckAccept)))
+	require.Equal(t, CodeKafkaStorageError, r.Partitions[0].ErrorCode)
+	f.set("write", false)
+	// The other group was not part of the failed batch: its ack works.
+	ro, err := e.m.ShareAcknowledge(context.Background(), AckRequest{GroupID: "other", MemberID: "o", Epoch: 1,
+		Partitions: []PartitionEntry{ackEntry(y, batch(0, 9, AckAccept))}})
+	require.NoError(t, err)
+	require.Equal(t, CodeNone, ro.Partitions[0].ErrorCode)
+	// The failed partition rewrites its full state, then acks normally.
+	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 4, AckAccept))).Partitions[0].ErrorCode)
+	require.NoError(t, e.m.Close())
+	e2 := newEnvOn(t, e.store, e.opts.Dir, nil)
+	assert.Equal(t, "spso=5", e2.state(x), "0-4 acknowledged; 5-9 were only acquired")
 }
 
 // Rollback after the ack's effects were built upon (SPSO advanced by two
@@ -434,4 +474,69 @@ func TestFileStoreRestart(t *testing.T) {
 	resp = e2.open("m", x)
 	assert.Equal(t, []AcquiredRange{rng(45, 49, 2), rng(50, 99, 1)}, acquired(t, resp, x))
 	require.NoError(t, e2.m.Close())
+}
+
+// The state log truncates what a failed write left behind (a half frame)
+// and goes on from the last good position: the file parses whole, with
+// exactly the entries that succeeded; lost tickets fail, later ones work.
+func TestStateLogTruncatesAfterFailure(t *testing.T) {
+	for _, which := range []string{"short write", "fsync"} {
+		t.Run(which, func(t *testing.T) {
+			var f faultHooks
+			dir := t.TempDir()
+			l := &stateLog{dir: dir, mode: logstore.FsyncAlways, log: slog.New(slog.DiscardHandler), hooks: *f.hooks()}
+			require.NoError(t, l.start(1))
+			put := func(group string) (uint64, error) {
+				t1, err := l.write(func(b []byte) []byte { return appendGroupDelete(b, group) })
+				require.NoError(t, err)
+				return t1, l.ackWait(t1)
+			}
+			t1, err := put("a")
+			require.NoError(t, err)
+			f.set(which, true)
+			t2, err := put("b")
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			assert.True(t, l.lost(t2))
+			assert.False(t, l.lost(t1))
+			f.set(which, false)
+			t3, err := put("c")
+			require.NoError(t, err, "not sticky")
+			assert.False(t, l.lost(t3))
+			require.NoError(t, l.close())
+
+			es, dmg := parseFile(filepath.Join(dir, genFileName(1)), 1, false, 0)
+			assert.Empty(t, dmg)
+			var groups []string
+			for _, e := range es {
+				groups = append(groups, e.group)
+			}
+			assert.Equal(t, []string{"a", "c"}, groups)
+		})
+	}
+}
+
+// A failed fsync does not make the writer retry it in a loop: what it was
+// for is lost, so nothing is left to fsync until the next request.
+func TestStateLogNoFsyncRetryLoop(t *testing.T) {
+	var f faultHooks
+	var syncs atomic.Int64
+	h := f.hooks()
+	inner := h.sync
+	h.sync = func(file *os.File) error { syncs.Add(1); return inner(file) }
+	l := &stateLog{dir: t.TempDir(), mode: logstore.FsyncNever, log: slog.New(slog.DiscardHandler), hooks: *h}
+	require.NoError(t, l.start(1))
+	defer l.close()
+	t1, err := l.write(func(b []byte) []byte { return appendGroupDelete(b, "a") })
+	require.NoError(t, err)
+	f.set("fsync", true)
+	require.ErrorIs(t, l.syncTo(t1), syscall.ENOSPC)
+	n := syncs.Load()
+	// A write that needs no fsync goes through the writer: had the failed
+	// fsync been retried in a loop, more would have happened meanwhile.
+	t2, err := l.write(func(b []byte) []byte { return appendGroupDelete(b, "b") })
+	require.NoError(t, err)
+	require.NoError(t, l.ackWait(t2))
+	assert.Equal(t, n, syncs.Load())
+	f.set("fsync", false)
+	require.NoError(t, l.syncTo(t2), "the next fsync works")
 }

@@ -27,6 +27,7 @@ const (
 	entPartFull    byte = 4 // key: share-partition; body: SPSO, every non-default range
 	entPartDelete  byte = 5 // key: share-partition; body: empty (uninitialised again)
 	entMarker      byte = 6 // key: empty; body: generation whose snapshot is complete
+	entPartOffline byte = 7 // key: share-partition; body: why its durable state is lost
 )
 
 const (
@@ -75,6 +76,7 @@ type entry struct {
 
 	spso   int64      // entPartDelta, entPartFull
 	ranges []durRange // ascending, non-overlapping, all >= spso
+	reason string     // entPartOffline
 
 	gen uint64 // entMarker
 }
@@ -174,6 +176,15 @@ func appendRanges(b []byte, spso int64, rs []durRange) []byte {
 
 func appendPartDelete(b []byte, group string, sp *sharePartition) []byte {
 	b, start := partKeyStart(b, entPartDelete, group, sp)
+	return frameEnd(b, start)
+}
+
+// appendPartOffline records that the share-partition's durable state was
+// found lost (offline until a repair); it follows the partition's full
+// entry, if any, in a snapshot.
+func appendPartOffline(b []byte, group string, sp *sharePartition, reason string) []byte {
+	b, start := partKeyStart(b, entPartOffline, group, sp)
+	b = appendString(b, reason)
 	return frameEnd(b, start)
 }
 
@@ -300,7 +311,7 @@ func (k entryKey) String() string {
 	switch k.typ {
 	case entGroup, entGroupDelete:
 		return fmt.Sprintf("group %q", k.group)
-	case entPartDelta, entPartFull, entPartDelete:
+	case entPartDelta, entPartFull, entPartDelete, entPartOffline:
 		return fmt.Sprintf("group %q share-partition %s/%d (topic id %s)", k.group, k.topic, k.part, k.topicID)
 	case entMarker:
 		return "snapshot marker"
@@ -316,7 +327,7 @@ func decodeKey(p []byte) (k entryKey, body []byte, err error) {
 	switch k.typ {
 	case entGroup, entGroupDelete:
 		k.group = d.str(maxGroupIDLen)
-	case entPartDelta, entPartFull, entPartDelete:
+	case entPartDelta, entPartFull, entPartDelete, entPartOffline:
 		k.group = d.str(maxGroupIDLen)
 		k.topic = d.str(maxTopicLen)
 		k.topicID = d.str(maxTopicLen)
@@ -401,6 +412,8 @@ func decodeEntry(p []byte) (entry, error) {
 			e.ranges = append(e.ranges, durRange{first: first, last: last, state: st, count: int16(cnt)})
 			prev = last + 1
 		}
+	case entPartOffline:
+		e.reason = d.str(maxReasonLen)
 	case entPartDelete, entGroupDelete:
 	case entMarker:
 		e.gen = d.uvarint()
@@ -413,6 +426,9 @@ func decodeEntry(p []byte) (entry, error) {
 	}
 	return e, nil
 }
+
+// maxReasonLen bounds an offline entry's reason.
+const maxReasonLen = 4096
 
 // maxStoredCount bounds decoded delivery counts: the limit is at most 10,
 // the rest is room for future changes of the bounds.

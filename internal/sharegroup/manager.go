@@ -44,6 +44,14 @@ type Manager struct {
 	compactCh chan struct{}
 	snapBytes atomic.Int64  // size of the last snapshot
 	arrivals  atomic.Uint64 // fetch admission order, for waiters
+	// unreadable counts offsets archived because the log could not read
+	// them (Stats().UnreadableArchived).
+	unreadable atomic.Uint64
+
+	manWrite sync.Mutex // serialises manifest writes
+	manMu    sync.Mutex // guards man (leaf)
+	man      manState
+	qdir     string // quarantine directory of this start
 }
 
 // group is a share group: its config, share-partitions and membership.
@@ -152,22 +160,44 @@ func Open(store logstore.Store, opts Options) (*Manager, error) {
 		topics:    make(map[string]*topicRef),
 		closing:   make(chan struct{}),
 		compactCh: make(chan struct{}, 1),
+		man:       manState{parts: make(map[manPart]struct{})},
 	}
-	m.slog = &stateLog{dir: opts.Dir, mode: opts.Fsync, interval: opts.FsyncInterval, log: opts.Logger, hooks: hooks, onBatch: m.maybeCompact}
-	if err := m.slog.start(rec.lastGen + 1); err != nil {
+	gen := rec.lastGen + 1
+	m.slog = &stateLog{dir: opts.Dir, mode: opts.Fsync, interval: opts.FsyncInterval, log: opts.Logger, hooks: hooks,
+		onBatch: m.maybeCompact, onSynced: m.onSynced, onHealed: m.requestCompact}
+	// Until the startup snapshot is complete, recovery still needs what
+	// it read this time, with the checkpoints known.
+	m.man.base = gen
+	if rec.baseGen != 0 {
+		m.man.base = rec.baseGen
+	}
+	m.slog.sealed = make(map[uint64]int64)
+	if rec.man != nil {
+		for _, f := range rec.man.Files {
+			m.slog.sealed[f.Gen] = f.Size
+		}
+	}
+	quarantine := m.assess(rec)
+	if err := m.slog.start(gen); err != nil {
 		return nil, fmt.Errorf("sharegroup: %w", err)
 	}
 	if err := m.load(rec); err != nil {
 		m.slog.close()
 		return nil, fmt.Errorf("sharegroup: %w", err)
 	}
-	// The startup snapshot makes the new file self-contained (clamps and
-	// dropped topics included); then the old files go.
-	if err := m.snapshot(rec.lastGen + 1); err != nil {
+	// The startup snapshot makes the new file self-contained (clamps,
+	// dropped topics and offline share-partitions included); then the old
+	// files go: damaged ones to quarantine, the others are removed.
+	if err := m.snapshot(gen); err != nil {
 		m.slog.close()
 		return nil, fmt.Errorf("sharegroup: writing the startup snapshot: %w", err)
 	}
-	m.removeOldFiles(rec.lastGen + 1)
+	keep := m.quarantine(quarantine)
+	m.manMu.Lock()
+	m.man.base = gen
+	m.manMu.Unlock()
+	m.removeOldFiles(gen, keep)
+	m.writeManifest(gen, m.slog.currentSize())
 	m.sessions = sessioncache.New(sessioncache.Config[sessState]{
 		Capacity:    opts.MaxShareSessions,
 		IdleTimeout: opts.SessionIdleTimeout,
@@ -207,8 +237,11 @@ func (m *Manager) load(rec *recovered) error {
 				continue
 			}
 			sp := newSharePartition(g, rp.topic, rp.topicID, rp.part)
-			sp.status, sp.spso, sp.speo, sp.runs = spLive, rp.spso, rp.speo, rp.runs
+			sp.status, sp.spso, sp.speo, sp.runs, sp.offline = rp.status, rp.spso, rp.speo, rp.runs, rp.offline
 			g.parts[partKey{rp.topicID, rp.part}] = sp
+			if sp.status != spLive {
+				continue
+			}
 			if ls, _, err := m.store.Bounds(rp.topic, rp.part); err == nil {
 				sp.mu.Lock()
 				sp.prepare(ls, m.now())
@@ -376,7 +409,8 @@ func (m *Manager) TopicDeleted(topicID string) {
 		g.mu.Unlock()
 		for _, sp := range dropped {
 			sp.mu.Lock()
-			if sp.status == spLive {
+			if sp.status == spLive || sp.offline != "" {
+				m.noteDeleted(g.id, sp)
 				_, _ = m.slog.write(func(b []byte) []byte { return appendPartDelete(b, g.id, sp) })
 			}
 			sp.dropLocked()
@@ -446,7 +480,7 @@ func (m *Manager) UpdateConfig(groupID string, c GroupConfig) (GroupConfig, erro
 	}
 	if err != nil {
 		g.mu.Unlock()
-		return GroupConfig{}, fmt.Errorf("share group %q: config not saved: %w", groupID, err)
+		return GroupConfig{}, storageError("share group %q: config not saved: %v", groupID, err)
 	}
 	g.explicit = explicit
 	eff := m.opts.effective(&explicit)
@@ -503,7 +537,12 @@ func (m *Manager) Close() error {
 		g.mu.Unlock()
 	}
 	m.bg.Wait()
-	return m.slog.close()
+	err := m.slog.close()
+	if err == nil {
+		// The clean-shutdown checkpoint: the whole file is durable.
+		m.writeManifest(m.slog.finalFile())
+	}
+	return err
 }
 
 // --- compaction -------------------------------------------------------------
@@ -516,6 +555,15 @@ func (m *Manager) maybeCompact(size int64) {
 		case m.compactCh <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// requestCompact asks for a compaction whatever the size: after a state
+// log failure, it rewrites every group and share-partition in full.
+func (m *Manager) requestCompact() {
+	select {
+	case m.compactCh <- struct{}{}:
+	default:
 	}
 }
 
@@ -534,7 +582,12 @@ func (m *Manager) compactLoop() {
 				m.log.Error("share state compaction failed", "err", err)
 				continue
 			}
-			m.removeOldFiles(gen)
+			m.manMu.Lock()
+			m.man.base = gen
+			m.manMu.Unlock()
+			m.writeManifest(gen, m.slog.currentSize())
+			m.removeOldFiles(gen, nil)
+			m.slog.forgetSealed(gen)
 			// Requests made while the old file was still growing are moot.
 			select {
 			case <-m.compactCh:
@@ -547,6 +600,7 @@ func (m *Manager) compactLoop() {
 // snapshot appends the full state of every group and share-partition and a
 // marker for generation gen (the file entries now go to), and syncs it.
 func (m *Manager) snapshot(gen uint64) error {
+	fails := m.slog.failures()
 	var first, last uint64
 	note := func(t uint64, err error) error {
 		if err == nil {
@@ -580,6 +634,11 @@ func (m *Manager) snapshot(gen uint64) error {
 			if sp.status == spLive {
 				err = note(sp.writeFull())
 			}
+			if err == nil && sp.offline != "" {
+				m.noteDurable(sp)
+				reason := sp.offline
+				err = note(m.slog.write(func(b []byte) []byte { return appendPartOffline(b, g.id, sp, reason) }))
+			}
 			sp.mu.Unlock()
 			if err != nil {
 				return err
@@ -592,13 +651,21 @@ func (m *Manager) snapshot(gen uint64) error {
 	if err := m.slog.syncTo(last); err != nil {
 		return err
 	}
+	// Every entry of the snapshot must have made it, in generation gen.
+	if m.slog.failures() != fails {
+		return errors.New("a share state log write failed during the snapshot")
+	}
+	if cur := m.slog.currentFile(); cur != gen {
+		return fmt.Errorf("the snapshot went to generation %d, not %d (rotation failed)", cur, gen)
+	}
 	m.snapBytes.Store(int64(last - first))
 	return nil
 }
 
 // removeOldFiles deletes the generations before gen, whose content the
-// snapshot in gen now covers.
-func (m *Manager) removeOldFiles(gen uint64) {
+// snapshot in gen now covers, except those in keep (damaged files that
+// could not be moved to quarantine: never deleted).
+func (m *Manager) removeOldFiles(gen uint64, keep map[string]bool) {
 	files, err := listGenerations(m.opts.Dir)
 	if err != nil {
 		m.log.Warn("listing share state files", "err", err)
@@ -606,7 +673,7 @@ func (m *Manager) removeOldFiles(gen uint64) {
 	}
 	removed := false
 	for _, f := range files {
-		if f.gen < gen {
+		if f.gen < gen && !keep[f.name] {
 			if err := os.Remove(filepath.Join(m.opts.Dir, f.name)); err != nil {
 				m.log.Warn("removing an old share state file", "file", f.name, "err", err)
 			}

@@ -388,8 +388,8 @@ func (g *group) initPartitions(ctx context.Context, tps []TopicPartition, ids []
 	var pending []*sharePartition
 	var last uint64
 	for _, sp := range sps {
-		if sp.status != spUninit {
-			continue
+		if sp.status != spUninit || sp.offline != "" {
+			continue // initialised, or its lost state awaits a repair
 		}
 		ls, hw, err := m.store.Bounds(sp.topic, sp.part)
 		if err != nil {
@@ -406,11 +406,18 @@ func (g *group) initPartitions(ctx context.Context, tps []TopicPartition, ids []
 	if last == 0 {
 		return
 	}
-	if err := m.slog.ackWait(last); err != nil {
-		for _, sp := range pending {
+	_ = m.slog.ackWait(last)
+	failed := 0
+	var ferr error
+	for _, sp := range pending {
+		// Each entry may have failed on its own (failures are not sticky).
+		if err := m.slog.ackWait(sp.lastTicket.Load()); err != nil {
 			sp.status = spUninit
+			failed, ferr = failed+1, err
 		}
-		m.log.Warn("share-partition initialisation failed", "group", g.id, "partitions", len(pending), "err", err)
+	}
+	if failed > 0 {
+		m.log.Warn("share-partition initialisation failed", "group", g.id, "partitions", failed, "err", ferr)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sharelog/sharelog/internal/logstore"
@@ -45,6 +46,14 @@ type sharePartition struct {
 	nextDeadline int64 // no ACQUIRED record has an earlier deadline; never if none
 	timer        *time.Timer
 	timerAt      int64 // when the armed timer fires; 0 if not armed
+	// lastTicket is the ticket of the partition's last state-log entry
+	// (written under mu; read atomically by Offline). If that entry was
+	// lost, the durable state is unknown until a full entry succeeds.
+	lastTicket atomic.Uint64
+	// offline is why the share-partition's durable state is known to be
+	// lost (found at Open); "" when it is not. Set at load, cleared only by
+	// a repair; read under mu.
+	offline string
 
 	// Waiting fetches (waiters.go); wmu is taken after mu, never before.
 	wmu      sync.Mutex
@@ -65,14 +74,56 @@ func (p *sharePartition) String() string {
 // --- durable writes -----------------------------------------------------------
 
 // writeDelta appends the durable state of the changed ranges ds and the
-// current SPSO. mu is held, which orders the partition's entries.
+// current SPSO. mu is held, which orders the partition's entries. If the
+// partition's last entry was lost, it appends the full state instead: a
+// delta presumes the entries before it.
 func (p *sharePartition) writeDelta(ds []durRange) (uint64, error) {
+	if p.lost() {
+		return p.writeFull()
+	}
 	ds = clipDur(ds, p.spso)
-	return p.g.m.slog.write(func(b []byte) []byte {
+	return p.note(p.g.m.slog.write(func(b []byte) []byte {
 		b, start := partKeyStart(b, entPartDelta, p.g.id, p)
 		b = appendRanges(b, p.spso, ds)
 		return frameEnd(b, start)
-	})
+	}))
+}
+
+// note records t as the partition's last entry. mu is held.
+func (p *sharePartition) note(t uint64, err error) (uint64, error) {
+	if err == nil {
+		p.lastTicket.Store(t)
+	}
+	return t, err
+}
+
+// lost reports whether the partition's last state-log entry failed: its
+// durable state is unknown until a full-state entry is written.
+func (p *sharePartition) lost() bool {
+	return p.g.m.slog.lost(p.lastTicket.Load())
+}
+
+// ensureDurable rewrites the partition's full state and waits for it if
+// its last entry was lost (a state-log failure): until that succeeds the
+// share-partition answers KAFKA_STORAGE_ERROR. mu is held.
+func (p *sharePartition) ensureDurable() (ErrorCode, string) {
+	if p.status != spLive || !p.lost() {
+		return CodeNone, ""
+	}
+	t, err := p.writeFull()
+	if err == nil {
+		err = p.g.m.slog.ackWait(t)
+	}
+	if err != nil {
+		return CodeKafkaStorageError, storageErrMsg(err)
+	}
+	p.g.m.log.Info("share-partition state rewritten after a state log failure", "group", p.g.id, "topic", p.topic, "partition", p.part)
+	return CodeNone, ""
+}
+
+// storageErrMsg is the per-partition message of a state-log failure.
+func storageErrMsg(err error) string {
+	return fmt.Sprintf("share state write failed (%v); retried on the next request", err)
 }
 
 // fullState is the partition's durable state as ranges (AVAILABLE with
@@ -92,16 +143,18 @@ func (p *sharePartition) fullState() []durRange {
 // writeFull appends the partition's whole durable state. mu is held.
 func (p *sharePartition) writeFull() (uint64, error) {
 	ds := p.fullState()
-	return p.g.m.slog.write(func(b []byte) []byte {
+	p.g.m.noteDurable(p)
+	return p.note(p.g.m.slog.write(func(b []byte) []byte {
 		b, start := partKeyStart(b, entPartFull, p.g.id, p)
 		b = appendRanges(b, p.spso, ds)
 		return frameEnd(b, start)
-	})
+	}))
 }
 
 // writeBackground writes a delta nobody waits for (expiry, scans, log-start
-// moves: re-derived after a crash). A failure is sticky and logged by the
-// state log; the in-memory transition stands.
+// moves: re-derived after a crash). A failure is logged by the state log;
+// the in-memory transition stands and the partition's next write is a
+// full-state entry.
 func (p *sharePartition) writeBackground(ds []durRange) {
 	_, _ = p.writeDelta(ds)
 }
@@ -292,8 +345,9 @@ func (b *budget) exhausted() bool { return b.records <= 0 || b.stopped }
 type planKind uint8
 
 const (
-	planTake    planKind = iota
-	planArchive          // count at the limit, or no record at the offset
+	planTake       planKind = iota
+	planArchive             // count at the limit, or no record at the offset
+	planUnreadable          // the log cannot read these offsets: archived, logged, counted
 )
 
 type planItem struct {
@@ -346,9 +400,17 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 			out.fail(CodeUnknownTopicOrPartition, "topic was deleted")
 			return nil
 		}
+		if p.offline != "" {
+			out.fail(CodeKafkaStorageError, p.offline)
+			return nil
+		}
 		ls, hw, err := m.store.Bounds(p.topic, p.part)
 		if err != nil {
 			out.fail(storeCode(err))
+			return nil
+		}
+		if code, msg := p.ensureDurable(); code != CodeNone {
+			out.fail(code, msg)
 			return nil
 		}
 		if p.status == spUninit {
@@ -433,10 +495,13 @@ func (p *sharePartition) scan(ctx context.Context, hw int64, bud *budget, dry bo
 }
 
 // take plans the acquisition of AVAILABLE offsets [a, b] of count c. An
-// offset without a record (compaction) is planned for archiving.
+// offset without a record (compaction) is planned for archiving, and so is
+// an offset the log cannot read (a corrupt record): it is archived, logged
+// and counted rather than failing every acquisition of the group forever.
 func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *budget, dry bool, out *partFetch) error {
 	store := p.g.m.store
 	off := a
+	end := b // reads stop here: before an unreadable range seen ahead
 	for off <= b && !bud.exhausted() {
 		maxBytes := bud.bytes
 		if bud.first {
@@ -446,15 +511,35 @@ func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *bud
 			bud.stopped = true
 			return nil
 		}
-		n := min(b-off+1, int64(bud.records))
+		n := min(end-off+1, int64(bud.records))
 		recs, err := store.Read(ctx, p.topic, p.part, off, int(n), int(min(maxBytes, math.MaxInt32)))
 		if err != nil {
-			return err
+			if !errors.Is(err, logstore.ErrCorrupt) {
+				return err
+			}
+			from, to, ok := corruptRange(err)
+			if ok && from > off && from <= end {
+				end = from - 1 // take what precedes the damage first
+				continue
+			}
+			if !ok && end > off {
+				end = off // no range: find out whether off itself is unreadable
+				continue
+			}
+			if !ok || from > off || to < off {
+				from, to = off, off // no usable range: just this offset
+			}
+			last := min(to, b)
+			if !dry {
+				out.plan = appendPlan(out.plan, planItem{first: off, last: last, kind: planUnreadable})
+			}
+			off, end = last+1, b
+			continue
 		}
 		taken, pastEnd := 0, len(recs) == 0
 		for i := range recs {
 			rec := &recs[i]
-			if rec.Offset > b {
+			if rec.Offset > end {
 				pastEnd = true
 				break
 			}
@@ -492,11 +577,18 @@ func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *bud
 		if bud.exhausted() {
 			return nil
 		}
+		if off > end {
+			end = b // read up to the damage: go on from it
+			continue
+		}
 		if pastEnd {
-			if off <= b && !dry {
-				out.plan = appendPlan(out.plan, planItem{first: off, last: b, kind: planArchive})
+			if off <= end && !dry {
+				out.plan = appendPlan(out.plan, planItem{first: off, last: end, kind: planArchive})
 			}
-			return nil
+			if end == b {
+				return nil
+			}
+			off, end = end+1, b // on to the unreadable range
 		}
 	}
 	return nil
@@ -523,9 +615,16 @@ func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 	took := false
 	for _, it := range out.plan {
 		switch it.kind {
-		case planArchive:
+		case planArchive, planUnreadable:
 			p.setRange(it.first, it.last, run{state: stArchived})
 			archived = append(archived, durRange{first: it.first, last: it.last, state: stArchived})
+			if it.kind == planUnreadable {
+				m := p.g.m
+				m.unreadable.Add(uint64(it.last - it.first + 1))
+				m.log.Error("share group archived records the log cannot read (corrupt); they are never delivered",
+					"group", p.g.id, "topic", p.topic, "partition", p.part, "first_offset", it.first, "last_offset", it.last,
+					"offsets", unreadableMsg(it.first, it.last))
+			}
 		case planTake:
 			p.setRange(it.first, it.last, run{state: stAcquired, count: it.count + 1, owner: sid, deadline: deadline})
 			took = true
@@ -579,9 +678,16 @@ func (p *sharePartition) ack(s *session, batches []AckBatch) ackResult {
 		res.code, res.msg = CodeUnknownTopicOrPartition, "topic was deleted"
 		return res
 	}
+	if p.offline != "" {
+		res.code, res.msg = CodeKafkaStorageError, p.offline
+		return res
+	}
 	ls, hw, err := m.store.Bounds(p.topic, p.part)
 	if err != nil {
 		res.code, res.msg = storeCode(err)
+		return res
+	}
+	if res.code, res.msg = p.ensureDurable(); res.code != CodeNone {
 		return res
 	}
 	if p.status == spUninit {
@@ -624,7 +730,7 @@ func (p *sharePartition) ack(s *session, batches []AckBatch) ackResult {
 		ticket, err := p.writeDelta(st.delta)
 		if err != nil {
 			p.rollbackLocked(st.undo, s.Ended(), now)
-			res.code, res.msg, res.undo = CodeKafkaStorageError, "share state write failed", nil
+			res.code, res.msg, res.undo = CodeKafkaStorageError, storageErrMsg(err), nil
 			return res
 		}
 		res.ticket = ticket

@@ -2,7 +2,6 @@ package sharegroup
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -55,124 +54,194 @@ func listGenerations(dir string) ([]genFile, error) {
 // recovered is the durable state read back at Open.
 type recovered struct {
 	lastGen uint64
+	baseGen uint64      // the first generation read (0 if none)
 	groups  []*recGroup // sorted by id
+	damage  []damage    // lost acknowledged state found
+	files   []string    // the files read or expected (paths), for quarantine
+	man     *manifest   // nil if none was readable
+	manErr  error       // why the manifest was not read (errNoManifest if absent)
 }
 
 type recGroup struct {
 	id     string
 	config GroupConfig
 	epoch  int32
-	parts  []*sharePartition // replay-only objects: status, spso, speo, runs
+	// replay-only objects: status, spso, speo, runs, offline. A
+	// share-partition known only from the manifest (all its entries lost)
+	// is spUninit and offline.
+	parts []*sharePartition
 }
 
-// CorruptError is a checksum or format failure in the state log other than
-// a torn last entry: Open refuses to start rather than guess (§7).
-type CorruptError struct {
-	File   string
-	Offset int64
-	Entry  string // the group and share-partition, if the key is intact
-	Err    error
+// damage is lost acknowledged state found by recovery: a file missing or
+// shorter than its checkpoint, or an entry that fails its checksum or
+// format before the torn tail.
+type damage struct {
+	file   string // path
+	offset int64  // -1 for the whole file
+	what   string
+	key    *entryKey // the damaged entry's key if intact; nil: every share-partition of the file
 }
 
-func (e *CorruptError) Error() string {
-	return fmt.Sprintf("share state log %s at offset %d: %s: %v; refusing to start", e.File, e.Offset, e.Entry, e.Err)
+func (d *damage) String() string {
+	if d.offset < 0 {
+		return fmt.Sprintf("%s: %s", d.file, d.what)
+	}
+	return fmt.Sprintf("%s at byte %d: %s", d.file, d.offset, d.what)
 }
 
-func (e *CorruptError) Unwrap() error { return e.Err }
-
-// recoverDir reads the state log: from the newest file holding its
-// snapshot marker through the newest file, in order.
+// recoverDir reads the state log. With a manifest: from its base
+// generation through the newest file, checking each listed file against
+// its checkpoint. Without one (a directory from before manifests, or the
+// manifest lost): from the newest file holding its snapshot marker through
+// the newest file, trusting the files' own checksums.
 func recoverDir(dir string) (*recovered, error) {
 	files, err := listGenerations(dir)
 	if err != nil {
 		return nil, err
 	}
 	rec := &recovered{}
-	if len(files) == 0 {
-		return rec, nil
+	rec.man, rec.manErr = readManifest(dir)
+	man := rec.man
+	if len(files) > 0 {
+		rec.lastGen = files[len(files)-1].gen
 	}
-	rec.lastGen = files[len(files)-1].gen
-	// Parse from the newest file back to the newest one with a marker
-	// (older files are superseded and not read), then replay forwards.
-	var parsed [][]entry
-	for i := len(files) - 1; i >= 0; i-- {
-		es, marker, err := parseFile(dir, files[i], i == len(files)-1)
-		if err != nil {
-			return nil, err
+	var chain []genFile
+	if man != nil {
+		exists := map[uint64]bool{}
+		for _, f := range files {
+			exists[f.gen] = true
+			if f.gen >= man.Base {
+				chain = append(chain, f)
+			}
 		}
-		parsed = append(parsed, es)
-		if marker {
-			break
+		for _, mf := range man.Files {
+			rec.lastGen = max(rec.lastGen, mf.Gen)
+			if !exists[mf.Gen] && mf.Gen >= man.Base {
+				path := filepath.Join(dir, genFileName(mf.Gen))
+				rec.damage = append(rec.damage, damage{file: path, offset: -1,
+					what: fmt.Sprintf("file missing (the manifest says it held %d bytes)", mf.Size)})
+			}
 		}
+	} else {
+		// Parse from the newest file back to the newest one with a marker
+		// (older files are superseded and not read).
+		for i := len(files) - 1; i >= 0; i-- {
+			chain = append(chain, files[i])
+			if hasMarker(dir, files[i]) {
+				break
+			}
+		}
+		slices.Reverse(chain)
 	}
-	slices.Reverse(parsed)
+	if len(chain) > 0 {
+		rec.baseGen = chain[0].gen
+	}
 	r := newReplay()
-	for _, es := range parsed {
-		for i := range es {
-			r.apply(&es[i])
+	for i, f := range chain {
+		path := filepath.Join(dir, f.name)
+		rec.files = append(rec.files, path)
+		es, dmg := parseFile(path, f.gen, i == len(chain)-1, man.size(f.gen))
+		rec.damage = append(rec.damage, dmg...)
+		for j := range es {
+			r.apply(&es[j])
 		}
 	}
 	rec.groups = r.finish()
 	return rec, nil
 }
 
-// parseFile decodes one file. In the newest file a torn tail — a frame cut
-// short, or a bad last frame, or zeros to the end — is where the log ends;
-// anything else that fails its checksum is corruption.
-func parseFile(dir string, f genFile, newest bool) ([]entry, bool, error) {
-	path := filepath.Join(dir, f.name)
+// hasMarker reports whether the file holds its own snapshot marker.
+func hasMarker(dir string, f genFile) bool {
+	es, _ := parseFile(filepath.Join(dir, f.name), f.gen, false, 0)
+	for i := range es {
+		if es[i].typ == entMarker && es[i].gen == f.gen {
+			return true
+		}
+	}
+	return false
+}
+
+// parseFile decodes one file, returning the readable entries and the
+// damage found. checkpoint is a size the file is known to have reached
+// durably (0 if unknown). In the newest file, a frame cut short, a bad
+// frame with nothing readable after it, or zeros to the end, past the
+// checkpoint, is a torn tail: where the log ends (those entries were never
+// acknowledged). Anything else is damage: a bad frame is skipped (the
+// reader resynchronises on the next frame whose checksum holds) and
+// reported with its key if the key's own checksum holds.
+func parseFile(path string, gen uint64, newest bool, checkpoint int64) ([]entry, []damage) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, false, err
+		return nil, []damage{{file: path, offset: -1, what: fmt.Sprintf("unreadable: %v", err)}}
 	}
-	corrupt := func(off int, entry string, err error) error {
-		return &CorruptError{File: path, Offset: int64(off), Entry: entry, Err: err}
+	var dmg []damage
+	if int64(len(data)) < checkpoint {
+		dmg = append(dmg, damage{file: path, offset: -1,
+			what: fmt.Sprintf("truncated to %d bytes below its checkpoint of %d bytes", len(data), checkpoint)})
 	}
 	if len(data) < len(fileMagic) {
-		if newest && bytes.Equal(data, []byte(fileMagic)[:len(data)]) {
-			return nil, false, nil // created, crashed before the header was whole
+		if len(dmg) == 0 && newest && bytes.Equal(data, []byte(fileMagic)[:len(data)]) {
+			return nil, nil // created, crashed before the header was whole
 		}
-		return nil, false, corrupt(0, "file header", errShort)
+		if len(dmg) == 0 {
+			dmg = append(dmg, damage{file: path, offset: 0, what: "file header cut short"})
+		}
+		return nil, dmg
 	}
 	if string(data[:len(fileMagic)]) != fileMagic {
-		return nil, false, corrupt(0, "file header", errors.New("not a share state log"))
+		return nil, append(dmg, damage{file: path, offset: 0, what: "not a share state log (bad file header)"})
 	}
 	var es []entry
-	marker := false
 	pos := len(fileMagic)
 	for pos < len(data) {
 		payload, n, err := readFrame(data[pos:])
-		if err != nil {
-			torn := errors.Is(err, errShort) || pos+n == len(data) || allZero(data[pos:])
-			if newest && torn {
-				break
+		if err == nil {
+			var e entry
+			if e, err = decodeEntry(payload); err == nil {
+				es = append(es, e)
+				pos += n
+				continue
 			}
-			name := "an entry whose key is unreadable"
-			if k, _, kerr := decodeKey(payload); kerr == nil {
-				name = "the entry for " + k.String()
-			}
-			return nil, false, corrupt(pos, name, err)
 		}
-		e, err := decodeEntry(payload)
-		if err != nil {
-			return nil, false, corrupt(pos, "an entry", err)
+		next := resync(data, pos+1)
+		if next < 0 && newest && int64(pos) >= checkpoint {
+			break // torn tail
 		}
-		if e.typ == entMarker && e.gen == f.gen {
-			marker = true
+		d := damage{file: path, offset: int64(pos), what: err.Error()}
+		if k, _, kerr := decodeKey(data[pos+min(frameHeader, len(data)-pos):]); kerr == nil {
+			d.key = &k
 		}
-		es = append(es, e)
-		pos += n
+		switch {
+		case next >= 0:
+			d.what += "; the entry is lost"
+		case n > 0 && pos+n == len(data) && d.key != nil:
+			d.what += "; the last entry is lost"
+		default:
+			d.what += "; nothing after it is readable"
+			d.key = nil
+		}
+		dmg = append(dmg, d)
+		if next < 0 {
+			break
+		}
+		pos = next
 	}
-	return es, marker, nil
+	return es, dmg
 }
 
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
+// resync finds the first position from q on where a whole frame with a
+// good checksum and a decodable entry starts, or -1.
+func resync(data []byte, q int) int {
+	for ; q+frameHeader <= len(data); q++ {
+		p, _, err := readFrame(data[q:])
+		if err != nil {
+			continue
+		}
+		if _, err := decodeEntry(p); err == nil {
+			return q
 		}
 	}
-	return true
+	return -1
 }
 
 // replay applies entries to an in-memory image of the durable state.
@@ -209,11 +278,20 @@ func (r *replay) apply(e *entry) {
 		if g := r.groups[e.group]; g != nil {
 			delete(g.parts, partKey{e.topicID, e.part})
 		}
+	case entPartOffline:
+		g := r.group(e.group)
+		k := partKey{e.topicID, e.part}
+		sp := g.parts[k]
+		if sp == nil {
+			sp = &sharePartition{topic: e.topic, topicID: e.topicID, part: e.part, status: spUninit, speo: -1, nextDeadline: never}
+			g.parts[k] = sp
+		}
+		sp.offline = e.reason
 	case entPartDelta, entPartFull:
 		g := r.group(e.group)
 		k := partKey{e.topicID, e.part}
 		sp := g.parts[k]
-		if sp == nil || e.typ == entPartFull {
+		if sp == nil || e.typ == entPartFull || sp.status != spLive {
 			sp = &sharePartition{topic: e.topic, topicID: e.topicID, part: e.part, status: spLive, spso: e.spso, speo: e.spso - 1, nextDeadline: never}
 			g.parts[k] = sp
 		}
@@ -249,6 +327,10 @@ func (r *replay) finish() []*recGroup {
 	for _, g := range r.groups {
 		rg := &recGroup{id: g.id, config: g.config, epoch: g.epoch}
 		for _, sp := range g.parts {
+			if sp.status != spLive {
+				rg.parts = append(rg.parts, sp)
+				continue
+			}
 			for n := len(sp.runs); n > 0 && sp.runs[n-1].state == stAvailable && sp.runs[n-1].count == 0; n = len(sp.runs) {
 				sp.runs = sp.runs[:n-1]
 			}

@@ -36,10 +36,17 @@ const (
 	clCountLimit = 3 // delivery count limit of the group, so records get archived
 )
 
-var clAckTypes = []sharelogv1.AcknowledgeType{
-	sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_ACCEPT,
-	sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_RELEASE,
-	sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_REJECT,
+// randomAck picks ACCEPT 4/7, RELEASE 2/7, REJECT 1/7 of the time: enough
+// releases that records reach the delivery count limit and get archived.
+func randomAck(r *rand.Rand) sharelogv1.AcknowledgeType {
+	switch n := r.IntN(7); {
+	case n < 4:
+		return sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_ACCEPT
+	case n < 6:
+		return sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_RELEASE
+	default:
+		return sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_REJECT
+	}
 }
 
 type clKey struct {
@@ -72,9 +79,10 @@ type clState struct {
 	lifetime  int
 	sent      map[string]int // value -> batch index (acknowledged or not)
 	batches   []clBatch
-	acked     map[clKey]string // acknowledged produce offset -> value
-	seen      map[clKey]string // every (offset, value) any read returned
-	purged    [clPartitions]int64
+	acked     map[clKey]string    // acknowledged produce offset -> value
+	seen      map[clKey]string    // every (offset, value) any read returned
+	purged    [clPartitions]int64 // highest acknowledged low watermark
+	asked     [clPartitions]int64 // highest offset any Purge asked for, answered or not
 	shares    map[clKey]*clShare
 	delivered int
 	archived  int
@@ -239,6 +247,9 @@ func (s *clState) purge(ctx context.Context, c *child, killed *atomic.Bool, r *r
 		if to <= 0 {
 			continue
 		}
+		s.mu.Lock()
+		s.asked[p] = max(s.asked[p], to)
+		s.mu.Unlock()
 		resp, err := client.Purge(ctx, &sharelogv1.PurgeRequest{Topics: []*sharelogv1.PurgeTopic{
 			{Topic: clTopic, Partitions: []*sharelogv1.PurgePartition{{Partition: p, Offset: to}}}}})
 		if err != nil {
@@ -353,7 +364,7 @@ func (s *clState) deliver(pr *sharelogv1.ShareFetchPartitionResponse, r *rand.Ra
 			}
 			sh.everDelivered, sh.lastCount, sh.lastLifetime, sh.maybeFinal = true, n, s.lifetime, false
 			s.delivered++
-			out = append(out, clPending{k, n, clAckTypes[[]int{0, 0, 0, 0, 1, 1, 2}[r.IntN(7)]]})
+			out = append(out, clPending{k, n, randomAck(r)})
 		}
 	}
 	if i != len(recs) {
@@ -440,6 +451,11 @@ func (s *clState) verifyLog(ctx context.Context, c *child) {
 		start[p], hw[p] = earliest.GetOffset(), latest.GetOffset()
 		if start[p] < s.purged[p] {
 			s.t.Errorf("partition %d log start %d is below the acknowledged purge to %d", p, start[p], s.purged[p])
+		}
+		// No retention here: only a purge moves the log start, so records
+		// above every offset ever asked for must all be readable.
+		if start[p] > s.asked[p] {
+			s.t.Errorf("partition %d log start %d is above every purge ever sent (highest %d)", p, start[p], s.asked[p])
 		}
 		next := start[p]
 		for next < hw[p] {

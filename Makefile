@@ -4,7 +4,7 @@ BUF       := $(GO) tool -modfile=tools/go.mod buf
 STATICCHECK := $(GO) tool -modfile=tools/go.mod staticcheck
 GOFLAGS_TEST ?= -race -count=1 -timeout=15m
 
-.PHONY: run test build generate check-generate lint bench clean
+.PHONY: run test build generate check-generate lint bench clean soak
 
 ## run: start the server on its embedded default (data in ./data, gRPC :9090, HTTP :8080)
 run:
@@ -15,6 +15,10 @@ test:
 	$(GO) vet ./...
 	$(GO) test $(GOFLAGS_TEST) ./...
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+## soak: the crash-loop test with 200 SIGKILLs (override with SHARELOG_CRASH_KILLS; replay a failure with its logged SHARELOG_CRASH_SEED)
+soak:
+	SHARELOG_CRASH_KILLS=$${SHARELOG_CRASH_KILLS:-200} $(GO) test -race -count=1 -timeout 60m -run '^TestCrashLoop$$' -v ./cmd/server/
 
 ## build: build bin/sharelog-server and bin/sharelogctl
 build:

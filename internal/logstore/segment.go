@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -69,6 +68,12 @@ type segment struct {
 	// wpos is the next write position. Only the append leader uses it (the
 	// leader role is handed over under partition.wmu, which orders accesses).
 	wpos int64
+	// needDirSync: the file was created and its directory entry is not
+	// known durable yet (leader only).
+	needDirSync bool
+	// synced: the whole file is known fsynced (sealed in a durable mode,
+	// found synced in the checkpoint, or flushed by a clean Close).
+	synced atomic.Bool
 
 	// mu guards the fields below. Lock order: partition locks, then mu.
 	mu      sync.Mutex
@@ -89,6 +94,11 @@ type segment struct {
 	// missing and queued for a rebuild.
 	mem *memIndex
 	run *runIndex
+	// damages caches the damaged stretches found in a sealed segment.
+	damages []damage
+	// retired are handles replaced by a repair; readers may still use
+	// them, so they close with the segment.
+	retired []*os.File
 }
 
 func newSegment(dir string, base int64) *segment {
@@ -123,6 +133,10 @@ func (s *segment) release() {
 		_ = s.f.Close()
 		s.f = nil
 	}
+	for _, f := range s.retired {
+		_ = f.Close()
+	}
+	s.retired = nil
 	if s.deleted {
 		for _, suf := range segmentSuffixes {
 			_ = removeIfExists(s.path(suf))
@@ -150,16 +164,26 @@ func (s *segment) fileLocked() (*os.File, error) {
 	return s.f, nil
 }
 
-// create creates the file of a new active segment. Only the append leader
-// (or Open) calls it.
-func (s *segment) create() error {
+// logPath is the segment's log file path.
+func (s *segment) logPath() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, err := os.OpenFile(s.path(logSuffix), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	return s.path(logSuffix)
+}
+
+// create creates the file of a new active segment. Only the append leader
+// (or Open) calls it. A file of that name can only be the leftover of a
+// failed roll (its base is the high watermark, so it holds nothing
+// acknowledged): it is truncated.
+func (s *segment) create(fs *storageFS) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, err := fs.openFile(s.path(logSuffix), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
 	s.f = f
+	s.needDirSync = true
 	return nil
 }
 
@@ -219,6 +243,36 @@ func (s *segment) lookup(off int64) (int64, error) {
 		return 0, err
 	}
 	return s.lookupLocked(off), nil
+}
+
+// lookupOffset is lookup that also returns the offset of the frame at the
+// returned position.
+func (s *segment) lookupOffset(off int64) (int64, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.loadLocked(); err != nil {
+		return 0, 0, err
+	}
+	i := s.lookupIndexLocked(off)
+	if i < 0 {
+		return 0, s.base, nil
+	}
+	return int64(s.idx[i].pos), s.base + int64(s.idx[i].rel), nil
+}
+
+// lookupIndexLocked returns the index of the last entry at or before off, or -1.
+func (s *segment) lookupIndexLocked(off int64) int {
+	rel := off - s.base
+	lo, hi := 0, len(s.idx)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if int64(s.idx[m].rel) > rel {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo - 1
 }
 
 func (s *segment) lookupLocked(off int64) int64 {
@@ -415,21 +469,14 @@ func (s *segment) rebuildLocked(durable bool) error {
 	s.idx, s.tidx, s.maxTs = nil, nil, math.MinInt64
 	s.nextIdxPos, s.nextTidxPos = indexInterval, 0
 	end := s.end
-	sc := newScanner(f, 0, s.size.Load(), 0)
-	defer sc.close()
-	for {
-		fr, pos, err := sc.next()
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, errShortFrame) && !errors.Is(err, errBadFrame) {
-				return err
-			}
-			break
-		}
-		_, fi, err := decodeFrame(fr, nil)
-		if err != nil {
-			break
-		}
-		s.indexFrame(pos, fi)
+	// Damaged frames are stepped over (resync), so records after them stay
+	// indexed; reads that reach the damage report it.
+	res, err := walkFrames(f, s.size.Load(), s.base, end, func(_ []byte, pos int64, fi frameInfo) { s.indexFrame(pos, fi) })
+	if err != nil {
+		return err
+	}
+	if len(s.damages) == 0 {
+		s.damages = res.damages[:min(len(res.damages), maxDamages)]
 	}
 	s.finishTimeIndex()
 	if s.sealed {

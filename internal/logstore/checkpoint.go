@@ -26,10 +26,13 @@ type checkpoint struct {
 }
 
 // ckptSegment is one sealed segment: its base, the offset after its last
-// record, its size in bytes and whether it was fsynced when sealed.
+// record, its size in bytes, whether it was fsynced when sealed, and its
+// newest timestamp (what time retention needs without reading its time
+// index).
 type ckptSegment struct {
 	base, end, size int64
 	synced          bool
+	maxTs           int64
 }
 
 // encode renders c as text lines followed by a CRC32C line over them.
@@ -41,7 +44,7 @@ func (c *checkpoint) encode() []byte {
 		if s.synced {
 			synced = 1
 		}
-		fmt.Fprintf(&b, "segment %d %d %d %d\n", s.base, s.end, s.size, synced)
+		fmt.Fprintf(&b, "segment %d %d %d %d %d\n", s.base, s.end, s.size, synced, s.maxTs)
 	}
 	fmt.Fprintf(&b, "crc32c %08x\n", crc32.Checksum(b.Bytes(), castagnoli))
 	return b.Bytes()
@@ -92,8 +95,11 @@ func parseCheckpoint(data []byte) (*checkpoint, error) {
 			c.logStart = num(1)
 		case len(f) == 2 && f[0] == "high_watermark":
 			c.hw = num(1)
-		case len(f) == 5 && f[0] == "segment":
+		case len(f) == 6 && f[0] == "segment":
 			s := ckptSegment{base: num(1), end: num(2), size: num(3), synced: f[4] == "1"}
+			if s.maxTs, err = strconv.ParseInt(f[5], 10, 64); err != nil {
+				err = fmt.Errorf("line %d: bad timestamp %q", line, f[5])
+			}
 			if err == nil && (s.end < s.base || len(c.segs) > 0 && c.segs[len(c.segs)-1].end != s.base) {
 				err = fmt.Errorf("line %d: segment [%d, %d) does not follow the previous one", line, s.base, s.end)
 			}
@@ -141,7 +147,7 @@ func (p *partition) writeCheckpoint(hw int64, allSynced bool) error {
 		if p.segs[i+1].base <= c.logStart {
 			continue // reclaimable: Open allows it to be missing
 		}
-		c.segs = append(c.segs, ckptSegment{base: s.base, end: p.segs[i+1].base, size: s.size.Load(), synced: s.synced.Load() || allSynced})
+		c.segs = append(c.segs, ckptSegment{base: s.base, end: p.segs[i+1].base, size: s.size.Load(), synced: s.synced.Load() || allSynced, maxTs: s.maxTimestamp()})
 	}
 	p.mu.RUnlock()
 	c.logStart = min(c.logStart, hw)

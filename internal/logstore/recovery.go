@@ -286,14 +286,17 @@ func (p *partition) load() error {
 		if err != nil {
 			return err
 		}
-		if err := seg.openSealed(st.Size(), next, durable); err != nil {
+		// Written since the last checkpoint, or not known fsynced after an
+		// unclean shutdown: every frame is checked (which rebuilds the
+		// indexes too). Segments wholly below the log start are not served.
+		rescan := next > ls && (!listed || p.st.unclean && !e.synced)
+		res, err := seg.openSealed(st.Size(), next, e.maxTs, listed && !rescan, durable)
+		if err != nil {
 			return fmt.Errorf("segment %s: %w", path, err)
 		}
 		seg.synced.Store(listed && e.synced)
-		if next > ls && (!listed || p.st.unclean && !e.synced) {
-			// Written since the last checkpoint, or not known fsynced
-			// after an unclean shutdown: check every frame.
-			if err := p.rescan(seg, st.Size(), next); err != nil {
+		if rescan {
+			if err := p.checkRescan(seg, res, next); err != nil {
 				return err
 			}
 			changed = true
@@ -358,19 +361,11 @@ func (p *partition) load() error {
 	return nil
 }
 
-// rescan checks every frame of a sealed segment that Open cannot trust.
+// checkRescan judges the scan of every frame of a sealed segment that Open cannot trust.
 // Damage followed by valid frames is logged and left for reads to report
 // (as a CorruptError naming the offsets); a segment that does not reach
 // the next segment's base has lost records, so the partition goes offline.
-func (p *partition) rescan(seg *segment, size, next int64) error {
-	f, err := seg.file()
-	if err != nil {
-		return err
-	}
-	res, err := walkFrames(f, size, seg.base, next, nil)
-	if err != nil {
-		return err
-	}
+func (p *partition) checkRescan(seg *segment, res walkResult, next int64) error {
 	path := seg.logPath()
 	if n := len(res.damages); n > 0 && res.damages[n-1].next < 0 || res.end != next {
 		pos := res.endPos
@@ -388,9 +383,6 @@ func (p *partition) rescan(seg *segment, size, next int64) error {
 			"topic", p.topic, "partition", p.id, "file", path, "byte", d.pos, "from_offset", d.from, "to_offset", d.to, "err", d.err,
 			"action", "restore the file from a backup or replica, or purge past the damaged offsets (see docs/operations.md)")
 	}
-	seg.mu.Lock()
-	seg.damages = res.damages[:min(len(res.damages), maxDamages)]
-	seg.mu.Unlock()
 	return nil
 }
 

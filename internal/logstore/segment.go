@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"math"
 	"os"
@@ -360,6 +361,10 @@ func (s *segment) writeIndexesLocked(durable bool) error {
 		tb = binary.BigEndian.AppendUint64(tb, uint64(e.ts))
 		tb = binary.BigEndian.AppendUint32(tb, e.rel)
 	}
+	// A CRC32C trailer: a damaged index would send reads to the wrong
+	// byte, or make retention and timestamp search trust a wrong time.
+	ib = binary.BigEndian.AppendUint32(ib, crc32.Checksum(ib, castagnoli))
+	tb = binary.BigEndian.AppendUint32(tb, crc32.Checksum(tb, castagnoli))
 	// No directory fsync: an index lost to a crash is rebuilt from the log.
 	if err := fsutil.WriteFileAtomic(s.path(indexSuffix), ib, fileSync(durable)); err != nil {
 		return err
@@ -367,47 +372,21 @@ func (s *segment) writeIndexesLocked(durable bool) error {
 	return fsutil.WriteFileAtomic(s.path(timeIndexSuffix), tb, fileSync(durable))
 }
 
-// openSealed prepares a sealed segment found at Open: its size, and its
-// newest timestamp from the last time index entry. Indexes that are missing
-// or of an impossible size are rebuilt now; full index contents are loaded
-// lazily on first use. end is the next segment's base offset.
-func (s *segment) openSealed(size, end int64, durable bool) error {
+// openSealed prepares a sealed segment found at Open. end is the next
+// segment's base offset. With a maxTs known from the checkpoint the
+// indexes are loaded lazily, on first use; otherwise the whole log is
+// scanned now (rescan), which rebuilds them, and the scan is returned.
+func (s *segment) openSealed(size, end, maxTs int64, known, durable bool) (walkResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sealed, s.loaded, s.end, s.mem = true, false, end, nil
 	s.size.Store(size)
 	s.wpos = size
-	if ts, ok := s.peekMaxTs(size); ok {
-		s.maxTs = ts
-		return nil
+	if known {
+		s.maxTs = maxTs
+		return walkResult{}, nil
 	}
 	return s.rebuildLocked(durable)
-}
-
-// peekMaxTs reads the newest timestamp from the time index without loading
-// it, if both index files look plausible.
-func (s *segment) peekMaxTs(size int64) (int64, bool) {
-	ist, err := os.Stat(s.path(indexSuffix))
-	if err != nil || ist.Size()%indexEntrySize != 0 {
-		return 0, false
-	}
-	tf, err := os.Open(s.path(timeIndexSuffix))
-	if err != nil {
-		return 0, false
-	}
-	defer tf.Close()
-	tst, err := tf.Stat()
-	if err != nil || tst.Size()%timeEntrySize != 0 {
-		return 0, false
-	}
-	if tst.Size() == 0 {
-		return math.MinInt64, size == 0
-	}
-	var b [timeEntrySize]byte
-	if _, err := tf.ReadAt(b[:], tst.Size()-timeEntrySize); err != nil {
-		return 0, false
-	}
-	return int64(binary.BigEndian.Uint64(b[:])), true
 }
 
 // loadLocked brings a sealed segment's indexes into memory, rebuilding them
@@ -420,18 +399,35 @@ func (s *segment) loadLocked() error {
 		s.loaded = true
 		return nil
 	}
-	return s.rebuildLocked(false)
+	_, err := s.rebuildLocked(false)
+	return err
+}
+
+// checkTrailer verifies and strips the CRC32C trailer of an index file.
+func checkTrailer(b []byte, entrySize int) ([]byte, bool) {
+	if len(b) < 4 || (len(b)-4)%entrySize != 0 {
+		return nil, false
+	}
+	body := b[:len(b)-4]
+	return body, crc32.Checksum(body, castagnoli) == binary.BigEndian.Uint32(b[len(b)-4:])
 }
 
 func (s *segment) loadFilesLocked() bool {
 	size := s.size.Load()
 	count := s.end - s.base
 	ib, err := os.ReadFile(s.path(indexSuffix))
-	if err != nil || len(ib)%indexEntrySize != 0 {
+	if err != nil {
+		return false
+	}
+	ib, ok := checkTrailer(ib, indexEntrySize)
+	if !ok {
 		return false
 	}
 	tb, err := os.ReadFile(s.path(timeIndexSuffix))
-	if err != nil || len(tb)%timeEntrySize != 0 {
+	if err != nil {
+		return false
+	}
+	if tb, ok = checkTrailer(tb, timeEntrySize); !ok {
 		return false
 	}
 	idx := make([]indexEntry, 0, len(ib)/indexEntrySize)
@@ -451,20 +447,20 @@ func (s *segment) loadFilesLocked() bool {
 		}
 		tidx = append(tidx, e)
 	}
-	s.idx, s.tidx = idx, tidx
-	if len(tidx) > 0 {
-		s.maxTs = tidx[len(tidx)-1].ts
+	if n := len(tidx); n > 0 && tidx[n-1].ts != s.maxTs || n == 0 && count > 0 {
+		return false // the checkpoint's newest timestamp disagrees
 	}
+	s.idx, s.tidx = idx, tidx
 	return true
 }
 
 // rebuildLocked recomputes a sealed segment's indexes by scanning its log
-// and rewrites the index files. A damaged frame stops the scan: reads that
-// reach it report ErrCorrupt. s.mu must be held.
-func (s *segment) rebuildLocked(durable bool) error {
+// and rewrites the index files. Damaged frames are stepped over; reads
+// that reach them report ErrCorrupt. s.mu must be held.
+func (s *segment) rebuildLocked(durable bool) (walkResult, error) {
 	f, err := s.fileLocked()
 	if err != nil {
-		return err
+		return walkResult{}, err
 	}
 	s.idx, s.tidx, s.maxTs = nil, nil, math.MinInt64
 	s.nextIdxPos, s.nextTidxPos = indexInterval, 0
@@ -473,7 +469,7 @@ func (s *segment) rebuildLocked(durable bool) error {
 	// indexed; reads that reach the damage report it.
 	res, err := walkFrames(f, s.size.Load(), s.base, end, func(_ []byte, pos int64, fi frameInfo) { s.indexFrame(pos, fi) })
 	if err != nil {
-		return err
+		return res, err
 	}
 	if len(s.damages) == 0 {
 		s.damages = res.damages[:min(len(res.damages), maxDamages)]
@@ -486,7 +482,7 @@ func (s *segment) rebuildLocked(durable bool) error {
 	}
 	s.loaded = true
 	if err := s.writeIndexesLocked(durable); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+		return res, err
 	}
-	return nil
+	return res, nil
 }

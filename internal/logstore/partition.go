@@ -606,7 +606,7 @@ type reader struct {
 func (r *reader) scanSegment(p *partition, seg *segment, cur, end, hw int64) (int64, error) {
 	f, err := seg.file()
 	if err != nil {
-		return cur, err
+		return cur, p.st.fs.fail(opOpen, err) // e.g. EMFILE: retryable
 	}
 	pos, expect, err := seg.lookupOffset(cur)
 	if err != nil {
@@ -761,7 +761,7 @@ func (p *partition) findTimestamp(seg *segment, from, end, hw, ts int64) (int64,
 	}
 	f, err := seg.file()
 	if err != nil {
-		return -1, -1, err
+		return -1, -1, p.st.fs.fail(opOpen, err)
 	}
 	sc := newScanner(f, pos, seg.size.Load(), 0)
 	defer sc.close()

@@ -347,6 +347,17 @@ func (p *partition) load() error {
 		} else {
 			p.segs[len(p.segs)-1] = newSegment(p.dir, ls)
 		}
+		// The new segment's file exists from now on, so the next Open
+		// finds the recovered high watermark even before any append.
+		if err := p.segs[len(p.segs)-1].create(&p.st.fs); err != nil {
+			return err
+		}
+		if durable {
+			if err := p.st.fs.syncDir(p.dir); err != nil {
+				return err
+			}
+		}
+		p.segs[len(p.segs)-1].needDirSync = false
 		hw = ls
 		changed = true
 	}
@@ -354,7 +365,12 @@ func (p *partition) load() error {
 	p.logStart.Store(ls)
 	p.next = hw
 	if changed {
-		if err := p.writeCheckpoint(p.segs[len(p.segs)-1].base, false); err != nil {
+		// In the durable modes recoverActive synced the recovered tail.
+		ckHW := p.segs[len(p.segs)-1].base
+		if durable {
+			ckHW = hw
+		}
+		if err := p.writeCheckpoint(ckHW, false); err != nil {
 			p.st.log.Warn("logstore: writing the partition checkpoint", "topic", p.topic, "partition", p.id, "err", err)
 		}
 	}

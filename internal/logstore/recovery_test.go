@@ -211,6 +211,11 @@ func TestLogStartBeyondRecoveredData(t *testing.T) {
 	recs, err := s.Read(ctx, "torn", 0, 100, 10, 1<<20)
 	require.NoError(t, err)
 	assert.Empty(t, recs)
+	// A clean restart before any append keeps the skipped-to offsets.
+	s = reopen(t, s, dir, opts)
+	ls, hw, err = s.Bounds("torn", 0)
+	require.NoError(t, err)
+	assert.Equal(t, [2]int64{100, 100}, [2]int64{ls, hw})
 	base, err := s.Append(ctx, "torn", 0, []logstore.Record{tornRecord(100)})
 	require.NoError(t, err)
 	assert.Equal(t, int64(100), base)

@@ -166,6 +166,9 @@ func (p *partition) lead() {
 	p.commits.Add(1)
 
 	p.wmu.Lock()
+	if err != nil {
+		err = p.errf("%w", err)
+	}
 	for i, r := range group {
 		r.done = true
 		if i >= done {
@@ -173,7 +176,6 @@ func (p *partition) lead() {
 		}
 	}
 	if err != nil {
-		err = p.errf("%w", err)
 		// The requests queued meanwhile were encoded at offsets after the
 		// failed ones; committing them would leave a gap. They fail too
 		// (ErrStorage is retryable) and offsets are reserved again from the

@@ -402,11 +402,11 @@ func (s *FileStore) DeleteTopic(ctx context.Context, name string) error {
 
 	t.shutdown(fmt.Errorf("topic %q was deleted: %w", name, ErrUnknownTopic), false)
 	gone := t.dir + deletedSuffix
-	if err := os.Rename(t.dir, gone); err != nil {
+	if err := s.fs.rename(t.dir, gone); err != nil {
 		return fmt.Errorf("delete topic %q: %w", name, err)
 	}
 	if s.durable() {
-		if err := fsutil.SyncDir(s.topicsDir); err != nil {
+		if err := s.fs.syncDir(s.topicsDir); err != nil {
 			return fmt.Errorf("delete topic %q: %w", name, err)
 		}
 	}

@@ -188,9 +188,10 @@ func (p *partition) lead() {
 		p.fill = p.fill[:0]
 		p.next = p.hw.Load()
 		p.needRepair = true
-		p.failed.Store(&err)
-		p.st.log.Error("logstore: append failed; the partition retries on the next append",
-			"topic", p.topic, "partition", p.id, "high_watermark", p.next, "err", err)
+		if p.failed.Swap(&err) == nil { // once per failing period, not per request
+			p.st.log.Error("logstore: append failed; the partition retries on the next append",
+				"topic", p.topic, "partition", p.id, "high_watermark", p.next, "err", err)
+		}
 	} else {
 		p.needRepair = false
 		p.clearFailed()

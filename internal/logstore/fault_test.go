@@ -212,6 +212,7 @@ func TestConcurrentAppendsUnderFaultsStayDense(t *testing.T) {
 	require.NoError(t, err)
 	var mu sync.Mutex
 	acked := map[int64]string{}
+	var failed atomic.Int64
 	var wg sync.WaitGroup
 	for w := range 6 {
 		wg.Go(func() {
@@ -222,6 +223,7 @@ func TestConcurrentAppendsUnderFaultsStayDense(t *testing.T) {
 					if !errors.Is(err, logstore.ErrStorage) {
 						t.Errorf("unexpected error: %v", err)
 					}
+					failed.Add(1)
 					continue
 				}
 				mu.Lock()
@@ -231,6 +233,9 @@ func TestConcurrentAppendsUnderFaultsStayDense(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	t.Logf("%d appends acknowledged, %d failed", len(acked), failed.Load())
+	require.Positive(t, failed.Load(), "faults were hit")
+	require.Positive(t, len(acked))
 	s.InjectFault(nil)
 	s = reopen(t, s, dir, logstore.Options{})
 	_, hw, err := s.Bounds("c", 0)

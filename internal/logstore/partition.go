@@ -383,6 +383,12 @@ func (p *partition) active() *segment {
 // indexed and wpos does not move.
 func (p *partition) writePiece(seg *segment, b []byte, sync bool) error {
 	if len(b) == 0 {
+		if sync && seg.f != nil && p.st.opts.Fsync == FsyncInterval {
+			// A roll right at the start of a group: the segment holds
+			// earlier groups' data that mode interval has not synced yet,
+			// and it must be synced before it is sealed.
+			return p.st.fs.datasync(seg.f)
+		}
 		return nil
 	}
 	if seg.f == nil { // safe without seg.mu: only the leader sets f on the active segment

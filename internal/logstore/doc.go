@@ -15,18 +15,45 @@
 // # Directory layout
 //
 //	<dir>/LOCK                                flock: one process per directory
+//	<dir>/clean-shutdown                      written by Close, removed by Open
+//	<dir>/quarantine/<UTC time>/<path>        what an Open could not explain (never deleted)
+//	<dir>/topics/<topic-id>.tmp/              a topic being created (removed at Open)
 //	<dir>/topics/<topic-id>/meta.json         name, id, partitions, config
 //	<dir>/topics/<topic-id>/<p>/log-start-offset   decimal LSO (absent = 0)
+//	<dir>/topics/<topic-id>/<p>/checkpoint         recovery checkpoint (below)
 //	<dir>/topics/<topic-id>/<p>/%020d.log          segment; name = base offset
 //	<dir>/topics/<topic-id>/<p>/%020d.index        sparse offset index (sealed segments)
 //	<dir>/topics/<topic-id>/<p>/%020d.timeindex    sparse time index (sealed segments)
 //	<dir>/topics/<topic-id>/<p>/%020d.keys         key-index run (sealed segments; keyrun.go)
 //
-// Zero-padded names sort in offset order. meta.json and log-start-offset are
-// replaced atomically: write <name>.tmp, fsync, rename, fsync the directory.
-// The active segment's indexes live in memory and are written (temp file,
-// fsync, rename) when it is sealed; an index that is missing or inconsistent
-// is rebuilt from the log, so index files never need a directory fsync.
+// Zero-padded names sort in offset order. meta.json, log-start-offset and
+// checkpoint are replaced atomically: write <name>.tmp, fsync, rename, fsync
+// the directory. The active segment's indexes live in memory and are written
+// (temp file, fsync, rename) when it is sealed; an index file ends with a
+// CRC32C of its entries, and one that is missing, fails its checksum or is
+// inconsistent is rebuilt from the log, so index files never need a
+// directory fsync.
+//
+// CreateTopic builds the topic under <id>.tmp (partition directories, then
+// meta.json) and renames it to <id> last. A topic directory without a valid
+// meta.json is therefore never an interrupted creation: it is damage, and
+// Open quarantines it, while an <id>.tmp leftover (never acknowledged,
+// holding no records) is removed.
+//
+// # Recovery checkpoint
+//
+// Each partition's checkpoint file is text, ended by a CRC32C line:
+//
+//	sharelog-partition-checkpoint 1
+//	log_start <LSO when written>
+//	high_watermark <HW: every offset below was on disk when written>
+//	segment <base> <end> <bytes> <synced 0|1> <newest timestamp>   one per sealed segment above the LSO
+//	crc32c <8 hex digits>
+//
+// It is rewritten at every roll (HW = the new active segment's base) and at
+// a clean Close (HW = the final HW, every segment synced), and at Open when
+// recovery changed something. A failure to write it is logged only: the old
+// checkpoint stays valid (it covers less, and Open rescans the rest).
 //
 // # Record frame
 //
@@ -89,22 +116,87 @@
 //
 // # Recovery (Open)
 //
-//   - *.deleted and *.tmp files anywhere are removed (interrupted deletions
-//     and metadata writes); a topic directory without meta.json is an
-//     interrupted creation (meta.json is written last, before any append)
-//     and is removed; index files without their log are removed.
-//   - Sealed segments (all but the last of a partition) are trusted: they
-//     were fsynced when sealed (unless fsync is never). Their indexes are
-//     loaded lazily and rebuilt if missing or inconsistent.
+// Open never deletes what it cannot explain. Only what sharelog itself
+// marked disposable is removed: *.deleted and *.tmp files and directories
+// (interrupted deletions, metadata writes and topic creations) and index
+// files whose log is gone. Anything else unexpected — a topic directory
+// without a valid meta.json or whose meta.json names another id, a file
+// among the topics, an unknown file or badly named segment in a partition
+// directory — is moved to <dir>/quarantine/<UTC time of the Open>/<its path
+// relative to dir> with an ERROR naming both paths and what to do (see
+// docs/operations.md).
+//
+// Open notes whether <dir>/clean-shutdown exists (the last run ended with
+// Close) and removes it, durably, before anything is written. Then, per
+// partition, before any file is changed:
+//
+//   - A missing partition directory is not recreated (that would restart
+//     offsets at 0): the partition is offline.
+//   - The log-start-offset file must parse to 0 <= LSO <= 2^62, and must
+//     not be missing or below the checkpoint's log start.
+//   - Every segment in the checkpoint that is not wholly below the LSO
+//     (reclamation may have removed those) must exist with the recorded
+//     size; each segment must end where the next begins (the checkpoint's
+//     end, or the scan's); the first segment must start at or below the
+//     LSO. A missing first, middle or last segment, or a truncated one, is
+//     caught here.
+//   - Sealed segments (all but the last) the checkpoint lists are trusted:
+//     they were fsynced when sealed or at a clean Close. Their indexes are
+//     loaded lazily, checked against the checkpoint's newest timestamp, and
+//     rebuilt if missing or damaged. Sealed segments the checkpoint does
+//     not list (sealed since it was written, or a store written before
+//     checkpoints existed) and, after an unclean shutdown, those it lists
+//     as not synced are rescanned: every frame's length, CRC and offset.
+//     Damage with valid frames after it is logged (ERROR, with the
+//     offsets) and left to reads to report; a segment whose valid frames
+//     stop before the next segment's base has lost records, and the
+//     partition goes offline.
 //   - The active (last) segment is scanned frame by frame and truncated
 //     after the last complete batch: at the first short frame, impossible
 //     length, CRC mismatch or offset that does not follow, and after a
-//     final batch that lacks its batch-end frame. The truncation is
-//     fsynced and the segment's indexes are rebuilt in memory.
-//   - LSO = max(persisted log-start-offset, base of the first segment);
-//     HW = the offset after the last recovered record. If the LSO is above
-//     the HW (records lost in fsync mode interval after a persisted purge),
-//     a new active segment starts at the LSO so offsets are never reused.
+//     final batch that lacks its batch-end frame — unless that would cut
+//     below the checkpoint's high watermark (records known to be on disk):
+//     then the partition goes offline instead. The truncation is fsynced
+//     and the segment's indexes are rebuilt in memory.
+//   - HW = the offset after the last recovered record. If the LSO is above
+//     the HW, that is damage after a clean shutdown or in fsync mode
+//     always (offline); after a crash in mode interval or never it is
+//     records lost after a persisted purge, and a new active segment (file
+//     created at once) starts at the LSO so offsets are never reused.
+//
+// Fsync modes never and interval: sealed segments are fsynced at roll in
+// mode interval (as in always), not in mode never; instead, never-mode
+// segments are marked not synced in the checkpoint and rescanned after an
+// unclean shutdown, and a clean Close fsyncs them before writing the
+// checkpoint and the clean-shutdown marker.
+//
+// # Offline partitions
+//
+// A partition whose files fail the checks above is offline: its files are
+// left exactly as they are, it holds no open file, and every call on it
+// (Append, Read, Bounds, OffsetForTimestamp, Watch, DeleteRecordsBefore,
+// key scans) fails with an error wrapping ErrOffline whose message names the
+// file and the problem. The rest of the store, including the other
+// partitions of the same topic, works normally; DeleteTopic still removes
+// it. FileStore.Offline lists offline partitions (and failing ones, below)
+// for readiness. An operator repairs the named file (or deletes the topic)
+// and restarts; a damaged checkpoint can be moved away, which makes the
+// next Open rescan every segment and write a new one.
+//
+// # Damaged records
+//
+// A read that meets a damaged frame (impossible length, CRC mismatch,
+// malformed body, or an offset that does not follow) resynchronises: it
+// searches forward, byte by byte, for the next frame that is whole, passes
+// its CRC and carries an offset between the expected one and the segment's
+// end. The frames in between are unreadable: the read fails with a
+// *CorruptError (errors.Is ErrCorrupt) whose From and To are the first and
+// last unreadable offsets (To is the segment's last offset if no valid
+// frame follows), after returning the records before the damage. A read
+// starting after To skips the damage and succeeds. Share groups archive
+// From..To; an operator can purge to To+1. Sealed segments remember the
+// damaged stretches they found; index and key-index rebuilds step over
+// them the same way, so later records stay indexed.
 //
 // # Appends and group commit
 //
@@ -117,9 +209,33 @@
 // releases every caller of the group. Callers arriving meanwhile form the
 // next group, so N concurrent producers share each fsync. In mode interval a
 // background task fsyncs dirty partitions every FsyncInterval; in mode
-// never the OS decides. A failed write or fsync disables appends to that
-// partition (the file state is unknown and the kernel may have dropped the
-// dirty pages); reopening the store recovers from disk.
+// never the OS decides.
+//
+// # Storage errors
+//
+// Every write, fsync, create, rename, open and truncate of the store's files
+// goes through one seam (storageFS in storage.go): a failure is returned
+// wrapping ErrStorage (the *os.PathError and errno stay reachable with
+// errors.As) and reported to Options.OnStorageError. Tests inject faults
+// through the same seam.
+//
+// A commit's pieces become visible in order: a piece is indexed and the HW
+// moved past it only once it is written (and, per the fsync mode, synced),
+// and the active segment's write position only moves then. When a write,
+// fsync or roll fails, the requests already committed succeed, the rest of
+// the group — and the requests queued behind it, whose frames were encoded
+// at the following offsets — fail with ErrStorage, and offsets are reserved
+// again from the HW, so they stay dense. The partition is marked failing
+// (FileStore.Offline) and the next leader first repairs: it truncates the
+// active segment to its write position (reopening the file if its handle
+// is what failed) and syncs it, then writes. A roll creates the new segment
+// first and seals the old one only after, so a failed roll leaves the old
+// segment active and intact. Once space or descriptors are back the next
+// append succeeds without a restart; the reclaimer also probes failing
+// partitions (repair, then write and sync a small probe.tmp file), so that
+// readiness recovers even if no client retries. A failed log start write
+// (purge) leaves the LSO unchanged; a failed CreateTopic removes its <id>.tmp
+// directory. Reads do not take the write path and keep working.
 //
 // # Reads
 //

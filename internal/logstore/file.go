@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -72,6 +73,12 @@ type Options struct {
 	// hundred segments in about 0.3 s), shortened so that one pass pauses
 	// at most 0.5 s in all. Negative: no pause.
 	ReclaimPause time.Duration
+	// OnStorageError, if set, is called on every failed write, fsync,
+	// create, rename, open or truncate of the store's files, with the
+	// operation's name ("write", "fsync", "create", "rename", "open",
+	// "mkdir", "truncate") and the error (errors.As finds the errno). It
+	// must not block or call back into the store.
+	OnStorageError func(op string, err error)
 }
 
 // FileStore is the on-disk Store: one directory per topic, one per
@@ -96,15 +103,18 @@ type FileStore struct {
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
 
-	io ioHooks
+	fs storageFS
+
+	// unclean is set by Open when the clean-shutdown marker was missing.
+	unclean bool
+	// quarantineStamp names this Open's quarantine directory (set on first use).
+	quarantineStamp string
 }
 
-// ioHooks are the append path's data system calls. Tests replace them (before
-// any append) to inject write and fsync failures.
-type ioHooks struct {
-	writeAt  func(f *os.File, b []byte, off int64) (int, error)
-	datasync func(f *os.File) error
-}
+// cleanShutdownFile is written by Close after everything is flushed and
+// removed by Open: its absence at Open means the last run did not end with
+// Close (a crash, a kill, a power loss).
+const cleanShutdownFile = "clean-shutdown"
 
 var _ Store = (*FileStore)(nil)
 
@@ -167,7 +177,6 @@ func Open(dir string, opts Options) (*FileStore, error) {
 		creating:  make(map[string]struct{}),
 		wake:      make(chan struct{}, 1),
 		stop:      make(chan struct{}),
-		io:        ioHooks{writeAt: (*os.File).WriteAt, datasync: fsutil.Fdatasync},
 		keys:      keyRebuilder{wake: make(chan struct{}, 1)},
 	}
 	if err := os.MkdirAll(s.topicsDir, 0o755); err != nil {
@@ -178,6 +187,11 @@ func Open(dir string, opts Options) (*FileStore, error) {
 		return nil, fmt.Errorf("logstore: %w", err)
 	}
 	s.lockFile = lf
+	s.fs.onError = opts.OnStorageError
+	if err := s.takeCleanMarker(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("logstore: %w", err)
+	}
 	if err := s.load(); err != nil {
 		for _, t := range s.topics {
 			t.shutdown(ErrClosed, false)
@@ -196,6 +210,44 @@ func Open(dir string, opts Options) (*FileStore, error) {
 }
 
 func (s *FileStore) durable() bool { return s.opts.Fsync != FsyncNever }
+
+// takeCleanMarker notes whether the last run shut down cleanly and removes
+// the marker, durably, before anything can be written: a crash from now on
+// must be seen as unclean by the next Open.
+func (s *FileStore) takeCleanMarker() error {
+	path := filepath.Join(s.dir, cleanShutdownFile)
+	err := os.Remove(path)
+	switch {
+	case err == nil:
+		return fsutil.SyncDir(s.dir)
+	case errors.Is(err, fs.ErrNotExist):
+		s.unclean = true
+		return nil
+	default:
+		return err
+	}
+}
+
+// Offline lists the partitions that cannot serve: those whose files failed
+// validation at Open (Err wraps ErrOffline) and those whose last write
+// failed and has not succeeded since (Err wraps ErrStorage). For readiness
+// checks and metrics; sorted by topic and partition.
+func (s *FileStore) Offline() []OfflinePartition {
+	var out []OfflinePartition
+	for _, t := range s.liveTopics() {
+		for _, p := range t.parts {
+			if err := p.offlineErr; err != nil {
+				out = append(out, OfflinePartition{Topic: t.info.Name, Partition: p.id, Err: err})
+			} else if e := p.failed.Load(); e != nil {
+				out = append(out, OfflinePartition{Topic: t.info.Name, Partition: p.id, Err: *e})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b OfflinePartition) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return out
+}
 
 // partition returns a live partition or ErrClosed / ErrUnknownTopic.
 func (s *FileStore) partition(name string, part int32) (*partition, error) {
@@ -271,12 +323,17 @@ func (s *FileStore) CreateTopic(ctx context.Context, name string, partitions int
 
 func (s *FileStore) createTopicFiles(info TopicInfo) (*topic, error) {
 	t := &topic{info: info, dir: filepath.Join(s.topicsDir, info.ID)}
+	// The topic is built under <id>.tmp and renamed into place once
+	// complete, so a topic directory is never legitimately without its
+	// meta.json or partitions: Open quarantines such a directory, and
+	// removes <id>.tmp leftovers (never acknowledged, holding no records).
+	building := t.dir + tmpSuffix
 	err := func() error {
-		if err := os.Mkdir(t.dir, 0o755); err != nil {
+		if err := s.fs.mkdir(building); err != nil {
 			return err
 		}
 		for i := range info.Partitions {
-			if err := os.Mkdir(filepath.Join(t.dir, strconv.Itoa(int(i))), 0o755); err != nil {
+			if err := s.fs.mkdir(filepath.Join(building, strconv.Itoa(int(i)))); err != nil {
 				return err
 			}
 		}
@@ -287,20 +344,31 @@ func (s *FileStore) createTopicFiles(info TopicInfo) (*topic, error) {
 		if err != nil {
 			return err
 		}
-		// meta.json last: a topic directory without it is an interrupted
-		// creation, removed at Open. One fsync of t.dir (inside
-		// writeFileAtomic) covers the partition directories too; a lost
-		// empty partition directory is recreated at Open anyway.
-		if err := fsutil.WriteFileAtomic(filepath.Join(t.dir, metaFile), meta, dirSync(s.durable())); err != nil {
+		// One fsync of the directory (inside writeFileAtomic) covers the
+		// partition directories too.
+		if err := s.fs.writeFileAtomic(filepath.Join(building, metaFile), meta, dirSync(s.durable())); err != nil {
+			return err
+		}
+		if err := s.fs.rename(building, t.dir); err != nil {
 			return err
 		}
 		if s.durable() {
-			return fsutil.SyncDir(s.topicsDir)
+			return s.fs.syncDir(s.topicsDir)
 		}
 		return nil
 	}()
 	if err != nil {
-		_ = os.RemoveAll(t.dir)
+		// Nothing was acknowledged: the half-built topic is ours to remove.
+		// If even that fails, Open removes the <id>.tmp leftover.
+		if rerr := os.RemoveAll(building); rerr != nil {
+			s.log.Warn("logstore: removing a half-created topic", "dir", building, "err", rerr)
+		}
+		if _, serr := os.Stat(t.dir); serr == nil {
+			// The rename happened but its directory fsync failed: the
+			// topic may or may not survive a power loss, and it is not
+			// registered. Keep the data for Open to judge.
+			s.log.Warn("logstore: topic creation failed after its rename; Open will load it", "dir", t.dir, "err", err)
+		}
 		return nil, fmt.Errorf("create topic %q: %w", info.Name, err)
 	}
 	t.parts = make([]*partition, info.Partitions)
@@ -334,11 +402,11 @@ func (s *FileStore) DeleteTopic(ctx context.Context, name string) error {
 
 	t.shutdown(fmt.Errorf("topic %q was deleted: %w", name, ErrUnknownTopic), false)
 	gone := t.dir + deletedSuffix
-	if err := os.Rename(t.dir, gone); err != nil {
+	if err := s.fs.rename(t.dir, gone); err != nil {
 		return fmt.Errorf("delete topic %q: %w", name, err)
 	}
 	if s.durable() {
-		if err := fsutil.SyncDir(s.topicsDir); err != nil {
+		if err := s.fs.syncDir(s.topicsDir); err != nil {
 			return fmt.Errorf("delete topic %q: %w", name, err)
 		}
 	}
@@ -428,6 +496,9 @@ func (s *FileStore) Bounds(topic string, partition int32) (int64, int64, error) 
 	if err != nil {
 		return 0, 0, err
 	}
+	if err := p.closedErr(); err != nil {
+		return 0, 0, err
+	}
 	return p.logStart.Load(), p.hw.Load(), nil
 }
 
@@ -472,7 +543,12 @@ func (s *FileStore) DeleteRecordsBefore(ctx context.Context, topic string, parti
 // active segment (in every fsync mode), stops the background tasks and
 // releases the directory lock. Later calls return ErrClosed; a second Close
 // returns nil.
-func (s *FileStore) Close() error {
+func (s *FileStore) Close() error { return s.close(true) }
+
+// close stops the store. Only a clean close (every partition flushed and
+// checkpointed) writes the clean-shutdown marker; tests simulate a crash
+// with clean false.
+func (s *FileStore) close(clean bool) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -489,7 +565,14 @@ func (s *FileStore) Close() error {
 	s.wg.Wait()
 	var errs []error
 	for _, t := range topics {
-		errs = append(errs, t.shutdown(ErrClosed, true))
+		errs = append(errs, t.shutdown(ErrClosed, clean))
+	}
+	if err := errors.Join(errs...); err == nil && clean {
+		// Every partition is flushed and checkpointed: the next Open may
+		// trust the checkpoints without rescanning.
+		if err := s.fs.writeFileAtomic(filepath.Join(s.dir, cleanShutdownFile), nil, fsutil.SyncFileAndDir); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	errs = append(errs, s.lockFile.Close())
 	return errors.Join(errs...)

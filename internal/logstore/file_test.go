@@ -235,6 +235,9 @@ func TestRollingSegments(t *testing.T) {
 
 	pdir := partDir(dir, info, 0)
 	check := func(t *testing.T, s *logstore.FileStore) {
+		// Reads first: a sealed segment's damaged or missing indexes are
+		// rebuilt when it is first used.
+		checkRecords(t, s, "roll", 0, n, vlen, ts)
 		bases := segmentBases(t, pdir)
 		require.Greater(t, len(bases), 30, "tiny segments roll often")
 		var total int64

@@ -3,9 +3,7 @@ package logstore
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 )
@@ -106,26 +104,17 @@ func (p *partition) rebuildRun(seg *segment) error {
 		return err
 	}
 	mem := newMemIndex()
-	sc := newScanner(f, 0, seg.size.Load(), 0)
-	defer sc.close()
-	for {
-		fr, pos, err := sc.next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			if errors.Is(err, errShortFrame) || errors.Is(err, errBadFrame) {
-				break // as rebuildLocked: reads reaching the damage report it
-			}
-			return err
-		}
-		_, fi, err := decodeFrame(fr, nil)
-		if err != nil {
-			break
-		}
+	seg.mu.Lock()
+	end := seg.end
+	seg.mu.Unlock()
+	// As rebuildLocked: damaged frames are stepped over, and reads reaching
+	// them report the damage.
+	if _, err := walkFrames(f, seg.size.Load(), seg.base, end, func(fr []byte, pos int64, fi frameInfo) {
 		if key, tomb, ok := frameKey(fr); ok {
 			mem.add(key, fi.offset, tomb, frameLoc(pos, len(fr)))
 		}
+	}); err != nil {
+		return err
 	}
 	seg.mu.Lock()
 	seg.mem = mem

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
-
-	"github.com/sharelog/sharelog/internal/fsutil"
 )
 
 // logStartFile holds a partition's persisted log start offset (decimal text).
@@ -55,8 +55,18 @@ type partition struct {
 	pending   []*appendReq // batches waiting for the next commit
 	spareBuf  []byte       // the previous group's buffer, for reuse
 	spareReqs []*appendReq
-	leader    bool  // a goroutine is committing a group
-	werr      error // sticky: the partition takes no more appends
+	leader    bool  // a goroutine is committing a group (or probing)
+	werr      error // sticky: the partition is shut down or offline
+	// needRepair: the last commit failed; the next leader first cuts what
+	// it may have left in the active segment (repair).
+	needRepair bool
+
+	// offlineErr is set by Open (and never changed) when the partition's
+	// files failed validation; it wraps ErrOffline.
+	offlineErr error
+	// failed holds the last storage error while the partition's writes are
+	// failing (nil once a write succeeds again): for Offline and readiness.
+	failed atomic.Pointer[error]
 
 	mu   sync.RWMutex
 	segs []*segment // ascending base offsets; never empty until shutdown
@@ -149,21 +159,42 @@ func (p *partition) lead() {
 	p.leader = true
 	group, buf := p.pending, p.fill
 	p.pending, p.fill = p.spareReqs[:0], p.spareBuf[:0]
+	repair := p.needRepair
 	p.wmu.Unlock()
 
-	err := p.commit(group, buf)
+	done, err := p.commit(group, buf, repair)
 	p.commits.Add(1)
 
 	p.wmu.Lock()
-	for _, r := range group {
-		r.done, r.err = true, err
+	if err != nil {
+		err = p.errf("%w", err)
 	}
-	if err != nil && p.werr == nil {
-		// After a failed write or fsync the file's state is unknown (and the
-		// kernel may have dropped the dirty pages), so stop taking appends;
-		// reopening the store recovers from what is on disk.
-		p.werr = p.errf("appends disabled after a storage error: %w", err)
-		p.st.log.Error("logstore: partition failed", "topic", p.topic, "partition", p.id, "err", err)
+	for i, r := range group {
+		r.done = true
+		if i >= done {
+			r.err = err
+		}
+	}
+	if err != nil {
+		// The requests queued meanwhile were encoded at offsets after the
+		// failed ones; committing them would leave a gap. They fail too
+		// (ErrStorage is retryable) and offsets are reserved again from the
+		// high watermark, so they stay dense.
+		for _, r := range p.pending {
+			r.done, r.err = true, err
+		}
+		clear(p.pending)
+		p.pending = p.pending[:0]
+		p.fill = p.fill[:0]
+		p.next = p.hw.Load()
+		p.needRepair = true
+		if p.failed.Swap(&err) == nil { // once per failing period, not per request
+			p.st.log.Error("logstore: append failed; the partition retries on the next append",
+				"topic", p.topic, "partition", p.id, "high_watermark", p.next, "err", err)
+		}
+	} else {
+		p.needRepair = false
+		p.clearFailed()
 	}
 	clear(group)
 	p.spareReqs = group[:0]
@@ -178,39 +209,165 @@ func (p *partition) lead() {
 
 // commit writes a group's frames, rolling segments as needed, syncs per the
 // fsync mode and publishes the new high watermark. Only the leader runs it.
-func (p *partition) commit(group []*appendReq, buf []byte) error {
+// It returns how many requests of the group are committed: on an error the
+// requests written (and synced per the fsync mode) before it succeed, the
+// others fail. Nothing that failed is indexed or published; whatever it
+// left in the file after the active segment's wpos is cut by the next
+// leader's repair.
+func (p *partition) commit(group []*appendReq, buf []byte, repair bool) (int, error) {
+	if repair {
+		if err := p.repair(); err != nil {
+			return 0, err
+		}
+	}
+	durable := p.st.durable()
 	active := p.active()
 	pieceStart := 0
-	for _, r := range group {
+	for i, r := range group {
 		// Roll before a batch that would overflow a non-empty segment; a
 		// batch never spans segments, so every segment ends on a batch end.
 		if used := active.wpos + int64(r.start-pieceStart); used > 0 && used+int64(r.end-r.start) > p.segBytes {
-			if err := p.writePiece(active, buf[pieceStart:r.start]); err != nil {
-				return err
+			// The full segment is synced before it is sealed (fsync modes
+			// always and interval), so sealed segments are durable.
+			if err := p.writePiece(active, buf[pieceStart:r.start], durable); err != nil {
+				return i - p.countIn(group[:i], pieceStart), err
+			}
+			if i > 0 {
+				p.publish(group[i-1])
 			}
 			next, err := p.roll(active, r.base)
 			if err != nil {
-				return err
+				return i, err
 			}
 			active, pieceStart = next, r.start
 		}
 	}
-	if err := p.writePiece(active, buf[pieceStart:]); err != nil {
-		return err
+	if err := p.writePiece(active, buf[pieceStart:], p.st.opts.Fsync == FsyncAlways); err != nil {
+		return len(group) - p.countIn(group, pieceStart), err
 	}
-	switch p.st.opts.Fsync {
-	case FsyncAlways:
-		if err := p.st.io.datasync(active.f); err != nil {
-			return err
-		}
-	case FsyncInterval:
+	if p.st.opts.Fsync == FsyncInterval {
 		p.dirty.Store(true)
 	}
-	last := group[len(group)-1]
-	p.hw.Store(last.base + int64(last.n))
+	p.publish(group[len(group)-1])
+	return len(group), nil
+}
+
+// countIn counts the requests of group whose frames start at or after
+// pieceStart (those of the piece being written).
+func (p *partition) countIn(group []*appendReq, pieceStart int) int {
+	n := 0
+	for _, r := range group {
+		if r.start >= pieceStart {
+			n++
+		}
+	}
+	return n
+}
+
+// publish moves the high watermark past r and wakes watchers.
+func (p *partition) publish(r *appendReq) {
+	p.hw.Store(r.base + int64(r.n))
 	p.watch.notify()
+}
+
+// repair re-validates the active segment after a failed commit: it cuts
+// whatever the failed write left after the last committed frame (wpos,
+// which only moves after a successful write), reopening the file if its
+// handle is what failed, and syncs the result. The in-memory indexes never
+// saw the failed frames, so they need nothing.
+func (p *partition) repair() error {
+	seg := p.active()
+	seg.mu.Lock()
+	f := seg.f
+	seg.mu.Unlock()
+	if f == nil {
+		return nil // never created: nothing on disk to fix
+	}
+	if err := p.st.fs.truncate(f, seg.wpos); err != nil {
+		nf, oerr := p.st.fs.openFile(seg.logPath(), os.O_RDWR, 0)
+		if oerr != nil {
+			return errors.Join(err, oerr)
+		}
+		if err := p.st.fs.truncate(nf, seg.wpos); err != nil {
+			nf.Close()
+			return err
+		}
+		seg.mu.Lock()
+		// Readers may still use the old handle: it is closed with the segment.
+		seg.retired = append(seg.retired, seg.f)
+		seg.f = nf
+		seg.mu.Unlock()
+		f = nf
+	}
+	if p.st.durable() {
+		if err := p.st.fs.datasync(f); err != nil {
+			return err
+		}
+	}
 	return nil
 }
+
+// probe retries a failing partition without waiting for an append (the
+// reclaimer calls it), so that readiness recovers once the cause is gone
+// even if no client retries meanwhile: it repairs the active segment and
+// writes, syncs and removes a small file in the partition directory.
+func (p *partition) probe() {
+	p.wmu.Lock()
+	if p.leader || p.werr != nil || p.failed.Load() == nil {
+		p.wmu.Unlock()
+		return
+	}
+	p.leader = true
+	repair := p.needRepair
+	p.wmu.Unlock()
+
+	var err error
+	if repair {
+		err = p.repair()
+	}
+	if err == nil {
+		err = p.probeWrite()
+	}
+
+	p.wmu.Lock()
+	if err == nil {
+		p.needRepair = false
+		p.clearFailed()
+	}
+	p.leader = false
+	p.wcond.Broadcast()
+	p.wmu.Unlock()
+}
+
+// probeFile is written and removed by probe; a leftover (*.tmp) is removed
+// at Open.
+const probeFile = "probe" + tmpSuffix
+
+func (p *partition) probeWrite() error {
+	path := p.path(probeFile)
+	f, err := p.st.fs.openFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(path)
+	defer f.Close()
+	if err := p.st.fs.writeAt(f, make([]byte, 4096), 0); err != nil {
+		return err
+	}
+	if p.st.durable() {
+		return p.st.fs.datasync(f)
+	}
+	return nil
+}
+
+// clearFailed ends a failing period (logged once).
+func (p *partition) clearFailed() {
+	if p.failed.Swap(nil) != nil {
+		p.st.log.Info("logstore: partition writes work again", "topic", p.topic, "partition", p.id)
+	}
+}
+
+func (p *partition) path(name string) string { return filepath.Join(p.dir, name) }
 
 // active returns the active segment. Only the leader and shutdown may call
 // it while the partition is open.
@@ -220,25 +377,41 @@ func (p *partition) active() *segment {
 	return p.segs[len(p.segs)-1]
 }
 
-// writePiece writes frames to seg with one write, indexes them and
-// publishes the segment's new size (not yet the high watermark).
-func (p *partition) writePiece(seg *segment, b []byte) error {
+// writePiece writes frames to seg with one write (creating the segment's
+// file first if needed), syncs them if sync, indexes them and publishes the
+// segment's new size (not yet the high watermark). On an error nothing is
+// indexed and wpos does not move.
+func (p *partition) writePiece(seg *segment, b []byte, sync bool) error {
 	if len(b) == 0 {
+		if sync && seg.f != nil && p.st.opts.Fsync == FsyncInterval {
+			// A roll right at the start of a group: the segment holds
+			// earlier groups' data that mode interval has not synced yet,
+			// and it must be synced before it is sealed.
+			return p.st.fs.datasync(seg.f)
+		}
 		return nil
 	}
 	if seg.f == nil { // safe without seg.mu: only the leader sets f on the active segment
-		if err := seg.create(); err != nil {
+		if err := seg.create(&p.st.fs); err != nil {
 			return err
 		}
-		if p.st.opts.Fsync != FsyncNever {
-			if err := fsutil.SyncDir(p.dir); err != nil {
+	}
+	if seg.needDirSync {
+		if p.st.durable() {
+			if err := p.st.fs.syncDir(p.dir); err != nil {
 				return err
 			}
 		}
+		seg.needDirSync = false
 	}
 	at := seg.wpos
-	if _, err := p.st.io.writeAt(seg.f, b, at); err != nil {
+	if err := p.st.fs.writeAt(seg.f, b, at); err != nil {
 		return err
+	}
+	if sync {
+		if err := p.st.fs.datasync(seg.f); err != nil {
+			return err
+		}
 	}
 	seg.wpos += int64(len(b))
 	seg.mu.Lock()
@@ -268,31 +441,38 @@ func (p *partition) writePiece(seg *segment, b []byte) error {
 	return nil
 }
 
-// roll seals the full active segment and starts a new one at base.
+// roll seals the full active segment (already synced by writePiece in the
+// durable modes) and starts a new one at base. The new file is created
+// first: if that fails, old stays the active segment, untouched. Index
+// files and the checkpoint are rebuildable, so failing to write them is
+// logged, not fatal.
 func (p *partition) roll(old *segment, base int64) (*segment, error) {
-	durable := p.st.opts.Fsync != FsyncNever
+	durable := p.st.durable()
+	seg := newSegment(p.dir, base)
+	if err := seg.create(&p.st.fs); err != nil {
+		return nil, err
+	}
 	if durable {
-		if err := p.st.io.datasync(old.f); err != nil {
+		if err := p.st.fs.syncDir(p.dir); err != nil {
+			seg.release()
+			_ = os.Remove(seg.logPath()) // a leftover is empty: truncated by the next create, or an empty segment at Open
 			return nil, err
 		}
 	}
+	seg.needDirSync = false
+	old.synced.Store(durable)
 	if err := old.seal(durable); err != nil {
-		return nil, err
+		p.st.log.Warn("logstore: writing the indexes of a sealed segment; they are rebuilt when needed",
+			"topic", p.topic, "partition", p.id, "segment", old.base, "err", err)
 	}
 	p.sealKeys(old)
-	seg := newSegment(p.dir, base)
-	if err := seg.create(); err != nil {
-		return nil, err
-	}
-	if durable {
-		if err := fsutil.SyncDir(p.dir); err != nil {
-			seg.release()
-			return nil, err
-		}
-	}
 	p.mu.Lock()
 	p.segs = append(p.segs, seg)
 	p.mu.Unlock()
+	if err := p.writeCheckpoint(base, false); err != nil {
+		p.st.log.Warn("logstore: writing the partition checkpoint; Open will rescan what it does not cover",
+			"topic", p.topic, "partition", p.id, "err", err)
+	}
 	return seg, nil
 }
 
@@ -335,8 +515,44 @@ func (p *partition) outOfRange(off int64) error {
 		off, p.logStart.Load(), p.hw.Load(), ErrOffsetOutOfRange)
 }
 
-func (p *partition) corrupt(seg *segment, pos int64, err error) error {
-	return p.errf("segment %020d at byte %d: %v: %w", seg.base, pos, err, ErrCorrupt)
+// damageAt describes the damage found at byte pos of seg while expecting
+// offset expect: it resyncs on the next valid frame below endOff (the
+// segment's end offset). Results for sealed segments are remembered, so
+// reads past a damaged frame do not search again.
+func (p *partition) damageAt(seg *segment, f *os.File, pos, expect, endOff int64, cause error) (damage, error) {
+	seg.mu.Lock()
+	sealed := seg.sealed
+	for _, d := range seg.damages {
+		if d.pos == pos {
+			seg.mu.Unlock()
+			return d, nil
+		}
+	}
+	seg.mu.Unlock()
+	next, noff, ok, err := resync(f, pos, seg.size.Load(), expect, endOff)
+	if err != nil {
+		return damage{}, err
+	}
+	d := damage{pos: pos, next: -1, from: expect, to: endOff - 1, err: cause}
+	if ok {
+		d.next, d.to = next, noff-1
+	}
+	if sealed {
+		seg.mu.Lock()
+		if len(seg.damages) < maxDamages {
+			seg.damages = append(seg.damages, d)
+		}
+		seg.mu.Unlock()
+	}
+	return d, nil
+}
+
+// maxDamages bounds the damaged stretches remembered per segment.
+const maxDamages = 64
+
+// corruptErr is the error reads return for d.
+func (p *partition) corruptErr(seg *segment, d damage) error {
+	return &CorruptError{Topic: p.topic, Partition: p.id, File: seg.logPath(), Pos: d.pos, From: d.from, To: d.to, Err: d.err}
 }
 
 // read implements Store.Read. Records are copied out of the pooled read
@@ -366,14 +582,11 @@ func (p *partition) read(offset int64, maxRecords, maxBytes int) ([]Record, erro
 			}
 			return nil, err
 		}
-		cur, err = r.scanSegment(seg, cur, hw)
+		cur, err = r.scanSegment(p, seg, cur, end, hw)
 		seg.release()
 		if err != nil {
-			if errors.Is(err, errBadFrame) || errors.Is(err, errShortFrame) {
-				err = p.corrupt(seg, r.errPos, err)
-				if len(r.out) > 0 {
-					break // return the good records; the next read reports the damage
-				}
+			if errors.Is(err, ErrCorrupt) && len(r.out) > 0 {
+				break // return the good records; the next read reports the damage
 			}
 			return nil, err
 		}
@@ -391,18 +604,20 @@ type reader struct {
 	maxBytes   int
 	bytes      int
 	full       bool
-	copied     int   // out[:copied] no longer alias the scratch buffer
-	errPos     int64 // file position of a damaged frame
+	copied     int // out[:copied] no longer alias the scratch buffer
 }
 
 // scanSegment appends seg's records from offset cur on and returns the
-// offset after the last one appended.
-func (r *reader) scanSegment(seg *segment, cur, hw int64) (int64, error) {
+// offset after the last one appended. end is the segment's end offset (the
+// next segment's base, or hw). A damaged frame holding offsets at or after
+// cur is a *CorruptError; damage wholly before cur is stepped over by
+// resynchronising on the next valid frame.
+func (r *reader) scanSegment(p *partition, seg *segment, cur, end, hw int64) (int64, error) {
 	f, err := seg.file()
 	if err != nil {
-		return cur, err
+		return cur, p.st.fs.fail(opOpen, err) // e.g. EMFILE: retryable
 	}
-	pos, err := seg.lookup(cur)
+	pos, expect, err := seg.lookupOffset(cur)
 	if err != nil {
 		return cur, err
 	}
@@ -415,36 +630,51 @@ func (r *reader) scanSegment(seg *segment, cur, hw int64) (int64, error) {
 	}
 	sc := newScanner(f, pos, seg.size.Load(), want+indexInterval+minFrameSize)
 	sc.onRefill = r.detach
-	defer sc.close()
+	defer func() { sc.close() }()
 	defer r.detach()
 	for !r.full {
 		fr, fpos, err := sc.next()
 		if errors.Is(err, io.EOF) {
 			return cur, nil
 		}
-		if err != nil {
-			r.errPos = fpos
-			return cur, err // errShortFrame below the HW is damage too
-		}
-		// Frames before the wanted offset (at most indexInterval bytes) are
-		// skipped by their offset field alone: damage there is not this
-		// read's business. The density check below catches a damaged
-		// offset field that would make us skip the wanted record.
-		if int64(beUint64(fr[offFieldOffset:])) < cur {
-			continue
-		}
 		var rec Record
-		if _, _, err := decodeFrame(fr, &rec); err != nil {
-			r.errPos = fpos
-			return cur, err
+		if err == nil {
+			// Frames before the wanted offset are skipped by their offset
+			// field alone: damage there is not this read's business. The
+			// density check below catches a damaged offset field that would
+			// make us skip the wanted record.
+			if off := int64(beUint64(fr[offFieldOffset:])); off < cur {
+				expect = off + 1
+				continue
+			}
+			_, _, err = decodeFrame(fr, &rec)
 		}
-		if rec.Offset >= hw {
+		if err == nil && rec.Offset >= hw {
 			r.full = true
 			break
 		}
-		if rec.Offset != cur {
-			r.errPos = fpos
-			return cur, fmt.Errorf("%w: offset %d where %d was expected", errBadFrame, rec.Offset, cur)
+		if err == nil && rec.Offset != cur {
+			err = fmt.Errorf("%w: offset %d where %d was expected", errBadFrame, rec.Offset, cur)
+		}
+		if err != nil {
+			if !errors.Is(err, errBadFrame) && !errors.Is(err, errShortFrame) {
+				return cur, err
+			}
+			// errShortFrame below the HW is damage too.
+			d, derr := p.damageAt(seg, f, fpos, expect, end, err)
+			if derr != nil {
+				return cur, derr
+			}
+			if d.next < 0 || cur <= d.to {
+				return cur, p.corruptErr(seg, d)
+			}
+			// The damage lies wholly before cur: resume at the next valid frame.
+			r.detach()
+			sc.close()
+			sc = newScanner(f, d.next, seg.size.Load(), 0)
+			sc.onRefill = r.detach
+			expect = d.to + 1
+			continue
 		}
 		sz := rec.Size()
 		if len(r.out) > 0 && r.bytes+sz > r.maxBytes {
@@ -454,6 +684,7 @@ func (r *reader) scanSegment(seg *segment, cur, hw int64) (int64, error) {
 		r.bytes += sz
 		r.out = append(r.out, rec)
 		cur = rec.Offset + 1
+		expect = cur
 		if len(r.out) >= r.maxRecords || r.bytes >= r.maxBytes {
 			r.full = true
 		}
@@ -515,7 +746,7 @@ func (p *partition) offsetForTimestamp(ts int64) (int64, int64, error) {
 		if err != nil {
 			return 0, 0, err
 		}
-		off, fts, err := p.findTimestamp(seg, cur, hw, ts)
+		off, fts, err := p.findTimestamp(seg, cur, end, hw, ts)
 		seg.release()
 		if err != nil || off >= 0 {
 			return off, fts, err
@@ -527,44 +758,55 @@ func (p *partition) offsetForTimestamp(ts int64) (int64, int64, error) {
 
 // findTimestamp returns the first record of seg at or after offset from
 // with timestamp >= ts, or -1.
-func (p *partition) findTimestamp(seg *segment, from, hw, ts int64) (int64, int64, error) {
+func (p *partition) findTimestamp(seg *segment, from, end, hw, ts int64) (int64, int64, error) {
 	maxTs, start, err := seg.timeLookup(ts)
 	if err != nil || maxTs < ts {
 		return -1, -1, err
 	}
 	start = max(start, from)
-	pos, err := seg.lookup(start)
+	pos, prev, err := seg.lookupOffset(start)
 	if err != nil {
 		return -1, -1, err
 	}
 	f, err := seg.file()
 	if err != nil {
-		return -1, -1, err
+		return -1, -1, p.st.fs.fail(opOpen, err)
 	}
 	sc := newScanner(f, pos, seg.size.Load(), 0)
 	defer sc.close()
+	// A damaged frame fails the search: a record hidden in it might be the
+	// answer. The error carries the unreadable range.
+	damaged := func(fpos, expect int64, cause error) error {
+		d, err := p.damageAt(seg, f, fpos, expect, min(end, hw), cause)
+		if err != nil {
+			return err
+		}
+		return p.corruptErr(seg, d)
+	}
 	for expect := start; ; expect++ {
 		fr, fpos, err := sc.next()
 		if errors.Is(err, io.EOF) {
 			return -1, -1, nil
 		}
 		if err != nil {
-			return -1, -1, p.corrupt(seg, fpos, err)
+			return -1, -1, damaged(fpos, min(prev, expect), err)
 		}
-		if int64(beUint64(fr[offFieldOffset:])) < start {
+		if off := int64(beUint64(fr[offFieldOffset:])); off < start {
+			prev = off + 1
 			expect--
 			continue // before the search range: skipped unchecked, as in read
 		}
 		_, fi, err := decodeFrame(fr, nil)
 		if err != nil {
-			return -1, -1, p.corrupt(seg, fpos, err)
+			return -1, -1, damaged(fpos, min(prev, expect), err)
 		}
 		if fi.offset >= hw {
 			return -1, -1, nil
 		}
 		if fi.offset != expect { // as in read: a damaged offset field must not hide a record
-			return -1, -1, p.corrupt(seg, fpos, fmt.Errorf("%w: offset %d where %d was expected", errBadFrame, fi.offset, expect))
+			return -1, -1, damaged(fpos, min(prev, expect), fmt.Errorf("%w: offset %d where %d was expected", errBadFrame, fi.offset, expect))
 		}
+		prev = fi.offset + 1
 		if fi.timestamp >= ts {
 			return fi.offset, fi.timestamp, nil
 		}
@@ -587,9 +829,13 @@ func (p *partition) moveLogStart(off int64) (int64, error) {
 	if hw := p.hw.Load(); off > hw {
 		return 0, p.errf("purge to offset %d beyond the high watermark %d: %w", off, hw, ErrOffsetOutOfRange)
 	}
-	if err := fsutil.WriteFileAtomic(filepath.Join(p.dir, logStartFile), strconv.AppendInt(nil, off, 10), dirSync(p.st.opts.Fsync != FsyncNever)); err != nil {
-		return 0, p.errf("persist log start offset: %w", err)
+	if err := p.st.fs.writeFileAtomic(filepath.Join(p.dir, logStartFile), strconv.AppendInt(nil, off, 10), dirSync(p.st.durable())); err != nil {
+		// The log start stays where it was; the purge can be retried.
+		err = p.errf("persist log start offset: %w", err)
+		p.failed.Store(&err)
+		return 0, err
 	}
+	p.clearFailed()
 	p.logStart.Store(off)
 	p.watch.notify()
 	p.st.wakeReclaimer()
@@ -629,12 +875,14 @@ func (p *partition) syncIfDirty() {
 	if f == nil {
 		return
 	}
-	if err := p.st.io.datasync(f); err != nil {
+	if err := p.st.fs.datasync(f); err != nil {
+		err = p.errf("%w", err)
 		p.wmu.Lock()
-		if p.werr == nil {
-			p.werr = p.errf("appends disabled after a failed fsync: %w", err)
-		}
+		// The next leader (or the probe) syncs again before anything else.
+		p.needRepair = true
+		p.failed.Store(&err)
 		p.wmu.Unlock()
+		p.dirty.Store(true)
 		p.st.log.Error("logstore: fsync failed", "topic", p.topic, "partition", p.id, "err", err)
 	}
 }
@@ -654,19 +902,46 @@ func (p *partition) shutdown(err error, flush bool) error {
 	p.lsMu.Unlock()
 
 	p.gone.Store(&err)
-	p.mu.Lock()
+	p.mu.RLock()
 	segs := p.segs
+	p.mu.RUnlock()
+	var ferr error
+	if flush && len(segs) > 0 && p.offlineErr == nil && p.failed.Load() == nil {
+		// The list is still in place for writeCheckpoint; nobody appends.
+		ferr = p.flush(segs)
+	}
+	p.mu.Lock()
 	p.segs = nil
 	p.mu.Unlock()
-	var ferr error
-	if flush && len(segs) > 0 {
-		if f := segs[len(segs)-1].f; f != nil { // the leader is gone: no race on f
-			ferr = fsutil.Fdatasync(f)
-		}
-	}
 	for _, s := range segs {
 		s.release()
 	}
 	p.watch.shutdown(err)
 	return ferr
+}
+
+// flush makes everything durable for a clean Close: the active segment, in
+// fsync mode never also the sealed segments not synced yet, then the
+// checkpoint records the final high watermark with every segment synced.
+func (p *partition) flush(segs []*segment) error {
+	for i, s := range segs {
+		if i < len(segs)-1 && s.synced.Load() {
+			continue
+		}
+		f, err := s.file()
+		if err != nil {
+			if i == len(segs)-1 && errors.Is(err, fs.ErrNotExist) {
+				continue // an active segment whose file the first append has not created
+			}
+			return p.errf("%w", p.st.fs.fail(opOpen, err))
+		}
+		if err := p.st.fs.datasync(f); err != nil {
+			return p.errf("%w", err)
+		}
+		s.synced.Store(true)
+	}
+	if err := p.writeCheckpoint(p.hw.Load(), true); err != nil {
+		return p.errf("%w", err)
+	}
+	return nil
 }

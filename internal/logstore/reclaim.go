@@ -23,6 +23,7 @@ func (s *FileStore) reclaimLoop() {
 			cfg := t.info.Config
 			retain := cfg.RetentionMs >= 0 && cfg.CleanupPolicy != CleanupCompact
 			for _, p := range t.parts {
+				p.probe() // a failing partition retries even without appends
 				if retain {
 					p.applyRetention(now - cfg.RetentionMs)
 				}
@@ -124,6 +125,15 @@ func (p *partition) deleteSegments() {
 			case <-p.st.stop:
 			case <-time.After(pause):
 			}
+		}
+	}
+}
+
+// probeFailing runs probe on every partition (tests).
+func (s *FileStore) probeFailing() {
+	for _, t := range s.liveTopics() {
+		for _, p := range t.parts {
+			p.probe()
 		}
 	}
 }

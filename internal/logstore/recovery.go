@@ -17,7 +17,11 @@ import (
 	"github.com/sharelog/sharelog/internal/fsutil"
 )
 
-// load reads every topic under topicsDir (Open's recovery).
+// load reads every topic under topicsDir (Open's recovery). Nothing it
+// cannot explain is deleted: a topic directory without a valid meta.json,
+// or an unexpected file, is moved to the quarantine directory. A partition
+// whose files fail validation goes offline on its own; the rest of the
+// store opens normally.
 func (s *FileStore) load() error {
 	entries, err := os.ReadDir(s.topicsDir)
 	if err != nil {
@@ -26,31 +30,28 @@ func (s *FileStore) load() error {
 	for _, e := range entries {
 		path := filepath.Join(s.topicsDir, e.Name())
 		if strings.HasSuffix(e.Name(), deletedSuffix) || strings.HasSuffix(e.Name(), tmpSuffix) {
-			// A deletion interrupted between rename and removal.
+			// A deletion interrupted between rename and removal, or a
+			// creation interrupted before its final rename (nothing in it
+			// was ever acknowledged).
 			if err := os.RemoveAll(path); err != nil {
 				return err
 			}
 			continue
 		}
 		if !e.IsDir() {
-			s.log.Warn("logstore: ignoring unexpected file", "path", path)
+			s.quarantineOrKeep(path, "unexpected file among the topics")
 			continue
 		}
 		meta, err := readMeta(filepath.Join(path, metaFile))
-		if errors.Is(err, fs.ErrNotExist) {
-			// meta.json is written last, before any append can happen: this
-			// is an interrupted creation holding no records.
-			s.log.Warn("logstore: removing topic directory without meta.json (interrupted creation)", "path", path)
-			if err := os.RemoveAll(path); err != nil {
-				return err
-			}
+		if err != nil {
+			// Topics are created under <id>.tmp and renamed once meta.json
+			// is in place, so this is damage, not an interrupted creation.
+			s.quarantineOrKeep(path, fmt.Sprintf("topic directory without a valid meta.json (%v)", err))
 			continue
 		}
-		if err != nil {
-			return err
-		}
 		if meta.ID != e.Name() {
-			return fmt.Errorf("%s: topic id %q does not match its directory", path, meta.ID)
+			s.quarantineOrKeep(path, fmt.Sprintf("meta.json names topic id %q, not its directory's", meta.ID))
+			continue
 		}
 		if other := s.topics[meta.Name]; other != nil {
 			return fmt.Errorf("topic %q is stored twice, with ids %s and %s", meta.Name, other.info.ID, meta.ID)
@@ -62,6 +63,15 @@ func (s *FileStore) load() error {
 		s.topics[meta.Name] = t
 	}
 	return nil
+}
+
+// quarantineOrKeep quarantines path; if even that fails it is left in
+// place (and ignored), with an ERROR.
+func (s *FileStore) quarantineOrKeep(path, why string) {
+	if err := s.quarantine(path, why); err != nil {
+		s.log.Error("logstore: ignoring what cannot be explained, and cannot be moved to quarantine: "+why,
+			"path", path, "err", err, "action", "inspect it and move it out of the data directory (see docs/operations.md)")
+	}
 }
 
 func readMeta(path string) (topicMeta, error) {
@@ -90,35 +100,76 @@ func (s *FileStore) openTopic(m topicMeta, dir string) (*topic, error) {
 		}},
 		dir: dir,
 	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		name, path := e.Name(), filepath.Join(dir, e.Name())
+		switch n, err := strconv.Atoi(name); {
+		case name == metaFile:
+		case strings.HasSuffix(name, tmpSuffix):
+			if err := os.RemoveAll(path); err != nil {
+				return nil, err
+			}
+		case err == nil && e.IsDir() && n >= 0 && n < int(m.Partitions) && strconv.Itoa(n) == name:
+		default:
+			s.quarantineOrKeep(path, fmt.Sprintf("unexpected entry in the directory of topic %q", m.Name))
+		}
+	}
 	t.parts = make([]*partition, m.Partitions)
 	for i := range t.parts {
 		p := newPartition(s, t, int32(i))
 		t.parts[i] = p
-		if err := p.open(); err != nil {
-			t.shutdown(ErrClosed, false) // closes the files opened so far
-			return nil, fmt.Errorf("partition %d: %w", i, err)
-		}
+		p.open()
 	}
 	return t, nil
 }
 
-// open recovers a partition directory:
-//   - *.deleted and *.tmp files are removed;
-//   - sealed segments are trusted; their indexes are rebuilt if missing;
+// open recovers a partition directory (see doc.go, Recovery). If its files
+// fail validation the partition goes offline: every call on it fails with
+// an error wrapping ErrOffline, and its files are left as they are.
+func (p *partition) open() {
+	err := p.load()
+	if err == nil {
+		return
+	}
+	for _, s := range p.segs {
+		s.release()
+	}
+	p.segs = nil
+	err = fmt.Errorf("topic %q partition %d is offline: %w: %w", p.topic, p.id, err, ErrOffline)
+	p.offlineErr = err
+	p.werr, p.lsErr = err, err
+	p.gone.Store(&err)
+	p.watch.shutdown(err)
+	p.st.log.Error("logstore: partition offline", "topic", p.topic, "partition", p.id, "dir", p.dir, "err", err,
+		"action", "its files were left untouched; restore the named file from a backup or replica and restart, or delete the topic (see docs/operations.md)")
+}
+
+// maxSaneOffset bounds offsets read from disk: no log gets near 2^62
+// records, so anything above is damage, and later arithmetic cannot
+// overflow.
+const maxSaneOffset = 1 << 62
+
+// load does open's work: it returns why the partition cannot be served.
+//   - *.deleted and *.tmp files are removed; unknown files are quarantined;
+//   - the segment files are checked against the checkpoint (none missing
+//     or of another size, unless wholly below the log start) and against
+//     each other (each base is the previous segment's end);
+//   - sealed segments not covered by the checkpoint, and after an unclean
+//     shutdown those not known fsynced, are rescanned frame by frame;
 //   - the active (last) segment is scanned and cut after the last whole,
-//     checksum-valid, contiguous batch; its indexes are rebuilt in memory;
-//   - log start = max(persisted log start, base of the first segment).
-func (p *partition) open() error {
-	if _, err := os.Stat(p.dir); errors.Is(err, fs.ErrNotExist) {
-		// Lost to a crash right after CreateTopic (it held no records).
-		if err := os.Mkdir(p.dir, 0o755); err != nil {
-			return err
+//     checksum-valid, contiguous batch (never below the checkpoint's high
+//     watermark);
+//   - the log start is checked against the checkpoint and the high
+//     watermark.
+func (p *partition) load() error {
+	if _, err := os.Stat(p.dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("partition directory %s is missing; it is not recreated empty, which would restart its offsets at 0", p.dir)
 		}
-		if p.st.durable() {
-			if err := fsutil.SyncDir(filepath.Dir(p.dir)); err != nil {
-				return err
-			}
-		}
+		return err
 	}
 	entries, err := os.ReadDir(p.dir)
 	if err != nil {
@@ -126,7 +177,7 @@ func (p *partition) open() error {
 	}
 	var bases []int64
 	var indexFiles []string
-	ls := int64(0)
+	ls, lsFound := int64(0), false
 	for _, e := range entries {
 		name := e.Name()
 		path := filepath.Join(p.dir, name)
@@ -139,17 +190,19 @@ func (p *partition) open() error {
 			if ls, err = readLogStart(path); err != nil {
 				return err
 			}
-		case strings.HasSuffix(name, logSuffix):
+			lsFound = true
+		case name == checkpointFile:
+		case strings.HasSuffix(name, logSuffix) && !e.IsDir():
 			b, ok := parseBase(name, logSuffix)
 			if !ok {
-				p.st.log.Warn("logstore: ignoring unexpected file", "path", path)
+				p.st.quarantineOrKeep(path, "segment file with an invalid name")
 				continue
 			}
 			bases = append(bases, b)
-		case strings.HasSuffix(name, indexSuffix), strings.HasSuffix(name, timeIndexSuffix), strings.HasSuffix(name, keysSuffix):
+		case (strings.HasSuffix(name, indexSuffix) || strings.HasSuffix(name, timeIndexSuffix) || strings.HasSuffix(name, keysSuffix)) && !e.IsDir():
 			indexFiles = append(indexFiles, name)
 		default:
-			p.st.log.Warn("logstore: ignoring unexpected file", "path", path)
+			p.st.quarantineOrKeep(path, "unexpected file in a partition directory")
 		}
 	}
 	slices.Sort(bases)
@@ -169,22 +222,84 @@ func (p *partition) open() error {
 		}
 	}
 
+	ckPath := p.path(checkpointFile)
+	ck, err := readCheckpoint(ckPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		ck = nil // new or never rolled: every sealed segment is rescanned
+	case err != nil:
+		return fmt.Errorf("unreadable checkpoint: %w; moving it out of the directory makes the next start rebuild it from a full scan", err)
+	}
+
+	// The log start, against the checkpoint: it never moves back.
+	lsPath := p.path(logStartFile)
+	if ls > maxSaneOffset {
+		return fmt.Errorf("%s: log start offset %d is impossibly large", lsPath, ls)
+	}
+	if ck != nil && ls < ck.logStart {
+		if !lsFound {
+			return fmt.Errorf("%s is missing, but %s recorded log start offset %d", lsPath, ckPath, ck.logStart)
+		}
+		return fmt.Errorf("%s: log start offset %d is below %d recorded in %s", lsPath, ls, ck.logStart, ckPath)
+	}
+
+	// The segment files, against the checkpoint, before anything is changed.
+	if ck != nil {
+		for _, e := range ck.segs {
+			if e.end <= ls {
+				continue // wholly below the log start: may have been reclaimed
+			}
+			path := filepath.Join(p.dir, fmt.Sprintf("%020d%s", e.base, logSuffix))
+			st, err := os.Stat(path)
+			if errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("segment file %s is missing (offsets %d to %d, recorded in %s)", path, e.base, e.end-1, ckPath)
+			}
+			if err != nil {
+				return err
+			}
+			if st.Size() != e.size {
+				return fmt.Errorf("segment file %s is %d bytes, but %d were recorded in %s (truncated or overwritten)", path, st.Size(), e.size, ckPath)
+			}
+		}
+	}
+	if len(bases) > 0 && bases[0] > ls {
+		return fmt.Errorf("the first segment file %s starts at offset %d, but the log start offset is %d: the segment files before it are missing",
+			filepath.Join(p.dir, fmt.Sprintf("%020d%s", bases[0], logSuffix)), bases[0], ls)
+	}
+
 	durable := p.st.durable()
+	changed := ck == nil
 	for i, b := range bases {
 		seg := newSegment(p.dir, b)
 		p.segs = append(p.segs, seg)
 		if i == len(bases)-1 {
-			if err := p.recoverActive(seg); err != nil {
-				return fmt.Errorf("segment %020d: %w", b, err)
-			}
-			continue
+			break
 		}
-		st, err := os.Stat(seg.path(logSuffix))
+		next := bases[i+1]
+		path := seg.logPath()
+		e, listed := ck.find(b)
+		if listed && e.end != next {
+			return fmt.Errorf("segment file %s ends at offset %d (per %s), but the next segment file starts at %d: the segment files in between are missing or damaged",
+				path, e.end, ckPath, next)
+		}
+		st, err := os.Stat(path)
 		if err != nil {
 			return err
 		}
-		if err := seg.openSealed(st.Size(), bases[i+1], durable); err != nil {
-			return fmt.Errorf("segment %020d: %w", b, err)
+		// Written since the last checkpoint, or not known fsynced after an
+		// unclean shutdown: every frame is checked (which rebuilds the
+		// indexes too). Segments wholly below the log start are not served.
+		rescan := next > ls && (!listed || p.st.unclean && !e.synced)
+		res, err := seg.openSealed(st.Size(), next, e.maxTs, listed && !rescan, durable)
+		if err != nil {
+			return fmt.Errorf("segment %s: %w", path, err)
+		}
+		seg.synced.Store(listed && e.synced)
+		if rescan {
+			if err := p.checkRescan(seg, res, next); err != nil {
+				return err
+			}
+			changed = true
 		}
 		if ri, err := loadRun(seg.path(keysSuffix), b); err == nil {
 			seg.run = ri
@@ -192,20 +307,34 @@ func (p *partition) open() error {
 			p.queueKeyRebuild(seg)
 		}
 	}
+	minHW := int64(0)
+	if ck != nil {
+		minHW = ck.hw
+	}
 	if len(p.segs) == 0 {
+		if minHW > ls {
+			return fmt.Errorf("no segment files, but %s recorded high watermark %d", ckPath, minHW)
+		}
 		// Nothing written yet (or everything lost with fsync never): the
 		// active segment starts at the log start; its file comes with the
 		// first append.
 		p.segs = []*segment{newSegment(p.dir, ls)}
+	} else if err := p.recoverActive(p.segs[len(p.segs)-1], minHW); err != nil {
+		return err
 	}
 	active := p.segs[len(p.segs)-1]
 	hw := active.end
-	ls = max(ls, p.segs[0].base)
 	if ls > hw {
+		if !p.st.unclean || p.st.opts.Fsync == FsyncAlways {
+			// Every offset below the log start was on disk when the purge
+			// was made durable; after a clean shutdown or in fsync mode
+			// always they cannot have been lost.
+			return fmt.Errorf("%s: log start offset %d is above the high watermark %d", lsPath, ls, hw)
+		}
 		// The persisted log start is beyond the recovered data (records
-		// lost to a crash in fsync mode interval after a purge). Offsets
-		// must never be reused below the log start: continue at ls in a
-		// new segment; the old ones are reclaimed.
+		// lost to a crash in fsync mode interval or never after a purge).
+		// Offsets must never be reused below the log start: continue at ls
+		// in a new segment; the old ones are reclaimed.
 		p.st.log.Warn("logstore: log start beyond recovered data, skipping offsets",
 			"topic", p.topic, "partition", p.id, "high_watermark", hw, "log_start", ls)
 		if active.f != nil {
@@ -218,11 +347,58 @@ func (p *partition) open() error {
 		} else {
 			p.segs[len(p.segs)-1] = newSegment(p.dir, ls)
 		}
+		// The new segment's file exists from now on, so the next Open
+		// finds the recovered high watermark even before any append.
+		if err := p.segs[len(p.segs)-1].create(&p.st.fs); err != nil {
+			return err
+		}
+		if durable {
+			if err := p.st.fs.syncDir(p.dir); err != nil {
+				return err
+			}
+		}
+		p.segs[len(p.segs)-1].needDirSync = false
 		hw = ls
+		changed = true
 	}
 	p.hw.Store(hw)
 	p.logStart.Store(ls)
 	p.next = hw
+	if changed {
+		// In the durable modes recoverActive synced the recovered tail.
+		ckHW := p.segs[len(p.segs)-1].base
+		if durable {
+			ckHW = hw
+		}
+		if err := p.writeCheckpoint(ckHW, false); err != nil {
+			p.st.log.Warn("logstore: writing the partition checkpoint", "topic", p.topic, "partition", p.id, "err", err)
+		}
+	}
+	return nil
+}
+
+// checkRescan judges the scan of every frame of a sealed segment that Open cannot trust.
+// Damage followed by valid frames is logged and left for reads to report
+// (as a CorruptError naming the offsets); a segment that does not reach
+// the next segment's base has lost records, so the partition goes offline.
+func (p *partition) checkRescan(seg *segment, res walkResult, next int64) error {
+	path := seg.logPath()
+	if n := len(res.damages); n > 0 && res.damages[n-1].next < 0 || res.end != next {
+		pos := res.endPos
+		if n > 0 {
+			pos = res.damages[n-1].pos
+		}
+		return fmt.Errorf("segment file %s holds valid records up to offset %d only, but the next segment starts at %d: its tail (from byte %d) is damaged or missing",
+			path, res.end-1, next, pos)
+	}
+	for _, d := range res.damages {
+		if d.to < d.from {
+			continue // garbage between two valid frames: nothing unreadable
+		}
+		p.st.log.Error("logstore: damaged records in a sealed segment; reads of them fail with a corrupt-record error",
+			"topic", p.topic, "partition", p.id, "file", path, "byte", d.pos, "from_offset", d.from, "to_offset", d.to, "err", d.err,
+			"action", "restore the file from a backup or replica, or purge past the damaged offsets (see docs/operations.md)")
+	}
 	return nil
 }
 
@@ -251,8 +427,8 @@ func readLogStart(path string) (int64, error) {
 
 // recoverActive scans the active segment, truncates it after the last
 // complete batch and builds its indexes in memory.
-func (p *partition) recoverActive(seg *segment) error {
-	f, err := os.OpenFile(seg.path(logSuffix), os.O_RDWR, 0)
+func (p *partition) recoverActive(seg *segment, minHW int64) error {
+	f, err := os.OpenFile(seg.logPath(), os.O_RDWR, 0)
 	if err != nil {
 		return err
 	}
@@ -319,6 +495,16 @@ func (p *partition) recoverActive(seg *segment) error {
 		}
 	}
 	sc.close()
+	if good.end < minHW {
+		// Acknowledged records (below the checkpointed high watermark) are
+		// gone: never cut them silently.
+		why := "truncated"
+		if reason != nil {
+			why = reason.Error()
+		}
+		return fmt.Errorf("segment file %s holds valid records up to offset %d only, but the checkpoint recorded high watermark %d (%s)",
+			seg.logPath(), good.end-1, minHW, why)
+	}
 	if good.pos < size {
 		if reason == nil {
 			reason = errors.New("last batch incomplete")

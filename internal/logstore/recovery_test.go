@@ -117,7 +117,9 @@ func TestTornTailRecovery(t *testing.T) {
 			info, err := s.CreateTopic(ctx, "torn", 1, logstore.TopicConfig{RetentionMs: -1})
 			require.NoError(t, err)
 			appendTorn(t, s, 0, tornRecords)
-			require.NoError(t, s.Close())
+			// A torn tail is what a crash leaves: no clean close, so the
+			// checkpoint does not vouch for the active segment's tail.
+			require.NoError(t, s.Crash())
 
 			path := filepath.Join(partDir(dir, info, 0), fmt.Sprintf("%020d.log", 0))
 			st, err := os.Stat(path)
@@ -161,8 +163,11 @@ func TestLeftoversRemovedAtOpen(t *testing.T) {
 		filepath.Join(pdir, "log-start-offset.tmp"),
 		filepath.Join(pdir, "00000000000000077777.index"), // orphan index: its log is gone
 		filepath.Join(dir, "topics", "0f0f0f0f-0000-4000-8000-000000000000.deleted", "0", "00000000000000000000.log"),
-		filepath.Join(dir, "topics", "11111111-0000-4000-8000-000000000000", "0", "00000000000000000000.log"), // no meta.json
+		filepath.Join(dir, "topics", "22222222-0000-4000-8000-000000000000.tmp", "0", "00000000000000000000.log"), // interrupted creation
 	}
+	noMeta := filepath.Join(dir, "topics", "11111111-0000-4000-8000-000000000000") // not a creation: quarantined, not removed
+	require.NoError(t, os.MkdirAll(filepath.Join(noMeta, "0"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(noMeta, "0", "00000000000000000000.log"), []byte("data"), 0o644))
 	for _, p := range leftovers {
 		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		require.NoError(t, os.WriteFile(p, []byte("leftover"), 0o644))
@@ -172,7 +177,13 @@ func TestLeftoversRemovedAtOpen(t *testing.T) {
 		assert.NoFileExists(t, p)
 	}
 	assert.NoDirExists(t, filepath.Join(dir, "topics", "0f0f0f0f-0000-4000-8000-000000000000.deleted"))
-	assert.NoDirExists(t, filepath.Join(dir, "topics", "11111111-0000-4000-8000-000000000000"))
+	assert.NoDirExists(t, noMeta)
+	q, err := filepath.Glob(filepath.Join(dir, "quarantine", "*", "topics", "11111111-0000-4000-8000-000000000000", "0", "00000000000000000000.log"))
+	require.NoError(t, err)
+	require.Len(t, q, 1, "the topic directory without meta.json was moved to quarantine")
+	b, err := os.ReadFile(q[0])
+	require.NoError(t, err)
+	assert.Equal(t, "data", string(b))
 	assert.Equal(t, bases, segmentBases(t, pdir))
 	topics, err := s.Topics(ctx)
 	require.NoError(t, err)
@@ -184,12 +195,12 @@ func TestLogStartBeyondRecoveredData(t *testing.T) {
 	// With fsync interval a crash can lose appended records whose purge was
 	// persisted. Offsets below the log start must never be reused.
 	dir := t.TempDir()
-	opts := logstore.Options{}
+	opts := logstore.Options{Fsync: logstore.FsyncInterval}
 	s := openStore(t, dir, opts)
 	info, err := s.CreateTopic(ctx, "torn", 1, logstore.TopicConfig{RetentionMs: -1})
 	require.NoError(t, err)
 	appendTorn(t, s, 0, tornRecords)
-	require.NoError(t, s.Close())
+	require.NoError(t, s.Crash())
 	pdir := partDir(dir, info, 0)
 	require.NoError(t, os.WriteFile(filepath.Join(pdir, "log-start-offset"), []byte("100"), 0o644))
 
@@ -200,6 +211,11 @@ func TestLogStartBeyondRecoveredData(t *testing.T) {
 	recs, err := s.Read(ctx, "torn", 0, 100, 10, 1<<20)
 	require.NoError(t, err)
 	assert.Empty(t, recs)
+	// A clean restart before any append keeps the skipped-to offsets.
+	s = reopen(t, s, dir, opts)
+	ls, hw, err = s.Bounds("torn", 0)
+	require.NoError(t, err)
+	assert.Equal(t, [2]int64{100, 100}, [2]int64{ls, hw})
 	base, err := s.Append(ctx, "torn", 0, []logstore.Record{tornRecord(100)})
 	require.NoError(t, err)
 	assert.Equal(t, int64(100), base)
@@ -213,15 +229,19 @@ func TestLogStartBeyondRecoveredData(t *testing.T) {
 	assert.Equal(t, int64(100), recs[0].Offset)
 }
 
-func TestOpenRejectsDamagedMetadata(t *testing.T) {
+func TestOpenQuarantinesDamagedMetadata(t *testing.T) {
+	// Damaged metadata is never ignored and never deleted: a bad meta.json
+	// moves the topic to quarantine, a bad log start takes the partition
+	// offline; the store opens either way.
 	tests := []struct {
-		name string
-		file string // relative to the topic directory
-		data string
+		name    string
+		file    string // relative to the topic directory
+		data    string
+		offline bool // else quarantined
 	}{
-		{"meta.json not JSON", "meta.json", "{"},
-		{"meta.json invalid topic", "meta.json", `{"version":1,"name":"__bad","id":"ID","partitions":1,"config":{"segment_bytes":1024,"retention_ms":-1,"cleanup_policy":"delete"}}`},
-		{"log start not a number", "0/log-start-offset", "seven"},
+		{"meta.json not JSON", "meta.json", "{", false},
+		{"meta.json invalid topic", "meta.json", `{"version":1,"name":"__bad","id":"ID","partitions":1,"config":{"segment_bytes":1024,"retention_ms":-1,"cleanup_policy":"delete"}}`, false},
+		{"log start not a number", "0/log-start-offset", "seven", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -229,10 +249,23 @@ func TestOpenRejectsDamagedMetadata(t *testing.T) {
 			s := openStore(t, dir, logstore.Options{})
 			info, err := s.CreateTopic(ctx, "meta", 1, logstore.TopicConfig{RetentionMs: -1})
 			require.NoError(t, err)
+			_, err = s.Append(ctx, "meta", 0, []logstore.Record{{Value: []byte("x")}})
+			require.NoError(t, err)
 			require.NoError(t, s.Close())
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "topics", info.ID, tc.file), []byte(tc.data), 0o644))
-			_, err = logstore.Open(dir, logstore.Options{})
-			require.Error(t, err, "damaged metadata must not be silently ignored")
+			s = openStore(t, dir, logstore.Options{})
+			if tc.offline {
+				_, err := s.Read(ctx, "meta", 0, 0, 10, 1<<20)
+				require.ErrorIs(t, err, logstore.ErrOffline)
+				assert.Contains(t, err.Error(), "log-start-offset")
+				require.Len(t, s.Offline(), 1)
+				return
+			}
+			_, err = s.TopicInfo(ctx, "meta")
+			require.ErrorIs(t, err, logstore.ErrUnknownTopic)
+			q, err := filepath.Glob(filepath.Join(dir, "quarantine", "*", "topics", info.ID, "0", "00000000000000000000.log"))
+			require.NoError(t, err)
+			assert.Len(t, q, 1, "the data is kept in quarantine")
 		})
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
+	"hash/crc32"
 	"io/fs"
 	"math"
 	"os"
@@ -69,6 +69,12 @@ type segment struct {
 	// wpos is the next write position. Only the append leader uses it (the
 	// leader role is handed over under partition.wmu, which orders accesses).
 	wpos int64
+	// needDirSync: the file was created and its directory entry is not
+	// known durable yet (leader only).
+	needDirSync bool
+	// synced: the whole file is known fsynced (sealed in a durable mode,
+	// found synced in the checkpoint, or flushed by a clean Close).
+	synced atomic.Bool
 
 	// mu guards the fields below. Lock order: partition locks, then mu.
 	mu      sync.Mutex
@@ -89,6 +95,11 @@ type segment struct {
 	// missing and queued for a rebuild.
 	mem *memIndex
 	run *runIndex
+	// damages caches the damaged stretches found in a sealed segment.
+	damages []damage
+	// retired are handles replaced by a repair; readers may still use
+	// them, so they close with the segment.
+	retired []*os.File
 }
 
 func newSegment(dir string, base int64) *segment {
@@ -123,6 +134,10 @@ func (s *segment) release() {
 		_ = s.f.Close()
 		s.f = nil
 	}
+	for _, f := range s.retired {
+		_ = f.Close()
+	}
+	s.retired = nil
 	if s.deleted {
 		for _, suf := range segmentSuffixes {
 			_ = removeIfExists(s.path(suf))
@@ -150,16 +165,26 @@ func (s *segment) fileLocked() (*os.File, error) {
 	return s.f, nil
 }
 
-// create creates the file of a new active segment. Only the append leader
-// (or Open) calls it.
-func (s *segment) create() error {
+// logPath is the segment's log file path.
+func (s *segment) logPath() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, err := os.OpenFile(s.path(logSuffix), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	return s.path(logSuffix)
+}
+
+// create creates the file of a new active segment. Only the append leader
+// (or Open) calls it. A file of that name can only be the leftover of a
+// failed roll (its base is the high watermark, so it holds nothing
+// acknowledged): it is truncated.
+func (s *segment) create(fs *storageFS) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, err := fs.openFile(s.path(logSuffix), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
 	s.f = f
+	s.needDirSync = true
 	return nil
 }
 
@@ -219,6 +244,36 @@ func (s *segment) lookup(off int64) (int64, error) {
 		return 0, err
 	}
 	return s.lookupLocked(off), nil
+}
+
+// lookupOffset is lookup that also returns the offset of the frame at the
+// returned position.
+func (s *segment) lookupOffset(off int64) (int64, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.loadLocked(); err != nil {
+		return 0, 0, err
+	}
+	i := s.lookupIndexLocked(off)
+	if i < 0 {
+		return 0, s.base, nil
+	}
+	return int64(s.idx[i].pos), s.base + int64(s.idx[i].rel), nil
+}
+
+// lookupIndexLocked returns the index of the last entry at or before off, or -1.
+func (s *segment) lookupIndexLocked(off int64) int {
+	rel := off - s.base
+	lo, hi := 0, len(s.idx)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if int64(s.idx[m].rel) > rel {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo - 1
 }
 
 func (s *segment) lookupLocked(off int64) int64 {
@@ -306,6 +361,10 @@ func (s *segment) writeIndexesLocked(durable bool) error {
 		tb = binary.BigEndian.AppendUint64(tb, uint64(e.ts))
 		tb = binary.BigEndian.AppendUint32(tb, e.rel)
 	}
+	// A CRC32C trailer: a damaged index would send reads to the wrong
+	// byte, or make retention and timestamp search trust a wrong time.
+	ib = binary.BigEndian.AppendUint32(ib, crc32.Checksum(ib, castagnoli))
+	tb = binary.BigEndian.AppendUint32(tb, crc32.Checksum(tb, castagnoli))
 	// No directory fsync: an index lost to a crash is rebuilt from the log.
 	if err := fsutil.WriteFileAtomic(s.path(indexSuffix), ib, fileSync(durable)); err != nil {
 		return err
@@ -313,47 +372,21 @@ func (s *segment) writeIndexesLocked(durable bool) error {
 	return fsutil.WriteFileAtomic(s.path(timeIndexSuffix), tb, fileSync(durable))
 }
 
-// openSealed prepares a sealed segment found at Open: its size, and its
-// newest timestamp from the last time index entry. Indexes that are missing
-// or of an impossible size are rebuilt now; full index contents are loaded
-// lazily on first use. end is the next segment's base offset.
-func (s *segment) openSealed(size, end int64, durable bool) error {
+// openSealed prepares a sealed segment found at Open. end is the next
+// segment's base offset. With a maxTs known from the checkpoint the
+// indexes are loaded lazily, on first use; otherwise the whole log is
+// scanned now (rescan), which rebuilds them, and the scan is returned.
+func (s *segment) openSealed(size, end, maxTs int64, known, durable bool) (walkResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sealed, s.loaded, s.end, s.mem = true, false, end, nil
 	s.size.Store(size)
 	s.wpos = size
-	if ts, ok := s.peekMaxTs(size); ok {
-		s.maxTs = ts
-		return nil
+	if known {
+		s.maxTs = maxTs
+		return walkResult{}, nil
 	}
 	return s.rebuildLocked(durable)
-}
-
-// peekMaxTs reads the newest timestamp from the time index without loading
-// it, if both index files look plausible.
-func (s *segment) peekMaxTs(size int64) (int64, bool) {
-	ist, err := os.Stat(s.path(indexSuffix))
-	if err != nil || ist.Size()%indexEntrySize != 0 {
-		return 0, false
-	}
-	tf, err := os.Open(s.path(timeIndexSuffix))
-	if err != nil {
-		return 0, false
-	}
-	defer tf.Close()
-	tst, err := tf.Stat()
-	if err != nil || tst.Size()%timeEntrySize != 0 {
-		return 0, false
-	}
-	if tst.Size() == 0 {
-		return math.MinInt64, size == 0
-	}
-	var b [timeEntrySize]byte
-	if _, err := tf.ReadAt(b[:], tst.Size()-timeEntrySize); err != nil {
-		return 0, false
-	}
-	return int64(binary.BigEndian.Uint64(b[:])), true
 }
 
 // loadLocked brings a sealed segment's indexes into memory, rebuilding them
@@ -366,18 +399,35 @@ func (s *segment) loadLocked() error {
 		s.loaded = true
 		return nil
 	}
-	return s.rebuildLocked(false)
+	_, err := s.rebuildLocked(false)
+	return err
+}
+
+// checkTrailer verifies and strips the CRC32C trailer of an index file.
+func checkTrailer(b []byte, entrySize int) ([]byte, bool) {
+	if len(b) < 4 || (len(b)-4)%entrySize != 0 {
+		return nil, false
+	}
+	body := b[:len(b)-4]
+	return body, crc32.Checksum(body, castagnoli) == binary.BigEndian.Uint32(b[len(b)-4:])
 }
 
 func (s *segment) loadFilesLocked() bool {
 	size := s.size.Load()
 	count := s.end - s.base
 	ib, err := os.ReadFile(s.path(indexSuffix))
-	if err != nil || len(ib)%indexEntrySize != 0 {
+	if err != nil {
+		return false
+	}
+	ib, ok := checkTrailer(ib, indexEntrySize)
+	if !ok {
 		return false
 	}
 	tb, err := os.ReadFile(s.path(timeIndexSuffix))
-	if err != nil || len(tb)%timeEntrySize != 0 {
+	if err != nil {
+		return false
+	}
+	if tb, ok = checkTrailer(tb, timeEntrySize); !ok {
 		return false
 	}
 	idx := make([]indexEntry, 0, len(ib)/indexEntrySize)
@@ -397,39 +447,32 @@ func (s *segment) loadFilesLocked() bool {
 		}
 		tidx = append(tidx, e)
 	}
-	s.idx, s.tidx = idx, tidx
-	if len(tidx) > 0 {
-		s.maxTs = tidx[len(tidx)-1].ts
+	if n := len(tidx); n > 0 && tidx[n-1].ts != s.maxTs || n == 0 && count > 0 {
+		return false // the checkpoint's newest timestamp disagrees
 	}
+	s.idx, s.tidx = idx, tidx
 	return true
 }
 
 // rebuildLocked recomputes a sealed segment's indexes by scanning its log
-// and rewrites the index files. A damaged frame stops the scan: reads that
-// reach it report ErrCorrupt. s.mu must be held.
-func (s *segment) rebuildLocked(durable bool) error {
+// and rewrites the index files. Damaged frames are stepped over; reads
+// that reach them report ErrCorrupt. s.mu must be held.
+func (s *segment) rebuildLocked(durable bool) (walkResult, error) {
 	f, err := s.fileLocked()
 	if err != nil {
-		return err
+		return walkResult{}, err
 	}
 	s.idx, s.tidx, s.maxTs = nil, nil, math.MinInt64
 	s.nextIdxPos, s.nextTidxPos = indexInterval, 0
 	end := s.end
-	sc := newScanner(f, 0, s.size.Load(), 0)
-	defer sc.close()
-	for {
-		fr, pos, err := sc.next()
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, errShortFrame) && !errors.Is(err, errBadFrame) {
-				return err
-			}
-			break
-		}
-		_, fi, err := decodeFrame(fr, nil)
-		if err != nil {
-			break
-		}
-		s.indexFrame(pos, fi)
+	// Damaged frames are stepped over (resync), so records after them stay
+	// indexed; reads that reach the damage report it.
+	res, err := walkFrames(f, s.size.Load(), s.base, end, func(_ []byte, pos int64, fi frameInfo) { s.indexFrame(pos, fi) })
+	if err != nil {
+		return res, err
+	}
+	if len(s.damages) == 0 {
+		s.damages = res.damages[:min(len(res.damages), maxDamages)]
 	}
 	s.finishTimeIndex()
 	if s.sealed {
@@ -439,7 +482,7 @@ func (s *segment) rebuildLocked(durable bool) error {
 	}
 	s.loaded = true
 	if err := s.writeIndexesLocked(durable); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+		return res, err
 	}
-	return nil
+	return res, nil
 }

@@ -141,6 +141,12 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		return &Error{Code: codes.InvalidArgument, Reason: ReasonInvalidRequest, Message: err.Error()}
 	case errors.Is(err, logstore.ErrOffsetOutOfRange):
 		return &Error{Code: codes.OutOfRange, Reason: ReasonOffsetOutOfRange, Message: err.Error()}
+	case errors.Is(err, logstore.ErrStorage), errors.Is(err, logstore.ErrOffline):
+		// Retryable: the disk is full or damaged; the partition recovers
+		// once the cause is gone (or an operator repairs it).
+		log.WarnContext(ctx, "storage error", "err", err)
+		return &Error{Code: codes.Unavailable, Reason: "KAFKA_STORAGE_ERROR",
+			Message: "the partition's storage is failing or offline; retry later (the server log has the details)"}
 	case errors.Is(err, logstore.ErrCorrupt):
 		logInternal(ctx, log, err)
 		return &Error{Code: codes.DataLoss, Reason: ReasonCorruptMessage,

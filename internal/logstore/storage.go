@@ -47,6 +47,10 @@ func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
 // Unwrap returns the frame-level cause.
 func (e *CorruptError) Unwrap() error { return e.Err }
 
+// CorruptRange returns From and To. Share groups use it to archive exactly
+// the unreadable offsets instead of retrying them forever.
+func (e *CorruptError) CorruptRange() (first, last int64) { return e.From, e.To }
+
 // OfflinePartition is one entry of FileStore.Offline.
 type OfflinePartition struct {
 	Topic     string

@@ -16,6 +16,11 @@ test:
 	$(GO) test $(GOFLAGS_TEST) ./...
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 
+## test-node: the Node.js client example's tests against a freshly built server (needs node >= 18 and npm)
+.PHONY: test-node
+test-node:
+	bash .ci/node-test
+
 ## build: build bin/sharelog-server and bin/sharelogctl
 build:
 	$(GO) build -o bin/sharelog-server ./cmd/server

@@ -1,5 +1,6 @@
 // A node:test fixture: one server and one client per test file.
 import { before, after } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { SharelogClient } from '../lib/index.js';
 import { startServer } from './server.js';
 
@@ -25,9 +26,10 @@ export function useServer(opts) {
 
 /**
  * eventually calls `fn` until it returns a truthy value or `timeoutMs`
- * passes. `fn` should block a little itself (a long poll), it is not spaced.
+ * passes, waiting `intervalMs` between calls (0 for an `fn` that blocks a
+ * little itself, such as a long poll).
  */
-export async function eventually(fn, { timeoutMs = 10000, what = 'condition' } = {}) {
+export async function eventually(fn, { timeoutMs = 10000, intervalMs = 0, what = 'condition' } = {}) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();
@@ -36,6 +38,9 @@ export async function eventually(fn, { timeoutMs = 10000, what = 'condition' } =
     }
     if (Date.now() > deadline) {
       throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    }
+    if (intervalMs > 0) {
+      await sleep(intervalMs);
     }
   }
 }

@@ -139,12 +139,24 @@ export class ShareConsumer {
   /** subscribe joins the group and heartbeats in the background until close(). */
   async subscribe() {
     await this.heartbeat();
-    this.#timer = setInterval(() => {
-      this.heartbeat().catch((err) => {
-        this.lastHeartbeatError = err;
-      });
+    this.#scheduleHeartbeat();
+  }
+
+  // scheduleHeartbeat arms the next background heartbeat, at the interval
+  // the server last asked for. A failed one is retried at the next tick.
+  #scheduleHeartbeat() {
+    this.#timer = setTimeout(() => {
+      this.heartbeat()
+        .catch((err) => {
+          this.lastHeartbeatError = err;
+        })
+        .finally(() => {
+          if (!this.closed && this.#timer !== null) {
+            this.#scheduleHeartbeat();
+          }
+        });
     }, this.heartbeatIntervalMs);
-    this.#timer.unref();
+    this.#timer.unref(); // never keeps the process alive on its own
   }
 
   /**
@@ -400,7 +412,8 @@ export class ShareConsumer {
     if (this.closed) {
       return;
     }
-    clearInterval(this.#timer);
+    clearTimeout(this.#timer);
+    this.#timer = null;
     await this.#serial(() => this.#acknowledge(true)).catch((err) => {
       this.lastCloseError = err;
     });

@@ -332,9 +332,11 @@ export class ShareConsumer {
     }
 
     const records = [];
+    const answered = new Set();
     for (const tr of resp.responses) {
       for (const pr of tr.partitions) {
         const key = tpKey(tr.topic, pr.partition);
+        answered.add(key);
         if (pr.acknowledge_error_code !== NONE && acks.has(key)) {
           this.#fail(new Map([[key, acks.get(key)]]), pr.acknowledge_error_code, pr.acknowledge_error_message);
         }
@@ -344,13 +346,15 @@ export class ShareConsumer {
         records.push(...recordsOf(tr.topic, pr));
       }
     }
+    this.#failUnanswered(acks, answered);
     return records;
   }
 
   /**
    * commit sends the pending acknowledgements now with ShareAcknowledge
    * (consuming one session epoch, like a ShareFetch) and resolves to the
-   * number of acknowledged offsets the server refused (also in ackFailures).
+   * number of acknowledged offsets the server refused or left without an
+   * outcome (also in ackFailures).
    */
   commit() {
     return this.#serial(() => this.#acknowledge(false));
@@ -391,16 +395,33 @@ export class ShareConsumer {
       this.sessionEpoch = nextEpoch(this.sessionEpoch);
     }
     let refused = 0;
+    const answered = new Set();
     for (const tr of resp.responses) {
       for (const pr of tr.partitions) {
         const key = tpKey(tr.topic, pr.partition);
+        answered.add(key);
         if (pr.error_code !== NONE && acks.has(key)) {
           refused += acks.get(key).size;
           this.#fail(new Map([[key, acks.get(key)]]), pr.error_code, pr.error_message);
         }
       }
     }
+    refused += this.#failUnanswered(acks, answered);
     return refused;
+  }
+
+  // failUnanswered reports the acknowledgements of partitions a response
+  // left out (the server always answers them; never expected) and returns
+  // how many offsets that was.
+  #failUnanswered(acks, answered) {
+    let n = 0;
+    for (const [key, m] of acks) {
+      if (!answered.has(key)) {
+        n += m.size;
+        this.#fail(new Map([[key, m]]), 'NO_OUTCOME', 'the response did not report this partition');
+      }
+    }
+    return n;
   }
 
   /**
@@ -412,12 +433,12 @@ export class ShareConsumer {
     if (this.closed) {
       return;
     }
+    this.closed = true; // poll() refuses from now on
     clearTimeout(this.#timer);
     this.#timer = null;
     await this.#serial(() => this.#acknowledge(true)).catch((err) => {
       this.lastCloseError = err;
     });
-    this.closed = true;
     await this.#beat.catch(() => {});
     if (this.memberEpoch > 0) {
       await this.client.shareGroups

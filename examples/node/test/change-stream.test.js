@@ -8,7 +8,7 @@ const srv = useServer();
 
 const rec = (key, value) => ({ key: Buffer.from(key), ...(value === undefined ? {} : { value: Buffer.from(value) }) });
 
-test('a change stream with end_offset delivers the produced records and ends OK', async () => {
+test('a change stream with end_offset delivers the produced records and ends OK', { timeout: 60_000 }, async () => {
   const { client } = srv;
   const topic = 'profiles';
   await client.log.createTopic({ name: topic, partitions: 1 });
@@ -30,7 +30,7 @@ test('a change stream with end_offset delivers the produced records and ends OK'
   assert.deepEqual(events.at(-1), { type: 'stream_end', reason: 'STREAM_END_REASON_OK' });
 });
 
-test('a live change stream receives records produced after it opened and stops cleanly on abort', async () => {
+test('a live change stream receives records produced after it opened and stops cleanly on abort', { timeout: 60_000 }, async () => {
   const { client } = srv;
   const topic = 'live';
   await client.log.createTopic({ name: topic, partitions: 1 });
@@ -62,7 +62,7 @@ test('a live change stream receives records produced after it opened and stops c
   assert.equal(n, 1);
 });
 
-test('a change stream on an unknown topic fails with a decoded ErrorInfo', async () => {
+test('a change stream on an unknown topic fails with a decoded ErrorInfo', { timeout: 60_000 }, async () => {
   const { client } = srv;
   await assert.rejects(
     (async () => {

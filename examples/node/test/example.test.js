@@ -7,7 +7,7 @@ import { useServer } from '../harness/fixture.js';
 
 const srv = useServer();
 
-test('example.js runs against a server and exits 0', async () => {
+test('example.js runs against a server and exits 0', { timeout: 60_000 }, async () => {
   const script = fileURLToPath(new URL('../example.js', import.meta.url));
   const { stdout } = await promisify(execFile)(process.execPath, [script, '--addr', srv.server.grpcAddr], { timeout: 30000 });
   assert.match(stdout, /accepted 9 records/);

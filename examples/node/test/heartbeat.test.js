@@ -6,7 +6,7 @@ import { useServer, eventually } from '../harness/fixture.js';
 // A short heartbeat interval, so that the background heartbeats run within the test.
 const srv = useServer({ args: ['--share-heartbeat-interval', '100ms'] });
 
-test('background heartbeats pick up a new assignment and keep the member in the group', async () => {
+test('background heartbeats pick up a new assignment and keep the member in the group', { timeout: 60_000 }, async () => {
   const { client } = srv;
   await client.log.createTopic({ name: 'jobs', partitions: 2 });
   const a = new ShareConsumer(client, { groupId: 'workers', topics: ['jobs'], memberId: 'worker-a' });

@@ -5,7 +5,7 @@ import { useServer } from '../harness/fixture.js';
 
 const srv = useServer();
 
-test('produce then fetch returns the same records, keys, values, tombstones and headers', async () => {
+test('produce then fetch returns the same records, keys, values, tombstones and headers', { timeout: 60_000 }, async () => {
   const { client } = srv;
   const topic = await client.log.createTopic({ name: 'roundtrip', partitions: 2 });
   assert.equal(topic.partition_count, 2);
@@ -44,7 +44,7 @@ test('produce then fetch returns the same records, keys, values, tombstones and 
   assert.equal(empty.high_watermark, 0);
 });
 
-test('a long-polling fetch at the high watermark returns the record produced meanwhile', async () => {
+test('a long-polling fetch at the high watermark returns the record produced meanwhile', { timeout: 60_000 }, async () => {
   const { client } = srv;
   await client.log.createTopic({ name: 'longpoll', partitions: 1 });
   const waiting = client.log.fetch({ topic: 'longpoll', partition: 0, offset: 0, max_wait_ms: 10000 });
@@ -53,7 +53,7 @@ test('a long-polling fetch at the high watermark returns the record produced mea
   assert.deepEqual(got.records.map((r) => r.value.toString()), ['late']);
 });
 
-test('a request-level error carries a decoded ErrorInfo', async () => {
+test('a request-level error carries a decoded ErrorInfo', { timeout: 60_000 }, async () => {
   const { client } = srv;
   await client.log.createTopic({ name: 'twice', partitions: 1 });
   await assert.rejects(client.log.createTopic({ name: 'twice', partitions: 1 }), (err) => {

@@ -6,7 +6,7 @@ import { useServer } from '../harness/fixture.js';
 
 const srv = useServer();
 
-test('purge moves the log start; a fetch below it fails with OFFSET_OUT_OF_RANGE and its metadata', async () => {
+test('purge moves the log start; a fetch below it fails with OFFSET_OUT_OF_RANGE and its metadata', { timeout: 60_000 }, async () => {
   const { client } = srv;
   const topic = 'audit';
   await client.log.createTopic({ name: topic, partitions: 1 });
@@ -44,7 +44,7 @@ test('purge moves the log start; a fetch below it fails with OFFSET_OUT_OF_RANGE
   assert.equal(fromStart.log_start_offset, 4);
 });
 
-test('purge reports a bad partition in the body without failing the others', async () => {
+test('purge reports a bad partition in the body without failing the others', { timeout: 60_000 }, async () => {
   const { client } = srv;
   await client.log.createTopic({ name: 'mixed', partitions: 1 });
   await client.log.produce({ topic: 'mixed', records: [{ value: Buffer.from('x') }, { value: Buffer.from('y') }] });
@@ -59,7 +59,7 @@ test('purge reports a bad partition in the body without failing the others', asy
   assert.notEqual(results[5].error_message, '');
 });
 
-test('an error without details decodes to null', async () => {
+test('an error without details decodes to null', { timeout: 60_000 }, async () => {
   const { decodeErrorInfo } = await import('../lib/index.js');
   assert.equal(decodeErrorInfo(new Error('plain')), null);
   const md = new grpc.Metadata();

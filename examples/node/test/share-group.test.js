@@ -14,7 +14,7 @@ async function startFromEarliest(client, group) {
   assert.equal(resp.config.auto_offset_reset, 'earliest');
 }
 
-test('two consumers of one group over 3 partitions accept every record exactly once', async () => {
+test('two consumers of one group over 3 partitions accept every record exactly once', { timeout: 60_000 }, async () => {
   const { client } = srv;
   const topic = 'orders';
   const group = 'billing';
@@ -89,7 +89,7 @@ test('two consumers of one group over 3 partitions accept every record exactly o
   assert.equal(desc.state, 'SHARE_GROUP_STATE_EMPTY');
 });
 
-test('a released record is delivered again with delivery count 2', async () => {
+test('a released record is delivered again with delivery count 2', { timeout: 60_000 }, async () => {
   const { client } = srv;
   const topic = 'retries';
   const group = 'retrier';
@@ -129,7 +129,7 @@ test('a released record is delivered again with delivery count 2', async () => {
   assert.deepEqual(offsets.topics[0].partitions.map((p) => [p.start_offset, p.lag]), [[3, 0]]);
 });
 
-test('session epochs: a stale epoch and an epoch-0 ShareAcknowledge are refused with ErrorInfo', async () => {
+test('session epochs: a stale epoch and an epoch-0 ShareAcknowledge are refused with ErrorInfo', { timeout: 60_000 }, async () => {
   const { client } = srv;
   const topic = 'epochs';
   const group = 'epoch-check';

@@ -20,6 +20,11 @@ test:
 soak:
 	SHARELOG_CRASH_KILLS=$${SHARELOG_CRASH_KILLS:-200} $(GO) test -race -count=1 -timeout 60m -run '^TestCrashLoop$$' -v ./cmd/server/
 
+## test-node: the Node.js client example's tests against a freshly built server (needs node >= 18 and npm)
+.PHONY: test-node
+test-node:
+	bash .ci/node-test
+
 ## build: build bin/sharelog-server and bin/sharelogctl
 build:
 	$(GO) build -o bin/sharelog-server ./cmd/server

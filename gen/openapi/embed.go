@@ -5,7 +5,7 @@ package openapi
 
 import _ "embed"
 
-// JSON is the OpenAPI v2 document of sharelog's REST surface.
+// JSON is the OpenAPI 3 document of sharelog's REST surface.
 //
-//go:embed sharelog.swagger.json
+//go:embed sharelog.openapi.json
 var JSON []byte

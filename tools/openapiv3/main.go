@@ -82,6 +82,7 @@ func convert(raw []byte) (*openapi3.T, error) {
 		return nil, fmt.Errorf("convert to OpenAPI 3: %w", err)
 	}
 	bearerSchemes(doc3)
+	dropConversionExtensions(doc3)
 	if err := streamingResponses(&doc2, doc3); err != nil {
 		return nil, err
 	}
@@ -112,6 +113,19 @@ func bearerSchemes(doc3 *openapi3.T) {
 			continue
 		}
 		s.Type, s.Scheme, s.In, s.Name = "http", "bearer", "", ""
+	}
+}
+
+// dropConversionExtensions removes x-originalParamName, which openapi2conv
+// leaves on each request body to remember the Swagger 2.0 body parameter's
+// name ("body"): it is meant for converting back and tells a reader nothing.
+func dropConversionExtensions(doc3 *openapi3.T) {
+	for _, item := range doc3.Paths.Map() {
+		for _, op := range item.Operations() {
+			if op.RequestBody != nil && op.RequestBody.Value != nil {
+				delete(op.RequestBody.Value.Extensions, "x-originalParamName")
+			}
+		}
 	}
 }
 

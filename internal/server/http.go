@@ -70,8 +70,11 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	// The OpenAPI 3 document generated from the protos (make generate). It
+	// is public like /healthz: it describes the API and holds no data.
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(openapi.JSON)))
 		w.Write(openapi.JSON)
 	})
 	mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -145,9 +145,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	s.health = health.NewServer()
 	logSvc := service.NewLogService(store, service.LogConfig{SegmentBytes: cfg.SegmentBytes, OnTopicDeleted: s.share.TopicDeleted}, log)
 	shareSvc := service.NewShareGroupService(s.share, log)
-	// Change streams read the unwrapped store: a tail would otherwise add a
-	// span per read batch to its call's trace for as long as it runs.
-	if s.streams, err = changestream.New(s.store, s.store, changestream.Config{
+	// Change streams get the traced store and the traced key index, so
+	// their reads are spans of the call, as every other RPC's.
+	keys := telemetry.TraceKeyIndex(s.store, s.tel.Tracer, s.tel.Meter)
+	if s.streams, err = changestream.New(store, keys, changestream.Config{
 		Backfill:             changestream.Backfill(cfg.OSOBackfill),
 		AutoSmallRatio:       cfg.OSOAutoSmallRatio,
 		AutoLargeRatio:       cfg.OSOAutoLargeRatio,

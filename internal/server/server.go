@@ -37,6 +37,7 @@ import (
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/service"
 	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/sharestate/statelog"
 	"github.com/sharelog/sharelog/internal/telemetry"
 )
 
@@ -122,10 +123,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		return nil, err
 	}
 
-	if s.share, err = sharegroup.Open(store, sharegroup.Options{
-		Dir:                     filepath.Join(cfg.DataDir, "sharegroups"),
-		Fsync:                   mode,
-		FsyncInterval:           cfg.FsyncInterval,
+	// Share state lives in the file state log under the data directory; the
+	// share-group manager sees it only as a sharestate.Store (and owns it).
+	shareState, err := statelog.Open(statelog.Options{
+		Dir:              filepath.Join(cfg.DataDir, "sharegroups"),
+		Fsync:            mode,
+		FsyncInterval:    cfg.FsyncInterval,
+		Logger:           log,
+		RepairShareState: cfg.RepairShareState,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open share-group state: %w", err)
+	}
+	if s.share, err = sharegroup.Open(store, shareState, sharegroup.Options{
 		Logger:                  log,
 		RecordLockDuration:      cfg.ShareRecordLockDuration,
 		MinRecordLockDuration:   cfg.ShareMinRecordLockDuration,
@@ -137,7 +147,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		MaxShareSessions:        cfg.MaxShareSessions,
 		SessionIdleTimeout:      cfg.ShareSessionIdleTimeout,
 		GroupMaxSize:            cfg.ShareGroupMaxSize,
-		RepairShareState:        cfg.RepairShareState,
 	}); err != nil {
 		return nil, fmt.Errorf("open share-group state: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/sharestate"
 )
 
 // Share-partition status.
@@ -77,16 +78,18 @@ func (p *sharePartition) String() string {
 // current SPSO. mu is held, which orders the partition's entries. If the
 // partition's last entry was lost, it appends the full state instead: a
 // delta presumes the entries before it.
-func (p *sharePartition) writeDelta(ds []durRange) (uint64, error) {
+func (p *sharePartition) writeDelta(ds []sharestate.Range) (uint64, error) {
 	if p.lost() {
 		return p.writeFull()
 	}
-	ds = clipDur(ds, p.spso)
-	return p.note(p.g.m.slog.write(func(b []byte) []byte {
-		b, start := partKeyStart(b, entPartDelta, p.g.id, p)
-		b = appendRanges(b, p.spso, ds)
-		return frameEnd(b, start)
-	}))
+	e := p.entry(sharestate.KindPartDelta)
+	e.SPSO, e.Ranges = p.spso, clipDur(ds, p.spso)
+	return p.note(p.g.m.state.Write(&e))
+}
+
+// entry returns a share-state entry of kind k about the share-partition.
+func (p *sharePartition) entry(k sharestate.Kind) sharestate.Entry {
+	return sharestate.Entry{Kind: k, Group: p.g.id, Topic: p.topic, TopicID: p.topicID, Partition: p.part}
 }
 
 // note records t as the partition's last entry. mu is held.
@@ -100,7 +103,7 @@ func (p *sharePartition) note(t uint64, err error) (uint64, error) {
 // lost reports whether the partition's last state-log entry failed: its
 // durable state is unknown until a full-state entry is written.
 func (p *sharePartition) lost() bool {
-	return p.g.m.slog.lost(p.lastTicket.Load())
+	return p.g.m.state.Lost(p.lastTicket.Load())
 }
 
 // ensureDurable rewrites the partition's full state and waits for it if
@@ -112,7 +115,7 @@ func (p *sharePartition) ensureDurable() (ErrorCode, string) {
 	}
 	t, err := p.writeFull()
 	if err == nil {
-		err = p.g.m.slog.ackWait(t)
+		err = p.g.m.state.Wait(t)
 	}
 	if err != nil {
 		return CodeKafkaStorageError, storageErrMsg(err)
@@ -128,11 +131,11 @@ func storageErrMsg(err error) string {
 
 // fullState is the partition's durable state as ranges (AVAILABLE with
 // count 0 omitted). mu is held.
-func (p *sharePartition) fullState() []durRange {
-	var ds []durRange
+func (p *sharePartition) fullState() []sharestate.Range {
+	var ds []sharestate.Range
 	for i := range p.runs {
 		d := p.runs[i].durable()
-		if d.state == stAvailable && d.count == 0 {
+		if d.State == sharestate.Available && d.Count == 0 {
 			continue
 		}
 		ds = appendDur(ds, d)
@@ -142,20 +145,16 @@ func (p *sharePartition) fullState() []durRange {
 
 // writeFull appends the partition's whole durable state. mu is held.
 func (p *sharePartition) writeFull() (uint64, error) {
-	ds := p.fullState()
-	p.g.m.noteDurable(p)
-	return p.note(p.g.m.slog.write(func(b []byte) []byte {
-		b, start := partKeyStart(b, entPartFull, p.g.id, p)
-		b = appendRanges(b, p.spso, ds)
-		return frameEnd(b, start)
-	}))
+	e := p.entry(sharestate.KindPartFull)
+	e.SPSO, e.Ranges = p.spso, p.fullState()
+	return p.note(p.g.m.state.Write(&e))
 }
 
 // writeBackground writes a delta nobody waits for (expiry, scans, log-start
 // moves: re-derived after a crash). A failure is logged by the state log;
 // the in-memory transition stands and the partition's next write is a
 // full-state entry.
-func (p *sharePartition) writeBackground(ds []durRange) {
+func (p *sharePartition) writeBackground(ds []sharestate.Range) {
 	_, _ = p.writeDelta(ds)
 }
 
@@ -205,7 +204,7 @@ func (p *sharePartition) moveLogStart(ls int64) {
 func (p *sharePartition) expire(now int64) {
 	cfg := p.g.config()
 	next := int64(never)
-	var ds []durRange
+	var ds []sharestate.Range
 	changed, freed := false, false
 	for i := range p.runs {
 		r := &p.runs[i]
@@ -294,7 +293,7 @@ func (p *sharePartition) onTimer() {
 func (p *sharePartition) initialize(ctx context.Context, ls, hw int64) error {
 	ticket, err := p.initStart(ctx, ls, hw)
 	if err == nil {
-		err = p.g.m.slog.ackWait(ticket)
+		err = p.g.m.state.Wait(ticket)
 	}
 	if err != nil {
 		p.status = spUninit
@@ -611,13 +610,13 @@ func appendPlan(plan []planItem, it planItem) []planItem {
 func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 	cfg := p.g.config()
 	deadline := now + cfg.lockDur
-	var archived []durRange
+	var archived []sharestate.Range
 	took := false
 	for _, it := range out.plan {
 		switch it.kind {
 		case planArchive, planUnreadable:
 			p.setRange(it.first, it.last, run{state: stArchived})
-			archived = append(archived, durRange{first: it.first, last: it.last, state: stArchived})
+			archived = append(archived, sharestate.Range{First: it.first, Last: it.last, State: sharestate.Archived})
 			if it.kind == planUnreadable {
 				m := p.g.m
 				m.unreadable.Add(uint64(it.last - it.first + 1))
@@ -743,7 +742,7 @@ func (p *sharePartition) ack(s *session, batches []AckBatch) ackResult {
 
 type ackState struct {
 	undo  []undoRec
-	delta []durRange
+	delta []sharestate.Range
 	freed bool // records became AVAILABLE or SPSO moved
 }
 

@@ -24,13 +24,13 @@ import (
 // Entry types: the sharestate kinds, and the snapshot marker, which only
 // the file format has.
 const (
-	entGroup       = byte(sharestate.KindGroup)       // key: group; body: group_epoch, explicitly set config
-	entGroupDelete = byte(sharestate.KindGroupDelete) // key: group; body: empty
-	entPartDelta   = byte(sharestate.KindPartDelta)   // key: share-partition; body: SPSO, ranges to set
-	entPartFull    = byte(sharestate.KindPartFull)    // key: share-partition; body: SPSO, every non-default range
-	entPartDelete  = byte(sharestate.KindPartDelete)  // key: share-partition; body: empty (uninitialised again)
-	entMarker      byte = 6                           // key: empty; body: generation whose snapshot is complete
-	entPartOffline = byte(sharestate.KindPartOffline) // key: share-partition; body: why its durable state is lost
+	entGroup            = byte(sharestate.KindGroup)       // key: group; body: group_epoch, explicitly set config
+	entGroupDelete      = byte(sharestate.KindGroupDelete) // key: group; body: empty
+	entPartDelta        = byte(sharestate.KindPartDelta)   // key: share-partition; body: SPSO, ranges to set
+	entPartFull         = byte(sharestate.KindPartFull)    // key: share-partition; body: SPSO, every non-default range
+	entPartDelete       = byte(sharestate.KindPartDelete)  // key: share-partition; body: empty (uninitialised again)
+	entMarker      byte = 6                                // key: empty; body: generation whose snapshot is complete
+	entPartOffline      = byte(sharestate.KindPartOffline) // key: share-partition; body: why its durable state is lost
 )
 
 // Bounds of decoded names (those of the share-group API).

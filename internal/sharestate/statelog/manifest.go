@@ -35,10 +35,10 @@ const defaultCheckpointBytes = 1 << 20
 
 // Manifest is the manifest's content (ReadManifest).
 type Manifest struct {
-	Version int       `json:"version"`
-	Base    uint64    `json:"base"`  // oldest generation recovery reads
+	Version int            `json:"version"`
+	Base    uint64         `json:"base"`  // oldest generation recovery reads
 	Files   []ManifestFile `json:"files"` // generations >= Base, ascending
-	Parts   []manPart `json:"share_partitions"`
+	Parts   []manPart      `json:"share_partitions"`
 }
 
 type ManifestFile struct {

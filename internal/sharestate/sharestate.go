@@ -49,7 +49,9 @@ type Store interface {
 	// compacts: snap must write the full state of every group and
 	// share-partition (KindGroup, KindPartFull, KindPartOffline entries)
 	// through Write and return the first error; the store then discards
-	// every entry older than the snapshot.
+	// every entry older than the snapshot. So snap must reflect every entry
+	// written before it reads the state: the owner applies a change to its
+	// live state no later than it writes it, under a lock snap also takes.
 	Start(snap func() error) error
 	// Close stops the background work, flushes what is enqueued, makes it
 	// durable and releases the store. Writes after it fail with ErrClosed;

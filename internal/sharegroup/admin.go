@@ -16,7 +16,7 @@ import (
 // with the group's heartbeats and other admin calls, and first applies
 // passed member deadlines (an expired member does not make a group
 // non-empty). Offsets writes (alter, delete) and group deletion hold the
-// locks of the share-partitions they change until their state-log entries
+// locks of the share-partitions they change until their share-state entries
 // are durable: nobody sees an effect that may still fail, and on failure
 // nothing changes.
 

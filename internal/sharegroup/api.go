@@ -9,7 +9,8 @@ import (
 
 // This file fixes the domain contract between internal/service (which
 // translates protobuf <-> these types and maps errors) and the share-group
-// implementation. Semantics: /work/shared/spec/share-groups.md.
+// implementation. Semantics: the share-group specification (docs/share-sessions.md
+// for sessions); section numbers (§) in this package refer to it.
 
 // TopicPartition names one partition of a topic on the wire.
 type TopicPartition struct {

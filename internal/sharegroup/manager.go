@@ -532,7 +532,7 @@ func (m *Manager) writeSnapshot() error {
 		if g.deleted || g.dead {
 			// A dead group's delete entry is being written: a group entry
 			// after it would bring the group back at recovery. If that
-			// write fails the store's next snapshot rewrites the group.
+			// write fails the store counts the failure and fails this snapshot.
 			g.mu.Unlock()
 			continue
 		}

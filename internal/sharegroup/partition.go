@@ -44,7 +44,7 @@ type sharePartition struct {
 	nextDeadline int64 // no ACQUIRED record has an earlier deadline; never if none
 	timer        *time.Timer
 	timerAt      int64 // when the armed timer fires; 0 if not armed
-	// lastTicket is the ticket of the partition's last state-log entry
+	// lastTicket is the ticket of the partition's last share-state entry
 	// (written under mu; read atomically by Offline). If that entry was
 	// lost, the durable state is unknown until a full entry succeeds.
 	lastTicket atomic.Uint64
@@ -97,14 +97,14 @@ func (p *sharePartition) note(t uint64, err error) (uint64, error) {
 	return t, err
 }
 
-// lost reports whether the partition's last state-log entry failed: its
+// lost reports whether the partition's last share-state entry failed: its
 // durable state is unknown until a full-state entry is written.
 func (p *sharePartition) lost() bool {
 	return p.g.m.state.Lost(p.lastTicket.Load())
 }
 
 // ensureDurable rewrites the partition's full state and waits for it if
-// its last entry was lost (a state-log failure): until that succeeds the
+// its last entry was lost (a share-state write failure): until that succeeds the
 // share-partition answers KAFKA_STORAGE_ERROR. mu is held.
 func (p *sharePartition) ensureDurable() (ErrorCode, string) {
 	if p.status != spLive || !p.lost() {
@@ -121,7 +121,7 @@ func (p *sharePartition) ensureDurable() (ErrorCode, string) {
 	return CodeNone, ""
 }
 
-// storageErrMsg is the per-partition message of a state-log failure.
+// storageErrMsg is the per-partition message of a share-state write failure.
 func storageErrMsg(err error) string {
 	return fmt.Sprintf("share state write failed (%v); retried on the next request", err)
 }
@@ -148,7 +148,7 @@ func (p *sharePartition) writeFull() (uint64, error) {
 }
 
 // writeBackground writes a delta nobody waits for (expiry, scans, log-start
-// moves: re-derived after a crash). A failure is logged by the state log;
+// moves: re-derived after a crash). A failure is logged by the store;
 // the in-memory transition stands and the partition's next write is a
 // full-state entry.
 func (p *sharePartition) writeBackground(ds []sharestate.Range) {

@@ -54,7 +54,7 @@ type Stats struct {
 	// UnreadableArchived counts offsets archived because the log could not
 	// read them (corrupt records), over all groups since Open.
 	UnreadableArchived uint64
-	// StateWriteFailures counts failed state-log writes or fsyncs.
+	// StateWriteFailures counts failed share-state writes (or fsyncs).
 	StateWriteFailures uint64
 	// OfflineSharePartitions is len(Offline()).
 	OfflineSharePartitions int

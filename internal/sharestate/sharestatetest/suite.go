@@ -1,7 +1,3 @@
-// Package sharestatetest is the conformance suite every sharestate.Store
-// implementation must pass (as logstoretest is for log stores): the file
-// state log, the memory store and any later backend run the same Run with
-// a factory of their own medium.
 package sharestatetest
 
 import (

@@ -2,6 +2,7 @@ package sharegroup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sharelog/sharelog/internal/fsutil"
 	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/sharestate"
 	"github.com/sharelog/sharelog/internal/sharestate/statelog"
 )
 
@@ -474,4 +476,34 @@ func TestFileStoreRestart(t *testing.T) {
 	resp = e2.open("m", x)
 	assert.Equal(t, []AcquiredRange{rng(45, 49, 2), rng(50, 99, 1)}, acquired(t, resp, x))
 	require.NoError(t, e2.m.Close())
+}
+
+// The manager depends on the share-state store only through its interface:
+// on the memory store too, acknowledged records survive a restart (and a
+// crash) and acquired ones come back with their durable count; a write
+// failure rolls the acknowledgement back and is not sticky.
+func TestRestartOnMemoryState(t *testing.T) {
+	store := logstore.NewMem()
+	defer store.Close()
+	med := sharestate.NewMemMedium()
+	e := newEnvState(t, store, sharestate.OpenMem(med))
+	e.topic("t", 1)
+	x := tp("t", 0)
+	e.update(GroupConfig{AutoOffsetReset: str("earliest")})
+	e.produce("t", 0, 30, 10)
+	require.Equal(t, []AcquiredRange{rng(0, 29, 1)}, acquired(t, e.open("m", x), x))
+	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 9, AckAccept), batch(10, 19, AckRelease))).Partitions[0].ErrorCode)
+	med.SetFailing(errors.New("injected"))
+	r := e.ack("m", ackEntry(x, batch(20, 24, AckAccept)))
+	assert.Equal(t, CodeKafkaStorageError, r.Partitions[0].ErrorCode)
+	med.SetFailing(nil)
+	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(20, 21, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, "spso=10 [10-19 AVAILABLE(1)] [20-21 ACKNOWLEDGED(0)] [22-29 ACQUIRED(1)]", e.state(x))
+
+	crashed := med.Crash()
+	e2 := newEnvState(t, store, sharestate.OpenMem(crashed))
+	assert.Equal(t, "spso=10 [10-19 AVAILABLE(1)] [20-21 ACKNOWLEDGED(0)]", e2.state(x))
+	require.NoError(t, e2.m.Close())
+	e3 := newEnvState(t, store, sharestate.OpenMem(crashed))
+	assert.Equal(t, []AcquiredRange{rng(10, 19, 2), rng(22, 29, 1)}, acquired(t, e3.open("m", x), x))
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
+	"github.com/sharelog/sharelog/internal/sharestate"
 	"github.com/sharelog/sharelog/internal/sharestate/statelog"
 )
 
@@ -367,3 +368,15 @@ var (
 	readManifest = statelog.ReadManifest
 	genFileName  = statelog.FileName
 )
+
+// newEnvState opens a manager on a given share-state store (not the file
+// one); e.opts.Dir is unused.
+func newEnvState(t testing.TB, store logstore.Store, st sharestate.Store) *env {
+	t.Helper()
+	opts := testOpts{Options: Options{Logger: slog.New(slog.DiscardHandler)}}
+	m, err := Open(store, st, opts.Options)
+	require.NoError(t, err)
+	e := &env{t: t, store: store, m: m, opts: opts, epochs: map[string]int32{}}
+	t.Cleanup(func() { _ = m.Close() })
+	return e
+}

@@ -440,7 +440,7 @@ func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []st
 				break
 			}
 			e := sp.entry(sharestate.KindPartDelete)
-			last, werr = sp.note(m.state.Write(&e))
+			last, werr = sp.note(m.state.Write(e))
 		}
 	}
 	if werr == nil && last > 0 {
@@ -501,7 +501,7 @@ func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error {
 	g.dead = true
 	g.mu.Unlock()
 	sps := lockPartitions(g.partitions())
-	ticket, err := m.state.Write(&sharestate.Entry{Kind: sharestate.KindGroupDelete, Group: g.id})
+	ticket, err := m.state.Write(sharestate.Entry{Kind: sharestate.KindGroupDelete, Group: g.id})
 	if err == nil {
 		err = m.state.Wait(ticket)
 	}

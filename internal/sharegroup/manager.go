@@ -276,13 +276,13 @@ func (m *Manager) register(g *group) *group {
 func (m *Manager) registerLocked(g *group) {
 	m.groups[g.id] = g
 	// Group creation is written without waiting (§7).
-	_, _ = m.state.Write(&sharestate.Entry{Kind: sharestate.KindGroup, Group: g.id, Config: sharestate.GroupConfig(g.explicit)})
+	_, _ = m.state.Write(sharestate.Entry{Kind: sharestate.KindGroup, Group: g.id, Config: sharestate.GroupConfig(g.explicit)})
 }
 
 // entryLocked returns the group's entry (epoch and explicit config). mu
 // is held.
-func (g *group) entryLocked() *sharestate.Entry {
-	return &sharestate.Entry{Kind: sharestate.KindGroup, Group: g.id, GroupEpoch: g.epoch, Config: sharestate.GroupConfig(g.explicit)}
+func (g *group) entryLocked() sharestate.Entry {
+	return sharestate.Entry{Kind: sharestate.KindGroup, Group: g.id, GroupEpoch: g.epoch, Config: sharestate.GroupConfig(g.explicit)}
 }
 
 // partition returns the group's share-partition, creating it uninitialised
@@ -392,7 +392,7 @@ func (m *Manager) TopicDeleted(topicID string) {
 			sp.mu.Lock()
 			if sp.status == spLive || sp.offline != "" {
 				e := sp.entry(sharestate.KindPartDelete)
-				_, _ = m.state.Write(&e)
+				_, _ = m.state.Write(e)
 			}
 			sp.dropLocked()
 			sp.mu.Unlock()
@@ -455,7 +455,7 @@ func (m *Manager) UpdateConfig(groupID string, c GroupConfig) (GroupConfig, erro
 	g.mu.Lock()
 	old := g.explicit
 	explicit := mergeConfig(old, c)
-	ticket, err := m.state.Write(&sharestate.Entry{Kind: sharestate.KindGroup, Group: g.id, GroupEpoch: g.epoch, Config: sharestate.GroupConfig(explicit)})
+	ticket, err := m.state.Write(sharestate.Entry{Kind: sharestate.KindGroup, Group: g.id, GroupEpoch: g.epoch, Config: sharestate.GroupConfig(explicit)})
 	if err == nil {
 		err = m.state.Wait(ticket)
 	}
@@ -553,7 +553,7 @@ func (m *Manager) writeSnapshot() error {
 			if err == nil && sp.offline != "" {
 				e := sp.entry(sharestate.KindPartOffline)
 				e.Reason = sp.offline
-				_, err = m.state.Write(&e)
+				_, err = m.state.Write(e)
 			}
 			sp.mu.Unlock()
 			if err != nil {

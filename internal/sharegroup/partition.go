@@ -81,7 +81,7 @@ func (p *sharePartition) writeDelta(ds []sharestate.Range) (uint64, error) {
 	}
 	e := p.entry(sharestate.KindPartDelta)
 	e.SPSO, e.Ranges = p.spso, clipDur(ds, p.spso)
-	return p.note(p.g.m.state.Write(&e))
+	return p.note(p.g.m.state.Write(e))
 }
 
 // entry returns a share-state entry of kind k about the share-partition.
@@ -144,7 +144,7 @@ func (p *sharePartition) fullState() []sharestate.Range {
 func (p *sharePartition) writeFull() (uint64, error) {
 	e := p.entry(sharestate.KindPartFull)
 	e.SPSO, e.Ranges = p.spso, p.fullState()
-	return p.note(p.g.m.state.Write(&e))
+	return p.note(p.g.m.state.Write(e))
 }
 
 // writeBackground writes a delta nobody waits for (expiry, scans, log-start

@@ -81,7 +81,7 @@ func (s *Mem) Recovered() *State {
 
 // Write implements Store: the entry is applied to the medium at once,
 // unless the medium is failing.
-func (s *Mem) Write(e *Entry) (uint64, error) {
+func (s *Mem) Write(e Entry) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -92,7 +92,7 @@ func (s *Mem) Write(e *Entry) (uint64, error) {
 	s.med.mu.Lock()
 	err := s.med.failing
 	if err == nil {
-		s.med.img.Apply(e)
+		s.med.img.Apply(&e)
 	}
 	s.med.mu.Unlock()
 	if err != nil {

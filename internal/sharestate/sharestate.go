@@ -28,10 +28,12 @@ type Store interface {
 	// the share-partitions whose durable state was found lost marked
 	// Offline. The caller owns it; it is not updated by later writes.
 	Recovered() *State
-	// Write enqueues e and returns its ticket. e is not retained. It fails
+	// Write enqueues e and returns its ticket. e (passed by value: the
+	// acknowledgement path makes no allocation for it) and its slices are
+	// not retained. It fails
 	// only after Close (ErrClosed); a failure of the write itself shows at
 	// Wait and Lost.
-	Write(e *Entry) (uint64, error)
+	Write(e Entry) (uint64, error)
 	// Wait blocks until ticket's entry is as durable as an acknowledgement
 	// needs — on stable storage when the store promises "acknowledged only
 	// after durable" (the file store with fsync always), written otherwise

@@ -86,7 +86,7 @@ func (o *owner) snapshot() error {
 	st := o.im.State()
 	o.mu.Unlock()
 	for _, e := range fullEntries(st) {
-		if _, err := o.st.Write(&e); err != nil {
+		if _, err := o.st.Write(e); err != nil {
 			return err
 		}
 	}
@@ -99,7 +99,7 @@ func (o *owner) snapshot() error {
 func (o *owner) write(e *sharestate.Entry) (uint64, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	tk, err := o.st.Write(e)
+	tk, err := o.st.Write(*e)
 	if err == nil {
 		o.im.Apply(e)
 	}
@@ -282,7 +282,7 @@ func testWaitSettles(t *testing.T, m Medium) {
 	var tickets []uint64
 	for i := range 50 {
 		e := part(sharestate.KindPartFull, "g", "t", int32(i), int64(i))
-		tk, err := o.st.Write(&e)
+		tk, err := o.st.Write(e)
 		require.NoError(t, err)
 		tickets = append(tickets, tk)
 	}
@@ -411,7 +411,7 @@ func testClosed(t *testing.T, m Medium) {
 	o.start()
 	o.close()
 	e := group("g", 0)
-	_, err := o.st.Write(&e)
+	_, err := o.st.Write(e)
 	assert.True(t, errors.Is(err, sharestate.ErrClosed), "write after close: %v", err)
 	assert.NoError(t, o.st.Close(), "closing twice is harmless")
 }

@@ -153,7 +153,7 @@ func (s *Store) Recovered() *sharestate.State { return s.state }
 
 // Write implements sharestate.Store. The entry is encoded into the shared
 // buffer at once (under the log's lock: the caller's order is the log's).
-func (s *Store) Write(e *sharestate.Entry) (uint64, error) {
+func (s *Store) Write(e sharestate.Entry) (uint64, error) {
 	switch e.Kind {
 	case sharestate.KindPartFull, sharestate.KindPartOffline:
 		s.noteDurable(e.Key())
@@ -165,7 +165,7 @@ func (s *Store) Write(e *sharestate.Entry) (uint64, error) {
 	default:
 		return 0, fmt.Errorf("share state: cannot write an entry of %v", e.Kind)
 	}
-	return s.l.write(func(b []byte) []byte { return appendEntry(b, e) })
+	return s.l.write(func(b []byte) []byte { return appendEntry(b, &e) })
 }
 
 // Wait implements sharestate.Store: fsynced under FsyncAlways, written

@@ -111,7 +111,7 @@ func BenchmarkBackfill(b *testing.B) {
 	st, n := backfillData(b)
 	managers := map[string]*changestream.Manager{}
 	for _, mode := range []changestream.Backfill{changestream.BackfillEnabled, changestream.BackfillDisabled, changestream.BackfillAuto} {
-		m, err := changestream.New(st, nil, changestream.Config{Backfill: mode, AutoSmallRatio: 0.02, AutoLargeRatio: 0.15, AutoSmallRecordBytes: 256})
+		m, err := changestream.New(st, st, changestream.Config{Backfill: mode, AutoSmallRatio: 0.02, AutoLargeRatio: 0.15, AutoSmallRecordBytes: 256})
 		require.NoError(b, err)
 		managers[string(mode)] = m
 	}

@@ -24,6 +24,14 @@
 // shutdown signal and the context, so a deleted topic or a shutdown is
 // noticed after at most the event already handed to the transport.
 //
+// # Wiring
+//
+// New takes the log store and, separately, its key index
+// (logstore.KeyIndexer: scans, counts, segment ends and entry reads), nil
+// when the store has none. Nothing is discovered by asserting interfaces on
+// the store, so the server passes the traced store and the traced index
+// (internal/telemetry) and every read of a call is a span of it.
+//
 // # Resources
 //
 // A call runs on the caller's goroutine and holds one read batch (at most

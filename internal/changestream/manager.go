@@ -26,7 +26,7 @@ const (
 	DefaultBatchRecords = 256
 	DefaultBatchBytes   = 1 << 20
 	// fallbackDiskSpan caps a DISK snapshot when the store cannot tell
-	// segment boundaries (no KeyIndexer): the resume point still moves
+	// segment boundaries (no key index): the resume point still moves
 	// regularly during a filtered catch-up.
 	fallbackDiskSpan = 65536
 )
@@ -60,13 +60,11 @@ type Manager struct {
 	backfills metric.Int64Counter
 }
 
-// New returns a Manager. The store's key index is used when it implements
-// logstore.KeyIndexer; idx overrides that (pass the unwrapped store when
-// store is a wrapper such as the tracing one).
+// New returns a Manager reading store. idx is the store's key index, handed
+// over explicitly (never discovered on store, so that wrappers such as the
+// tracing one can wrap both); nil means the store has none: no OSO
+// snapshots, and DISK snapshots are capped by a fixed span.
 func New(store logstore.Store, idx logstore.KeyIndexer, cfg Config) (*Manager, error) {
-	if idx == nil {
-		idx, _ = store.(logstore.KeyIndexer)
-	}
 	switch cfg.Backfill {
 	case "":
 		cfg.Backfill = BackfillAuto
@@ -291,22 +289,20 @@ func (s *stream) estimate(l0, e int64) (bool, error) {
 }
 
 // countKeys returns M for the auto rule: the keys under the prefix in the
-// key index, counted up to limit. With a store's KeyCounter bounds decide
+// key index, counted up to limit. The index's CountKeys bounds decide
 // without iterating the index when they can (an upper bound <= limit-1, or
 // a lower bound >= limit); otherwise an index cursor counts.
 func (s *stream) countKeys(e, limit int64) (int64, error) {
 	req, m := &s.req, s.m
-	if kc, ok := m.idx.(logstore.KeyCounter); ok {
-		lo, hi, err := kc.CountKeys(s.ctx, req.Topic, req.Partition, req.KeyPrefix, e, limit)
-		if err != nil {
-			return 0, err
-		}
-		if lo >= limit {
-			return limit, nil
-		}
-		if hi < limit {
-			return hi, nil // over-counting only biases toward ordered (§4.3)
-		}
+	lo, hi, err := m.idx.CountKeys(s.ctx, req.Topic, req.Partition, req.KeyPrefix, e, limit)
+	if err != nil {
+		return 0, err
+	}
+	if lo >= limit {
+		return limit, nil
+	}
+	if hi < limit {
+		return hi, nil // over-counting only biases toward ordered (§4.3)
 	}
 	c, err := m.idx.ScanKeys(s.ctx, req.Topic, req.Partition, req.KeyPrefix, e)
 	if err != nil {

@@ -212,22 +212,10 @@ func (s *stream) oso(c logstore.KeyCursor, l0, e int64) error {
 	return nil
 }
 
-// readEntry reads the record an index entry points at: through the store's
-// EntryReader when it has one (one pread at the indexed position), else a
-// one-record Read at its offset.
+// readEntry reads the record an index entry points at through the key
+// index (one pread at the indexed position in the file store).
 func (s *stream) readEntry(ent logstore.KeyEntry) (logstore.Record, error) {
-	req := &s.req
-	if er, ok := s.m.store.(logstore.EntryReader); ok {
-		return er.ReadEntry(s.ctx, req.Topic, req.Partition, ent)
-	}
-	recs, err := s.m.store.Read(s.ctx, req.Topic, req.Partition, ent.Offset, 1, 1)
-	if err != nil {
-		return logstore.Record{}, err
-	}
-	if len(recs) != 1 {
-		return logstore.Record{}, fmt.Errorf("offset %d: no record: %w", ent.Offset, logstore.ErrOffsetOutOfRange)
-	}
-	return recs[0], nil
+	return s.m.idx.ReadEntry(s.ctx, s.req.Topic, s.req.Partition, ent)
 }
 
 // ordered sends consecutive ordered snapshots from s.pos (§3), tailing at

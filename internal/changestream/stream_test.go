@@ -118,7 +118,7 @@ func TestHoldBack(t *testing.T) {
 	st := newStore(t)
 	_, err := st.CreateTopic(ctx, "h", 1, logstore.TopicConfig{RetentionMs: -1})
 	require.NoError(t, err)
-	m, err := changestream.New(st, nil, changestream.Config{HoldBack: 300 * time.Millisecond})
+	m, err := changestream.New(st, st, changestream.Config{HoldBack: 300 * time.Millisecond})
 	require.NoError(t, err)
 	c := start(t, m, changestream.Request{Topic: "h", KeyPrefix: []byte("u/")})
 	appendKV(t, st, "h", "x/1", "a")
@@ -167,7 +167,7 @@ func TestShutdown(t *testing.T) {
 	st := newStore(t)
 	_, err := st.CreateTopic(ctx, "s", 1, logstore.TopicConfig{RetentionMs: -1})
 	require.NoError(t, err)
-	m, err := changestream.New(st, nil, changestream.Config{})
+	m, err := changestream.New(st, st, changestream.Config{})
 	require.NoError(t, err)
 	c := start(t, m, changestream.Request{Topic: "s"})
 	m.Shutdown()
@@ -242,7 +242,7 @@ func TestSendErrorStops(t *testing.T) {
 	_, err := st.CreateTopic(ctx, "e", 1, logstore.TopicConfig{RetentionMs: -1})
 	require.NoError(t, err)
 	appendKV(t, st, "e", "a", "1")
-	m, err := changestream.New(st, nil, changestream.Config{})
+	m, err := changestream.New(st, st, changestream.Config{})
 	require.NoError(t, err)
 	boom := errors.New("transport gone")
 	err = m.Stream(ctx, changestream.Request{Topic: "e"}, func(*changestream.Event) error { return boom })
@@ -259,7 +259,7 @@ func TestConfigValidation(t *testing.T) {
 		"negative ratio": {AutoLargeRatio: -0.1},
 		"negative size":  {AutoSmallRecordBytes: -1},
 	} {
-		_, err := changestream.New(st, nil, cfg)
+		_, err := changestream.New(st, st, cfg)
 		assert.Error(t, err, name)
 	}
 }
@@ -275,7 +275,7 @@ func TestEstimate(t *testing.T) {
 		kvs = append(kvs, fmt.Sprintf("p%02d/%d", i%50, i), "v") // small records: r = small ratio
 	}
 	appendKV(t, st, "est", kvs...)
-	m, err := changestream.New(st, nil, changestream.Config{AutoSmallRatio: 0.1, AutoLargeRatio: 0.5, AutoSmallRecordBytes: 256})
+	m, err := changestream.New(st, st, changestream.Config{AutoSmallRatio: 0.1, AutoLargeRatio: 0.5, AutoSmallRecordBytes: 256})
 	require.NoError(t, err)
 	// 100 records, r = 0.1: OSO iff at most 10 matching keys.
 	cases := []struct {
@@ -292,7 +292,7 @@ func TestEstimate(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, tc.oso, oso, "prefix %q", tc.prefix)
 	}
-	big, err := changestream.New(st, nil, changestream.Config{AutoSmallRatio: 0.1, AutoLargeRatio: 0.5, AutoSmallRecordBytes: 1})
+	big, err := changestream.New(st, st, changestream.Config{AutoSmallRatio: 0.1, AutoLargeRatio: 0.5, AutoSmallRecordBytes: 1})
 	require.NoError(t, err)
 	oso, err := big.Estimate(ctx, "est", 0, []byte("p0"))
 	require.NoError(t, err)

@@ -114,6 +114,13 @@
 // reference on each segment, so reclamation never pulls a run from under
 // it; a reclaimed segment's run goes with its other files.
 //
+// KeyIndexer is the whole index contract (scan, stats, segment ends,
+// ReadEntry by the file position a cursor entry carries, CountKeys from the
+// block indexes); FileStore and MemStore implement it and pass
+// logstoretest.RunKeyIndex. Users receive the index explicitly
+// (changestream.New), never by asserting it on a Store, so the server can
+// hand them a wrapped (traced) index.
+//
 // # Recovery (Open)
 //
 // Open never deletes what it cannot explain. Only what sharelog itself

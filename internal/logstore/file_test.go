@@ -38,6 +38,10 @@ func TestFileStoreConformance(t *testing.T) {
 			logstoretest.Run(t, func(t *testing.T) logstore.Store {
 				return openStore(t, t.TempDir(), logstore.Options{Fsync: mode, FsyncInterval: 10 * time.Millisecond})
 			})
+			logstoretest.RunKeyIndex(t, func(t *testing.T) (logstore.Store, logstore.KeyIndexer) {
+				s := openStore(t, t.TempDir(), logstore.Options{Fsync: mode, FsyncInterval: 10 * time.Millisecond})
+				return s, s
+			})
 		})
 	}
 }

@@ -48,11 +48,14 @@ type KeyCursor interface {
 	Close() error
 }
 
-// KeyIndexer is implemented by stores that keep a per-partition key index
-// (change-stream.md §7): every keyed record's (key, offset, tombstone),
-// sorted by key, updated on append before the high watermark passes the
-// record. Change streams use it for OSO snapshots. It is separate from Store
-// so that a backend without an index still serves everything else.
+// KeyIndexer is a partition key index: every keyed
+// record's (key, offset, tombstone), sorted by key, updated on append before
+// the high watermark passes the record. Change streams use it for OSO
+// snapshots. It is separate from Store so that a backend without an index
+// still serves everything else, and it is handed to its users explicitly
+// (changestream.New takes one) rather than discovered on a Store, so a
+// wrapper (the tracing one) can wrap it too. The file store and the memory
+// store implement it; logstoretest.RunKeyIndex is its conformance suite.
 type KeyIndexer interface {
 	// TopicID returns the id of the topic currently named name
 	// (ErrUnknownTopic if there is none). It is cheap: streams call it to
@@ -73,27 +76,31 @@ type KeyIndexer interface {
 	// can cut work at segment boundaries. Offsets at or past the high
 	// watermark give the high watermark.
 	SegmentEnd(topic string, partition int32, offset int64) (int64, error)
+	EntryReader
+	KeyCounter
 }
 
-// EntryReader is implemented by key-indexed stores that can read the record
-// a KeyEntry of their own cursor points at more cheaply than Read (the file
-// store keeps each record's file position in its key index).
+// EntryReader reads the record a KeyEntry of the index's own cursor points
+// at (part of KeyIndexer; the file store keeps each record's file position
+// in its key index, so this is one pread instead of a Read).
 type EntryReader interface {
 	// ReadEntry returns the record at ent.Offset, as Read(ent.Offset, 1, 1)
 	// would (same errors; offsets outside [log start, high watermark) are
 	// ErrOffsetOutOfRange). A stale location (the segment was purged or
-	// rewritten since the scan) falls back to the offset path.
+	// rewritten since the scan) or none (an entry built by hand) falls back
+	// to the offset path.
 	ReadEntry(ctx context.Context, topic string, partition int32, ent KeyEntry) (Record, error)
 }
 
-// KeyCounter is implemented by key-indexed stores that can bound the number
-// of keys a ScanKeys cursor would yield without iterating it (the auto
-// estimate of change-stream.md §4.3).
+// KeyCounter bounds the number of keys a ScanKeys cursor would yield
+// without iterating it (part of KeyIndexer; the auto estimate of
+// change streams' auto backfill estimate).
 type KeyCounter interface {
 	// CountKeys returns lo <= M <= hi, where M is the number of keys
 	// ScanKeys(prefix, end) would yield. It reads no record and only as
 	// much index as it needs: once it knows lo >= limit it may stop, and then
-	// hi is only >= lo. lo == hi < limit means the count is exact.
+	// hi is only >= lo. lo == hi < limit means the count is exact. An index
+	// that cannot bound cheaply may return (0, math.MaxInt64).
 	CountKeys(ctx context.Context, topic string, partition int32, prefix []byte, end, limit int64) (lo, hi int64, err error)
 }
 

@@ -14,3 +14,11 @@ func TestMemStoreConformance(t *testing.T) {
 		return s
 	})
 }
+
+func TestMemStoreKeyIndexConformance(t *testing.T) {
+	logstoretest.RunKeyIndex(t, func(t *testing.T) (logstore.Store, logstore.KeyIndexer) {
+		s := logstore.NewMem()
+		t.Cleanup(func() { _ = s.Close() })
+		return s, s
+	})
+}

@@ -37,6 +37,7 @@ import (
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/service"
 	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/sharestate/statelog"
 	"github.com/sharelog/sharelog/internal/telemetry"
 )
 
@@ -122,10 +123,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		return nil, err
 	}
 
-	if s.share, err = sharegroup.Open(store, sharegroup.Options{
-		Dir:                     filepath.Join(cfg.DataDir, "sharegroups"),
-		Fsync:                   mode,
-		FsyncInterval:           cfg.FsyncInterval,
+	// Share state lives in the file state log under the data directory; the
+	// share-group manager sees it only as a sharestate.Store (and owns it).
+	shareState, err := statelog.Open(statelog.Options{
+		Dir:              filepath.Join(cfg.DataDir, "sharegroups"),
+		Fsync:            mode,
+		FsyncInterval:    cfg.FsyncInterval,
+		Logger:           log,
+		RepairShareState: cfg.RepairShareState,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open share-group state: %w", err)
+	}
+	if s.share, err = sharegroup.Open(store, shareState, sharegroup.Options{
 		Logger:                  log,
 		RecordLockDuration:      cfg.ShareRecordLockDuration,
 		MinRecordLockDuration:   cfg.ShareMinRecordLockDuration,
@@ -137,7 +147,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		MaxShareSessions:        cfg.MaxShareSessions,
 		SessionIdleTimeout:      cfg.ShareSessionIdleTimeout,
 		GroupMaxSize:            cfg.ShareGroupMaxSize,
-		RepairShareState:        cfg.RepairShareState,
 	}); err != nil {
 		return nil, fmt.Errorf("open share-group state: %w", err)
 	}
@@ -145,9 +154,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	s.health = health.NewServer()
 	logSvc := service.NewLogService(store, service.LogConfig{SegmentBytes: cfg.SegmentBytes, OnTopicDeleted: s.share.TopicDeleted}, log)
 	shareSvc := service.NewShareGroupService(s.share, log)
-	// Change streams read the unwrapped store: a tail would otherwise add a
-	// span per read batch to its call's trace for as long as it runs.
-	if s.streams, err = changestream.New(s.store, s.store, changestream.Config{
+	// Change streams get the traced store and the traced key index, so
+	// their reads are spans of the call, as every other RPC's.
+	keys := telemetry.TraceKeyIndex(s.store, s.tel.Tracer, s.tel.Meter)
+	if s.streams, err = changestream.New(store, keys, changestream.Config{
 		Backfill:             changestream.Backfill(cfg.OSOBackfill),
 		AutoSmallRatio:       cfg.OSOAutoSmallRatio,
 		AutoLargeRatio:       cfg.OSOAutoLargeRatio,

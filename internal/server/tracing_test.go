@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/server"
 	"github.com/sharelog/sharelog/internal/telemetry"
 )
@@ -59,4 +61,37 @@ func TestRESTProduceIsOneTrace(t *testing.T) {
 	out := console.String()
 	assert.Contains(t, out, traceID.String())
 	assert.Contains(t, out, "logstore.Append")
+}
+
+// A change stream's reads through the real server are log-store spans of
+// the call: an ordered snapshot's record reads (logstore.Read) and an OSO
+// snapshot's key scan (logstore.ScanKeys), each a child of the
+// StreamChanges server span. The server hands change streams the traced
+// store and the traced key index, never the unwrapped store.
+func TestChangeStreamReadsAreTraced(t *testing.T) {
+	recorder := tracetest.NewSpanRecorder()
+	s := newStack(t, server.Options{SpanProcessors: []sdktrace.SpanProcessor{recorder}}, osoEnabled)
+	s.exampleTopic(t, "ct")
+
+	call := func(req *sharelogv1.StreamChangesRequest, want string) {
+		t.Helper()
+		before := len(recorder.Ended())
+		s.streamAll(t, req)
+		var callSpan, readSpan sdktrace.ReadOnlySpan
+		require.Eventually(t, func() bool {
+			for _, sp := range recorder.Ended()[before:] {
+				switch {
+				case sp.SpanKind() == trace.SpanKindServer && sp.Name() == "sharelog.v1.ChangeStreamService/StreamChanges":
+					callSpan = sp
+				case sp.Name() == want && readSpan == nil:
+					readSpan = sp
+				}
+			}
+			return callSpan != nil && readSpan != nil
+		}, 5*time.Second, 10*time.Millisecond, "no %s span", want)
+		assert.Equal(t, callSpan.SpanContext().TraceID(), readSpan.SpanContext().TraceID(), "%s is in the call's trace", want)
+		assert.Equal(t, callSpan.SpanContext().SpanID(), readSpan.Parent().SpanID(), "%s is a child of the call's span", want)
+	}
+	call(streamReq("ct", 0, withEnd(8), withOSO(osoOff)), "logstore.Read")
+	call(streamReq("ct", 0, withEnd(8), withOSO(osoOn)), "logstore.ScanKeys")
 }

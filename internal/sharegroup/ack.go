@@ -50,9 +50,9 @@ func (m *Manager) processAcks(s *session, g *group, es []PartitionEntry, named [
 	if last > 0 {
 		// Once the last ticket is settled so are the others, but each may
 		// have failed on its own: a failure is not sticky.
-		_ = m.slog.ackWait(last)
+		_ = m.state.Wait(last)
 		for _, p := range pend {
-			if err := m.slog.ackWait(p.r.ticket); err != nil {
+			if err := m.state.Wait(p.r.ticket); err != nil {
 				p.r.sp.rollback(p.r.undo, s)
 				out[p.i].code, out[p.i].msg = CodeKafkaStorageError, storageErrMsg(err)
 			}

@@ -134,7 +134,7 @@ func TestOvertakenExpiry(t *testing.T) {
 // §12 range cost: acknowledging one uniform 10 000-record run costs what a
 // 10-record one does — no per-record allocation, O(runs) work.
 func TestAckRangeCost(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.Fsync = logstore.FsyncNever })
+	e := newEnv(t, func(o *testOpts) { o.Fsync = logstore.FsyncNever })
 	e.topic("t", 1)
 	x := tp("t", 0)
 	e.open("m", x)

@@ -9,13 +9,14 @@ import (
 
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
+	"github.com/sharelog/sharelog/internal/sharestate"
 )
 
 // Admin RPCs (§9). Each runs under the group's op lock, so it is ordered
 // with the group's heartbeats and other admin calls, and first applies
 // passed member deadlines (an expired member does not make a group
 // non-empty). Offsets writes (alter, delete) and group deletion hold the
-// locks of the share-partitions they change until their state-log entries
+// locks of the share-partitions they change until their share-state entries
 // are durable: nobody sees an effect that may still fail, and on failure
 // nothing changes.
 
@@ -338,14 +339,14 @@ func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []Top
 		j.done, last = true, ticket
 	}
 	if last > 0 {
-		_ = m.slog.ackWait(last)
+		_ = m.state.Wait(last)
 	}
 	for _, j := range jobs {
 		if !j.done {
 			continue
 		}
 		// Each entry may have failed on its own (failures are not sticky).
-		if werr := m.slog.ackWait(j.sp.lastTicket.Load()); werr != nil {
+		if werr := m.state.Wait(j.sp.lastTicket.Load()); werr != nil {
 			j.sp.restore(j.saved)
 			j.res.ErrorCode, j.res.ErrorMessage = CodeKafkaStorageError, storageErrMsg(werr)
 			continue
@@ -438,17 +439,17 @@ func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []st
 			if werr != nil {
 				break
 			}
-			m.noteDeleted(g.id, sp)
-			last, werr = sp.note(m.slog.write(func(b []byte) []byte { return appendPartDelete(b, g.id, sp) }))
+			e := sp.entry(sharestate.KindPartDelete)
+			last, werr = sp.note(m.state.Write(e))
 		}
 	}
 	if werr == nil && last > 0 {
 		// The last entry settles all; any failure among them fails the
 		// topic's result (entries are not sticky-failed any more).
-		_ = m.slog.ackWait(last)
+		_ = m.state.Wait(last)
 		for i := range topics {
 			for _, sp := range byTopic[i] {
-				if err := m.slog.ackWait(sp.lastTicket.Load()); err != nil {
+				if err := m.state.Wait(sp.lastTicket.Load()); err != nil {
 					werr = err
 				}
 			}
@@ -500,9 +501,9 @@ func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error {
 	g.dead = true
 	g.mu.Unlock()
 	sps := lockPartitions(g.partitions())
-	ticket, err := m.slog.write(func(b []byte) []byte { return appendGroupDelete(b, g.id) })
+	ticket, err := m.state.Write(sharestate.Entry{Kind: sharestate.KindGroupDelete, Group: g.id})
 	if err == nil {
-		err = m.slog.ackWait(ticket)
+		err = m.state.Wait(ticket)
 	}
 	if err != nil {
 		unlockPartitions(sps)
@@ -512,7 +513,6 @@ func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error {
 		return storageError("share group %q: deletion not saved: %v", groupID, err)
 	}
 	for _, sp := range sps {
-		m.noteDeleted(g.id, sp)
 		sp.dropLocked()
 	}
 	unlockPartitions(sps)

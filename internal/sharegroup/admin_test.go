@@ -260,9 +260,9 @@ func TestDeleteGroupDeadAndFailure(t *testing.T) {
 	var blocking sync.Mutex
 	blockNext := false
 	hooks := f.hooks()
-	sync0 := hooks.sync
+	sync0 := hooks.Sync
 	entered := make(chan struct{}, 1)
-	hooks.sync = func(file *os.File) error {
+	hooks.Sync = func(file *os.File) error {
 		blocking.Lock()
 		b := blockNext
 		blockNext = false
@@ -273,7 +273,7 @@ func TestDeleteGroupDeadAndFailure(t *testing.T) {
 		}
 		return sync0(file)
 	}
-	e := newEnv(t, func(o *Options) { o.testHooks = hooks })
+	e := newEnv(t, func(o *testOpts) { o.testHooks = hooks })
 	e.topic("t", 1)
 	e.alter("t", PartitionStartOffset{0, 0})
 
@@ -305,7 +305,7 @@ func TestDeleteGroupDeadAndFailure(t *testing.T) {
 // ends with the group or belongs to the group created after it, never to
 // a deleted one.
 func TestDeleteGroupRacesOpen(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.Fsync = logstore.FsyncNever })
+	e := newEnv(t, func(o *testOpts) { o.Fsync = logstore.FsyncNever })
 	e.topic("t", 1)
 	x := tp("t", 0)
 	for range 50 {
@@ -337,7 +337,7 @@ func TestDeleteGroupRacesOpen(t *testing.T) {
 // locks are held at once by admin calls and the assignor), no race, only
 // the request-level errors the rules allow, and consistent share-partitions.
 func TestGroupOpsConcurrent(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.Fsync = logstore.FsyncNever })
+	e := newEnv(t, func(o *testOpts) { o.Fsync = logstore.FsyncNever })
 	e.topic("t", 4)
 	for p := range int32(4) {
 		e.produce("t", p, 50, 10)

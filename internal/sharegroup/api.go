@@ -9,7 +9,8 @@ import (
 
 // This file fixes the domain contract between internal/service (which
 // translates protobuf <-> these types and maps errors) and the share-group
-// implementation. Semantics: /work/shared/spec/share-groups.md.
+// implementation. Semantics: the share-group specification (docs/share-sessions.md
+// for sessions); section numbers (§) in this package refer to it.
 
 // TopicPartition names one partition of a topic on the wire.
 type TopicPartition struct {
@@ -302,24 +303,24 @@ type TopicResult struct {
 // The implementation provides (in other files of this package):
 //
 //	type Options struct {
-//		Dir           string             // state directory (<data-dir>/sharegroups)
-//		Fsync         logstore.FsyncMode // as the log: always = durable before the response
-//		FsyncInterval time.Duration
-//		Logger        *slog.Logger
-//		// Server defaults and bounds (api.md §8, share-groups.md §9):
+//		Logger *slog.Logger
+//		// Server defaults and bounds (§8, §9):
 //		RecordLockDuration, MinRecordLockDuration, MaxRecordLockDuration time.Duration
 //		DeliveryCountLimit, PartitionMaxRecordLocks                      int
 //		SessionTimeout, HeartbeatInterval                                 time.Duration
 //		MaxShareSessions                                                  int
 //		SessionIdleTimeout                                                time.Duration
+//		GroupMaxSize                                                      int
 //	}
-//	func Open(store logstore.Store, opts Options) (*Manager, error)
+//	// state: the durable share state (the server opens the file state log,
+//	// internal/sharestate/statelog); the Manager owns and closes it.
+//	func Open(store logstore.Store, state sharestate.Store, opts Options) (*Manager, error)
 //	func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchResponse, error)
 //	func (m *Manager) ShareAcknowledge(ctx context.Context, req AckRequest) (AckResponse, error)
 //	func (m *Manager) GetConfig(groupID string) (GroupConfig, error)
 //	func (m *Manager) UpdateConfig(groupID string, c GroupConfig) (GroupConfig, error)
 //	func (m *Manager) TopicDeleted(topicID string) // drop share state bound to a deleted topic
-//	func (m *Manager) Close() error                // end sessions, wake fetches, sync state
+//	func (m *Manager) Close() error                // end sessions, wake fetches, close the state store
 //
 // Membership and admin (membership.go, admin.go):
 //

@@ -120,7 +120,7 @@ func benchFetchAck(b *testing.B, storeKind string, fsync logstore.FsyncMode, con
 		}
 		store = ms
 	}
-	m, err := Open(store, Options{Dir: b.TempDir(), Fsync: fsync, Logger: slog.New(slog.DiscardHandler)})
+	m, err := openWith(store, testOpts{Options: Options{Logger: slog.New(slog.DiscardHandler)}, Dir: b.TempDir(), Fsync: fsync})
 	require.NoError(b, err)
 	defer m.Close()
 	_, err = m.UpdateConfig(testGroup, GroupConfig{AutoOffsetReset: str("earliest"), PartitionMaxRecordLocks: i32(int32(500 * consumers))})
@@ -192,7 +192,7 @@ func BenchmarkAckRange(b *testing.B) {
 	for _, size := range []int64{10, 10000} {
 		b.Run(fmt.Sprintf("records=%d", size), func(b *testing.B) {
 			store := newSynthStore(1, size, 1)
-			m, err := Open(store, Options{Dir: b.TempDir(), Fsync: logstore.FsyncNever, Logger: slog.New(slog.DiscardHandler)})
+			m, err := openWith(store, testOpts{Options: Options{Logger: slog.New(slog.DiscardHandler)}, Dir: b.TempDir(), Fsync: logstore.FsyncNever})
 			require.NoError(b, err)
 			defer m.Close()
 			_, err = m.ShareFetch(context.Background(), FetchRequest{GroupID: testGroup, MemberID: "m", MaxRecords: 1, Partitions: entries(tp("t", 0))})
@@ -221,7 +221,7 @@ func BenchmarkAckRange(b *testing.B) {
 // share-partition and the runs each has.
 func heapPerSharePartition(t testing.TB, parts int) (bytesPer float64, runs int) {
 	store := newSynthStore(int32(parts), 1<<40, 1)
-	m, err := Open(store, Options{Dir: t.TempDir(), Fsync: logstore.FsyncNever, Logger: slog.New(slog.DiscardHandler)})
+	m, err := openWith(store, testOpts{Options: Options{Logger: slog.New(slog.DiscardHandler)}, Dir: t.TempDir(), Fsync: logstore.FsyncNever})
 	require.NoError(t, err)
 	defer m.Close()
 	_, err = m.UpdateConfig(testGroup, GroupConfig{AutoOffsetReset: str("earliest")})

@@ -8,17 +8,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/sharelog/sharelog/internal/logstore"
 )
 
 // Options configures a Manager (api.md §8, share-groups.md §9). A zero
 // field takes the flag's default.
+// Where and how durably share state is kept is the share-state store's
+// business (sharestate.Store, given to Open).
 type Options struct {
-	Dir           string             // state directory (<data-dir>/sharegroups); required
-	Fsync         logstore.FsyncMode // as the log: always = durable before the response
-	FsyncInterval time.Duration      // FsyncInterval period; default 1s
-	Logger        *slog.Logger       // default slog.Default()
+	Logger *slog.Logger // default slog.Default()
 	// Server defaults and bounds (api.md §8, share-groups.md §9):
 	RecordLockDuration, MinRecordLockDuration, MaxRecordLockDuration time.Duration
 	DeliveryCountLimit, PartitionMaxRecordLocks                      int
@@ -28,40 +25,24 @@ type Options struct {
 	// GroupMaxSize is --share-group-max-size (default 200); it must not
 	// exceed MaxShareSessions. Membership (§8) uses it.
 	GroupMaxSize int
-	// CompactBytes: the state log is compacted once its newest file exceeds
-	// max(CompactBytes, 4 × the last snapshot). Default 16 MiB.
-	CompactBytes int64
-
-	// RepairShareState (--repair-share-state) accepts lost share state
-	// explicitly at Open: what is readable is kept, the damaged part is
-	// dropped (logged at WARN), damaged files are moved to
-	// <Dir>/quarantine/<timestamp>/ and the share-partitions come online.
-	// Without it, share-partitions whose acknowledged state was lost stay
-	// offline (KAFKA_STORAGE_ERROR) and everything else works.
-	RepairShareState bool
-
-	testHooks       *ioHooks // fault injection for the state log (tests)
-	checkpointBytes int64    // manifest checkpoint period; default 1 MiB (tests lower it)
 }
 
 // Bounds of group config fields that are not flags (§9).
 const (
-	minDeliveryLimit     = 2
-	maxDeliveryLimit     = 10
-	minMaxLocks          = 100
-	maxMaxLocks          = 10000
-	minSessionTimeoutMs  = 1000
-	maxSessionTimeoutMs  = 3600000
-	minHeartbeatMs       = 100
-	maxHeartbeatMs       = 600000
-	maxGroupIDLen        = 249
-	maxMemberIDLen       = 36
-	maxTopicLen          = 249
-	defaultMaxRecords    = 500
-	defaultMaxBytes      = 1 << 20
-	defaultGroupMaxSize  = 200
-	defaultCompactBytes  = 16 << 20
-	defaultFsyncInterval = time.Second
+	minDeliveryLimit    = 2
+	maxDeliveryLimit    = 10
+	minMaxLocks         = 100
+	maxMaxLocks         = 10000
+	minSessionTimeoutMs = 1000
+	maxSessionTimeoutMs = 3600000
+	minHeartbeatMs      = 100
+	maxHeartbeatMs      = 600000
+	maxGroupIDLen       = 249
+	maxMemberIDLen      = 36
+	maxTopicLen         = 249
+	defaultMaxRecords   = 500
+	defaultMaxBytes     = 1 << 20
+	defaultGroupMaxSize = 200
 )
 
 // normalize fills defaults and refuses values outside their bounds (the
@@ -83,31 +64,15 @@ func (o *Options) normalize() error {
 	def(&o.SessionTimeout, 45*time.Second)
 	def(&o.HeartbeatInterval, 5*time.Second)
 	def(&o.SessionIdleTimeout, 2*time.Minute)
-	def(&o.FsyncInterval, defaultFsyncInterval)
 	defInt(&o.DeliveryCountLimit, 5)
 	defInt(&o.PartitionMaxRecordLocks, 2000)
 	defInt(&o.MaxShareSessions, 2000)
 	defInt(&o.GroupMaxSize, defaultGroupMaxSize)
-	if o.checkpointBytes <= 0 {
-		o.checkpointBytes = defaultCheckpointBytes
-	}
-	if o.CompactBytes <= 0 {
-		o.CompactBytes = defaultCompactBytes
-	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if o.Dir == "" {
-		bad("state directory not set")
-	}
-	if o.Fsync < logstore.FsyncAlways || o.Fsync > logstore.FsyncNever {
-		bad("fsync mode %d", o.Fsync)
-	}
-	if o.FsyncInterval < 0 {
-		bad("fsync interval %v is negative", o.FsyncInterval)
-	}
 	if o.MinRecordLockDuration < time.Millisecond || o.MaxRecordLockDuration > math.MaxInt32*time.Millisecond {
 		bad("record lock duration bounds %v..%v must lie within 1ms..%v", o.MinRecordLockDuration, o.MaxRecordLockDuration, math.MaxInt32*time.Millisecond)
 	}

@@ -118,26 +118,26 @@ func TestParseISODuration(t *testing.T) {
 func TestOpenRefusesBadDefaults(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		mut  func(*Options)
+		mut  func(*testOpts)
 	}{
-		{"no dir", func(o *Options) { o.Dir = "" }},
-		{"lock below min", func(o *Options) { o.RecordLockDuration = 500 * time.Millisecond }},
-		{"lock above max", func(o *Options) { o.RecordLockDuration = 2 * time.Hour }},
-		{"min above max", func(o *Options) {
+		{"no dir", func(o *testOpts) { o.Dir = "" }},
+		{"lock below min", func(o *testOpts) { o.RecordLockDuration = 500 * time.Millisecond }},
+		{"lock above max", func(o *testOpts) { o.RecordLockDuration = 2 * time.Hour }},
+		{"min above max", func(o *testOpts) {
 			o.MinRecordLockDuration, o.MaxRecordLockDuration, o.RecordLockDuration = time.Minute, time.Second, 30*time.Second
 		}},
-		{"delivery limit", func(o *Options) { o.DeliveryCountLimit = 11 }},
-		{"record locks", func(o *Options) { o.PartitionMaxRecordLocks = 50 }},
-		{"session timeout", func(o *Options) { o.SessionTimeout = 2 * time.Hour }},
-		{"heartbeat", func(o *Options) { o.HeartbeatInterval = time.Millisecond }},
-		{"timeout below heartbeat", func(o *Options) { o.SessionTimeout, o.HeartbeatInterval = 2*time.Second, 3*time.Second }},
-		{"group size above sessions", func(o *Options) { o.MaxShareSessions, o.GroupMaxSize = 10, 20 }},
-		{"fsync mode", func(o *Options) { o.Fsync = logstore.FsyncMode(9) }},
+		{"delivery limit", func(o *testOpts) { o.DeliveryCountLimit = 11 }},
+		{"record locks", func(o *testOpts) { o.PartitionMaxRecordLocks = 50 }},
+		{"session timeout", func(o *testOpts) { o.SessionTimeout = 2 * time.Hour }},
+		{"heartbeat", func(o *testOpts) { o.HeartbeatInterval = time.Millisecond }},
+		{"timeout below heartbeat", func(o *testOpts) { o.SessionTimeout, o.HeartbeatInterval = 2*time.Second, 3*time.Second }},
+		{"group size above sessions", func(o *testOpts) { o.MaxShareSessions, o.GroupMaxSize = 10, 20 }},
+		{"fsync mode", func(o *testOpts) { o.Fsync = logstore.FsyncMode(9) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := Options{Dir: t.TempDir()}
+			o := testOpts{Dir: t.TempDir()}
 			tc.mut(&o)
-			_, err := Open(logstore.NewMem(), o)
+			_, err := openWith(logstore.NewMem(), o)
 			assert.Error(t, err)
 		})
 	}

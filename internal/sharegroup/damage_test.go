@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/sharestate"
+	"github.com/sharelog/sharelog/internal/sharestate/statelog"
 )
 
 // logBuf is a concurrency-safe log sink for checking what was logged.
@@ -33,8 +35,8 @@ func (l *logBuf) String() string {
 	return l.b.String()
 }
 
-func withLog(lb *logBuf, mut func(*Options)) func(*Options) {
-	return func(o *Options) {
+func withLog(lb *logBuf, mut func(*testOpts)) func(*testOpts) {
+	return func(o *testOpts) {
 		o.Logger = slog.New(slog.NewTextHandler(lb, nil))
 		if mut != nil {
 			mut(o)
@@ -42,25 +44,12 @@ func withLog(lb *logBuf, mut func(*Options)) func(*Options) {
 	}
 }
 
-// frame is one frame of a state-log file.
-type frame struct {
-	pos, n int
-	typ    byte
-	key    entryKey
-}
-
-func frames(t *testing.T, b []byte) []frame {
+// frames splits a state-log file into its frames.
+func frames(t *testing.T, b []byte) []statelog.Frame {
 	t.Helper()
-	var out []frame
-	for pos := len(fileMagic); pos < len(b); {
-		payload, n, err := readFrame(b[pos:])
-		require.NoError(t, err)
-		k, _, err := decodeKey(payload)
-		require.NoError(t, err)
-		out = append(out, frame{pos: pos, n: n, typ: payload[0], key: k})
-		pos += n
-	}
-	return out
+	fs, err := statelog.Frames(b)
+	require.NoError(t, err)
+	return fs
 }
 
 // damageSetup leaves a state directory where group g acknowledged t/0
@@ -144,24 +133,24 @@ func TestShareStateDamage(t *testing.T) {
 		repairedX, repairedY string
 		quarantined          bool // the damaged file is in quarantine after the first start
 	}
-	flipIn := func(pick func([]frame) frame) func(t *testing.T, dir, file string) {
+	flipIn := func(pick func([]statelog.Frame) statelog.Frame) func(t *testing.T, dir, file string) {
 		return func(t *testing.T, _, file string) {
 			b, err := os.ReadFile(file)
 			require.NoError(t, err)
 			f := pick(frames(t, b))
-			b[f.pos+f.n-1] ^= 0xff // a byte of the body: the key stays readable
+			b[f.Pos+f.Len-1] ^= 0xff // a byte of the body: the key stays readable
 			require.NoError(t, os.WriteFile(file, b, 0o644))
 		}
 	}
-	firstDeltaOfX := func(fs []frame) frame {
+	firstDeltaOfX := func(fs []statelog.Frame) statelog.Frame {
 		for _, f := range fs {
-			if f.typ == entPartDelta && f.key.part == 0 {
+			if f.Kind == byte(sharestate.KindPartDelta) && f.Key.Partition == 0 {
 				return f
 			}
 		}
 		panic("no delta of t/0")
 	}
-	last := func(fs []frame) frame { return fs[len(fs)-1] }
+	last := func(fs []statelog.Frame) statelog.Frame { return fs[len(fs)-1] }
 	truncateTo := func(size func(b []byte) int) func(t *testing.T, dir, file string) {
 		return func(t *testing.T, _, file string) {
 			b, err := os.ReadFile(file)
@@ -180,7 +169,7 @@ func TestShareStateDamage(t *testing.T) {
 			b, err := os.ReadFile(file)
 			require.NoError(t, err)
 			f := last(frames(t, b))
-			torn := bytes.Clone(b[f.pos : f.pos+f.n])
+			torn := bytes.Clone(b[f.Pos : f.Pos+f.Len])
 			torn[len(torn)-1] ^= 0xff
 			require.NoError(t, os.WriteFile(file, append(b, torn...), 0o644))
 		}},
@@ -253,7 +242,7 @@ func TestShareStateDamage(t *testing.T) {
 
 			// The repair brings them online, logging what was dropped.
 			var lr logBuf
-			e3 := newEnvOn(t, store, dir, withLog(&lr, func(o *Options) { o.RepairShareState = true }))
+			e3 := newEnvOn(t, store, dir, withLog(&lr, func(o *testOpts) { o.RepairShareState = true }))
 			assert.Empty(t, e3.m.Offline())
 			assert.Contains(t, lr.String(), "level=WARN")
 			assert.Contains(t, lr.String(), "share state loss accepted")
@@ -276,7 +265,7 @@ func TestShareStateDamage(t *testing.T) {
 func TestShareStateTruncatedBelowCheckpoint(t *testing.T) {
 	store := logstore.NewMem()
 	t.Cleanup(func() { store.Close() })
-	e := newEnvOn(t, store, t.TempDir(), func(o *Options) { o.checkpointBytes = 64 })
+	e := newEnvOn(t, store, t.TempDir(), func(o *testOpts) { o.checkpointBytes = 64 })
 	e.topic("t", 1)
 	x := tp("t", 0)
 	e.update(GroupConfig{AutoOffsetReset: str("earliest")})

@@ -1,9 +1,22 @@
 // Package sharegroup is the KIP-932 share-group domain of sharelog: share
-// sessions and their epochs, the share-partition state machine, and the
-// durable share state. The normative behaviour is
-// /work/shared/spec/share-groups.md (section numbers below refer to it);
+// sessions and their epochs, the share-partition state machine, membership
+// and admin, over a durable share-state store (sharestate.Store, given to
+// Open). Section numbers (§) refer to the share-group specification
+// (docs/share-sessions.md covers sessions, docs/errors.md the reasons);
 // api.go is the contract with internal/service, which translates protobuf
 // to these types and maps Error.Reason and the per-partition ErrorCodes.
+//
+// # Files
+//
+//	manager.go          Manager, groups, Open/load/Close, topic identity, config, snapshot
+//	partition.go        the share-partition: durable writes, time and the log, initialisation, session end
+//	acquisition.go      acquisition (§3.3): scan, take, commit
+//	acknowledgement.go  acknowledgement (§4): check, apply, roll back
+//	runs.go             the range representation (§12)
+//	fetch.go            ShareFetch (§3.2): sessionStep, steps 3–7, long-poll
+//	ack.go              ShareAcknowledge and the acknowledgement step with its group-committed wait
+//	waiters.go          waiting fetches (§3.4)
+//	membership.go, assignor.go, admin.go, config.go, validate.go, reliability.go
 //
 // # Model
 //
@@ -65,98 +78,51 @@
 // the oldest one chooses first. A record counts at least one byte toward
 // min_bytes.
 //
-// # State log (§4.4, §7)
+// # Durable state (§4.4, §7)
 //
-// Persisted: per group its existence, explicitly set config and
-// group_epoch; per share-partition its topic, topic ID, SPSO and the
-// durable image of [SPSO, SPEO] as ranges: ACKNOWLEDGED, ARCHIVED and
-// AVAILABLE with count > 0. ACQUIRED is stored as AVAILABLE with the count
-// before the acquisition, so sessions, locks and deadlines are never
-// written, and a session's end or a restart returns records to their
-// durable state with no write.
+// The Manager persists through a sharestate.Store (the file state log,
+// internal/sharestate/statelog, in the server; sharestate.Mem in tests):
+// per group its existence, explicitly set config and group_epoch; per
+// share-partition its topic, topic ID, SPSO and the durable image of
+// [SPSO, SPEO] as ranges: ACKNOWLEDGED, ARCHIVED and AVAILABLE with count >
+// 0. ACQUIRED is stored as AVAILABLE with the count before the
+// acquisition, so sessions, locks and deadlines are never written, and a
+// session's end or a restart returns records to their durable state with
+// no write. Nothing here knows how or where the store keeps it.
 //
-// Files <Dir>/state-<generation>.log hold the magic "SLSGLOG1" and frames:
+// Each acknowledged partition entry is one delta entry with the SPSO after
+// the advance; expiry, scan archivals and log-start moves write deltas
+// without waiting; initialisation writes a full state and waits. Entries
+// are written under the share-partition's lock (so a partition's entries
+// are in the order they took effect); the store group-commits them, and a
+// call waits once for its last ticket (Store.Wait), so concurrent
+// acknowledgements share an fsync. With the file store in fsync=always an
+// acknowledgement reports NONE only after its entry is durable.
 //
-//	frame   = u32 length | u32 CRC32C(length ‖ payload) | payload   (big-endian)
-//	payload = u8 type | key | u32 CRC32C(type ‖ key) | body         (uvarints)
+// Write failures are scoped and not sticky: a failed entry (Store.Lost)
+// rolls its acknowledgements back with KAFKA_STORAGE_ERROR; UpdateConfig
+// and DeleteGroup fail with reason KAFKA_STORAGE_ERROR. A share-partition
+// whose last entry was lost has an unknown durable state (a later delta's
+// SPSO could presume the lost one): it is listed by Offline() and its next
+// operation first writes and waits for a full-state entry
+// (KAFKA_STORAGE_ERROR while that fails); other share-partitions are
+// unaffected.
 //
-// Types: group (key: group; body: group_epoch, bit mask, set fields),
-// group delete, share-partition delta (key: group, topic, topic ID,
-// partition; body: SPSO, then ranges whose durable state to set), full
-// share-partition state (same; replaces it), share-partition delete,
-// share-partition offline (same key; body: why its state is lost; follows
-// its full entry in a snapshot) and the snapshot marker of a generation.
-// Ranges are encoded relative to the previous one. Each acknowledged
-// partition entry is one delta with the SPSO after the advance; expiry,
-// scan archivals and log-start moves write deltas without waiting;
-// initialisation writes a full state and waits.
+// Snapshots: Open loads Store.Recovered(), settles it against the log
+// (share-partitions of deleted topics dropped, SPSO clamped to the log
+// start, records that were ACQUIRED AVAILABLE with their durable count),
+// then Store.Start(writeSnapshot); the store calls writeSnapshot again
+// whenever it compacts. writeSnapshot writes every group and live
+// share-partition in full, and the offline mark of offline ones, taking
+// the same locks as the writers, so it never misses an entry written
+// before it.
 //
-// Group commit: entries are encoded under the share-partition's lock (so a
-// partition's entries are in the order they took effect) into one buffer; a
-// single writer goroutine writes and fsyncs whatever accumulated, so every
-// ack that arrived during an fsync shares the next one. With FsyncAlways an
-// acknowledgement reports NONE only after its entry is fsynced; otherwise
-// after it is written.
-//
-// Write failures are scoped and not sticky. A write or fsync failure (a
-// full disk, EIO) fails the entries in flight: the waiting
-// acknowledgements roll back and report KAFKA_STORAGE_ERROR, UpdateConfig
-// and DeleteGroup fail with reason KAFKA_STORAGE_ERROR. The writer cuts
-// the file back to the last good position (the end of the last whole
-// write; the last fsynced position after an fsync failure) and the next
-// batch re-validates the file (truncate, reopen if needed) and writes
-// again, so once space is back writes succeed without a restart. A
-// share-partition whose last entry was lost has an unknown durable state
-// (a later delta's SPSO could presume the lost one): it is listed by
-// Offline() and its next operation first writes and waits for a full-state
-// entry (KAFKA_STORAGE_ERROR while that fails); other share-partitions
-// are unaffected. The first success after a failure also triggers a
-// compaction, which rewrites every group entry in full.
-//
-// Compaction: when the newest file exceeds max(Options.CompactBytes, 4 ×
-// the last snapshot), the writer switches to a new generation at the
-// current stream position; the compactor appends a full entry for every
-// group and share-partition and a marker, fsyncs, and deletes older files.
-// Open does the same after recovery, so disk use is O(live state). Older
-// files are fsynced whole before a newer one is created, so only the
-// newest can have a torn tail.
-//
-// Manifest: <Dir>/share-state.manifest (JSON and a CRC32C line, replaced
-// atomically: temp, fsync, rename, fsync of the directory) records the
-// generation recovery starts from, for each file from it a size the file
-// is known to have reached durably (a checkpoint), and every
-// share-partition with durable state. It is rewritten after the fsync that
-// makes a new share-partition durable (before the initialisation is
-// reported), after every 1 MiB of log, after each snapshot and at Close
-// (whose checkpoint is the whole file). A missing manifest (a directory
-// from before it) or a damaged one (moved to quarantine, ERROR) only
-// means truncation cannot be detected at that start: recovery then trusts
-// the files' checksums, as before, and writes a new one.
-//
-// Recovery replays from the manifest's base generation (without a
-// manifest: from the newest file holding its own marker) through the
-// newest file. In the newest file, past its checkpoint, a truncated frame,
-// a bad frame with nothing readable after it, or zeros to the end is a
-// torn tail (never acknowledged) and ends the log. Anything else is lost
-// acknowledged state: a listed file missing, a file shorter than its
-// checkpoint, a bad file header, or a bad entry before the tail (the
-// reader skips it and resynchronises on the next frame whose checksum
-// holds). Open never refuses to start for it: it logs an ERROR naming the
-// groups and share-partitions affected — the damaged entry's when its key
-// checksum holds, otherwise every share-partition of the log (from the
-// files and the manifest) — and puts exactly those share-partitions
-// offline: ShareFetch, ShareAcknowledge and the offsets admin calls answer
-// KAFKA_STORAGE_ERROR on them with a message naming the problem and the
-// repair, Offline() lists them, and nothing is redelivered from the lost
-// state. The offline mark is written into the snapshot, so it survives
-// restarts, and the damaged files move to <Dir>/quarantine/<timestamp>/
-// (never deleted). Options.RepairShareState (--repair-share-state) accepts
-// the loss: each affected share-partition keeps what was readable (or, if
-// nothing was, starts afresh from auto_offset_reset), the drop is logged
-// at WARN per share-partition, and a fresh snapshot brings them online.
-// After replay, records that were ACQUIRED are AVAILABLE with their
-// durable count, SPSO is clamped to the log start and share-partitions of
-// deleted topics dropped.
+// Offline share-partitions: a share-partition the store recovered Offline
+// (its acknowledged state lost; see statelog for how damage is found and
+// --repair-share-state) answers KAFKA_STORAGE_ERROR to ShareFetch,
+// ShareAcknowledge and the offsets admin calls with the store's message
+// (naming the problem and the repair), is listed by Offline(), and nothing
+// is redelivered from the lost state.
 //
 // Unreadable records: when acquisition reads the log and gets a corrupt
 // record error, the unreadable offsets (the range the error names through
@@ -187,23 +153,23 @@
 //	sharePartition.mu           (several at once only in (topic ID, partition) order)
 //	Session.Mu                  (leaf, except below)
 //	sharePartition.wmu          (waiters; may call logstore.Watch)
-//	stateLog.mu                 (leaf)
+//	share-state store           (Store.Write; its locks are leaves)
 //	Manager.topicsMu            (leaf)
-//	Manager.manMu               (leaf; manifest bookkeeping)
 //
-// Manager.manWrite serialises manifest writes; it is taken with no lock
-// held (the writer goroutine after an fsync, Open, the compactor, Close)
-// and only stateLog.mu and manMu are taken under it.
+// The store calls writeSnapshot from its own goroutine with none of its
+// locks held; writeSnapshot takes group.mu and sharePartition.mu as the
+// writers do.
 //
 // Only group.op holders lock several share-partitions at once (the
 // assignor's initialisation, offsets alter/delete, group deletion), one
 // group at a time, sorted; no other path holds two.
 //
 // Log-store calls happen under sharePartition.mu; the store's locks are
-// leaves for this package. Durability waits (stateLog.wait) are made with
+// leaves for this package. Durability waits (Store.Wait) are made with
 // no lock held, except initialisation (sharePartition.mu) and
-// UpdateConfig (group.mu), which keep others from seeing an effect that
-// may still fail; the writer needs no lock but stateLog.mu.
+// UpdateConfig and DeleteGroup (group.mu, share-partition locks), which
+// keep others from seeing an effect that may still fail; the store's
+// writer takes no lock of this package.
 //
 // # Membership and admin (§8, §9)
 //
@@ -226,11 +192,12 @@
 //
 // # Lifecycle
 //
-// Open normalises Options (refusing defaults outside their bounds),
-// recovers the state log, writes the startup snapshot and starts the
-// writer, the compactor and the session sweeper. Calls register with
+// Open normalises Options (refusing defaults outside their bounds), loads
+// the store's recovered state, has the store write its startup snapshot
+// and start its background work, and starts the session sweeper; it owns
+// the store from then on (a failed Open closes it). Calls register with
 // enter/leave. Close stops new calls, wakes waiting fetches (they answer
 // with no records), waits for calls in progress, ends every session
-// (releasing their records), stops timers and watchers, and flushes,
-// fsyncs and closes the state log.
+// (releasing their records), stops timers and watchers, and closes the
+// store (flushed and durable).
 package sharegroup

@@ -2,8 +2,8 @@ package sharegroup
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -17,6 +17,8 @@ import (
 
 	"github.com/sharelog/sharelog/internal/fsutil"
 	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/sharestate"
+	"github.com/sharelog/sharelog/internal/sharestate/statelog"
 )
 
 // copyDir copies the state files, as a crash would leave them (the
@@ -75,7 +77,7 @@ func TestRestart(t *testing.T) {
 			store := logstore.NewMem()
 			defer store.Close()
 			dir := t.TempDir()
-			e := newEnvOn(t, store, dir, func(o *Options) { o.DeliveryCountLimit = 4 })
+			e := newEnvOn(t, store, dir, func(o *testOpts) { o.DeliveryCountLimit = 4 })
 			e.topic("t", 1)
 			x := tp("t", 0)
 			e.update(GroupConfig{AutoOffsetReset: str("earliest"), PartitionMaxRecordLocks: i32(300)})
@@ -212,9 +214,9 @@ func (f *faultHooks) set(which string, on bool) {
 	}
 }
 
-func (f *faultHooks) hooks() *ioHooks {
-	return &ioHooks{
-		write: func(file *os.File, b []byte) (int, error) {
+func (f *faultHooks) hooks() *statelog.IOHooks {
+	return &statelog.IOHooks{
+		Write: func(file *os.File, b []byte) (int, error) {
 			if f.failWrite.Load() {
 				n := 0
 				if f.short.Load() {
@@ -224,7 +226,7 @@ func (f *faultHooks) hooks() *ioHooks {
 			}
 			return file.Write(b)
 		},
-		sync: func(file *os.File) error {
+		Sync: func(file *os.File) error {
 			if f.failSync.Load() {
 				return fmt.Errorf("injected fsync failure: %w", syscall.ENOSPC)
 			}
@@ -241,7 +243,7 @@ func TestStateWriteFailure(t *testing.T) {
 	for _, which := range []string{"fsync", "write", "short write"} {
 		t.Run(which, func(t *testing.T) {
 			var f faultHooks
-			e := newEnv(t, func(o *Options) { o.testHooks = f.hooks() })
+			e := newEnv(t, func(o *testOpts) { o.testHooks = f.hooks() })
 			e.topic("t", 1)
 			x := tp("t", 0)
 			e.produce("t", 0, 10, 10)
@@ -290,7 +292,7 @@ func TestStateWriteFailure(t *testing.T) {
 // whose background entry was lost rewrites its full state first.
 func TestStateWriteFailureScoped(t *testing.T) {
 	var f faultHooks
-	e := newEnv(t, func(o *Options) { o.testHooks = f.hooks() })
+	e := newEnv(t, func(o *testOpts) { o.testHooks = f.hooks() })
 	e.topic("t", 2)
 	x, y := tp("t", 0), tp("t", 1)
 	e.produce("t", 0, 10, 10)
@@ -357,7 +359,7 @@ func TestCompaction(t *testing.T) {
 	store := logstore.NewMem()
 	defer store.Close()
 	dir := t.TempDir()
-	e := newEnvOn(t, store, dir, func(o *Options) { o.CompactBytes = 4096 })
+	e := newEnvOn(t, store, dir, func(o *testOpts) { o.CompactBytes = 4096 })
 	e.topic("t", 1)
 	x := tp("t", 0)
 	e.update(GroupConfig{AutoOffsetReset: str("earliest")})
@@ -388,15 +390,15 @@ func TestCompaction(t *testing.T) {
 // durable before it returns NONE.
 func TestGroupCommit(t *testing.T) {
 	var syncs atomic.Int32
-	hooks := &ioHooks{
-		write: func(f *os.File, b []byte) (int, error) { return f.Write(b) },
-		sync: func(f *os.File) error {
+	hooks := &statelog.IOHooks{
+		Write: func(f *os.File, b []byte) (int, error) { return f.Write(b) },
+		Sync: func(f *os.File) error {
 			syncs.Add(1)
 			time.Sleep(5 * time.Millisecond) // a slow disk
 			return fsutil.Fdatasync(f)
 		},
 	}
-	e := newEnv(t, func(o *Options) { o.testHooks = hooks })
+	e := newEnv(t, func(o *testOpts) { o.testHooks = hooks })
 	e.topic("t", 1)
 	x := tp("t", 0)
 	const members = 16
@@ -431,7 +433,7 @@ func TestFsyncModes(t *testing.T) {
 			store := logstore.NewMem()
 			defer store.Close()
 			dir := t.TempDir()
-			e := newEnvOn(t, store, dir, func(o *Options) { o.Fsync, o.FsyncInterval = mode, 10*time.Millisecond })
+			e := newEnvOn(t, store, dir, func(o *testOpts) { o.Fsync, o.FsyncInterval = mode, 10*time.Millisecond })
 			e.topic("t", 1)
 			x := tp("t", 0)
 			e.open("m", x)
@@ -476,67 +478,32 @@ func TestFileStoreRestart(t *testing.T) {
 	require.NoError(t, e2.m.Close())
 }
 
-// The state log truncates what a failed write left behind (a half frame)
-// and goes on from the last good position: the file parses whole, with
-// exactly the entries that succeeded; lost tickets fail, later ones work.
-func TestStateLogTruncatesAfterFailure(t *testing.T) {
-	for _, which := range []string{"short write", "fsync"} {
-		t.Run(which, func(t *testing.T) {
-			var f faultHooks
-			dir := t.TempDir()
-			l := &stateLog{dir: dir, mode: logstore.FsyncAlways, log: slog.New(slog.DiscardHandler), hooks: *f.hooks()}
-			require.NoError(t, l.start(1))
-			put := func(group string) (uint64, error) {
-				t1, err := l.write(func(b []byte) []byte { return appendGroupDelete(b, group) })
-				require.NoError(t, err)
-				return t1, l.ackWait(t1)
-			}
-			t1, err := put("a")
-			require.NoError(t, err)
-			f.set(which, true)
-			t2, err := put("b")
-			require.ErrorIs(t, err, syscall.ENOSPC)
-			assert.True(t, l.lost(t2))
-			assert.False(t, l.lost(t1))
-			f.set(which, false)
-			t3, err := put("c")
-			require.NoError(t, err, "not sticky")
-			assert.False(t, l.lost(t3))
-			require.NoError(t, l.close())
+// The manager depends on the share-state store only through its interface:
+// on the memory store too, acknowledged records survive a restart (and a
+// crash) and acquired ones come back with their durable count; a write
+// failure rolls the acknowledgement back and is not sticky.
+func TestRestartOnMemoryState(t *testing.T) {
+	store := logstore.NewMem()
+	defer store.Close()
+	med := sharestate.NewMemMedium()
+	e := newEnvState(t, store, sharestate.OpenMem(med))
+	e.topic("t", 1)
+	x := tp("t", 0)
+	e.update(GroupConfig{AutoOffsetReset: str("earliest")})
+	e.produce("t", 0, 30, 10)
+	require.Equal(t, []AcquiredRange{rng(0, 29, 1)}, acquired(t, e.open("m", x), x))
+	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 9, AckAccept), batch(10, 19, AckRelease))).Partitions[0].ErrorCode)
+	med.SetFailing(errors.New("injected"))
+	r := e.ack("m", ackEntry(x, batch(20, 24, AckAccept)))
+	assert.Equal(t, CodeKafkaStorageError, r.Partitions[0].ErrorCode)
+	med.SetFailing(nil)
+	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(20, 21, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, "spso=10 [10-19 AVAILABLE(1)] [20-21 ACKNOWLEDGED(0)] [22-29 ACQUIRED(1)]", e.state(x))
 
-			es, dmg := parseFile(filepath.Join(dir, genFileName(1)), 1, false, 0)
-			assert.Empty(t, dmg)
-			var groups []string
-			for _, e := range es {
-				groups = append(groups, e.group)
-			}
-			assert.Equal(t, []string{"a", "c"}, groups)
-		})
-	}
-}
-
-// A failed fsync does not make the writer retry it in a loop: what it was
-// for is lost, so nothing is left to fsync until the next request.
-func TestStateLogNoFsyncRetryLoop(t *testing.T) {
-	var f faultHooks
-	var syncs atomic.Int64
-	h := f.hooks()
-	inner := h.sync
-	h.sync = func(file *os.File) error { syncs.Add(1); return inner(file) }
-	l := &stateLog{dir: t.TempDir(), mode: logstore.FsyncNever, log: slog.New(slog.DiscardHandler), hooks: *h}
-	require.NoError(t, l.start(1))
-	defer l.close()
-	t1, err := l.write(func(b []byte) []byte { return appendGroupDelete(b, "a") })
-	require.NoError(t, err)
-	f.set("fsync", true)
-	require.ErrorIs(t, l.syncTo(t1), syscall.ENOSPC)
-	n := syncs.Load()
-	// A write that needs no fsync goes through the writer: had the failed
-	// fsync been retried in a loop, more would have happened meanwhile.
-	t2, err := l.write(func(b []byte) []byte { return appendGroupDelete(b, "b") })
-	require.NoError(t, err)
-	require.NoError(t, l.ackWait(t2))
-	assert.Equal(t, n, syncs.Load())
-	f.set("fsync", false)
-	require.NoError(t, l.syncTo(t2), "the next fsync works")
+	crashed := med.Crash()
+	e2 := newEnvState(t, store, sharestate.OpenMem(crashed))
+	assert.Equal(t, "spso=10 [10-19 AVAILABLE(1)] [20-21 ACKNOWLEDGED(0)]", e2.state(x))
+	require.NoError(t, e2.m.Close())
+	e3 := newEnvState(t, store, sharestate.OpenMem(crashed))
+	assert.Equal(t, []AcquiredRange{rng(10, 19, 2), rng(22, 29, 1)}, acquired(t, e3.open("m", x), x))
 }

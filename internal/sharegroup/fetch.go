@@ -70,9 +70,81 @@ func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchRespon
 	}
 
 	// Session step (§2.2).
-	key := sessioncache.Key{Group: req.GroupID, Member: req.MemberID}
 	added := make([]bool, len(req.Partitions)) // added to the session by this request
+	s, err := m.sessionStep(ctx, &req, named, added)
+	if err != nil {
+		return FetchResponse{}, m.sessionError(err)
+	}
+	defer m.sessions.Done(s)
+	admitted := time.Now()
+	k := s.NextFetchIndex()
+	seq := m.arrivals.Add(1)
+	s.Mu.Lock()
+	g := s.State.g
+	s.Mu.Unlock()
+
+	// Step 3: session partitions whose topic was deleted leave the session
+	// and are reported once.
+	var gone []TopicPartition
+	if req.Epoch >= 0 {
+		gone, err = m.dropDeleted(ctx, s)
+		if err != nil {
+			return FetchResponse{}, err
+		}
+	}
+
+	// Step 4: acknowledgements, all complete (and durable) before acquiring.
+	acks := m.processAcks(s, g, req.Partitions, named)
+
+	// Step 5.
+	if req.Epoch == -1 || req.IsRenewAck {
+		if req.Epoch == -1 {
+			m.sessions.End(s, sessioncache.EndClosed)
+		}
+		resp := FetchResponse{AcquisitionLockTimeoutMs: g.config().lockMs}
+		for i := range req.Partitions {
+			if a := acks[i]; a.has {
+				r := PartitionFetchResult{TopicPartition: req.Partitions[i].TopicPartition, AckErrorCode: a.code, AckErrorMessage: a.msg}
+				if !named[i].ok {
+					r.ErrorCode, r.ErrorMessage = CodeUnknownTopicOrPartition, a.msg
+				}
+				resp.Partitions = append(resp.Partitions, r)
+			}
+		}
+		return resp, nil
+	}
+
+	// Step 6.
+	s.Mu.Lock()
+	parts := slices.Clone(s.State.parts)
+	s.Mu.Unlock()
+	res, err := m.fetchRecords(ctx, s, parts, k, seq, admitted, &req)
+	if err != nil {
+		return FetchResponse{}, err
+	}
+	if s.Ended() {
+		// Ended while acquiring: what was taken has been released.
+		for i := range res {
+			res[i].records, res[i].acquired = nil, nil
+		}
+	}
+
+	// Step 7.
+	return m.shape(s, g, &req, named, added, acks, gone, parts, res), nil
+}
+
+// sessionParts builds the fetch set of an opening session: the existing
+
+// sessionStep is the session step of ShareFetch (§2.2): epoch 0 opens a
+// session (creating the group with it, never for a refused request), a
+// positive epoch is admitted and applies the request's additions to the
+// fetch set and its forgotten partitions, -1 admits the close. added[i]
+// reports whether req.Partitions[i] joined the session's fetch set by this
+// request. The caller releases the session with sessions.Done.
+func (m *Manager) sessionStep(ctx context.Context, req *FetchRequest, named []namedPart, added []bool) (*session, error) {
+	key := sessioncache.Key{Group: req.GroupID, Member: req.MemberID}
 	var s *session
+	var err error
 	switch {
 	case req.Epoch == 0:
 		// The group is created only if the session is: a refused request
@@ -143,68 +215,9 @@ func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchRespon
 	default:
 		s, err = m.sessions.AdmitClose(key)
 	}
-	if err != nil {
-		return FetchResponse{}, m.sessionError(err)
-	}
-	defer m.sessions.Done(s)
-	admitted := time.Now()
-	k := s.NextFetchIndex()
-	seq := m.arrivals.Add(1)
-	s.Mu.Lock()
-	g := s.State.g
-	s.Mu.Unlock()
-
-	// Step 3: session partitions whose topic was deleted leave the session
-	// and are reported once.
-	var gone []TopicPartition
-	if req.Epoch >= 0 {
-		gone, err = m.dropDeleted(ctx, s)
-		if err != nil {
-			return FetchResponse{}, err
-		}
-	}
-
-	// Step 4: acknowledgements, all complete (and durable) before acquiring.
-	acks := m.processAcks(s, g, req.Partitions, named)
-
-	// Step 5.
-	if req.Epoch == -1 || req.IsRenewAck {
-		if req.Epoch == -1 {
-			m.sessions.End(s, sessioncache.EndClosed)
-		}
-		resp := FetchResponse{AcquisitionLockTimeoutMs: g.config().lockMs}
-		for i := range req.Partitions {
-			if a := acks[i]; a.has {
-				r := PartitionFetchResult{TopicPartition: req.Partitions[i].TopicPartition, AckErrorCode: a.code, AckErrorMessage: a.msg}
-				if !named[i].ok {
-					r.ErrorCode, r.ErrorMessage = CodeUnknownTopicOrPartition, a.msg
-				}
-				resp.Partitions = append(resp.Partitions, r)
-			}
-		}
-		return resp, nil
-	}
-
-	// Step 6.
-	s.Mu.Lock()
-	parts := slices.Clone(s.State.parts)
-	s.Mu.Unlock()
-	res, err := m.fetchRecords(ctx, s, parts, k, seq, admitted, &req)
-	if err != nil {
-		return FetchResponse{}, err
-	}
-	if s.Ended() {
-		// Ended while acquiring: what was taken has been released.
-		for i := range res {
-			res[i].records, res[i].acquired = nil, nil
-		}
-	}
-
-	// Step 7.
-	return m.shape(s, g, &req, named, added, acks, gone, parts, res), nil
+	return s, err
 }
 
-// sessionParts builds the fetch set of an opening session: the existing
 // partitions named, in order.
 func (m *Manager) sessionParts(g *group, es []PartitionEntry, named []namedPart, added []bool) []*sessPart {
 	parts := make([]*sessPart, 0, len(named))

@@ -150,7 +150,7 @@ func TestLongPoll(t *testing.T) {
 		*env
 		x TopicPartition
 	}
-	setup := func(t *testing.T, mut func(*Options)) env2 {
+	setup := func(t *testing.T, mut func(*testOpts)) env2 {
 		e := newEnv(t, mut)
 		e.topic("t", 1)
 		x := tp("t", 0)

@@ -8,11 +8,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
+	"github.com/sharelog/sharelog/internal/sharestate"
+	"github.com/sharelog/sharelog/internal/sharestate/statelog"
 )
 
 // env is one test's store and manager.
@@ -20,28 +23,55 @@ type env struct {
 	t     testing.TB
 	store logstore.Store
 	m     *Manager
-	opts  Options
+	opts  testOpts
 
 	mu     sync.Mutex
 	epochs map[string]int32 // member -> next epoch (for helpers)
 }
 
+// testOpts are a test's manager options and those of its file share-state
+// store (statelog), which the server builds from the same flags.
+type testOpts struct {
+	Options
+	Dir              string
+	Fsync            logstore.FsyncMode
+	FsyncInterval    time.Duration
+	CompactBytes     int64
+	RepairShareState bool
+	testHooks        *statelog.IOHooks // fault injection
+	checkpointBytes  int64             // manifest checkpoint period
+}
+
+// openWith opens the file share-state store in o.Dir and a manager on it.
+func openWith(store logstore.Store, o testOpts) (*Manager, error) {
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	st, err := statelog.Open(statelog.Options{Dir: o.Dir, Fsync: o.Fsync, FsyncInterval: o.FsyncInterval, Logger: logger,
+		CompactBytes: o.CompactBytes, RepairShareState: o.RepairShareState, CheckpointBytes: o.checkpointBytes, Hooks: o.testHooks})
+	if err != nil {
+		return nil, err
+	}
+	return Open(store, st, o.Options)
+}
+
 // newEnv opens a manager on a fresh MemStore in a temporary directory.
 // mut adjusts the options before Open.
-func newEnv(t testing.TB, mut func(*Options)) *env {
+func newEnv(t testing.TB, mut func(*testOpts)) *env {
 	t.Helper()
 	store := logstore.NewMem()
 	t.Cleanup(func() { store.Close() })
 	return newEnvOn(t, store, t.TempDir(), mut)
 }
 
-func newEnvOn(t testing.TB, store logstore.Store, dir string, mut func(*Options)) *env {
+func newEnvOn(t testing.TB, store logstore.Store, dir string, mut func(*testOpts)) *env {
 	t.Helper()
-	opts := Options{Dir: dir, Logger: slog.New(slog.DiscardHandler)}
+	opts := testOpts{Options: Options{Logger: slog.New(slog.DiscardHandler)}, Dir: dir}
 	if mut != nil {
 		mut(&opts)
 	}
-	m, err := Open(store, opts)
+	m, err := openWith(store, opts)
 	require.NoError(t, err)
 	e := &env{t: t, store: store, m: m, opts: opts, epochs: map[string]int32{}}
 	t.Cleanup(func() { _ = m.Close() })
@@ -311,4 +341,42 @@ func (p *sharePartition) invariants() error {
 		}
 	}
 	return nil
+}
+
+// State directory inspection (the file share-state store's).
+
+type genFile struct {
+	gen  uint64
+	name string
+}
+
+func listGenerations(dir string) ([]genFile, error) {
+	fs, err := statelog.Files(dir)
+	out := make([]genFile, len(fs))
+	for i, f := range fs {
+		out[i] = genFile{f.Gen, f.Name}
+	}
+	return out, err
+}
+
+const (
+	manifestName = statelog.ManifestName
+	fileMagic    = statelog.FileMagic
+)
+
+var (
+	readManifest = statelog.ReadManifest
+	genFileName  = statelog.FileName
+)
+
+// newEnvState opens a manager on a given share-state store (not the file
+// one); e.opts.Dir is unused.
+func newEnvState(t testing.TB, store logstore.Store, st sharestate.Store) *env {
+	t.Helper()
+	opts := testOpts{Options: Options{Logger: slog.New(slog.DiscardHandler)}}
+	m, err := Open(store, st, opts.Options)
+	require.NoError(t, err)
+	e := &env{t: t, store: store, m: m, opts: opts, epochs: map[string]int32{}}
+	t.Cleanup(func() { _ = m.Close() })
+	return e
 }

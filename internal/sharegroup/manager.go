@@ -6,26 +6,24 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/sharelog/sharelog/internal/fsutil"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
+	"github.com/sharelog/sharelog/internal/sharestate"
 )
 
 // Manager is the share-group domain: groups, their config and share
-// state, share sessions, and the durable state log. See doc.go.
+// state, and share sessions, over a durable share-state store. See doc.go.
 type Manager struct {
 	store logstore.Store
+	state sharestate.Store
 	opts  Options
 	log   *slog.Logger
 	base  time.Time // origin of the monotonic clock of deadlines
-	slog  *stateLog
 
 	sessions *sessioncache.Cache[sessState]
 
@@ -39,19 +37,12 @@ type Manager struct {
 	closed  bool
 	ops     sync.WaitGroup // calls and timer callbacks in progress
 	closing chan struct{}  // closed by Close: waiting fetches return
-	bg      sync.WaitGroup // watchers and the compactor
+	bg      sync.WaitGroup // watchers
 
-	compactCh chan struct{}
-	snapBytes atomic.Int64  // size of the last snapshot
-	arrivals  atomic.Uint64 // fetch admission order, for waiters
+	arrivals atomic.Uint64 // fetch admission order, for waiters
 	// unreadable counts offsets archived because the log could not read
 	// them (Stats().UnreadableArchived).
 	unreadable atomic.Uint64
-
-	manWrite sync.Mutex // serialises manifest writes
-	manMu    sync.Mutex // guards man (leaf)
-	man      manState
-	qdir     string // quarantine directory of this start
 }
 
 // group is a share group: its config, share-partitions and membership.
@@ -134,115 +125,80 @@ type topicRef struct {
 	watch      <-chan struct{}
 }
 
-// Open opens the share-group state in opts.Dir, recovering it (§7), and
-// starts the background work. It refuses defaults outside their bounds.
-func Open(store logstore.Store, opts Options) (*Manager, error) {
+// Open opens the share-group domain over the log store and the share-state
+// store state, which it owns from now on (Close closes it, and so does a
+// failed Open): it loads the state state recovered, settles it against
+// the log (clamps, share-partitions of deleted topics dropped), has state
+// write its startup snapshot and starts the session sweeper. It refuses
+// defaults outside their bounds.
+func Open(store logstore.Store, state sharestate.Store, opts Options) (*Manager, error) {
 	if err := opts.normalize(); err != nil {
+		_ = state.Close()
 		return nil, err
 	}
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("sharegroup: %w", err)
-	}
-	rec, err := recoverDir(opts.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("sharegroup: %w", err)
-	}
-	hooks := defaultHooks()
-	if opts.testHooks != nil {
-		hooks = *opts.testHooks
-	}
 	m := &Manager{
-		store:     store,
-		opts:      opts,
-		log:       opts.Logger,
-		base:      time.Now(),
-		groups:    make(map[string]*group),
-		topics:    make(map[string]*topicRef),
-		closing:   make(chan struct{}),
-		compactCh: make(chan struct{}, 1),
-		man:       manState{parts: make(map[manPart]struct{})},
+		store:   store,
+		state:   state,
+		opts:    opts,
+		log:     opts.Logger,
+		base:    time.Now(),
+		groups:  make(map[string]*group),
+		topics:  make(map[string]*topicRef),
+		closing: make(chan struct{}),
 	}
-	gen := rec.lastGen + 1
-	m.slog = &stateLog{dir: opts.Dir, mode: opts.Fsync, interval: opts.FsyncInterval, log: opts.Logger, hooks: hooks,
-		onBatch: m.maybeCompact, onSynced: m.onSynced, onHealed: m.requestCompact}
-	// Until the startup snapshot is complete, recovery still needs what
-	// it read this time, with the checkpoints known.
-	m.man.base = gen
-	if rec.baseGen != 0 {
-		m.man.base = rec.baseGen
-	}
-	m.slog.sealed = make(map[uint64]int64)
-	if rec.man != nil {
-		for _, f := range rec.man.Files {
-			m.slog.sealed[f.Gen] = f.Size
-		}
-	}
-	quarantine := m.assess(rec)
-	if err := m.slog.start(gen); err != nil {
+	if err := m.load(state.Recovered()); err != nil {
+		_ = state.Close()
 		return nil, fmt.Errorf("sharegroup: %w", err)
 	}
-	if err := m.load(rec); err != nil {
-		m.slog.close()
+	if err := state.Start(m.writeSnapshot); err != nil {
+		_ = state.Close()
 		return nil, fmt.Errorf("sharegroup: %w", err)
 	}
-	// The startup snapshot makes the new file self-contained (clamps,
-	// dropped topics and offline share-partitions included); then the old
-	// files go: damaged ones to quarantine, the others are removed.
-	if err := m.snapshot(gen); err != nil {
-		m.slog.close()
-		return nil, fmt.Errorf("sharegroup: writing the startup snapshot: %w", err)
-	}
-	keep := m.quarantine(quarantine)
-	m.manMu.Lock()
-	m.man.base = gen
-	m.manMu.Unlock()
-	m.removeOldFiles(gen, keep)
-	m.writeManifest(gen, m.slog.currentSize())
 	m.sessions = sessioncache.New(sessioncache.Config[sessState]{
 		Capacity:    opts.MaxShareSessions,
 		IdleTimeout: opts.SessionIdleTimeout,
 		OnEnd:       m.endSession,
 	})
-	m.bg.Add(1)
-	go m.compactLoop()
 	return m, nil
 }
 
 // load builds the live groups from the recovered state: share-partitions
 // of deleted topics are dropped and SPSO is clamped to the log start.
-func (m *Manager) load(rec *recovered) error {
+func (m *Manager) load(st *sharestate.State) error {
 	ctx := context.Background()
 	infos := map[string]*logstore.TopicInfo{}
-	for _, rg := range rec.groups {
-		g := m.newGroup(rg.id)
-		g.explicit, g.epoch = rg.config, rg.epoch
-		g.mem.assignEpoch = rg.epoch
+	for gi := range st.Groups {
+		rg := &st.Groups[gi]
+		g := m.newGroup(rg.ID)
+		g.explicit, g.epoch = GroupConfig(rg.Config), rg.GroupEpoch
+		g.mem.assignEpoch = rg.GroupEpoch
 		g.cfg.Store(m.opts.effective(&g.explicit))
 		m.groups[g.id] = g
-		for _, rp := range rg.parts {
-			info, ok := infos[rp.topic]
+		for pi := range rg.Partitions {
+			rp := &rg.Partitions[pi]
+			info, ok := infos[rp.Topic]
 			if !ok {
-				ti, err := m.store.TopicInfo(ctx, rp.topic)
+				ti, err := m.store.TopicInfo(ctx, rp.Topic)
 				switch {
 				case err == nil:
 					info = &ti
 				case errors.Is(err, logstore.ErrUnknownTopic):
 				default:
-					return fmt.Errorf("looking up topic %q: %w", rp.topic, err)
+					return fmt.Errorf("looking up topic %q: %w", rp.Topic, err)
 				}
-				infos[rp.topic] = info
+				infos[rp.Topic] = info
 			}
-			if info == nil || info.ID != rp.topicID || rp.part >= info.Partitions {
-				m.log.Info("dropping share state of a deleted topic", "group", g.id, "topic", rp.topic, "topic_id", rp.topicID, "partition", rp.part)
+			if info == nil || info.ID != rp.TopicID || rp.Partition >= info.Partitions {
+				m.log.Info("dropping share state of a deleted topic", "group", g.id, "topic", rp.Topic, "topic_id", rp.TopicID, "partition", rp.Partition)
 				continue
 			}
-			sp := newSharePartition(g, rp.topic, rp.topicID, rp.part)
-			sp.status, sp.spso, sp.speo, sp.runs, sp.offline = rp.status, rp.spso, rp.speo, rp.runs, rp.offline
-			g.parts[partKey{rp.topicID, rp.part}] = sp
+			sp := newSharePartition(g, rp.Topic, rp.TopicID, rp.Partition)
+			sp.restoreDurable(rp)
+			g.parts[partKey{rp.TopicID, rp.Partition}] = sp
 			if sp.status != spLive {
 				continue
 			}
-			if ls, _, err := m.store.Bounds(rp.topic, rp.part); err == nil {
+			if ls, _, err := m.store.Bounds(rp.Topic, rp.Partition); err == nil {
 				sp.mu.Lock()
 				sp.prepare(ls, m.now())
 				sp.mu.Unlock()
@@ -250,6 +206,25 @@ func (m *Manager) load(rec *recovered) error {
 		}
 	}
 	return nil
+}
+
+// restoreDurable sets a new share-partition's state from its recovered
+// durable state: what was ACQUIRED is AVAILABLE with its durable count.
+func (p *sharePartition) restoreDurable(rp *sharestate.PartitionState) {
+	p.offline = rp.Offline
+	if !rp.Initialized {
+		return
+	}
+	p.status, p.spso, p.speo = spLive, rp.SPSO, rp.SPSO-1
+	p.runs = make([]run, 0, 2*len(rp.Ranges))
+	for _, r := range rp.Ranges {
+		if r.First > p.speo+1 {
+			p.runs = append(p.runs, availableRun(p.speo+1, r.First-1, 0))
+		}
+		p.runs = append(p.runs, run{first: r.First, last: r.Last, state: recState(r.State), count: r.Count})
+		p.speo = r.Last
+	}
+	p.mergeRuns(0, len(p.runs)-1)
 }
 
 func (m *Manager) newGroup(id string) *group {
@@ -301,7 +276,13 @@ func (m *Manager) register(g *group) *group {
 func (m *Manager) registerLocked(g *group) {
 	m.groups[g.id] = g
 	// Group creation is written without waiting (§7).
-	_, _ = m.slog.write(func(b []byte) []byte { return appendGroupEntry(b, g.id, 0, &g.explicit) })
+	_, _ = m.state.Write(sharestate.Entry{Kind: sharestate.KindGroup, Group: g.id, Config: sharestate.GroupConfig(g.explicit)})
+}
+
+// entryLocked returns the group's entry (epoch and explicit config). mu
+// is held.
+func (g *group) entryLocked() sharestate.Entry {
+	return sharestate.Entry{Kind: sharestate.KindGroup, Group: g.id, GroupEpoch: g.epoch, Config: sharestate.GroupConfig(g.explicit)}
 }
 
 // partition returns the group's share-partition, creating it uninitialised
@@ -410,8 +391,8 @@ func (m *Manager) TopicDeleted(topicID string) {
 		for _, sp := range dropped {
 			sp.mu.Lock()
 			if sp.status == spLive || sp.offline != "" {
-				m.noteDeleted(g.id, sp)
-				_, _ = m.slog.write(func(b []byte) []byte { return appendPartDelete(b, g.id, sp) })
+				e := sp.entry(sharestate.KindPartDelete)
+				_, _ = m.state.Write(e)
 			}
 			sp.dropLocked()
 			sp.mu.Unlock()
@@ -474,9 +455,9 @@ func (m *Manager) UpdateConfig(groupID string, c GroupConfig) (GroupConfig, erro
 	g.mu.Lock()
 	old := g.explicit
 	explicit := mergeConfig(old, c)
-	ticket, err := m.slog.write(func(b []byte) []byte { return appendGroupEntry(b, g.id, g.epoch, &explicit) })
+	ticket, err := m.state.Write(sharestate.Entry{Kind: sharestate.KindGroup, Group: g.id, GroupEpoch: g.epoch, Config: sharestate.GroupConfig(explicit)})
 	if err == nil {
-		err = m.slog.ackWait(ticket)
+		err = m.state.Wait(ticket)
 	}
 	if err != nil {
 		g.mu.Unlock()
@@ -509,8 +490,8 @@ func (m *Manager) endSession(s *session, _ sessioncache.EndReason) {
 }
 
 // Close ends every session (releasing their records), completes waiting
-// fetches with no records, waits for calls in progress, and syncs and
-// closes the state log. Later calls fail with ErrClosed.
+// fetches with no records, waits for calls in progress, and closes the
+// share-state store (flushed and durable). Later calls fail with ErrClosed.
 func (m *Manager) Close() error {
 	m.life.Lock()
 	if m.closed {
@@ -537,90 +518,25 @@ func (m *Manager) Close() error {
 		g.mu.Unlock()
 	}
 	m.bg.Wait()
-	err := m.slog.close()
-	if err == nil {
-		// The clean-shutdown checkpoint: the whole file is durable.
-		m.writeManifest(m.slog.finalFile())
-	}
-	return err
+	return m.state.Close()
 }
 
-// --- compaction -------------------------------------------------------------
+// --- snapshot ---------------------------------------------------------------
 
-// maybeCompact is the state log's onBatch: it asks for a compaction when
-// the newest file outgrows max(CompactBytes, 4 × the last snapshot).
-func (m *Manager) maybeCompact(size int64) {
-	if size > max(m.opts.CompactBytes, 4*m.snapBytes.Load()) {
-		select {
-		case m.compactCh <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// requestCompact asks for a compaction whatever the size: after a state
-// log failure, it rewrites every group and share-partition in full.
-func (m *Manager) requestCompact() {
-	select {
-	case m.compactCh <- struct{}{}:
-	default:
-	}
-}
-
-func (m *Manager) compactLoop() {
-	defer m.bg.Done()
-	for {
-		select {
-		case <-m.closing:
-			return
-		case <-m.compactCh:
-			gen, err := m.slog.rotate()
-			if err == nil {
-				err = m.snapshot(gen)
-			}
-			if err != nil {
-				m.log.Error("share state compaction failed", "err", err)
-				continue
-			}
-			m.manMu.Lock()
-			m.man.base = gen
-			m.manMu.Unlock()
-			m.writeManifest(gen, m.slog.currentSize())
-			m.removeOldFiles(gen, nil)
-			m.slog.forgetSealed(gen)
-			// Requests made while the old file was still growing are moot.
-			select {
-			case <-m.compactCh:
-			default:
-			}
-		}
-	}
-}
-
-// snapshot appends the full state of every group and share-partition and a
-// marker for generation gen (the file entries now go to), and syncs it.
-func (m *Manager) snapshot(gen uint64) error {
-	fails := m.slog.failures()
-	var first, last uint64
-	note := func(t uint64, err error) error {
-		if err == nil {
-			if first == 0 {
-				first = t
-			}
-			last = t
-		}
-		return err
-	}
+// writeSnapshot writes the full state of every group and share-partition
+// to the share-state store: its startup snapshot and every compaction
+// (sharestate.Store.Start). It returns the first write error.
+func (m *Manager) writeSnapshot() error {
 	for _, g := range m.groupList() {
 		g.mu.Lock()
 		if g.deleted || g.dead {
 			// A dead group's delete entry is being written: a group entry
 			// after it would bring the group back at recovery. If that
-			// write fails the log is broken and this snapshot fails too.
+			// write fails the store counts the failure and fails this snapshot.
 			g.mu.Unlock()
 			continue
 		}
-		err := note(m.slog.write(func(b []byte) []byte { return appendGroupEntry(b, g.id, g.epoch, &g.explicit) }))
+		_, err := m.state.Write(g.entryLocked())
 		parts := make([]*sharePartition, 0, len(g.parts))
 		for _, sp := range g.parts {
 			parts = append(parts, sp)
@@ -632,12 +548,12 @@ func (m *Manager) snapshot(gen uint64) error {
 		for _, sp := range parts {
 			sp.mu.Lock()
 			if sp.status == spLive {
-				err = note(sp.writeFull())
+				_, err = sp.writeFull()
 			}
 			if err == nil && sp.offline != "" {
-				m.noteDurable(sp)
-				reason := sp.offline
-				err = note(m.slog.write(func(b []byte) []byte { return appendPartOffline(b, g.id, sp, reason) }))
+				e := sp.entry(sharestate.KindPartOffline)
+				e.Reason = sp.offline
+				_, err = m.state.Write(e)
 			}
 			sp.mu.Unlock()
 			if err != nil {
@@ -645,44 +561,5 @@ func (m *Manager) snapshot(gen uint64) error {
 			}
 		}
 	}
-	if err := note(m.slog.write(func(b []byte) []byte { return appendMarker(b, gen) })); err != nil {
-		return err
-	}
-	if err := m.slog.syncTo(last); err != nil {
-		return err
-	}
-	// Every entry of the snapshot must have made it, in generation gen.
-	if m.slog.failures() != fails {
-		return errors.New("a share state log write failed during the snapshot")
-	}
-	if cur := m.slog.currentFile(); cur != gen {
-		return fmt.Errorf("the snapshot went to generation %d, not %d (rotation failed)", cur, gen)
-	}
-	m.snapBytes.Store(int64(last - first))
 	return nil
-}
-
-// removeOldFiles deletes the generations before gen, whose content the
-// snapshot in gen now covers, except those in keep (damaged files that
-// could not be moved to quarantine: never deleted).
-func (m *Manager) removeOldFiles(gen uint64, keep map[string]bool) {
-	files, err := listGenerations(m.opts.Dir)
-	if err != nil {
-		m.log.Warn("listing share state files", "err", err)
-		return
-	}
-	removed := false
-	for _, f := range files {
-		if f.gen < gen && !keep[f.name] {
-			if err := os.Remove(filepath.Join(m.opts.Dir, f.name)); err != nil {
-				m.log.Warn("removing an old share state file", "file", f.name, "err", err)
-			}
-			removed = true
-		}
-	}
-	if removed {
-		if err := fsutil.SyncDir(m.opts.Dir); err != nil {
-			m.log.Warn("syncing the share state directory", "err", err)
-		}
-	}
 }

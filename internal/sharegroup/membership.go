@@ -310,7 +310,7 @@ func (g *group) expireLocked(ctx context.Context, now int64) {
 func (g *group) bumpLocked(ctx context.Context, metas map[string]topicMeta) {
 	g.mu.Lock()
 	g.epoch++
-	_, _ = g.m.slog.write(func(b []byte) []byte { return appendGroupEntry(b, g.id, g.epoch, &g.explicit) })
+	_, _ = g.m.state.Write(g.entryLocked())
 	epoch := g.epoch
 	g.mu.Unlock()
 	g.recomputeLocked(ctx, metas)
@@ -406,12 +406,12 @@ func (g *group) initPartitions(ctx context.Context, tps []TopicPartition, ids []
 	if last == 0 {
 		return
 	}
-	_ = m.slog.ackWait(last)
+	_ = m.state.Wait(last)
 	failed := 0
 	var ferr error
 	for _, sp := range pending {
 		// Each entry may have failed on its own (failures are not sticky).
-		if err := m.slog.ackWait(sp.lastTicket.Load()); err != nil {
+		if err := m.state.Wait(sp.lastTicket.Load()); err != nil {
 			sp.status = spUninit
 			failed, ferr = failed+1, err
 		}

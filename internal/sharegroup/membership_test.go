@@ -148,7 +148,7 @@ func TestHeartbeatLifecycle(t *testing.T) {
 // §8: epoch 0 from a present member is a rejoin: no size check, the
 // subscription is replaced, the full assignment is sent.
 func TestHeartbeatRejoinAndMaxSize(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.GroupMaxSize = 2 })
+	e := newEnv(t, func(o *testOpts) { o.GroupMaxSize = 2 })
 	e.topic("t", 2)
 	e.topic("u", 1)
 	e.mustHB("a", 0, "t")

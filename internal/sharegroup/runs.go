@@ -2,16 +2,19 @@ package sharegroup
 
 import (
 	"slices"
+
+	"github.com/sharelog/sharelog/internal/sharestate"
 )
 
-// recState is a record's state (share-groups.md §1).
+// recState is a record's state (share-groups.md §1). The durable ones
+// have the values of sharestate.RecState.
 type recState uint8
 
 const (
-	stAvailable recState = iota
-	stAcquired
-	stAcknowledged
-	stArchived
+	stAvailable    = recState(sharestate.Available)
+	stAcquired     = recState(1) // never durable
+	stAcknowledged = recState(sharestate.Acknowledged)
+	stArchived     = recState(sharestate.Archived)
 )
 
 func (s recState) terminal() bool { return s >= stAcknowledged }
@@ -49,14 +52,14 @@ func (r *run) same(o *run) bool {
 
 // durable is the run's durable image (§7): ACQUIRED is not persisted, so an
 // ACQUIRED record is durably AVAILABLE without the acquisition's +1.
-func (r *run) durable() durRange {
+func (r *run) durable() sharestate.Range {
 	switch r.state {
 	case stAcquired:
-		return durRange{first: r.first, last: r.last, state: stAvailable, count: r.count - 1}
+		return sharestate.Range{First: r.first, Last: r.last, State: sharestate.Available, Count: r.count - 1}
 	case stAvailable:
-		return durRange{first: r.first, last: r.last, state: stAvailable, count: r.count}
+		return sharestate.Range{First: r.first, Last: r.last, State: sharestate.Available, Count: r.count}
 	}
-	return durRange{first: r.first, last: r.last, state: r.state}
+	return sharestate.Range{First: r.first, Last: r.last, State: sharestate.RecState(r.state)}
 }
 
 func availableRun(first, last int64, count int16) run {
@@ -158,11 +161,11 @@ func (p *sharePartition) advance() bool {
 
 // appendDur appends r to a delta, merging it into the last range if adjacent
 // and equal.
-func appendDur(ds []durRange, r durRange) []durRange {
+func appendDur(ds []sharestate.Range, r sharestate.Range) []sharestate.Range {
 	if n := len(ds); n > 0 {
 		l := &ds[n-1]
-		if l.last+1 == r.first && l.state == r.state && l.count == r.count {
-			l.last = r.last
+		if l.Last+1 == r.First && l.State == r.State && l.Count == r.Count {
+			l.Last = r.Last
 			return ds
 		}
 	}
@@ -170,14 +173,14 @@ func appendDur(ds []durRange, r durRange) []durRange {
 }
 
 // clipDur drops the parts of ds below off (ds ascends).
-func clipDur(ds []durRange, off int64) []durRange {
+func clipDur(ds []sharestate.Range, off int64) []sharestate.Range {
 	i := 0
-	for i < len(ds) && ds[i].last < off {
+	for i < len(ds) && ds[i].Last < off {
 		i++
 	}
 	ds = ds[i:]
-	if len(ds) > 0 && ds[0].first < off {
-		ds[0].first = off
+	if len(ds) > 0 && ds[0].First < off {
+		ds[0].First = off
 	}
 	return ds
 }

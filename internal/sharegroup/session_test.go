@@ -138,7 +138,7 @@ func TestSessionStep(t *testing.T) {
 		assert.Equal(t, ReasonShareSessionNotFound, reqErr(err).Reason)
 	})
 	t.Run("epoch 0 with acks leaves the existing session untouched", func(t *testing.T) {
-		e := newEnv(t, func(o *Options) {})
+		e := newEnv(t, func(o *testOpts) {})
 		e.topic("t", 1)
 		x := tp("t", 0)
 		e.open("m", x)
@@ -271,7 +271,7 @@ func TestSessionEndReleasesEverywhere(t *testing.T) {
 // sessions, else holds the request max_wait_ms and refuses it.
 func TestSessionLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newEnv(t, func(o *Options) {
+		e := newEnv(t, func(o *testOpts) {
 			o.MaxShareSessions = 2
 			o.GroupMaxSize = 2
 			o.SessionIdleTimeout = time.Minute
@@ -308,7 +308,7 @@ func TestSessionLimit(t *testing.T) {
 // never evicted.
 func TestIdleEviction(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newEnv(t, func(o *Options) { o.SessionIdleTimeout = 10 * time.Second })
+		e := newEnv(t, func(o *testOpts) { o.SessionIdleTimeout = 10 * time.Second })
 		e.topic("t", 1)
 		x := tp("t", 0)
 		e.open("idle", x)

@@ -14,23 +14,16 @@ import (
 
 // TraceStore wraps a log store so that every operation that touches the log
 // is a span (a child of the calling RPC's span) and appends and reads are
-// counted in metrics.
+// counted in metrics. The store's key index is wrapped apart, by
+// TraceKeyIndex: it is handed to its users explicitly, never found on the
+// store.
 func TraceStore(s logstore.Store, tp trace.TracerProvider, mp metric.MeterProvider) logstore.Store {
-	meter := mp.Meter("github.com/sharelog/sharelog/internal/logstore")
-	ts := &tracedStore{Store: s, tracer: tp.Tracer("github.com/sharelog/sharelog/internal/logstore")}
-	ts.appended, _ = meter.Int64Counter("sharelog.logstore.appended.records",
-		metric.WithDescription("Records appended to the log."), metric.WithUnit("{record}"))
-	ts.appendedBytes, _ = meter.Int64Counter("sharelog.logstore.appended.bytes",
-		metric.WithDescription("Payload bytes appended to the log."), metric.WithUnit("By"))
-	ts.read, _ = meter.Int64Counter("sharelog.logstore.read.records",
-		metric.WithDescription("Records read from the log."), metric.WithUnit("{record}"))
-	ts.appendLatency, _ = meter.Float64Histogram("sharelog.logstore.append.duration",
-		metric.WithDescription("Time to append a batch, fsync included."), metric.WithUnit("s"))
-	return ts
+	return &tracedStore{Store: s, instruments: newInstruments(tp, mp)}
 }
 
-type tracedStore struct {
-	logstore.Store
+// instruments are the tracer and metrics of log-store calls, shared by the
+// store and key-index wrappers.
+type instruments struct {
 	tracer        trace.Tracer
 	appended      metric.Int64Counter
 	appendedBytes metric.Int64Counter
@@ -38,11 +31,30 @@ type tracedStore struct {
 	appendLatency metric.Float64Histogram
 }
 
-func (t *tracedStore) start(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+func newInstruments(tp trace.TracerProvider, mp metric.MeterProvider) *instruments {
+	meter := mp.Meter("github.com/sharelog/sharelog/internal/logstore")
+	in := &instruments{tracer: tp.Tracer("github.com/sharelog/sharelog/internal/logstore")}
+	in.appended, _ = meter.Int64Counter("sharelog.logstore.appended.records",
+		metric.WithDescription("Records appended to the log."), metric.WithUnit("{record}"))
+	in.appendedBytes, _ = meter.Int64Counter("sharelog.logstore.appended.bytes",
+		metric.WithDescription("Payload bytes appended to the log."), metric.WithUnit("By"))
+	in.read, _ = meter.Int64Counter("sharelog.logstore.read.records",
+		metric.WithDescription("Records read from the log."), metric.WithUnit("{record}"))
+	in.appendLatency, _ = meter.Float64Histogram("sharelog.logstore.append.duration",
+		metric.WithDescription("Time to append a batch, fsync included."), metric.WithUnit("s"))
+	return in
+}
+
+type tracedStore struct {
+	logstore.Store
+	*instruments
+}
+
+func (t *instruments) start(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	return t.tracer.Start(ctx, "logstore."+name, trace.WithAttributes(attrs...))
 }
 
-func end(span trace.Span, err error) {
+func endSpan(span trace.Span, err error) {
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -56,19 +68,19 @@ func tpAttrs(topic string, partition int32) []attribute.KeyValue {
 
 func (t *tracedStore) CreateTopic(ctx context.Context, name string, partitions int32, cfg logstore.TopicConfig) (_ logstore.TopicInfo, err error) {
 	ctx, span := t.start(ctx, "CreateTopic", attribute.String("sharelog.topic", name), attribute.Int("sharelog.partitions", int(partitions)))
-	defer func() { end(span, err) }()
+	defer func() { endSpan(span, err) }()
 	return t.Store.CreateTopic(ctx, name, partitions, cfg)
 }
 
 func (t *tracedStore) DeleteTopic(ctx context.Context, name string) (err error) {
 	ctx, span := t.start(ctx, "DeleteTopic", attribute.String("sharelog.topic", name))
-	defer func() { end(span, err) }()
+	defer func() { endSpan(span, err) }()
 	return t.Store.DeleteTopic(ctx, name)
 }
 
 func (t *tracedStore) Append(ctx context.Context, topic string, partition int32, recs []logstore.Record) (base int64, err error) {
 	ctx, span := t.start(ctx, "Append", append(tpAttrs(topic, partition), attribute.Int("sharelog.records", len(recs)))...)
-	defer func() { end(span, err) }()
+	defer func() { endSpan(span, err) }()
 	start := nowFunc()
 	base, err = t.Store.Append(ctx, topic, partition, recs)
 	if err == nil {
@@ -87,7 +99,7 @@ func (t *tracedStore) Append(ctx context.Context, topic string, partition int32,
 
 func (t *tracedStore) Read(ctx context.Context, topic string, partition int32, offset int64, maxRecords, maxBytes int) (recs []logstore.Record, err error) {
 	ctx, span := t.start(ctx, "Read", append(tpAttrs(topic, partition), attribute.Int64("sharelog.offset", offset))...)
-	defer func() { end(span, err) }()
+	defer func() { endSpan(span, err) }()
 	recs, err = t.Store.Read(ctx, topic, partition, offset, maxRecords, maxBytes)
 	span.SetAttributes(attribute.Int("sharelog.records", len(recs)))
 	t.read.Add(ctx, int64(len(recs)), metric.WithAttributes(attribute.String("topic", topic)))
@@ -96,14 +108,86 @@ func (t *tracedStore) Read(ctx context.Context, topic string, partition int32, o
 
 func (t *tracedStore) OffsetForTimestamp(ctx context.Context, topic string, partition int32, ts int64) (off, rts int64, err error) {
 	ctx, span := t.start(ctx, "OffsetForTimestamp", tpAttrs(topic, partition)...)
-	defer func() { end(span, err) }()
+	defer func() { endSpan(span, err) }()
 	return t.Store.OffsetForTimestamp(ctx, topic, partition, ts)
 }
 
 func (t *tracedStore) DeleteRecordsBefore(ctx context.Context, topic string, partition int32, offset int64) (_ int64, err error) {
 	ctx, span := t.start(ctx, "DeleteRecordsBefore", append(tpAttrs(topic, partition), attribute.Int64("sharelog.offset", offset))...)
-	defer func() { end(span, err) }()
+	defer func() { endSpan(span, err) }()
 	return t.Store.DeleteRecordsBefore(ctx, topic, partition, offset)
+}
+
+// TraceKeyIndex wraps a key index as TraceStore wraps its store, so change
+// streams' index reads are traced too: a key scan is a span from ScanKeys
+// until its cursor is closed (with the keys it yielded), a key count is a
+// span, and records read by index entry are counted in the read metric.
+// Entry reads are not spans of their own: an OSO snapshot reads one per key,
+// and its scan's span already covers them.
+func TraceKeyIndex(idx logstore.KeyIndexer, tp trace.TracerProvider, mp metric.MeterProvider) logstore.KeyIndexer {
+	return &tracedIndex{KeyIndexer: idx, instruments: newInstruments(tp, mp)}
+}
+
+type tracedIndex struct {
+	logstore.KeyIndexer
+	*instruments
+}
+
+func (t *tracedIndex) ScanKeys(ctx context.Context, topic string, partition int32, prefix []byte, end int64) (logstore.KeyCursor, error) {
+	ctx, span := t.start(ctx, "ScanKeys", append(tpAttrs(topic, partition), attribute.Int64("sharelog.end_offset", end))...)
+	c, err := t.KeyIndexer.ScanKeys(ctx, topic, partition, prefix, end)
+	if err != nil {
+		endSpan(span, err)
+		return nil, err
+	}
+	return &tracedCursor{KeyCursor: c, span: span}, nil
+}
+
+// tracedCursor ends its scan's span at Close.
+type tracedCursor struct {
+	logstore.KeyCursor
+	span   trace.Span
+	keys   int64
+	closed bool
+}
+
+func (c *tracedCursor) Next() bool {
+	ok := c.KeyCursor.Next()
+	if ok {
+		c.keys++
+	}
+	return ok
+}
+
+func (c *tracedCursor) Close() error {
+	err := c.KeyCursor.Close()
+	if !c.closed {
+		c.closed = true
+		c.span.SetAttributes(attribute.Int64("sharelog.keys", c.keys))
+		serr := c.KeyCursor.Err()
+		if serr == nil {
+			serr = err
+		}
+		endSpan(c.span, serr)
+	}
+	return err
+}
+
+func (t *tracedIndex) ReadEntry(ctx context.Context, topic string, partition int32, ent logstore.KeyEntry) (logstore.Record, error) {
+	r, err := t.KeyIndexer.ReadEntry(ctx, topic, partition, ent)
+	if err == nil {
+		t.read.Add(ctx, 1, metric.WithAttributes(attribute.String("topic", topic)))
+	}
+	return r, err
+}
+
+func (t *tracedIndex) CountKeys(ctx context.Context, topic string, partition int32, prefix []byte, end, limit int64) (lo, hi int64, err error) {
+	ctx, span := t.start(ctx, "CountKeys", append(tpAttrs(topic, partition), attribute.Int64("sharelog.end_offset", end))...)
+	defer func() {
+		span.SetAttributes(attribute.Int64("sharelog.keys.lo", lo), attribute.Int64("sharelog.keys.hi", hi))
+		endSpan(span, err)
+	}()
+	return t.KeyIndexer.CountKeys(ctx, topic, partition, prefix, end, limit)
 }
 
 var nowFunc = time.Now

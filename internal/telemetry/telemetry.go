@@ -1,6 +1,3 @@
-// Package telemetry wires OpenTelemetry for the server: a tracer provider
-// configured by the standard OTEL_* variables, a meter provider exported in
-// the Prometheus text format on /metrics, and spans around log-store calls.
 package telemetry
 
 import (

@@ -14,14 +14,32 @@ import (
 	"github.com/sharelog/sharelog/internal/logstore"
 )
 
-// keyIndexed adapts a KeyIndexer test; stores without a key index skip it.
-func keyIndexed(fn func(t *testing.T, s logstore.Store, ki logstore.KeyIndexer)) func(t *testing.T, s logstore.Store) {
-	return func(t *testing.T, s logstore.Store) {
-		ki, ok := s.(logstore.KeyIndexer)
-		if !ok {
-			t.Skip("the store has no key index")
-		}
-		fn(t, s, ki)
+// RunKeyIndex runs the key-index conformance suite. newIndexed returns a
+// fresh, empty store and its key index (the store itself, or a wrapper of
+// its index such as the tracing one) for one subtest and arranges (with
+// t.Cleanup) for the store to be closed. Subtests run in parallel.
+func RunKeyIndex(t *testing.T, newIndexed func(t *testing.T) (logstore.Store, logstore.KeyIndexer)) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, s logstore.Store, ki logstore.KeyIndexer)
+	}{
+		{"LatestBelowEnd", testKeyIndexLatestBelowEnd},
+		{"PrefixAndOrder", testKeyIndexPrefixAndOrder},
+		{"Model", testKeyIndexModel},
+		{"AppendDuringScan", testKeyIndexAppendDuringScan},
+		{"Purge", testKeyIndexPurge},
+		{"RangeStats", testKeyIndexRangeStats},
+		{"SegmentEnd", testKeyIndexSegmentEnd},
+		{"TopicID", testKeyIndexTopicID},
+		{"ReadEntry", testKeyIndexReadEntry},
+		{"CountKeys", testKeyIndexCountKeys},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s, ki := newIndexed(t)
+			c.fn(t, s, ki)
+		})
 	}
 }
 
@@ -307,10 +325,7 @@ func keyModelTopic(t *testing.T, s logstore.Store, topic string) []logstore.Reco
 }
 
 func testKeyIndexReadEntry(t *testing.T, s logstore.Store, ki logstore.KeyIndexer) {
-	er, ok := ki.(logstore.EntryReader)
-	if !ok {
-		t.Skip("the store has no EntryReader")
-	}
+	er := ki
 	all := keyModelTopic(t, s, "kre")
 	check := func(end int64) int {
 		c, err := ki.ScanKeys(ctx, "kre", 0, nil, end)
@@ -366,10 +381,7 @@ func testKeyIndexReadEntry(t *testing.T, s logstore.Store, ki logstore.KeyIndexe
 }
 
 func testKeyIndexCountKeys(t *testing.T, s logstore.Store, ki logstore.KeyIndexer) {
-	kc, ok := ki.(logstore.KeyCounter)
-	if !ok {
-		t.Skip("the store has no KeyCounter")
-	}
+	kc := ki
 	keyModelTopic(t, s, "kck")
 	appendRecs(t, s, "kck", 0, logstore.Record{Key: []byte{}, Value: []byte("empty key")})
 	for _, end := range []int64{0, 1, 100, 333, 601, 2000} {

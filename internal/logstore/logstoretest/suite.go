@@ -26,7 +26,8 @@ import (
 // matters when the test is failing.
 const waitTimeout = 5 * time.Second
 
-// Run runs the conformance suite. newStore returns a fresh, empty store for
+// Run runs the conformance suite of logstore.Store (RunKeyIndex is the
+// key index's). newStore returns a fresh, empty store for
 // one subtest and arranges (with t.Cleanup) for it to be closed; closing it
 // twice must be harmless. Subtests run in parallel.
 func Run(t *testing.T, newStore func(t *testing.T) logstore.Store) {
@@ -58,17 +59,6 @@ func Run(t *testing.T, newStore func(t *testing.T) logstore.Store) {
 		{"UnknownTopicOrPartition", testUnknown},
 		{"ContextCanceled", testContextCanceled},
 		{"Closed", testClosed},
-		// KeyIndexer (change-stream.md §7), for stores that implement it.
-		{"KeyIndexLatestBelowEnd", keyIndexed(testKeyIndexLatestBelowEnd)},
-		{"KeyIndexPrefixAndOrder", keyIndexed(testKeyIndexPrefixAndOrder)},
-		{"KeyIndexModel", keyIndexed(testKeyIndexModel)},
-		{"KeyIndexAppendDuringScan", keyIndexed(testKeyIndexAppendDuringScan)},
-		{"KeyIndexPurge", keyIndexed(testKeyIndexPurge)},
-		{"KeyIndexRangeStats", keyIndexed(testKeyIndexRangeStats)},
-		{"KeyIndexSegmentEnd", keyIndexed(testKeyIndexSegmentEnd)},
-		{"KeyIndexTopicID", keyIndexed(testKeyIndexTopicID)},
-		{"KeyIndexReadEntry", keyIndexed(testKeyIndexReadEntry)},
-		{"KeyIndexCountKeys", keyIndexed(testKeyIndexCountKeys)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

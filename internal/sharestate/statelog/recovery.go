@@ -1,4 +1,4 @@
-package sharegroup
+package statelog
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sharelog/sharelog/internal/sharestate"
 )
 
 // genFile is one state-log file.
@@ -54,22 +56,12 @@ func listGenerations(dir string) ([]genFile, error) {
 // recovered is the durable state read back at Open.
 type recovered struct {
 	lastGen uint64
-	baseGen uint64      // the first generation read (0 if none)
-	groups  []*recGroup // sorted by id
-	damage  []damage    // lost acknowledged state found
-	files   []string    // the files read or expected (paths), for quarantine
-	man     *manifest   // nil if none was readable
-	manErr  error       // why the manifest was not read (errNoManifest if absent)
-}
-
-type recGroup struct {
-	id     string
-	config GroupConfig
-	epoch  int32
-	// replay-only objects: status, spso, speo, runs, offline. A
-	// share-partition known only from the manifest (all its entries lost)
-	// is spUninit and offline.
-	parts []*sharePartition
+	baseGen uint64            // the first generation read (0 if none)
+	state   *sharestate.State // what the readable entries say
+	damage  []damage          // lost acknowledged state found
+	files   []string          // the files read or expected (paths), for quarantine
+	man     *Manifest         // nil if none was readable
+	manErr  error             // why the manifest was not read (errNoManifest if absent)
 }
 
 // damage is lost acknowledged state found by recovery: a file missing or
@@ -136,17 +128,19 @@ func recoverDir(dir string) (*recovered, error) {
 	if len(chain) > 0 {
 		rec.baseGen = chain[0].gen
 	}
-	r := newReplay()
+	img := sharestate.NewImage()
 	for i, f := range chain {
 		path := filepath.Join(dir, f.name)
 		rec.files = append(rec.files, path)
 		es, dmg := parseFile(path, f.gen, i == len(chain)-1, man.size(f.gen))
 		rec.damage = append(rec.damage, dmg...)
 		for j := range es {
-			r.apply(&es[j])
+			if es[j].typ != entMarker {
+				img.Apply(&es[j].Entry)
+			}
 		}
 	}
-	rec.groups = r.finish()
+	rec.state = img.State()
 	return rec, nil
 }
 
@@ -242,114 +236,4 @@ func resync(data []byte, q int) int {
 		}
 	}
 	return -1
-}
-
-// replay applies entries to an in-memory image of the durable state.
-type replay struct {
-	groups map[string]*replayGroup
-}
-
-type replayGroup struct {
-	id     string
-	config GroupConfig
-	epoch  int32
-	parts  map[partKey]*sharePartition
-}
-
-func newReplay() *replay { return &replay{groups: make(map[string]*replayGroup)} }
-
-func (r *replay) group(id string) *replayGroup {
-	g := r.groups[id]
-	if g == nil {
-		g = &replayGroup{id: id, parts: make(map[partKey]*sharePartition)}
-		r.groups[id] = g
-	}
-	return g
-}
-
-func (r *replay) apply(e *entry) {
-	switch e.typ {
-	case entGroup:
-		g := r.group(e.group)
-		g.config, g.epoch = e.config, e.groupEpoch
-	case entGroupDelete:
-		delete(r.groups, e.group)
-	case entPartDelete:
-		if g := r.groups[e.group]; g != nil {
-			delete(g.parts, partKey{e.topicID, e.part})
-		}
-	case entPartOffline:
-		g := r.group(e.group)
-		k := partKey{e.topicID, e.part}
-		sp := g.parts[k]
-		if sp == nil {
-			sp = &sharePartition{topic: e.topic, topicID: e.topicID, part: e.part, status: spUninit, speo: -1, nextDeadline: never}
-			g.parts[k] = sp
-		}
-		sp.offline = e.reason
-	case entPartDelta, entPartFull:
-		g := r.group(e.group)
-		k := partKey{e.topicID, e.part}
-		sp := g.parts[k]
-		if sp == nil || e.typ == entPartFull || sp.status != spLive {
-			sp = &sharePartition{topic: e.topic, topicID: e.topicID, part: e.part, status: spLive, spso: e.spso, speo: e.spso - 1, nextDeadline: never}
-			g.parts[k] = sp
-		}
-		if e.spso > sp.spso {
-			if e.spso > sp.speo {
-				sp.runs, sp.speo = nil, e.spso-1
-			} else {
-				sp.runs = sp.runs[sp.splitAt(e.spso):]
-			}
-			sp.spso = e.spso
-		}
-		for _, d := range e.ranges {
-			if d.last < sp.spso {
-				continue
-			}
-			d.first = max(d.first, sp.spso)
-			if d.first > sp.speo+1 {
-				sp.setRange(sp.speo+1, d.first-1, availableRun(0, 0, 0))
-			}
-			v := run{state: d.state, count: d.count}
-			if d.state.terminal() {
-				v.count = 0
-			}
-			sp.setRange(d.first, d.last, v)
-		}
-	}
-}
-
-// finish normalises the image: trailing AVAILABLE(0) runs are implicit,
-// leading terminal runs are below SPSO.
-func (r *replay) finish() []*recGroup {
-	var out []*recGroup
-	for _, g := range r.groups {
-		rg := &recGroup{id: g.id, config: g.config, epoch: g.epoch}
-		for _, sp := range g.parts {
-			if sp.status != spLive {
-				rg.parts = append(rg.parts, sp)
-				continue
-			}
-			for n := len(sp.runs); n > 0 && sp.runs[n-1].state == stAvailable && sp.runs[n-1].count == 0; n = len(sp.runs) {
-				sp.runs = sp.runs[:n-1]
-			}
-			if n := len(sp.runs); n > 0 {
-				sp.speo = sp.runs[n-1].last
-			} else {
-				sp.speo = sp.spso - 1
-			}
-			sp.advance()
-			rg.parts = append(rg.parts, sp)
-		}
-		slices.SortFunc(rg.parts, func(a, b *sharePartition) int {
-			if c := strings.Compare(a.topicID, b.topicID); c != 0 {
-				return c
-			}
-			return int(a.part) - int(b.part)
-		})
-		out = append(out, rg)
-	}
-	slices.SortFunc(out, func(a, b *recGroup) int { return strings.Compare(a.id, b.id) })
-	return out
 }

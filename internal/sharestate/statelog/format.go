@@ -1,4 +1,4 @@
-package sharegroup
+package statelog
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"unicode/utf8"
+
+	"github.com/sharelog/sharelog/internal/sharestate"
 )
 
 // State-log entry format (see doc.go, "State log").
@@ -19,15 +21,22 @@ import (
 // cannot. All integers in key and body are (u)varints; strings are a uvarint
 // length and the bytes.
 
-// Entry types.
+// Entry types: the sharestate kinds, and the snapshot marker, which only
+// the file format has.
 const (
-	entGroup       byte = 1 // key: group; body: group_epoch, explicitly set config
-	entGroupDelete byte = 2 // key: group; body: empty
-	entPartDelta   byte = 3 // key: share-partition; body: SPSO, ranges to set
-	entPartFull    byte = 4 // key: share-partition; body: SPSO, every non-default range
-	entPartDelete  byte = 5 // key: share-partition; body: empty (uninitialised again)
-	entMarker      byte = 6 // key: empty; body: generation whose snapshot is complete
-	entPartOffline byte = 7 // key: share-partition; body: why its durable state is lost
+	entGroup            = byte(sharestate.KindGroup)       // key: group; body: group_epoch, explicitly set config
+	entGroupDelete      = byte(sharestate.KindGroupDelete) // key: group; body: empty
+	entPartDelta        = byte(sharestate.KindPartDelta)   // key: share-partition; body: SPSO, ranges to set
+	entPartFull         = byte(sharestate.KindPartFull)    // key: share-partition; body: SPSO, every non-default range
+	entPartDelete       = byte(sharestate.KindPartDelete)  // key: share-partition; body: empty (uninitialised again)
+	entMarker      byte = 6                                // key: empty; body: generation whose snapshot is complete
+	entPartOffline      = byte(sharestate.KindPartOffline) // key: share-partition; body: why its durable state is lost
+)
+
+// Bounds of decoded names (those of the share-group API).
+const (
+	maxGroupIDLen = 249
+	maxTopicLen   = 249
 )
 
 const (
@@ -53,31 +62,10 @@ const (
 	cfgAll = 1<<iota - 1
 )
 
-// durRange is one range of a share-partition's durable state: AVAILABLE
-// with a count, ACKNOWLEDGED or ARCHIVED (counts of terminal records are
-// not kept: nothing ever reads them).
-type durRange struct {
-	first, last int64
-	state       recState
-	count       int16
-}
-
-// entry is a decoded state-log entry.
+// entry is a decoded state-log entry: a sharestate entry, or a marker.
 type entry struct {
+	sharestate.Entry
 	typ byte
-
-	group   string
-	topic   string // share-partition entries
-	topicID string
-	part    int32
-
-	groupEpoch int32       // entGroup
-	config     GroupConfig // entGroup: explicitly set fields only
-
-	spso   int64      // entPartDelta, entPartFull
-	ranges []durRange // ascending, non-overlapping, all >= spso
-	reason string     // entPartOffline
-
 	gen uint64 // entMarker
 }
 
@@ -111,7 +99,29 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func appendGroupEntry(b []byte, group string, groupEpoch int32, c *GroupConfig) []byte {
+// appendEntry appends e's frame (e.Kind must be a sharestate kind).
+func appendEntry(b []byte, e *sharestate.Entry) []byte {
+	switch e.Kind {
+	case sharestate.KindGroup:
+		return appendGroupEntry(b, e.Group, e.GroupEpoch, &e.Config)
+	case sharestate.KindGroupDelete:
+		return appendGroupDelete(b, e.Group)
+	case sharestate.KindPartDelta, sharestate.KindPartFull:
+		b, start := partKeyStart(b, byte(e.Kind), e)
+		b = appendRanges(b, e.SPSO, e.Ranges)
+		return frameEnd(b, start)
+	case sharestate.KindPartDelete:
+		b, start := partKeyStart(b, entPartDelete, e)
+		return frameEnd(b, start)
+	case sharestate.KindPartOffline:
+		b, start := partKeyStart(b, entPartOffline, e)
+		b = appendString(b, e.Reason)
+		return frameEnd(b, start)
+	}
+	panic(fmt.Sprintf("statelog: cannot encode an entry of %v", e.Kind))
+}
+
+func appendGroupEntry(b []byte, group string, groupEpoch int32, c *sharestate.GroupConfig) []byte {
 	b, start := frameStart(b, entGroup)
 	b = appendString(b, group)
 	b = keyEnd(b, start)
@@ -148,44 +158,30 @@ func appendGroupDelete(b []byte, group string) []byte {
 }
 
 // partKeyStart starts a share-partition entry and writes its key.
-func partKeyStart(b []byte, typ byte, group string, sp *sharePartition) ([]byte, int) {
+func partKeyStart(b []byte, typ byte, e *sharestate.Entry) ([]byte, int) {
 	b, start := frameStart(b, typ)
-	b = appendString(b, group)
-	b = appendString(b, sp.topic)
-	b = appendString(b, sp.topicID)
-	b = binary.AppendVarint(b, int64(sp.part))
+	b = appendString(b, e.Group)
+	b = appendString(b, e.Topic)
+	b = appendString(b, e.TopicID)
+	b = binary.AppendVarint(b, int64(e.Partition))
 	return keyEnd(b, start), start
 }
 
 // appendRanges appends a range list: count, then per range the distance of
 // first from the previous range's end (or from spso), the length - 1, the
 // state and the count. Ranges must ascend from spso.
-func appendRanges(b []byte, spso int64, rs []durRange) []byte {
+func appendRanges(b []byte, spso int64, rs []sharestate.Range) []byte {
 	b = binary.AppendVarint(b, spso)
 	b = binary.AppendUvarint(b, uint64(len(rs)))
 	prev := spso
 	for _, r := range rs {
-		b = binary.AppendUvarint(b, uint64(r.first-prev))
-		b = binary.AppendUvarint(b, uint64(r.last-r.first))
-		b = append(b, byte(r.state))
-		b = binary.AppendUvarint(b, uint64(r.count))
-		prev = r.last + 1
+		b = binary.AppendUvarint(b, uint64(r.First-prev))
+		b = binary.AppendUvarint(b, uint64(r.Last-r.First))
+		b = append(b, byte(r.State))
+		b = binary.AppendUvarint(b, uint64(r.Count))
+		prev = r.Last + 1
 	}
 	return b
-}
-
-func appendPartDelete(b []byte, group string, sp *sharePartition) []byte {
-	b, start := partKeyStart(b, entPartDelete, group, sp)
-	return frameEnd(b, start)
-}
-
-// appendPartOffline records that the share-partition's durable state was
-// found lost (offline until a repair); it follows the partition's full
-// entry, if any, in a snapshot.
-func appendPartOffline(b []byte, group string, sp *sharePartition, reason string) []byte {
-	b, start := partKeyStart(b, entPartOffline, group, sp)
-	b = appendString(b, reason)
-	return frameEnd(b, start)
 }
 
 func appendMarker(b []byte, gen uint64) []byte {
@@ -300,19 +296,16 @@ func (d *decoder) str(maxLen int) string {
 
 // entryKey is the decoded key of an entry.
 type entryKey struct {
-	typ     byte
-	group   string
-	topic   string
-	topicID string
-	part    int32
+	typ byte
+	sharestate.PartitionKey
 }
 
 func (k entryKey) String() string {
 	switch k.typ {
 	case entGroup, entGroupDelete:
-		return fmt.Sprintf("group %q", k.group)
+		return fmt.Sprintf("group %q", k.Group)
 	case entPartDelta, entPartFull, entPartDelete, entPartOffline:
-		return fmt.Sprintf("group %q share-partition %s/%d (topic id %s)", k.group, k.topic, k.part, k.topicID)
+		return k.PartitionKey.String()
 	case entMarker:
 		return "snapshot marker"
 	}
@@ -326,12 +319,12 @@ func decodeKey(p []byte) (k entryKey, body []byte, err error) {
 	k.typ = d.byte1()
 	switch k.typ {
 	case entGroup, entGroupDelete:
-		k.group = d.str(maxGroupIDLen)
+		k.Group = d.str(maxGroupIDLen)
 	case entPartDelta, entPartFull, entPartDelete, entPartOffline:
-		k.group = d.str(maxGroupIDLen)
-		k.topic = d.str(maxTopicLen)
-		k.topicID = d.str(maxTopicLen)
-		k.part = d.int32v()
+		k.Group = d.str(maxGroupIDLen)
+		k.Topic = d.str(maxTopicLen)
+		k.TopicID = d.str(maxTopicLen)
+		k.Partition = d.int32v()
 	case entMarker:
 	default:
 		d.fail()
@@ -352,11 +345,11 @@ func decodeEntry(p []byte) (entry, error) {
 	if err != nil {
 		return entry{}, err
 	}
-	e := entry{typ: k.typ, group: k.group, topic: k.topic, topicID: k.topicID, part: k.part}
+	e := entry{typ: k.typ, Entry: sharestate.Entry{Kind: sharestate.Kind(k.typ), Group: k.Group, Topic: k.Topic, TopicID: k.TopicID, Partition: k.Partition}}
 	d := decoder{b: body}
 	switch k.typ {
 	case entGroup:
-		e.groupEpoch = d.int32v()
+		e.GroupEpoch = d.int32v()
 		mask := d.uvarint()
 		if mask&^cfgAll != 0 {
 			d.fail()
@@ -368,38 +361,38 @@ func decodeEntry(p []byte) (entry, error) {
 			v := d.int32v()
 			return &v
 		}
-		e.config.RecordLockDurationMs = get(cfgLockMs)
-		e.config.DeliveryCountLimit = get(cfgDeliveryLimit)
-		e.config.PartitionMaxRecordLocks = get(cfgMaxLocks)
+		e.Config.RecordLockDurationMs = get(cfgLockMs)
+		e.Config.DeliveryCountLimit = get(cfgDeliveryLimit)
+		e.Config.PartitionMaxRecordLocks = get(cfgMaxLocks)
 		if mask&cfgAutoReset != 0 {
 			s := d.str(256)
-			e.config.AutoOffsetReset = &s
+			e.Config.AutoOffsetReset = &s
 		}
-		e.config.SessionTimeoutMs = get(cfgSessionTimeout)
-		e.config.HeartbeatIntervalMs = get(cfgHeartbeat)
+		e.Config.SessionTimeoutMs = get(cfgSessionTimeout)
+		e.Config.HeartbeatIntervalMs = get(cfgHeartbeat)
 	case entPartDelta, entPartFull:
-		if k.part < 0 {
+		if k.Partition < 0 {
 			d.fail()
 		}
-		e.spso = d.varint()
+		e.SPSO = d.varint()
 		n := d.uvarint()
 		// Each range takes at least 4 bytes: never allocate more than the
 		// input can hold.
-		if e.spso < 0 || n > uint64(len(d.b)/4) {
+		if e.SPSO < 0 || n > uint64(len(d.b)/4) {
 			d.fail()
 			break
 		}
-		e.ranges = make([]durRange, 0, n)
-		prev := e.spso
+		e.Ranges = make([]sharestate.Range, 0, n)
+		prev := e.SPSO
 		for range n {
 			gap, ln := d.uvarint(), d.uvarint()
-			st, cnt := recState(d.byte1()), d.uvarint()
+			st, cnt := sharestate.RecState(d.byte1()), d.uvarint()
 			if d.err != nil {
 				break
 			}
 			if gap > 1<<62 || ln > 1<<62 || cnt > maxStoredCount ||
-				(st != stAvailable && st != stAcknowledged && st != stArchived) ||
-				(st != stAvailable && cnt != 0) {
+				(st != sharestate.Available && st != sharestate.Acknowledged && st != sharestate.Archived) ||
+				(st != sharestate.Available && cnt != 0) {
 				d.fail()
 				break
 			}
@@ -409,11 +402,11 @@ func decodeEntry(p []byte) (entry, error) {
 				d.fail() // overflow
 				break
 			}
-			e.ranges = append(e.ranges, durRange{first: first, last: last, state: st, count: int16(cnt)})
+			e.Ranges = append(e.Ranges, sharestate.Range{First: first, Last: last, State: st, Count: int16(cnt)})
 			prev = last + 1
 		}
 	case entPartOffline:
-		e.reason = d.str(maxReasonLen)
+		e.Reason = d.str(maxReasonLen)
 	case entPartDelete, entGroupDelete:
 	case entMarker:
 		e.gen = d.uvarint()
@@ -426,9 +419,6 @@ func decodeEntry(p []byte) (entry, error) {
 	}
 	return e, nil
 }
-
-// maxReasonLen bounds an offline entry's reason.
-const maxReasonLen = 4096
 
 // maxStoredCount bounds decoded delivery counts: the limit is at most 10,
 // the rest is room for future changes of the bounds.

@@ -1,4 +1,4 @@
-package sharegroup
+package statelog
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/sharelog/sharelog/internal/fsutil"
+	"github.com/sharelog/sharelog/internal/sharestate"
 )
 
 // The manifest is a small file beside the state log, replaced atomically
@@ -32,14 +33,15 @@ const manifestName = "share-state.manifest"
 // checkpoint before the next.
 const defaultCheckpointBytes = 1 << 20
 
-type manifest struct {
-	Version int       `json:"version"`
-	Base    uint64    `json:"base"`  // oldest generation recovery reads
-	Files   []manFile `json:"files"` // generations >= Base, ascending
-	Parts   []manPart `json:"share_partitions"`
+// Manifest is the manifest's content (ReadManifest).
+type Manifest struct {
+	Version int            `json:"version"`
+	Base    uint64         `json:"base"`  // oldest generation recovery reads
+	Files   []ManifestFile `json:"files"` // generations >= Base, ascending
+	Parts   []manPart      `json:"share_partitions"`
 }
 
-type manFile struct {
+type ManifestFile struct {
 	Gen  uint64 `json:"generation"`
 	Size int64  `json:"size"` // durable at least this long
 }
@@ -59,7 +61,7 @@ const manifestCRCPrefix = "crc32c="
 
 // encode renders the manifest: indented JSON, then a line with the
 // CRC32C of the JSON.
-func (mf *manifest) encode() []byte {
+func (mf *Manifest) encode() []byte {
 	b, _ := json.MarshalIndent(mf, "", " ")
 	b = append(b, '\n')
 	return fmt.Appendf(b, "%s%08x\n", manifestCRCPrefix, crc32.Checksum(b, castagnoli))
@@ -69,7 +71,7 @@ var errNoManifest = errors.New("no manifest")
 
 // readManifest reads the manifest; errNoManifest if there is none, another
 // error if it is damaged.
-func readManifest(dir string) (*manifest, error) {
+func readManifest(dir string) (*Manifest, error) {
 	b, err := os.ReadFile(filepath.Join(dir, manifestName))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, errNoManifest
@@ -85,7 +87,7 @@ func readManifest(dir string) (*manifest, error) {
 	if fmt.Sprintf("%08x", crc32.Checksum(body, castagnoli)) != sum {
 		return nil, errors.New("checksum mismatch")
 	}
-	var mf manifest
+	var mf Manifest
 	if err := json.Unmarshal(body, &mf); err != nil {
 		return nil, err
 	}
@@ -96,7 +98,7 @@ func readManifest(dir string) (*manifest, error) {
 }
 
 // size returns the checkpoint of generation gen (0 if not listed).
-func (mf *manifest) size(gen uint64) int64 {
+func (mf *Manifest) size(gen uint64) int64 {
 	if mf == nil {
 		return 0
 	}
@@ -118,30 +120,38 @@ type manState struct {
 	size  int64  // its size in the last manifest
 }
 
-func partOf(group string, sp *sharePartition) manPart {
-	return manPart{Group: group, Topic: sp.topic, TopicID: sp.topicID, Partition: sp.part}
+// noteDurable records that k has (or is getting) durable state.
+func (s *Store) noteDurable(k sharestate.PartitionKey) {
+	mp := manPart(k)
+	s.manMu.Lock()
+	if _, ok := s.man.parts[mp]; !ok {
+		s.man.parts[mp] = struct{}{}
+		s.man.dirty = true
+	}
+	s.manMu.Unlock()
 }
 
-// noteDurable records that sp has (or is getting) durable state.
-func (m *Manager) noteDurable(sp *sharePartition) {
-	k := partOf(sp.g.id, sp)
-	m.manMu.Lock()
-	if _, ok := m.man.parts[k]; !ok {
-		m.man.parts[k] = struct{}{}
-		m.man.dirty = true
+// noteDeleted records that k's durable state is being deleted.
+func (s *Store) noteDeleted(k sharestate.PartitionKey) {
+	mp := manPart(k)
+	s.manMu.Lock()
+	if _, ok := s.man.parts[mp]; ok {
+		delete(s.man.parts, mp)
+		s.man.dirty = true
 	}
-	m.manMu.Unlock()
+	s.manMu.Unlock()
 }
 
-// noteDeleted records that sp's durable state is being deleted.
-func (m *Manager) noteDeleted(group string, sp *sharePartition) {
-	k := partOf(group, sp)
-	m.manMu.Lock()
-	if _, ok := m.man.parts[k]; ok {
-		delete(m.man.parts, k)
-		m.man.dirty = true
+// noteGroupDeleted records that a group's durable state is being deleted.
+func (s *Store) noteGroupDeleted(group string) {
+	s.manMu.Lock()
+	for mp := range s.man.parts {
+		if mp.Group == group {
+			delete(s.man.parts, mp)
+			s.man.dirty = true
+		}
 	}
-	m.manMu.Unlock()
+	s.manMu.Unlock()
 }
 
 // onSynced is the state log's fsync callback: it writes the manifest when
@@ -149,51 +159,51 @@ func (m *Manager) noteDeleted(group string, sp *sharePartition) {
 // followed the last checkpoint. It runs before the fsynced entries are
 // reported durable, so an initialisation is in the manifest before its
 // share-partition is used.
-func (m *Manager) onSynced(gen uint64, size int64) {
-	m.manMu.Lock()
-	due := m.man.dirty || gen != m.man.gen || size-m.man.size >= m.opts.checkpointBytes
-	m.manMu.Unlock()
+func (s *Store) onSynced(gen uint64, size int64) {
+	s.manMu.Lock()
+	due := s.man.dirty || gen != s.man.gen || size-s.man.size >= s.opts.CheckpointBytes
+	s.manMu.Unlock()
 	if due {
-		m.writeManifest(gen, size)
+		s.writeManifest(gen, size)
 	}
 }
 
 // writeManifest writes the manifest with gen at size as the newest file.
 // A failure is logged: the previous manifest stays, a conservative (older)
 // checkpoint.
-func (m *Manager) writeManifest(gen uint64, size int64) {
-	m.manWrite.Lock()
-	defer m.manWrite.Unlock()
-	m.manMu.Lock()
-	if gen < m.man.gen || gen == m.man.gen && size < m.man.size && !m.man.dirty {
-		m.manMu.Unlock()
+func (s *Store) writeManifest(gen uint64, size int64) {
+	s.manWrite.Lock()
+	defer s.manWrite.Unlock()
+	s.manMu.Lock()
+	if gen < s.man.gen || gen == s.man.gen && size < s.man.size && !s.man.dirty {
+		s.manMu.Unlock()
 		return // a newer checkpoint is already written
 	}
-	mf := manifest{Version: 1, Base: m.man.base}
-	for k := range m.man.parts {
+	mf := Manifest{Version: 1, Base: s.man.base}
+	for k := range s.man.parts {
 		mf.Parts = append(mf.Parts, k)
 	}
-	m.man.dirty = false
-	base := m.man.base
-	m.manMu.Unlock()
+	s.man.dirty = false
+	base := s.man.base
+	s.manMu.Unlock()
 	slices.SortFunc(mf.Parts, func(a, b manPart) int {
 		return cmp.Or(strings.Compare(a.Group, b.Group), strings.Compare(a.TopicID, b.TopicID), cmp.Compare(a.Partition, b.Partition))
 	})
-	for g, s := range m.slog.sealedSizes() {
+	for g, sz := range s.l.sealedSizes() {
 		if g >= base && g < gen {
-			mf.Files = append(mf.Files, manFile{Gen: g, Size: s})
+			mf.Files = append(mf.Files, ManifestFile{Gen: g, Size: sz})
 		}
 	}
-	mf.Files = append(mf.Files, manFile{Gen: gen, Size: size})
-	slices.SortFunc(mf.Files, func(a, b manFile) int { return cmp.Compare(a.Gen, b.Gen) })
-	if err := fsutil.WriteFileAtomic(filepath.Join(m.opts.Dir, manifestName), mf.encode(), fsutil.SyncFileAndDir); err != nil {
-		m.log.Warn("writing the share state manifest; the previous checkpoint stays", "err", err)
-		m.manMu.Lock()
-		m.man.dirty = true
-		m.manMu.Unlock()
+	mf.Files = append(mf.Files, ManifestFile{Gen: gen, Size: size})
+	slices.SortFunc(mf.Files, func(a, b ManifestFile) int { return cmp.Compare(a.Gen, b.Gen) })
+	if err := fsutil.WriteFileAtomic(filepath.Join(s.opts.Dir, manifestName), mf.encode(), fsutil.SyncFileAndDir); err != nil {
+		s.log.Warn("writing the share state manifest; the previous checkpoint stays", "err", err)
+		s.manMu.Lock()
+		s.man.dirty = true
+		s.manMu.Unlock()
 		return
 	}
-	m.manMu.Lock()
-	m.man.gen, m.man.size = gen, size
-	m.manMu.Unlock()
+	s.manMu.Lock()
+	s.man.gen, s.man.size = gen, size
+	s.manMu.Unlock()
 }

@@ -1,7 +1,6 @@
-package sharegroup
+package statelog
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -14,9 +13,10 @@ import (
 
 	"github.com/sharelog/sharelog/internal/fsutil"
 	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/sharestate"
 )
 
-// stateLog is the append-only share-state log with group commit (§4.4, §7).
+// stateLog is the append-only share-state log with group commit.
 //
 // Writers encode entries straight into a shared buffer under mu and get a
 // ticket: the stream position just after their entry. One goroutine (run)
@@ -35,8 +35,8 @@ import (
 // The next batch re-validates the file (truncate, reopen if needed) and
 // writes again, so once the cause is gone writes succeed without a
 // restart. A share-partition whose last entry was lost has an unknown
-// durable state (a later delta's SPSO could presume the lost one): its next
-// write is a full-state entry instead of a delta (see sharePartition.lost).
+// durable state (a later delta's SPSO could presume the lost one): its
+// owner's next write for it is a full-state entry instead of a delta.
 //
 // Compaction rotates files: rotate() makes the writer switch, at the
 // current stream position, to a new generation file; the compactor then
@@ -48,7 +48,7 @@ type stateLog struct {
 	mode     logstore.FsyncMode
 	interval time.Duration
 	log      *slog.Logger
-	hooks    ioHooks
+	hooks    IOHooks
 	// onBatch is called by the writer after each batch with the current
 	// file's size (compaction trigger); it must not block.
 	onBatch func(size int64)
@@ -101,12 +101,12 @@ type lostSpan struct{ from, to uint64 }
 // every ticket up to them counts as lost (a harmless full rewrite).
 const maxLostSpans = 1024
 
-// ioHooks are the state log's data system calls; tests replace them to
-// inject failures.
-type ioHooks struct {
-	write    func(f *os.File, b []byte) (int, error)
-	sync     func(f *os.File) error
-	truncate func(f *os.File, size int64) error
+// IOHooks replace the state log's data system calls, to inject failures
+// (Options.Hooks, tests only). A nil field is the real call.
+type IOHooks struct {
+	Write    func(f *os.File, b []byte) (int, error)
+	Sync     func(f *os.File) error
+	Truncate func(f *os.File, size int64) error
 }
 
 type rotation struct {
@@ -114,10 +114,24 @@ type rotation struct {
 	gen uint64
 }
 
-var errLogClosed = errors.New("share state log closed")
+var errLogClosed = sharestate.ErrClosed
 
-func defaultHooks() ioHooks {
-	return ioHooks{write: (*os.File).Write, sync: fsutil.Fdatasync, truncate: (*os.File).Truncate}
+// hooksOr returns h with its nil fields set to the real calls.
+func hooksOr(h *IOHooks) IOHooks {
+	var out IOHooks
+	if h != nil {
+		out = *h
+	}
+	if out.Write == nil {
+		out.Write = (*os.File).Write
+	}
+	if out.Sync == nil {
+		out.Sync = fsutil.Fdatasync
+	}
+	if out.Truncate == nil {
+		out.Truncate = (*os.File).Truncate
+	}
+	return out
 }
 
 func genFileName(gen uint64) string { return fmt.Sprintf("state-%016d.log", gen) }
@@ -128,9 +142,6 @@ func (l *stateLog) start(gen uint64) error {
 	l.stop, l.done = make(chan struct{}), make(chan struct{})
 	if l.sealed == nil {
 		l.sealed = make(map[uint64]int64)
-	}
-	if l.hooks.truncate == nil {
-		l.hooks.truncate = (*os.File).Truncate
 	}
 	if err := l.openGen(gen); err != nil {
 		return err
@@ -153,7 +164,7 @@ func (l *stateLog) openGen(gen uint64) error {
 	if err != nil {
 		return err
 	}
-	if _, err = l.hooks.write(f, []byte(fileMagic)); err == nil {
+	if _, err = l.hooks.Write(f, []byte(fileMagic)); err == nil {
 		err = fsutil.SyncDir(l.dir)
 	}
 	if err != nil {
@@ -252,6 +263,13 @@ func (l *stateLog) syncTo(ticket uint64) error {
 	return l.wait(ticket, true)
 }
 
+// position returns the stream position after the last enqueued entry.
+func (l *stateLog) position() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.enq
+}
+
 // failures returns the number of failures so far.
 func (l *stateLog) failures() uint64 {
 	l.mu.Lock()
@@ -324,7 +342,7 @@ func (l *stateLog) run() {
 			if l.synced < l.written || l.broken {
 				err = l.revalidate()
 				if err == nil {
-					err = l.hooks.sync(l.f)
+					err = l.hooks.Sync(l.f)
 				}
 				if err != nil {
 					l.failLocked(err, l.synced)
@@ -363,7 +381,7 @@ func (l *stateLog) run() {
 			err = l.revalidate()
 		}
 		syncFile := func() {
-			if err = l.hooks.sync(l.f); err != nil {
+			if err = l.hooks.Sync(l.f); err != nil {
 				good, goodSize = sPos, l.syncedSize
 				return
 			}
@@ -400,7 +418,7 @@ func (l *stateLog) run() {
 		if err != nil && !broken {
 			// Cut what may be half written; if that fails too, the next
 			// batch re-validates first.
-			if terr := l.hooks.truncate(l.f, goodSize); terr == nil {
+			if terr := l.hooks.Truncate(l.f, goodSize); terr == nil {
 				l.size = goodSize
 			}
 		}
@@ -478,7 +496,7 @@ func (l *stateLog) failLocked(err error, good uint64) {
 // revalidate makes the file end at the last good size again after a
 // failure: truncate, and if that fails, reopen the file and truncate.
 func (l *stateLog) revalidate() error {
-	err := l.hooks.truncate(l.f, l.size)
+	err := l.hooks.Truncate(l.f, l.size)
 	if err == nil {
 		return nil
 	}
@@ -489,7 +507,7 @@ func (l *stateLog) revalidate() error {
 	if oerr != nil {
 		return fmt.Errorf("re-validating %s: %w (reopen: %v)", path, err, oerr)
 	}
-	if err := l.hooks.truncate(f, l.size); err != nil {
+	if err := l.hooks.Truncate(f, l.size); err != nil {
 		f.Close()
 		return fmt.Errorf("re-validating %s: %w", path, err)
 	}
@@ -502,7 +520,7 @@ func (l *stateLog) writeAll(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	n, err := l.hooks.write(l.f, b)
+	n, err := l.hooks.Write(l.f, b)
 	l.size += int64(n)
 	if err == nil && n < len(b) {
 		err = fmt.Errorf("short write: %d of %d bytes", n, len(b))

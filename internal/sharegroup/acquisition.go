@@ -1,0 +1,330 @@
+package sharegroup
+
+import (
+	"context"
+	"errors"
+	"math"
+
+	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/sharestate"
+)
+
+// Acquisition (§3.3): a share-partition hands records to a fetch. See
+// doc.go "State machine" and "Fetch".
+
+// budget is what is left of one response's limits, shared by its partitions.
+type budget struct {
+	records int
+	bytes   int64
+	first   bool  // nothing taken yet: the first record is taken even if larger
+	stopped bool  // a record did not fit: acquisition for the response stops
+	mbytes  int64 // bytes toward min_bytes, a record counting at least 1
+}
+
+func (b *budget) exhausted() bool { return b.records <= 0 || b.stopped }
+
+type planKind uint8
+
+const (
+	planTake       planKind = iota
+	planArchive             // count at the limit, or no record at the offset
+	planUnreadable          // the log cannot read these offsets: archived, logged, counted
+)
+
+type planItem struct {
+	first, last int64
+	count       int16 // planTake: count before the acquisition
+	kind        planKind
+}
+
+// partFetch is one session partition's part of a fetch.
+type partFetch struct {
+	sp       *sharePartition
+	code     ErrorCode
+	msg      string
+	records  []logstore.Record
+	acquired []AcquiredRange
+	plan     []planItem
+}
+
+func (f *partFetch) fail(code ErrorCode, msg string) {
+	f.code, f.msg = code, msg
+	f.records, f.acquired = nil, nil
+}
+
+func (f *partFetch) resetResult() {
+	f.code, f.msg, f.records, f.acquired = CodeNone, "", f.records[:0], f.acquired[:0]
+}
+
+// storeCode maps a log-store error on a partition to its error code.
+func storeCode(err error) (ErrorCode, string) {
+	switch {
+	case errors.Is(err, logstore.ErrUnknownTopic):
+		return CodeUnknownTopicOrPartition, "topic or partition does not exist"
+	case errors.Is(err, logstore.ErrCorrupt):
+		return CodeKafkaStorageError, "log read failed: corrupt record"
+	case errors.Is(err, logstore.ErrClosed):
+		return CodeKafkaStorageError, "log store closed"
+	}
+	return CodeKafkaStorageError, "storage error"
+}
+
+// acquire takes what the partition can give within bud for session s, or
+// with dry only counts it (the long-poll evaluation, §3.4). Partition
+// errors go to out; the returned error is the caller's context ending.
+func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, dry bool, out *partFetch) error {
+	m := p.g.m
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		if p.status == spDropped {
+			out.fail(CodeUnknownTopicOrPartition, "topic was deleted")
+			return nil
+		}
+		if p.offline != "" {
+			out.fail(CodeKafkaStorageError, p.offline)
+			return nil
+		}
+		ls, hw, err := m.store.Bounds(p.topic, p.part)
+		if err != nil {
+			out.fail(storeCode(err))
+			return nil
+		}
+		if code, msg := p.ensureDurable(); code != CodeNone {
+			out.fail(code, msg)
+			return nil
+		}
+		if p.status == spUninit {
+			if err := p.initialize(ctx, ls, hw); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				m.log.Warn("share-partition initialisation failed", "group", p.g.id, "partition", p.String(), "err", err)
+				out.fail(CodeKafkaStorageError, "initialisation failed")
+				return nil
+			}
+		}
+		now := m.now()
+		p.prepare(ls, now)
+		if !dry {
+			// Register ownership before acquiring, atomically with the
+			// "not ended" check: a session end that follows will find
+			// this partition and release what we take (§11).
+			s.Mu.Lock()
+			ended := s.EndedLocked()
+			if !ended {
+				s.State.held[p] = struct{}{}
+			}
+			s.Mu.Unlock()
+			if ended {
+				return nil
+			}
+		}
+		save := *bud
+		err = p.scan(ctx, hw, bud, dry, out)
+		if err == nil {
+			if !dry {
+				p.commit(s.ID(), now, out)
+			}
+			return nil
+		}
+		*bud = save
+		out.resetResult()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, logstore.ErrOffsetOutOfRange) && attempt < 3:
+			continue // the log start moved under us: apply it and rescan
+		}
+		out.fail(storeCode(err))
+		return nil
+	}
+}
+
+// scan plans the acquisition: it walks AVAILABLE runs from SPSO and then
+// the new offsets after SPEO, up to SPSO + L and the high watermark, reading
+// the records to size them. mu is held; nothing changes yet.
+func (p *sharePartition) scan(ctx context.Context, hw int64, bud *budget, dry bool, out *partFetch) error {
+	cfg := p.g.config()
+	lim := min(p.spso+cfg.maxLocks, hw)
+	out.plan = out.plan[:0]
+	for i := 0; i < len(p.runs) && !bud.exhausted(); i++ {
+		r := p.runs[i]
+		if r.first >= lim {
+			break
+		}
+		if r.state != stAvailable {
+			continue
+		}
+		hi := min(r.last, lim-1)
+		if r.count >= cfg.limit {
+			// Over the limit after it was lowered (§5.2): archived by
+			// this scan, never delivered.
+			if !dry {
+				out.plan = append(out.plan, planItem{first: r.first, last: hi, kind: planArchive})
+			}
+			continue
+		}
+		if err := p.take(ctx, r.first, hi, r.count, bud, dry, out); err != nil {
+			return err
+		}
+	}
+	if !bud.exhausted() && p.speo+1 < lim {
+		return p.take(ctx, p.speo+1, lim-1, 0, bud, dry, out)
+	}
+	return nil
+}
+
+// take plans the acquisition of AVAILABLE offsets [a, b] of count c. An
+// offset without a record (compaction) is planned for archiving, and so is
+// an offset the log cannot read (a corrupt record): it is archived, logged
+// and counted rather than failing every acquisition of the group forever.
+func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *budget, dry bool, out *partFetch) error {
+	store := p.g.m.store
+	off := a
+	end := b // reads stop here: before an unreadable range seen ahead
+	for off <= b && !bud.exhausted() {
+		maxBytes := bud.bytes
+		if bud.first {
+			maxBytes = max(maxBytes, 1)
+		}
+		if maxBytes <= 0 {
+			bud.stopped = true
+			return nil
+		}
+		n := min(end-off+1, int64(bud.records))
+		recs, err := store.Read(ctx, p.topic, p.part, off, int(n), int(min(maxBytes, math.MaxInt32)))
+		if err != nil {
+			if !errors.Is(err, logstore.ErrCorrupt) {
+				return err
+			}
+			from, to, ok := corruptRange(err)
+			if ok && from > off && from <= end {
+				end = from - 1 // take what precedes the damage first
+				continue
+			}
+			if !ok && end > off {
+				end = off // no range: find out whether off itself is unreadable
+				continue
+			}
+			if !ok || from > off || to < off {
+				from, to = off, off // no usable range: just this offset
+			}
+			last := min(to, b)
+			if !dry {
+				out.plan = appendPlan(out.plan, planItem{first: off, last: last, kind: planUnreadable})
+			}
+			off, end = last+1, b
+			continue
+		}
+		taken, pastEnd := 0, len(recs) == 0
+		for i := range recs {
+			rec := &recs[i]
+			if rec.Offset > end {
+				pastEnd = true
+				break
+			}
+			if rec.Offset > off {
+				if !dry {
+					out.plan = appendPlan(out.plan, planItem{first: off, last: rec.Offset - 1, kind: planArchive})
+				}
+				off = rec.Offset
+			}
+			sz := int64(rec.Size())
+			if !bud.first && sz > bud.bytes {
+				bud.stopped = true
+				break
+			}
+			bud.first = false
+			bud.records--
+			bud.bytes -= sz
+			bud.mbytes += max(sz, 1)
+			if !dry {
+				out.plan = appendPlan(out.plan, planItem{first: off, last: off, count: c, kind: planTake})
+			}
+			taken++
+			off++
+			if bud.exhausted() {
+				break
+			}
+		}
+		if !dry && taken > 0 {
+			if len(out.records) == 0 {
+				out.records = recs[:taken:taken]
+			} else {
+				out.records = append(out.records, recs[:taken]...)
+			}
+		}
+		if bud.exhausted() {
+			return nil
+		}
+		if off > end {
+			end = b // read up to the damage: go on from it
+			continue
+		}
+		if pastEnd {
+			if off <= end && !dry {
+				out.plan = appendPlan(out.plan, planItem{first: off, last: end, kind: planArchive})
+			}
+			if end == b {
+				return nil
+			}
+			off, end = end+1, b // on to the unreadable range
+		}
+	}
+	return nil
+}
+
+// appendPlan appends it, extending the previous item when it continues it.
+func appendPlan(plan []planItem, it planItem) []planItem {
+	if n := len(plan); n > 0 {
+		l := &plan[n-1]
+		if l.kind == it.kind && l.count == it.count && l.last+1 == it.first {
+			l.last = it.last
+			return plan
+		}
+	}
+	return append(plan, it)
+}
+
+// commit applies a plan: archivals, then the acquisitions (count +1, owner,
+// deadline), and builds acquired_records. mu is held.
+func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
+	cfg := p.g.config()
+	deadline := now + cfg.lockDur
+	var archived []sharestate.Range
+	took := false
+	for _, it := range out.plan {
+		switch it.kind {
+		case planArchive, planUnreadable:
+			p.setRange(it.first, it.last, run{state: stArchived})
+			archived = append(archived, sharestate.Range{First: it.first, Last: it.last, State: sharestate.Archived})
+			if it.kind == planUnreadable {
+				m := p.g.m
+				m.unreadable.Add(uint64(it.last - it.first + 1))
+				m.log.Error("share group archived records the log cannot read (corrupt); they are never delivered",
+					"group", p.g.id, "topic", p.topic, "partition", p.part, "first_offset", it.first, "last_offset", it.last,
+					"offsets", unreadableMsg(it.first, it.last))
+			}
+		case planTake:
+			p.setRange(it.first, it.last, run{state: stAcquired, count: it.count + 1, owner: sid, deadline: deadline})
+			took = true
+			n := it.count + 1
+			if k := len(out.acquired); k > 0 && out.acquired[k-1].LastOffset+1 == it.first && out.acquired[k-1].DeliveryCount == int32(n) {
+				out.acquired[k-1].LastOffset = it.last
+			} else {
+				out.acquired = append(out.acquired, AcquiredRange{FirstOffset: it.first, LastOffset: it.last, DeliveryCount: int32(n)})
+			}
+		}
+	}
+	if len(archived) > 0 {
+		if p.advance() {
+			p.signal()
+		}
+		p.writeBackground(archived)
+	}
+	if took && deadline < p.nextDeadline {
+		p.nextDeadline = deadline
+		p.armTimer(now)
+	}
+}

@@ -3,6 +3,7 @@ package logstore_test
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -153,11 +154,17 @@ func snapshot(t *testing.T, dir string) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
 	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // a background index rebuild renamed its temp file meanwhile
+		}
 		if err != nil {
 			return err
 		}
-		if !d.IsDir() {
+		if !d.IsDir() && !strings.HasSuffix(path, ".tmp") {
 			st, err := d.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
 			if err != nil {
 				return err
 			}

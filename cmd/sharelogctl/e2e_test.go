@@ -299,12 +299,68 @@ func TestE2EErrors(t *testing.T) {
 	})
 
 	t.Run("server down", func(t *testing.T) {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := lis.Addr().String()
-		require.NoError(t, lis.Close())
-		requireFailure(t, runCLI(t, "", "--addr", addr, "topics", "list"), "UNAVAILABLE")
+		addr := downAddr(t)
+		res := runCLI(t, "", "--addr", addr, "topics", "list")
+		requireFailure(t, res, "UNAVAILABLE")
+		assert.Contains(t, res.stderr, "error: cannot reach the server at "+addr+": ")
 	})
+
+	t.Run("server silent", func(t *testing.T) {
+		// It accepts connections and never answers: the call fails when --timeout ends.
+		addr := silentAddr(t)
+		start := time.Now()
+		res := runCLI(t, "", "--addr", addr, "--timeout", "300ms", "topics", "list")
+		requireFailure(t, res, "UNAVAILABLE")
+		assert.Equal(t, "error: cannot reach the server at "+addr+": no connection within --timeout 300ms (connection state CONNECTING) (UNAVAILABLE)\n", res.stderr)
+		assert.Less(t, time.Since(start), 10*time.Second)
+	})
+}
+
+// downAddr returns a loopback address nothing listens on.
+func downAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close())
+	return addr
+}
+
+// silentAddr returns the address of a listener that accepts connections and never writes.
+func silentAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	})
+	t.Cleanup(func() {
+		_ = lis.Close()
+		wg.Wait()
+	})
+	return lis.Addr().String()
+}
+
+// ctlWithin runs sharelogctl against addr, interrupted (as by Ctrl-C) after d: a command that
+// should fail at once must not be still waiting then.
+func ctlWithin(t *testing.T, d time.Duration, addr string, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	return runCLIContext(ctx, "", append([]string{"--addr", addr}, args...)...)
 }
 
 // syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.

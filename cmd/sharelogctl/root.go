@@ -35,6 +35,10 @@ const (
 	envAddr        = "SHARELOG_ADDR"
 	envToken       = "SHARELOG_TOKEN"
 
+	// Reasons of errors sharelogctl raises itself (see reasonError).
+	reasonUnknownTopicOrPartition = "UNKNOWN_TOPIC_OR_PARTITION"
+	reasonOffsetOutOfRange        = "OFFSET_OUT_OF_RANGE"
+
 	outputText = "text"
 	outputJSON = "json"
 

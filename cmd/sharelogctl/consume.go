@@ -21,8 +21,8 @@ import (
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
-// Progress display of consume (variables so that tests can change them; they
-// are only changed by tests that do not run in parallel).
+// Progress display of consume and produce (variables so that tests can change
+// them; they are only changed by tests that do not run in parallel).
 var (
 	progressInterval = time.Second
 	// isTerminal reports whether w is a terminal (a character device).

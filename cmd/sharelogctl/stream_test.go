@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sharelog/sharelog/client/changestream"
-
 	"github.com/sharelog/sharelog/internal/server"
 )
 

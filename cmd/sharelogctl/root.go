@@ -103,7 +103,8 @@ func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 fetches records, and purges records below an offset (Kafka DeleteRecords).
 
 Request-level errors are printed to stderr as "error: <message> (<REASON>)" and make
-sharelogctl exit with status 1.`,
+sharelogctl exit with status 1. A server that cannot be reached within --timeout
+(connecting included) is reported as UNAVAILABLE.`,
 		Example: `  sharelogctl topics create orders --partitions 3
   printf 'k1\tv1\nv2\n' | sharelogctl produce orders
   sharelogctl fetch orders --partition 0 --follow

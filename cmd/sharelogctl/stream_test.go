@@ -55,13 +55,27 @@ func TestStreamCommand(t *testing.T) {
 		assert.Equal(t, "snapshot\t6..7\tDISK\nmutation\t6\tu/c\t5\ndeletion\t7\tx/z\ncheckpoint\t8\n", res.stdout)
 	})
 	t.Run("follow until interrupted", func(t *testing.T) {
+		requireOK(t, s.ctl("", "topics", "create", "st-live")) // "st" must keep its 8 records
+		requireOK(t, s.ctl("u/a\t1\n", "produce", "st-live"))
 		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var stdout, stderr syncBuffer
+		done := make(chan int, 1)
 		go func() {
-			time.Sleep(300 * time.Millisecond)
-			cancel()
+			done <- run(ctx, []string{"--addr", s.addr, "stream", "st-live", "0", "--from", "1"}, strings.NewReader(""), &stdout, &stderr)
 		}()
-		res := runCLIContext(ctx, "", "--addr", s.addr, "stream", "st", "0", "--from", "8")
-		assert.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+		// The live tail: a record produced now arrives, then Ctrl-C ends the stream.
+		requireOK(t, s.ctl("u/d\t4\n", "produce", "st-live"))
+		require.Eventually(t, func() bool { return strings.Contains(stdout.String(), "mutation\t1\tu/d\t4\n") },
+			10*time.Second, 10*time.Millisecond, "got %q", stdout.String())
+		cancel()
+		select {
+		case code := <-done:
+			assert.Equal(t, 0, code, "stderr: %s", stderr.String())
+			assert.Empty(t, stderr.String())
+		case <-time.After(10 * time.Second):
+			t.Fatal("stream did not stop when interrupted")
+		}
 	})
 	t.Run("oso json checkpoint once", func(t *testing.T) {
 		res := s.ctl("", "stream", "st", "0", "--oso", "--to-end", "-o", "json")

@@ -26,15 +26,18 @@ import (
 var (
 	progressInterval = time.Second
 	// isTerminal reports whether w is a terminal (a character device).
-	isTerminal = func(w io.Writer) bool {
-		f, ok := w.(*os.File)
-		if !ok {
-			return false
-		}
-		fi, err := f.Stat()
-		return err == nil && fi.Mode()&os.ModeCharDevice != 0
-	}
+	isTerminal = func(w io.Writer) bool { return isCharDevice(w) }
 )
+
+// isCharDevice reports whether v is a file that is a character device (a terminal).
+func isCharDevice(v any) bool {
+	f, ok := v.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
 
 type consumeOptions struct {
 	group           string

@@ -39,9 +39,9 @@ keyless records round-robin. Records are sent in batches of --batch; a batch is 
 soon as no more input is waiting, so interactive use sends each line as it is typed.
 At the end it prints "produced N records to TOPIC in DURATION" (on stderr with -o json, which
 prints each ProduceResponse on stdout); --verbose also prints "partition=P offset=O" for each
-record. When stderr is a terminal, or with --progress, it reports progress on stderr about
-once a second: "produced N records to TOPIC so far (R records/s)", rewritten in place on a
-terminal, one line each otherwise.`,
+record. When stderr is a terminal (and stdin is not), or with --progress, it reports progress
+on stderr about once a second: "produced N records to TOPIC so far (R records/s)", rewritten
+in place on a terminal, one line each otherwise.`,
 		Example: `  printf 'user-1\tcreated\nhello\n' | sharelogctl produce orders
   sharelogctl produce orders --partition 2 --key-separator ':' < records.txt
   echo 'user-1:__null__' | sharelogctl produce users --key-separator ':' --null-value __null__`,
@@ -63,7 +63,8 @@ terminal, one line each otherwise.`,
 		p := &producer{app: a, topic: args[0], batchSize: batchSize, start: time.Now()}
 		p.lastProgress = p.start
 		switch {
-		case isTerminal(a.stderr):
+		case isTerminal(a.stderr) && !isCharDevice(a.stdin):
+			// Not when the lines are typed: the progress line would mix with them.
 			p.progress = progressInPlace
 		case progress:
 			p.progress = progressLines

@@ -21,20 +21,23 @@ import (
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
-// Progress display of consume (variables so that tests can change them; they
-// are only changed by tests that do not run in parallel).
+// Progress display of consume and produce (variables so that tests can change
+// them; they are only changed by tests that do not run in parallel).
 var (
 	progressInterval = time.Second
 	// isTerminal reports whether w is a terminal (a character device).
-	isTerminal = func(w io.Writer) bool {
-		f, ok := w.(*os.File)
-		if !ok {
-			return false
-		}
-		fi, err := f.Stat()
-		return err == nil && fi.Mode()&os.ModeCharDevice != 0
-	}
+	isTerminal = func(w io.Writer) bool { return isCharDevice(w) }
 )
+
+// isCharDevice reports whether v is a file that is a character device (a terminal).
+func isCharDevice(v any) bool {
+	f, ok := v.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
 
 type consumeOptions struct {
 	group           string
@@ -60,7 +63,9 @@ again, to any member) or reject (never delivered again).
 
 It exits after --count records (extra records fetched are released for the others), after
 --idle-timeout without records, or on Ctrl-C, closing its share session and leaving the
-group. On a terminal it shows progress (records/s and total) and ends with a summary line;
+group. It fails at once (exit 1, no summary) when the server cannot be reached within
+--timeout (UNAVAILABLE) or a topic does not exist (UNKNOWN_TOPIC_OR_PARTITION); once it has
+started, it retries a lost connection until one of the ends above. On a terminal it shows progress (records/s and total) and ends with a summary line;
 otherwise it prints the summary alone. With --print each record is printed to stdout as
 "topic<TAB>partition<TAB>offset<TAB>key<TAB>value" (with -o json, one JSON object per record,
 bytes in base64, delivery count included) and the summary goes to stderr.
@@ -113,7 +118,9 @@ type consumeStats struct {
 }
 
 func (a *app) consume(ctx context.Context, topics []string, o consumeOptions, ackType shareconsumer.AckType) error {
-	if _, err := a.logClient(); err != nil { // dials a.conn
+	// Dials a.conn. The consumer retries an unreachable server and waits for the partitions of a
+	// missing topic until interrupted; a command must fail instead.
+	if _, err := a.describeTopics(ctx, topics...); err != nil {
 		return err
 	}
 	if o.autoOffsetReset != "" {

@@ -141,7 +141,33 @@ func TestE2EConsumeErrors(t *testing.T) {
 		require.Equal(t, 1, res.code, "%v", args)
 		assert.Regexp(t, `^error: invalid --`, res.stderr, "%v", args)
 	}
+	requireOK(t, s.ctl("", "topics", "create", "orders"))
 	requireFailure(t, s.ctl("", "consume", "--group", "g", "orders", "--auto-offset-reset", "sometimes"), "INVALID_REQUEST")
+
+	// Failures a share consumer would retry, or wait through, until interrupted: the command
+	// fails at once instead (before, it waited, then exited 0 on Ctrl-C or --idle-timeout).
+	t.Run("unknown topic", func(t *testing.T) {
+		for _, args := range [][]string{{"nope"}, {"orders", "nope"}, {"nope", "--idle-timeout", "1s"}} {
+			res := ctlWithin(t, 5*time.Second, s.addr, append([]string{"consume", "--group", "g"}, args...)...)
+			requireFailure(t, res, "UNKNOWN_TOPIC_OR_PARTITION")
+			assert.Contains(t, res.stderr, `"nope"`)
+			assert.Empty(t, res.stdout, "no summary")
+		}
+	})
+	t.Run("server down", func(t *testing.T) {
+		addr := downAddr(t)
+		for _, args := range [][]string{{}, {"--idle-timeout", "1s"}, {"--auto-offset-reset", "earliest"}} {
+			res := ctlWithin(t, 5*time.Second, addr, append([]string{"consume", "--group", "g", "orders"}, args...)...)
+			requireFailure(t, res, "UNAVAILABLE")
+			assert.Contains(t, res.stderr, "cannot reach the server at "+addr)
+			assert.Empty(t, res.stdout, "no summary")
+		}
+	})
+	t.Run("server silent", func(t *testing.T) {
+		res := ctlWithin(t, 5*time.Second, silentAddr(t), "--timeout", "300ms", "consume", "--group", "g", "orders")
+		requireFailure(t, res, "UNAVAILABLE")
+		assert.Contains(t, res.stderr, "no connection within --timeout 300ms")
+	})
 }
 
 // Not parallel: it changes the progress display's package variables.

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -168,7 +169,7 @@ func TestE2EProduceFetch(t *testing.T) {
 
 	res := ctl("plain-1\nuser-1\thello world\nplain-2\n", "produce", "events")
 	requireOK(t, res)
-	assert.Equal(t, "produced 3 records to events\n", res.stdout)
+	assert.Regexp(t, "^"+producedPattern(3, "events")+"$", res.stdout)
 
 	res = ctl("", "fetch", "events")
 	requireOK(t, res)
@@ -177,7 +178,7 @@ func TestE2EProduceFetch(t *testing.T) {
 	// Batches of one, verbose; the last line has no newline and uses \r\n before it.
 	res = ctl("k:v:w\r\n:empty-key\nlast", "produce", "events", "--key-separator", ":", "--batch", "1", "--verbose")
 	requireOK(t, res)
-	assert.Equal(t, "0/3\n0/4\n0/5\nproduced 3 records to events\n", res.stdout)
+	assert.Regexp(t, "^partition=0 offset=3\npartition=0 offset=4\npartition=0 offset=5\n"+producedPattern(3, "events")+"$", res.stdout)
 
 	tests := []struct {
 		name string
@@ -242,7 +243,8 @@ func TestE2EProduceFetch(t *testing.T) {
 
 	t.Run("produce json", func(t *testing.T) {
 		res := ctl("a\nb\n", "produce", "events", "-o", "json")
-		requireOK(t, res)
+		require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+		assert.Regexp(t, "^"+producedPattern(2, "events")+"$", res.stderr, "the summary goes to stderr, stdout holds JSON")
 		var resp sharelogv1.ProduceResponse
 		require.NoError(t, protojson.Unmarshal([]byte(res.stdout), &resp))
 		require.Len(t, resp.GetResults(), 2)
@@ -256,12 +258,66 @@ func TestE2EProduceFetch(t *testing.T) {
 		requireOK(t, res)
 		lines := strings.Split(res.stdout, "\n")
 		require.Len(t, lines, 5, res.stdout)
-		partition := strings.Split(lines[0], "/")[0]
-		assert.Equal(t, []string{partition + "/0", partition + "/1", partition + "/2"}, lines[:3], "one key, one partition")
+		partition, _, ok := strings.Cut(strings.TrimPrefix(lines[0], "partition="), " ")
+		require.True(t, ok, lines[0])
+		want := "partition=" + partition + " offset="
+		assert.Equal(t, []string{want + "0", want + "1", want + "2"}, lines[:3], "one key, one partition")
 
 		res = ctl("", "fetch", "routed", "--partition", partition)
 		requireOK(t, res)
 		assert.Equal(t, "0\tsame\t1\n1\tsame\t2\n2\tsame\t3\n", res.stdout)
+	})
+}
+
+// producedPattern matches produce's summary line.
+func producedPattern(n int, topic string) string {
+	return regexp.QuoteMeta(fmt.Sprintf("produced %s to %s in ", plural(n, "record", "records"), topic)) + `(0s|[0-9.]+m?s)\n`
+}
+
+// Not parallel: it changes the progress display's package variables.
+func TestE2EProduceProgress(t *testing.T) {
+	oldInterval, oldIsTerminal := progressInterval, isTerminal
+	t.Cleanup(func() { progressInterval, isTerminal = oldInterval, oldIsTerminal })
+	progressInterval = 0 // a progress report after every batch
+
+	ctl := startServer(t).ctl
+	requireOK(t, ctl("", "topics", "create", "bulk"))
+	input := strings.Repeat("x\n", 25)
+	rate := `\([0-9.]+ records/s\)`
+
+	t.Run("not a terminal: only the summary", func(t *testing.T) {
+		res := ctl(input, "produce", "bulk", "--batch", "10")
+		requireOK(t, res)
+		assert.Regexp(t, "^"+producedPattern(25, "bulk")+"$", res.stdout)
+	})
+
+	t.Run("--progress: one line each", func(t *testing.T) {
+		res := ctl(input, "produce", "bulk", "--batch", "10", "--progress")
+		require.Equal(t, 0, res.code, res.stderr)
+		assert.Regexp(t, "^produced 10 records to bulk so far "+rate+"\n"+
+			"produced 20 records to bulk so far "+rate+"\n"+
+			"produced 25 records to bulk so far "+rate+"\n$", res.stderr)
+		assert.Regexp(t, "^"+producedPattern(25, "bulk")+"$", res.stdout)
+	})
+
+	t.Run("a terminal: one line rewritten, cleared at the end", func(t *testing.T) {
+		isTerminal = func(io.Writer) bool { return true }
+		res := ctl(input, "produce", "bulk", "--batch", "10")
+		require.Equal(t, 0, res.code, res.stderr)
+		assert.Regexp(t, "^\r\x1b\\[Kproduced 10 records to bulk so far "+rate+
+			"\r\x1b\\[Kproduced 20 records to bulk so far "+rate+
+			"\r\x1b\\[Kproduced 25 records to bulk so far "+rate+"\r\x1b\\[K$", res.stderr)
+		assert.Regexp(t, "^"+producedPattern(25, "bulk")+"$", res.stdout)
+
+		res = ctl(input, "produce", "nope", "--batch", "10")
+		requireFailure(t, res, "UNKNOWN_TOPIC_OR_PARTITION") // the error alone: nothing was produced
+	})
+
+	t.Run("an interval between reports", func(t *testing.T) {
+		isTerminal = oldIsTerminal
+		progressInterval = time.Hour
+		res := ctl(input, "produce", "bulk", "--batch", "10", "--progress")
+		requireOK(t, res)
 	})
 }
 
@@ -299,12 +355,68 @@ func TestE2EErrors(t *testing.T) {
 	})
 
 	t.Run("server down", func(t *testing.T) {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := lis.Addr().String()
-		require.NoError(t, lis.Close())
-		requireFailure(t, runCLI(t, "", "--addr", addr, "topics", "list"), "UNAVAILABLE")
+		addr := downAddr(t)
+		res := runCLI(t, "", "--addr", addr, "topics", "list")
+		requireFailure(t, res, "UNAVAILABLE")
+		assert.Contains(t, res.stderr, "error: cannot reach the server at "+addr+": ")
 	})
+
+	t.Run("server silent", func(t *testing.T) {
+		// It accepts connections and never answers: the call fails when --timeout ends.
+		addr := silentAddr(t)
+		start := time.Now()
+		res := runCLI(t, "", "--addr", addr, "--timeout", "300ms", "topics", "list")
+		requireFailure(t, res, "UNAVAILABLE")
+		assert.Equal(t, "error: cannot reach the server at "+addr+": no connection within --timeout 300ms (connection state CONNECTING) (UNAVAILABLE)\n", res.stderr)
+		assert.Less(t, time.Since(start), 10*time.Second)
+	})
+}
+
+// downAddr returns a loopback address nothing listens on.
+func downAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close())
+	return addr
+}
+
+// silentAddr returns the address of a listener that accepts connections and never writes.
+func silentAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	})
+	t.Cleanup(func() {
+		_ = lis.Close()
+		wg.Wait()
+	})
+	return lis.Addr().String()
+}
+
+// ctlWithin runs sharelogctl against addr, interrupted (as by Ctrl-C) after d: a command that
+// should fail at once must not be still waiting then.
+func ctlWithin(t *testing.T, d time.Duration, addr string, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	return runCLIContext(ctx, "", append([]string{"--addr", addr}, args...)...)
 }
 
 // syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -23,6 +24,7 @@ func (a *app) produceCmd() *cobra.Command {
 		separator string
 		batchSize int
 		nullValue string
+		progress  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "produce TOPIC",
@@ -35,8 +37,11 @@ An empty --key-separator disables keys.
 Without --partition the server routes each record by key (murmur2, as Kafka) and spreads
 keyless records round-robin. Records are sent in batches of --batch; a batch is also sent as
 soon as no more input is waiting, so interactive use sends each line as it is typed.
-At the end it prints "produced N records to TOPIC" (with --verbose, also "partition/offset"
-of each record; with -o json, each ProduceResponse instead).`,
+At the end it prints "produced N records to TOPIC in DURATION" (on stderr with -o json, which
+prints each ProduceResponse on stdout); --verbose also prints "partition=P offset=O" for each
+record. When stderr is a terminal (and stdin is not), or with --progress, it reports progress
+on stderr about once a second: "produced N records to TOPIC so far (R records/s)", rewritten
+in place on a terminal, one line each otherwise.`,
 		Example: `  printf 'user-1\tcreated\nhello\n' | sharelogctl produce orders
   sharelogctl produce orders --partition 2 --key-separator ':' < records.txt
   echo 'user-1:__null__' | sharelogctl produce users --key-separator ':' --null-value __null__`,
@@ -46,6 +51,7 @@ of each record; with -o json, each ProduceResponse instead).`,
 	cmd.Flags().StringVar(&separator, "key-separator", "\t", "separator between key and value; empty = no keys")
 	cmd.Flags().IntVar(&batchSize, "batch", 100, "records per Produce call")
 	cmd.Flags().StringVar(&nullValue, "null-value", "", "a value equal to this string is sent as absent (a tombstone)")
+	cmd.Flags().BoolVar(&progress, "progress", false, "report progress on stderr even when it is not a terminal")
 	cmd.RunE = a.runE(func(cmd *cobra.Command, args []string) error {
 		if batchSize < 1 {
 			return fmt.Errorf("invalid --batch %d: must be >= 1", batchSize)
@@ -54,7 +60,15 @@ of each record; with -o json, each ProduceResponse instead).`,
 		if cmd.Flags().Changed("null-value") {
 			tombstone = &nullValue
 		}
-		p := &producer{app: a, topic: args[0], batchSize: batchSize}
+		p := &producer{app: a, topic: args[0], batchSize: batchSize, start: time.Now()}
+		p.lastProgress = p.start
+		switch {
+		case isTerminal(a.stderr) && !isCharDevice(a.stdin):
+			// Not when the lines are typed: the progress line would mix with them.
+			p.progress = progressInPlace
+		case progress:
+			p.progress = progressLines
+		}
 		if cmd.Flags().Changed("partition") {
 			p.partition = &partition
 		}
@@ -78,7 +92,21 @@ type producer struct {
 	batch      []*sharelogv1.Record
 	batchBytes int
 	produced   int
+
+	start         time.Time
+	progress      progressMode
+	lastProgress  time.Time
+	progressShown bool // a progress line is on the terminal
 }
+
+// progressMode is how produce reports progress on stderr.
+type progressMode int
+
+const (
+	progressOff     progressMode = iota
+	progressInPlace              // a terminal: one line, rewritten
+	progressLines                // --progress to a file or pipe: one line each time
+)
 
 // inputLine is one line of stdin; more tells that further input was already buffered.
 type inputLine struct {
@@ -185,6 +213,7 @@ func (p *producer) flush(ctx context.Context) error {
 		Records:   p.batch,
 	})
 	if err != nil {
+		p.clearProgress()
 		if p.produced > 0 && !p.app.jsonOutput() {
 			fmt.Fprintf(p.app.stdout, "produced %s to %s before the error\n", plural(p.produced, "record", "records"), p.topic)
 		}
@@ -196,20 +225,57 @@ func (p *producer) flush(ctx context.Context) error {
 	p.produced += len(p.batch)
 	p.batch, p.batchBytes = nil, 0
 	if p.app.jsonOutput() {
-		return p.app.printJSON(resp)
-	}
-	if p.app.verbose {
+		if err := p.app.printJSON(resp); err != nil {
+			return err
+		}
+	} else if p.app.verbose {
 		for _, r := range resp.GetResults() {
-			fmt.Fprintf(p.app.stdout, "%d/%d\n", r.GetPartition(), r.GetOffset())
+			fmt.Fprintf(p.app.stdout, "partition=%d offset=%d\n", r.GetPartition(), r.GetOffset())
 		}
 	}
+	p.reportProgress()
 	return nil
 }
 
-func (p *producer) summary() error {
-	if p.app.jsonOutput() {
-		return nil
+// reportProgress prints the progress line when progressInterval has passed since the last one.
+func (p *producer) reportProgress() {
+	if p.progress == progressOff {
+		return
 	}
-	_, err := fmt.Fprintf(p.app.stdout, "produced %s to %s\n", plural(p.produced, "record", "records"), p.topic)
+	now := time.Now()
+	if now.Sub(p.lastProgress) < progressInterval {
+		return
+	}
+	p.lastProgress = now
+	rate := 0.0
+	if s := now.Sub(p.start).Seconds(); s > 0 {
+		rate = float64(p.produced) / s
+	}
+	line := fmt.Sprintf("produced %s to %s so far (%.1f records/s)", plural(p.produced, "record", "records"), p.topic, rate)
+	if p.progress == progressInPlace {
+		fmt.Fprintf(p.app.stderr, "\r\033[K%s", line)
+		p.progressShown = true
+		return
+	}
+	fmt.Fprintln(p.app.stderr, line)
+}
+
+// clearProgress erases the progress line from the terminal before the last words.
+func (p *producer) clearProgress() {
+	if p.progressShown {
+		fmt.Fprint(p.app.stderr, "\r\033[K")
+		p.progressShown = false
+	}
+}
+
+// summary prints the last line, on stdout unless that holds JSON.
+func (p *producer) summary() error {
+	p.clearProgress()
+	to := p.app.stdout
+	if p.app.jsonOutput() {
+		to = p.app.stderr
+	}
+	_, err := fmt.Fprintf(to, "produced %s to %s in %s\n", plural(p.produced, "record", "records"), p.topic,
+		time.Since(p.start).Round(time.Millisecond))
 	return err
 }

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -32,6 +34,10 @@ const (
 	defaultTimeout = 10 * time.Second
 	envAddr        = "SHARELOG_ADDR"
 	envToken       = "SHARELOG_TOKEN"
+
+	// Reasons of errors sharelogctl raises itself (see reasonError).
+	reasonUnknownTopicOrPartition = "UNKNOWN_TOPIC_OR_PARTITION"
+	reasonOffsetOutOfRange        = "OFFSET_OUT_OF_RANGE"
 
 	outputText = "text"
 	outputJSON = "json"
@@ -97,7 +103,8 @@ func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 fetches records, and purges records below an offset (Kafka DeleteRecords).
 
 Request-level errors are printed to stderr as "error: <message> (<REASON>)" and make
-sharelogctl exit with status 1.`,
+sharelogctl exit with status 1. A server that cannot be reached within --timeout
+(connecting included) is reported as UNAVAILABLE.`,
 		Example: `  sharelogctl topics create orders --partitions 3
   printf 'k1\tv1\nv2\n' | sharelogctl produce orders
   sharelogctl fetch orders --partition 0 --follow
@@ -116,7 +123,7 @@ sharelogctl exit with status 1.`,
 
 	f := root.PersistentFlags()
 	f.StringVar(&a.addr, "addr", defaultAddr, "gRPC address of the server (env "+envAddr+")")
-	f.DurationVar(&a.timeout, "timeout", defaultTimeout, "timeout of each call to the server (0 = none)")
+	f.DurationVar(&a.timeout, "timeout", defaultTimeout, "timeout of each call to the server, connecting included (0 = none)")
 	f.StringVarP(&a.output, "output", "o", outputText, "output format: text or json (protojson, one object per line)")
 	f.BoolVarP(&a.verbose, "verbose", "v", false, "print more: produced offsets, error metadata")
 	f.BoolVar(&a.useTLS, "tls", false, "connect with TLS (system roots unless --ca-file)")
@@ -169,6 +176,9 @@ func (a *app) resolveGlobals(cmd *cobra.Command) error {
 func (a *app) runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		err := fn(cmd, args)
+		if err != nil {
+			err = a.explainUnreachable(err)
+		}
 		if a.conn != nil {
 			_ = a.conn.Close()
 			a.conn = nil
@@ -186,6 +196,42 @@ func (a *app) runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra
 	}
 }
 
+// explainUnreachable turns the failure of a call that never reached the server into one
+// UNAVAILABLE error naming the address: a refused or failed connection (UNAVAILABLE without a
+// server-sent reason), or --timeout running out while the connection was still not ready (the
+// server does not answer). Errors the server sent are returned unchanged.
+func (a *app) explainUnreachable(err error) error {
+	if a.conn == nil {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok || errorInfo(st) != nil {
+		return err
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		return status.Errorf(codes.Unavailable, "cannot reach the server at %s: %s", a.addr, st.Message())
+	case codes.DeadlineExceeded:
+		if state := a.conn.GetState(); state != connectivity.Ready {
+			return status.Errorf(codes.Unavailable, "cannot reach the server at %s: no connection within --timeout %v (connection state %s)",
+				a.addr, a.timeout, state)
+		}
+	}
+	return err
+}
+
+// reasonError is a request-level error found by sharelogctl itself, before or instead of the
+// server, with the reason the server gives for the same condition, so that it prints the same
+// way: "error: <message> (<REASON>)".
+func reasonError(c codes.Code, reason, format string, args ...any) error {
+	st := status.New(c, fmt.Sprintf(format, args...))
+	withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "sharelog"})
+	if err != nil {
+		return st.Err() // cannot happen: ErrorInfo always marshals
+	}
+	return withInfo.Err()
+}
+
 // logClient connects (lazily: the first call dials) to the server.
 func (a *app) logClient() (sharelogv1.LogServiceClient, error) {
 	if a.conn == nil {
@@ -196,6 +242,28 @@ func (a *app) logClient() (sharelogv1.LogServiceClient, error) {
 		a.conn = conn
 	}
 	return sharelogv1.NewLogServiceClient(a.conn), nil
+}
+
+// describeTopics describes each topic, each call bounded by --timeout. Commands built on a
+// client library that retries transport failures and waits for partitions (consume, stream)
+// call it first, so that an unreachable server or a missing topic fails the command at once
+// instead of leaving it waiting forever.
+func (a *app) describeTopics(ctx context.Context, topics ...string) ([]*sharelogv1.Topic, error) {
+	client, err := a.logClient()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*sharelogv1.Topic, 0, len(topics))
+	for _, name := range topics {
+		callCtx, cancel := a.callCtx(ctx)
+		t, err := client.DescribeTopic(callCtx, &sharelogv1.DescribeTopicRequest{Name: name})
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 func (a *app) dial() (*grpc.ClientConn, error) {

@@ -4,15 +4,16 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-
 	"slices"
 	"strconv"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sharelog/sharelog/client/changestream"
-	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
 type streamOptions struct {
@@ -42,7 +43,11 @@ With -o json each event is a JSON object. --prefix keeps keys that start with
 it. --to-end stops at the high watermark seen at start; --materialize implies it
 and prints, instead of the events, the final state: one "KEY<TAB>VALUE" line per
 live key, sorted by key (deleted keys are absent). Without an end it follows the
-partition until interrupted (Ctrl-C exits with status 0).`,
+partition until interrupted (Ctrl-C exits with status 0).
+
+It fails at once (exit 1) when the server cannot be reached within --timeout, or the topic
+or partition does not exist; once started, it retries a lost connection by itself. Errors
+print as "error: <message> (<REASON>)", a deleted topic as UNKNOWN_TOPIC_OR_PARTITION.`,
 		Example: `  sharelogctl stream orders 0
   sharelogctl stream orders 0 --prefix eu/ --oso --to-end
   sharelogctl stream orders 0 --materialize`,
@@ -62,11 +67,7 @@ partition until interrupted (Ctrl-C exits with status 0).`,
 		if o.from < 0 {
 			return fmt.Errorf("invalid --from %d: must be >= 0", o.from)
 		}
-		client, err := a.logClient()
-		if err != nil {
-			return err
-		}
-		err = a.stream(cmd.Context(), client, args[0], int32(p), o)
+		err = a.stream(cmd.Context(), args[0], int32(p), o)
 		if cmd.Context().Err() != nil {
 			return nil // interrupted: the normal end of a follow
 		}
@@ -75,7 +76,7 @@ partition until interrupted (Ctrl-C exits with status 0).`,
 	return cmd
 }
 
-func (a *app) stream(ctx context.Context, client sharelogv1.LogServiceClient, topic string, partition int32, o streamOptions) error {
+func (a *app) stream(ctx context.Context, topic string, partition int32, o streamOptions) error {
 	cfg := changestream.Config{Topic: topic, Partition: partition, KeyPrefix: []byte(o.prefix), OSO: changestream.OSOOff}
 	if o.oso {
 		cfg.OSO = changestream.OSOWithOffsetAdvanced
@@ -83,36 +84,51 @@ func (a *app) stream(ctx context.Context, client sharelogv1.LogServiceClient, to
 	if o.from > 0 {
 		cfg.From = &changestream.Checkpoint{Partition: partition, NextOffset: o.from}
 	}
+	// The library retries an unreachable server until interrupted: check the server, the topic
+	// and the partition first, bounded by --timeout.
+	topics, err := a.describeTopics(ctx, topic)
+	if err != nil {
+		return err
+	}
+	t := topics[0]
+	if int(partition) >= len(t.GetPartitions()) {
+		return reasonError(codes.NotFound, reasonUnknownTopicOrPartition, "topic %q has no partition %d", topic, partition)
+	}
 	if o.toEnd || o.materialize {
-		callCtx, cancel := a.callCtx(ctx)
-		t, err := client.DescribeTopic(callCtx, &sharelogv1.DescribeTopicRequest{Name: topic})
-		cancel()
-		if err != nil {
-			return err
-		}
-		if int(partition) >= len(t.GetPartitions()) {
-			return fmt.Errorf("topic %q has no partition %d", topic, partition)
-		}
 		hw := t.GetPartitions()[partition].GetHighWatermark()
 		cfg.EndOffset = &hw
 		if cfg.From != nil && o.from > hw {
-			return fmt.Errorf("--from %d is above the high watermark %d", o.from, hw)
+			return reasonError(codes.OutOfRange, reasonOffsetOutOfRange, "--from %d is above the high watermark %d", o.from, hw)
 		}
 	}
 	out := bufio.NewWriter(a.stdout)
 	defer out.Flush()
-	h := &streamPrinter{out: out, json: a.jsonOutput(), materialize: o.materialize, state: map[string][]byte{}}
+	h := &streamPrinter{out: out, json: a.jsonOutput(), materialize: o.materialize, state: map[string][]byte{}, lastCheckpoint: -1}
 	st, err := changestream.New(a.conn, cfg, h)
 	if err != nil {
 		return err
 	}
 	if err := st.Run(ctx); err != nil {
-		return err
+		return streamError(err, topic, partition)
 	}
 	if o.materialize {
 		return h.printState()
 	}
 	return nil
+}
+
+// streamError gives the errors the change-stream library raises itself the reason the server
+// uses for the same condition, so that they print as "error: <message> (<REASON>)" too.
+func streamError(err error, topic string, partition int32) error {
+	if errors.Is(err, changestream.ErrTopicDeleted) {
+		return reasonError(codes.NotFound, reasonUnknownTopicOrPartition, "topic %q was deleted", topic)
+	}
+	// The library checks the partition count itself (when it resets, for instance) and answers
+	// a bare NOT_FOUND.
+	if st, ok := status.FromError(err); ok && st.Code() == codes.NotFound && errorInfo(st) == nil {
+		return reasonError(codes.NotFound, reasonUnknownTopicOrPartition, "%s", st.Message())
+	}
+	return err
 }
 
 // streamPrinter prints events, or keeps the state for --materialize.
@@ -121,12 +137,17 @@ type streamPrinter struct {
 	json        bool
 	materialize bool
 	state       map[string][]byte
+	// lastCheckpoint is the checkpoint printed last if no other event came after it, else -1:
+	// the library reports the end of the last snapshot and then stream_end at the same offset,
+	// and the same point is printed once.
+	lastCheckpoint int64
 }
 
 func (p *streamPrinter) line(fields map[string]any, text ...string) error {
 	if p.materialize {
 		return nil
 	}
+	p.lastCheckpoint = -1
 	if p.json {
 		b, err := json.Marshal(fields)
 		if err != nil {
@@ -177,10 +198,14 @@ func (p *streamPrinter) OnReset(_ context.Context, r changestream.Reset) error {
 }
 
 func (p *streamPrinter) OnCheckpoint(_ context.Context, c changestream.Checkpoint) error {
+	if c.NextOffset == p.lastCheckpoint {
+		return nil
+	}
 	if err := p.line(map[string]any{"event": "checkpoint", "next_offset": strconv.FormatInt(c.NextOffset, 10)},
 		"checkpoint", strconv.FormatInt(c.NextOffset, 10)); err != nil {
 		return err
 	}
+	p.lastCheckpoint = c.NextOffset
 	return p.out.Flush()
 }
 

@@ -27,7 +27,8 @@ type planKind uint8
 
 const (
 	planTake       planKind = iota
-	planArchive             // count at the limit, or no record at the offset
+	planArchive             // no record at the offset (compaction)
+	planLimit               // count at the limit (lowered): archived, or ARCHIVING with a dead-letter topic
 	planUnreadable          // the log cannot read these offsets: archived, logged, counted
 )
 
@@ -161,7 +162,7 @@ func (p *sharePartition) scan(ctx context.Context, hw int64, bud *budget, dry bo
 			// Over the limit after it was lowered (§5.2): archived by
 			// this scan, never delivered.
 			if !dry {
-				out.plan = append(out.plan, planItem{first: r.first, last: hi, kind: planArchive})
+				out.plan = append(out.plan, planItem{first: r.first, last: hi, count: r.count, kind: planLimit})
 			}
 			continue
 		}
@@ -293,9 +294,14 @@ func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 	cfg := p.g.config()
 	deadline := now + cfg.lockDur
 	var archived []sharestate.Range
-	took := false
+	took, deadLetter := false, false
 	for _, it := range out.plan {
 		switch it.kind {
+		case planLimit:
+			v := archivedRun(it.first, it.last, it.count, cfg)
+			p.setRange(it.first, it.last, v)
+			archived = append(archived, v.durable())
+			deadLetter = deadLetter || v.state == stArchiving
 		case planArchive, planUnreadable:
 			p.setRange(it.first, it.last, run{state: stArchived})
 			archived = append(archived, sharestate.Range{First: it.first, Last: it.last, State: sharestate.Archived})
@@ -322,6 +328,9 @@ func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 			p.signal()
 		}
 		p.writeBackground(archived)
+	}
+	if deadLetter {
+		p.g.m.dlq.add(p)
 	}
 	if took && deadline < p.nextDeadline {
 		p.nextDeadline = deadline

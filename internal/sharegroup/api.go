@@ -130,6 +130,9 @@ type GroupConfig struct {
 	AutoOffsetReset         *string // "latest", "earliest", "by_duration:<ISO-8601>"
 	SessionTimeoutMs        *int32
 	HeartbeatIntervalMs     *int32
+	// DeadLetterTopic is where records archived by the delivery-count
+	// limit or by REJECT are copied first ("" = none; docs/dead-letter-topics.md).
+	DeadLetterTopic *string
 }
 
 // Reasons of request-level errors (api.md §7).
@@ -251,6 +254,10 @@ type GroupDescription struct {
 	AssignmentEpoch int32
 	Config          GroupConfig         // effective: every field set
 	Members         []MemberDescription // sorted by member ID
+	// DeadLetteredRecords counts records copied to the group's dead-letter
+	// topic, DeadLetterSkippedRecords records archived without their copy
+	// (docs/dead-letter-topics.md), both since the server started.
+	DeadLetteredRecords, DeadLetterSkippedRecords uint64
 }
 
 // PartitionOffsets is one partition of DescribeShareGroupOffsets.

@@ -33,11 +33,14 @@ type Options struct {
 	DLQAutoCreateTopics bool
 	DLQTopicPrefix      string
 
-	// Tests: dlqManual keeps the dead-letter worker from starting (the test
-	// calls DeadLetterFlush); dlqAfterAppend runs after a pass appended its
-	// copies and before it archives the records (a crash point).
-	dlqManual      bool
-	dlqAfterAppend func()
+	// DeadLetterAfterAppend, a test hook, runs after the dead-letter worker
+	// appended copies and before it archives their records: the point
+	// where a crash leaves copies whose records are still ARCHIVING.
+	DeadLetterAfterAppend func()
+
+	// dlqManual (tests) keeps the dead-letter worker from starting: the
+	// test calls DeadLetterFlush.
+	dlqManual bool
 }
 
 // Bounds of group config fields that are not flags (§9).

@@ -260,7 +260,7 @@ func (p *sharePartition) deadLetterPass(ctx context.Context) (more bool, err err
 				return more, fmt.Errorf("appending to %s/%d: %w", topic, dp, err)
 			}
 			appended = len(copies)
-			if h := m.opts.dlqAfterAppend; h != nil {
+			if h := m.opts.DeadLetterAfterAppend; h != nil {
 				h()
 			}
 		}

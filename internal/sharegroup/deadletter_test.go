@@ -196,7 +196,7 @@ func TestDeadLetterCrash(t *testing.T) {
 			dir := t.TempDir()
 			var crashed string
 			e := dlqEnv(t, store, dir, func(o *testOpts) {
-				o.dlqAfterAppend = func() { crashed = copyDir(t, dir) } // kill -9 right after the append
+				o.DeadLetterAfterAppend = func() { crashed = copyDir(t, dir) } // kill -9 right after the append
 			})
 			e.topic("t", 1)
 			e.topic("dlq.t", 1)

@@ -44,6 +44,7 @@
 //
 // (*) In a group with a dead-letter topic these go to ARCHIVING instead
 // (count kept), see "Dead-letter topics".
+//
 //	ACQUIRED  -> AVAILABLE     RELEASE or expiry below the limit (count kept)
 //	ACQUIRED  -> AVAILABLE     the owner session ends (count-1: not charged)
 //	ACQUIRED  -> ACQUIRED      RENEW (new deadline)

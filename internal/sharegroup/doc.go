@@ -40,14 +40,13 @@
 //	AVAILABLE -> ARCHIVED      scan finds count >= limit (*), or no record there (compaction)
 //	ACQUIRED  -> ACKNOWLEDGED  ACCEPT
 //	ACQUIRED  -> ARCHIVED      REJECT (*), GAP; RELEASE or expiry at the limit (*)
+//	ACQUIRED  -> AVAILABLE     RELEASE or expiry below the limit (count kept)
+//	ACQUIRED  -> AVAILABLE     the owner session ends (count-1: not charged)
+//	ACQUIRED  -> ACQUIRED      RENEW (new deadline)
 //	ARCHIVING -> ARCHIVED      the dead-letter copy was made (or cannot be)
 //
 // (*) In a group with a dead-letter topic these go to ARCHIVING instead
 // (count kept), see "Dead-letter topics".
-//
-//	ACQUIRED  -> AVAILABLE     RELEASE or expiry below the limit (count kept)
-//	ACQUIRED  -> AVAILABLE     the owner session ends (count-1: not charged)
-//	ACQUIRED  -> ACQUIRED      RENEW (new deadline)
 //
 // After every change SPSO moves past leading terminal offsets and their
 // state is dropped. Acknowledgements of one partition entry are checked in

@@ -33,7 +33,7 @@
 //
 // A share-partition has SPSO (first non-terminal offset) and SPEO (last
 // offset with state). Offsets in [SPSO, SPEO] are AVAILABLE, ACQUIRED,
-// ACKNOWLEDGED or ARCHIVED with a delivery count; offsets after SPEO are
+// ACKNOWLEDGED, ARCHIVING or ARCHIVED with a delivery count; offsets after SPEO are
 // implicitly AVAILABLE with count 0. Transitions:
 //
 //	AVAILABLE -> ACQUIRED      acquisition (count+1, owner, deadline)
@@ -118,8 +118,8 @@
 // internal/sharestate/statelog, in the server; sharestate.Mem in tests):
 // per group its existence, explicitly set config and group_epoch; per
 // share-partition its topic, topic ID, SPSO and the durable image of
-// [SPSO, SPEO] as ranges: ACKNOWLEDGED, ARCHIVED and AVAILABLE with count >
-// 0. ACQUIRED is stored as AVAILABLE with the count before the
+// [SPSO, SPEO] as ranges: ACKNOWLEDGED, ARCHIVED, ARCHIVING (with its
+// count) and AVAILABLE with count > 0. ACQUIRED is stored as AVAILABLE with the count before the
 // acquisition, so sessions, locks and deadlines are never written, and a
 // session's end or a restart returns records to their durable state with
 // no write. Nothing here knows how or where the store keeps it.

@@ -142,22 +142,25 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 	}
 }
 
-// scan plans the acquisition: it walks AVAILABLE runs from SPSO and then
-// the new offsets after SPEO, up to SPSO + L and the high watermark, reading
-// the records to size them. mu is held; nothing changes yet.
+// scan plans the acquisition: it walks AVAILABLE runs of [SPSO, SPEO] and
+// then the new offsets after SPEO, reading the records to size them. The
+// record-lock limit L bounds only the new offsets (up to SPSO + L), as
+// Kafka's in-flight limit does: records already in flight stay acquirable
+// after L is lowered, so RELEASEd records above the new SPSO + L are
+// delivered again rather than stranded. mu is held; nothing changes yet.
 func (p *sharePartition) scan(ctx context.Context, hw int64, bud *budget, dry bool, out *partFetch) error {
 	cfg := p.g.config()
 	lim := min(p.spso+cfg.maxLocks, hw)
 	out.plan = out.plan[:0]
 	for i := 0; i < len(p.runs) && !bud.exhausted(); i++ {
 		r := p.runs[i]
-		if r.first >= lim {
+		if r.first >= hw {
 			break
 		}
 		if r.state != stAvailable {
 			continue
 		}
-		hi := min(r.last, lim-1)
+		hi := min(r.last, hw-1)
 		if r.count >= cfg.limit {
 			// Over the limit after it was lowered (§5.2): archived by
 			// this scan, never delivered.

@@ -95,6 +95,27 @@ func TestRecordLockLimit(t *testing.T) {
 	assert.Equal(t, []AcquiredRange{rng(100, 109, 1)}, acquired(t, e.fetch("b", FetchRequest{}), x))
 }
 
+// Lowering the record-lock limit strands nothing: records already in
+// flight (in [SPSO, SPEO]) and released stay acquirable, as in Kafka,
+// whose limit bounds only what is added after SPEO; new offsets still wait
+// for SPSO + L.
+func TestRecordLockLimitLowered(t *testing.T) {
+	e := newEnv(t, nil)
+	e.topic("t", 1)
+	x := tp("t", 0)
+	e.update(GroupConfig{PartitionMaxRecordLocks: i32(200)})
+	e.open("a", x)
+	e.open("b", x)
+	e.produce("t", 0, 300, 1)
+	require.Equal(t, []AcquiredRange{rng(0, 199, 1)}, acquired(t, e.fetch("a", FetchRequest{}), x))
+	e.update(GroupConfig{PartitionMaxRecordLocks: i32(100)})
+	require.Equal(t, CodeNone, e.ack("a", ackEntry(x, batch(150, 199, AckRelease))).Partitions[0].ErrorCode)
+	assert.Equal(t, []AcquiredRange{rng(150, 199, 2)}, acquired(t, e.fetch("b", FetchRequest{}), x))
+	assert.False(t, hasPart(e.fetch("b", FetchRequest{}), x), "nothing past SPEO while SPSO + L <= SPEO")
+	require.Equal(t, CodeNone, e.ack("a", ackEntry(x, batch(0, 109, AckAccept))).Partitions[0].ErrorCode)
+	assert.Equal(t, []AcquiredRange{rng(200, 209, 1)}, acquired(t, e.fetch("b", FetchRequest{}), x), "SPSO 110 + L 100")
+}
+
 // §5.2: RELEASE at the limit archives; an AVAILABLE record over a lowered
 // limit is archived by the next scan.
 func TestDeliveryLimit(t *testing.T) {

@@ -49,13 +49,16 @@ type PartitionEntry struct {
 
 // FetchRequest is a ShareFetch call.
 type FetchRequest struct {
-	GroupID    string
-	MemberID   string
-	Epoch      int32
-	MaxWaitMs  int32
-	MinBytes   int32
-	MaxBytes   int32 // 0 = 1 MiB
-	MaxRecords int32 // 0 = 500
+	GroupID   string
+	MemberID  string
+	Epoch     int32
+	MaxWaitMs int32
+	MinBytes  int32
+	// MaxBytes and MaxRecords: nil = the default (1 MiB, 500); 0 =
+	// acquire nothing, as Kafka: the call applies its acknowledgements and
+	// session changes and answers at once.
+	MaxBytes   *int32
+	MaxRecords *int32
 	BatchSize  int32 // 0 = no cap
 	IsRenewAck bool
 	Partitions []PartitionEntry

@@ -560,10 +560,12 @@ type ShareFetchRequest struct {
 	ShareSessionEpoch int32 `protobuf:"varint,3,opt,name=share_session_epoch,json=shareSessionEpoch,proto3" json:"share_session_epoch,omitempty"`
 	MaxWaitMs         int32 `protobuf:"varint,4,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
 	MinBytes          int32 `protobuf:"varint,5,opt,name=min_bytes,json=minBytes,proto3" json:"min_bytes,omitempty"`
-	// 0 = 1 MiB.
-	MaxBytes int32 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
-	// 0 = 500; a strict limit across all partitions of the response.
-	MaxRecords int32 `protobuf:"varint,7,opt,name=max_records,json=maxRecords,proto3" json:"max_records,omitempty"`
+	// Unset = 1 MiB. 0 = acquire nothing (as Kafka): the request only applies
+	// its acknowledgements and session changes and answers at once.
+	MaxBytes *int32 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3,oneof" json:"max_bytes,omitempty"`
+	// Unset = 500; a strict limit across all partitions of the response.
+	// 0 = acquire nothing (as Kafka), like max_bytes 0.
+	MaxRecords *int32 `protobuf:"varint,7,opt,name=max_records,json=maxRecords,proto3,oneof" json:"max_records,omitempty"`
 	// Cut acquired ranges into pieces of this many records (0 = no cap).
 	BatchSize  int32 `protobuf:"varint,8,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
 	IsRenewAck bool  `protobuf:"varint,9,opt,name=is_renew_ack,json=isRenewAck,proto3" json:"is_renew_ack,omitempty"`
@@ -641,15 +643,15 @@ func (x *ShareFetchRequest) GetMinBytes() int32 {
 }
 
 func (x *ShareFetchRequest) GetMaxBytes() int32 {
-	if x != nil {
-		return x.MaxBytes
+	if x != nil && x.MaxBytes != nil {
+		return *x.MaxBytes
 	}
 	return 0
 }
 
 func (x *ShareFetchRequest) GetMaxRecords() int32 {
-	if x != nil {
-		return x.MaxRecords
+	if x != nil && x.MaxRecords != nil {
+		return *x.MaxRecords
 	}
 	return 0
 }
@@ -2691,23 +2693,26 @@ const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\ffirst_offset\x18\x01 \x01(\x03R\vfirstOffset\x12\x1f\n" +
 	"\vlast_offset\x18\x02 \x01(\x03R\n" +
 	"lastOffset\x12I\n" +
-	"\x11acknowledge_types\x18\x03 \x03(\x0e2\x1c.sharelog.v1.AcknowledgeTypeR\x10acknowledgeTypes\"\xbf\x03\n" +
+	"\x11acknowledge_types\x18\x03 \x03(\x0e2\x1c.sharelog.v1.AcknowledgeTypeR\x10acknowledgeTypes\"\xe7\x03\n" +
 	"\x11ShareFetchRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12.\n" +
 	"\x13share_session_epoch\x18\x03 \x01(\x05R\x11shareSessionEpoch\x12\x1e\n" +
 	"\vmax_wait_ms\x18\x04 \x01(\x05R\tmaxWaitMs\x12\x1b\n" +
-	"\tmin_bytes\x18\x05 \x01(\x05R\bminBytes\x12\x1b\n" +
-	"\tmax_bytes\x18\x06 \x01(\x05R\bmaxBytes\x12\x1f\n" +
-	"\vmax_records\x18\a \x01(\x05R\n" +
-	"maxRecords\x12\x1d\n" +
+	"\tmin_bytes\x18\x05 \x01(\x05R\bminBytes\x12 \n" +
+	"\tmax_bytes\x18\x06 \x01(\x05H\x00R\bmaxBytes\x88\x01\x01\x12$\n" +
+	"\vmax_records\x18\a \x01(\x05H\x01R\n" +
+	"maxRecords\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"batch_size\x18\b \x01(\x05R\tbatchSize\x12 \n" +
 	"\fis_renew_ack\x18\t \x01(\bR\n" +
 	"isRenewAck\x124\n" +
 	"\x06topics\x18\n" +
 	" \x03(\v2\x1c.sharelog.v1.ShareFetchTopicR\x06topics\x12P\n" +
-	"\x15forgotten_topics_data\x18\v \x03(\v2\x1c.sharelog.v1.TopicPartitionsR\x13forgottenTopicsData\"i\n" +
+	"\x15forgotten_topics_data\x18\v \x03(\v2\x1c.sharelog.v1.TopicPartitionsR\x13forgottenTopicsDataB\f\n" +
+	"\n" +
+	"_max_bytesB\x0e\n" +
+	"\f_max_records\"i\n" +
 	"\x0fShareFetchTopic\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12@\n" +
 	"\n" +
@@ -3017,6 +3022,7 @@ func file_sharelog_v1_share_group_proto_init() {
 	file_sharelog_v1_share_group_proto_msgTypes[0].OneofWrappers = []any{}
 	file_sharelog_v1_share_group_proto_msgTypes[3].OneofWrappers = []any{}
 	file_sharelog_v1_share_group_proto_msgTypes[4].OneofWrappers = []any{}
+	file_sharelog_v1_share_group_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

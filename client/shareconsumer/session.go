@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
@@ -391,7 +392,7 @@ func (c *Consumer) buildFetch(desired []TopicPartition) (*sharelogv1.ShareFetchR
 		GroupId:           c.cfg.GroupID,
 		MemberId:          c.cfg.MemberID,
 		ShareSessionEpoch: c.s.epoch,
-		MaxRecords:        int32(c.cfg.MaxRecords),
+		MaxRecords:        proto.Int32(int32(c.cfg.MaxRecords)),
 	}
 	want := make(map[TopicPartition]bool, len(desired))
 	for _, tp := range desired {

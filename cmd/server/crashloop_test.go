@@ -300,7 +300,7 @@ func (s *clState) consume(ctx context.Context, c *child, killed *atomic.Bool, r 
 			pending, batches = nil, nil
 		}
 		req := &sharelogv1.ShareFetchRequest{GroupId: clGroup, MemberId: member, ShareSessionEpoch: epoch,
-			MaxWaitMs: 50, MaxRecords: int32(1 + r.IntN(40)), Topics: clTopics(batches)}
+			MaxWaitMs: 50, MaxRecords: proto.Int32(int32(1 + r.IntN(40))), Topics: clTopics(batches)}
 		resp, err := sg.ShareFetch(ctx, req)
 		if err != nil {
 			s.settle(pending, nil)
@@ -515,7 +515,7 @@ func (s *clState) drain(ctx context.Context, c *child) {
 	var pending []clPending
 	for epoch, idle := int32(0), 0; idle < 3; epoch++ {
 		resp, err := sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: clGroup, MemberId: "drain", ShareSessionEpoch: epoch,
-			MaxWaitMs: 20, MaxRecords: 5000, Topics: clTopics(ackBatches(pending))})
+			MaxWaitMs: 20, MaxRecords: proto.Int32(5000), Topics: clTopics(ackBatches(pending))})
 		require.NoError(s.t, err)
 		codes := map[int32]sharelogv1.ErrorCode{}
 		var got []clPending

@@ -51,7 +51,7 @@ func TestShareAcksSurviveSIGKILL(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, [][3]int64{{0, 99, 1}}, acquiredOf(resp))
 	// Accept 0..49, release 50..59: both durable before the response.
-	resp, err = sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "workers", MemberId: "m1", ShareSessionEpoch: 1, MaxRecords: 10,
+	resp, err = sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "workers", MemberId: "m1", ShareSessionEpoch: 1, MaxRecords: proto.Int32(10),
 		Topics: topics(
 			&sharelogv1.AcknowledgementBatch{FirstOffset: 0, LastOffset: 49, AcknowledgeTypes: []sharelogv1.AcknowledgeType{sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_ACCEPT}},
 			&sharelogv1.AcknowledgementBatch{FirstOffset: 50, LastOffset: 59, AcknowledgeTypes: []sharelogv1.AcknowledgeType{sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_RELEASE}},

@@ -156,7 +156,10 @@ func (a *app) sgDescribeCmd() *cobra.Command {
   --members            GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS ASSIGNMENT
                        (--verbose adds MEMBER-EPOCH)
   --state              GROUP COORDINATOR (ID) STATE #MEMBERS
-                       (--verbose adds GROUP-EPOCH and ASSIGNMENT-EPOCH)
+                       (--verbose adds GROUP-EPOCH and ASSIGNMENT-EPOCH); a group with a
+                       dead-letter topic adds DEAD-LETTER-TOPIC, DEAD-LETTERED (records
+                       copied there) and DLQ-SKIPPED (archived without a copy), both
+                       counted since the server started
 
 The coordinator is the server sharelogctl talks to (node id 0).`,
 		Example: `  sharelogctl share-groups describe workers
@@ -287,14 +290,20 @@ func (a *app) printMembers(d *sharelogv1.DescribeShareGroupResponse) error {
 
 func (a *app) printState(d *sharelogv1.DescribeShareGroupResponse) error {
 	coordinator := a.addr + " (0)"
+	dlq := d.GetConfig().GetDeadLetterTopic()
+	var dlqHead, dlqCols string
+	if dlq != "" {
+		dlqHead = "\tDEAD-LETTER-TOPIC\tDEAD-LETTERED\tDLQ-SKIPPED"
+		dlqCols = fmt.Sprintf("\t%s\t%d\t%d", dlq, d.GetDeadLetteredRecords(), d.GetDeadLetterSkippedRecords())
+	}
 	tw := newTable(a)
 	if a.verbose {
-		fmt.Fprintln(tw, "GROUP\tCOORDINATOR (ID)\tSTATE\tGROUP-EPOCH\tASSIGNMENT-EPOCH\t#MEMBERS")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\n", d.GetGroupId(), coordinator, stateName(d.GetState()),
-			d.GetGroupEpoch(), d.GetAssignmentEpoch(), len(d.GetMembers()))
+		fmt.Fprintln(tw, "GROUP\tCOORDINATOR (ID)\tSTATE\tGROUP-EPOCH\tASSIGNMENT-EPOCH\t#MEMBERS"+dlqHead)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d%s\n", d.GetGroupId(), coordinator, stateName(d.GetState()),
+			d.GetGroupEpoch(), d.GetAssignmentEpoch(), len(d.GetMembers()), dlqCols)
 	} else {
-		fmt.Fprintln(tw, "GROUP\tCOORDINATOR (ID)\tSTATE\t#MEMBERS")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", d.GetGroupId(), coordinator, stateName(d.GetState()), len(d.GetMembers()))
+		fmt.Fprintln(tw, "GROUP\tCOORDINATOR (ID)\tSTATE\t#MEMBERS"+dlqHead)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d%s\n", d.GetGroupId(), coordinator, stateName(d.GetState()), len(d.GetMembers()), dlqCols)
 	}
 	return tw.Flush()
 }

@@ -181,6 +181,13 @@ func TestE2EShareGroupsListAndDescribe(t *testing.T) {
 		rows := table(res.stdout)
 		assert.Equal(t, []string{"GROUP", "COORDINATOR", "(ID)", "STATE", "GROUP-EPOCH", "ASSIGNMENT-EPOCH", "#MEMBERS"}, rows[0])
 		assert.Equal(t, []string{"workers", s.addr, "(0)", "Stable", "2", "2", "2"}, rows[1])
+		c.config(t, "workers", &sharelogv1.ShareGroupConfig{DeadLetterTopic: proto.String("dlq.orders")})
+		res = ctl("", "share-groups", "describe", "workers", "--state")
+		requireOK(t, res)
+		assert.Equal(t, [][]string{
+			{"GROUP", "COORDINATOR", "(ID)", "STATE", "#MEMBERS", "DEAD-LETTER-TOPIC", "DEAD-LETTERED", "DLQ-SKIPPED"},
+			{"workers", s.addr, "(0)", "Stable", "2", "dlq.orders", "0", "0"},
+		}, table(res.stdout))
 		res = ctl("", "share-groups", "describe", "workers", "--state", "-o", "json")
 		requireOK(t, res)
 		var d sharelogv1.DescribeShareGroupResponse

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -33,6 +34,11 @@ type Config struct {
 	// whose acknowledged state was found lost come online with what is
 	// readable (the loss is logged) instead of staying offline.
 	RepairShareState bool
+	// Dead-letter topics: DLQAutoCreateTopics creates a group's missing
+	// dead-letter topic at its first copy; then a group's dead_letter_topic
+	// must start with DLQTopicPrefix (docs/dead-letter-topics.md).
+	DLQAutoCreateTopics bool
+	DLQTopicPrefix      string
 
 	// Change streams (flags accepted and validated now; used by change streams).
 	OSOBackfill             string // auto | enabled | disabled
@@ -72,6 +78,7 @@ func DefaultConfig() Config {
 		ShareGroupMaxSize:            200,
 		ShareSessionTimeout:          45 * time.Second,
 		ShareHeartbeatInterval:       5 * time.Second,
+		DLQTopicPrefix:               "dlq.",
 		OSOBackfill:                  "auto",
 		OSOAutoSmallRatio:            0.02,
 		OSOAutoLargeRatio:            0.15,
@@ -129,6 +136,10 @@ func (c Config) Validate() error {
 	}
 	if c.ShareHeartbeatInterval < 100*time.Millisecond || c.ShareHeartbeatInterval > 10*time.Minute || c.ShareHeartbeatInterval >= c.ShareSessionTimeout {
 		bad("--share-heartbeat-interval must be between 100ms and 10m and below --share-session-timeout, got %v", c.ShareHeartbeatInterval)
+	}
+	if c.DLQTopicPrefix == "" || strings.HasPrefix(c.DLQTopicPrefix, "__") || len(c.DLQTopicPrefix) > 249 ||
+		strings.Trim(c.DLQTopicPrefix, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
+		bad("--dlq-topic-prefix must be 1..249 characters of [a-zA-Z0-9._-] not starting with \"__\", got %q", c.DLQTopicPrefix)
 	}
 	switch c.OSOBackfill {
 	case "auto", "enabled", "disabled":

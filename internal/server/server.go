@@ -50,6 +50,10 @@ type Options struct {
 	// GRPCListener, when set, is served instead of listening on Config.GRPCAddr
 	// (tests pass a bufconn listener).
 	GRPCListener net.Listener
+	// DeadLetterAfterAppend, a test hook, runs after the share groups'
+	// dead-letter worker appended copies and before it archives their
+	// records (tests simulate a crash there).
+	DeadLetterAfterAppend func()
 }
 
 // Server is a running sharelog process.
@@ -147,6 +151,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		MaxShareSessions:        cfg.MaxShareSessions,
 		SessionIdleTimeout:      cfg.ShareSessionIdleTimeout,
 		GroupMaxSize:            cfg.ShareGroupMaxSize,
+		DLQAutoCreateTopics:     cfg.DLQAutoCreateTopics,
+		DLQTopicPrefix:          cfg.DLQTopicPrefix,
+		DeadLetterAfterAppend:   o.DeadLetterAfterAppend,
 	}); err != nil {
 		return nil, fmt.Errorf("open share-group state: %w", err)
 	}

@@ -121,10 +121,10 @@ func TestShareSessionEpochs(t *testing.T) {
 	s.produceN(t, "q", 0, 10)
 
 	// Appendix example 1.
-	open := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: 0, MaxRecords: 2, Topics: topicReq("q", part(0))})
+	open := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: 0, MaxRecords: proto.Int32(2), Topics: topicReq("q", part(0))})
 	assert.Equal(t, []rng{{0, 1, 1}}, acquired(partitionOf(open, "q", 0)))
 	assert.Len(t, partitionOf(open, "q", 0).GetRecords(), 2)
-	s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: 1, MaxRecords: 1})
+	s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: 1, MaxRecords: proto.Int32(1)})
 	_, err := s.sg.ShareAcknowledge(ctx, &sharelogv1.ShareAcknowledgeRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: 2,
 		Topics: topicReq("q", part(0, batch(0, 2, accept)))})
 	require.NoError(t, err)
@@ -186,7 +186,7 @@ func TestShareSessionEpochs(t *testing.T) {
 			return err
 		}, codes.InvalidArgument, "INVALID_REQUEST"},
 		{"negative max_records", func() error {
-			_, err := s.sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: 4, MaxRecords: -1})
+			_, err := s.sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: 4, MaxRecords: proto.Int32(-1)})
 			return err
 		}, codes.InvalidArgument, "INVALID_REQUEST"},
 		{"topic entry without partitions", func() error {
@@ -198,7 +198,7 @@ func TestShareSessionEpochs(t *testing.T) {
 			return err
 		}, codes.InvalidArgument, "INVALID_REQUEST"},
 		{"renew with max_records", func() error {
-			_, err := s.sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: 4, IsRenewAck: true, MaxRecords: 5})
+			_, err := s.sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: 4, IsRenewAck: true, MaxRecords: proto.Int32(5)})
 			return err
 		}, codes.InvalidArgument, "INVALID_REQUEST"},
 	}
@@ -218,7 +218,7 @@ func TestShareAckValidation(t *testing.T) {
 	s.createTopic(t, "q", 1, nil)
 	s.earliestGroup(t, "g", nil)
 	s.produceN(t, "q", 0, 10)
-	resp := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", MaxRecords: 5, Topics: topicReq("q", part(0))})
+	resp := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", MaxRecords: proto.Int32(5), Topics: topicReq("q", part(0))})
 	require.Equal(t, []rng{{0, 4, 1}}, acquired(partitionOf(resp, "q", 0)))
 
 	bad := []struct {
@@ -298,7 +298,7 @@ func TestShareAppendixExamples(t *testing.T) {
 		require.Nil(t, partitionOf(open, "orders", 0).GetAcquiredRecords())
 		s.produceN(t, "orders", 0, 300)
 		s.produceN(t, "orders", 1, 300)
-		resp := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "budget", MemberId: "m", ShareSessionEpoch: 1, MaxRecords: 400, BatchSize: 150})
+		resp := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "budget", MemberId: "m", ShareSessionEpoch: 1, MaxRecords: proto.Int32(400), BatchSize: 150})
 		// The session's second fetch starts at its second partition.
 		assert.Equal(t, []rng{{0, 149, 1}, {150, 299, 1}}, acquired(partitionOf(resp, "orders", 1)))
 		assert.Equal(t, []rng{{0, 99, 1}}, acquired(partitionOf(resp, "orders", 0)))
@@ -310,9 +310,9 @@ func TestShareAppendixExamples(t *testing.T) {
 		s.createTopic(t, "e3", 1, nil)
 		s.earliestGroup(t, "g3", nil)
 		s.produceN(t, "e3", 0, 40)
-		resp := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g3", MemberId: "m", MaxRecords: 30, Topics: topicReq("e3", part(0))})
+		resp := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g3", MemberId: "m", MaxRecords: proto.Int32(30), Topics: topicReq("e3", part(0))})
 		require.Equal(t, []rng{{0, 29, 1}}, acquired(partitionOf(resp, "e3", 0)))
-		resp = s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g3", MemberId: "m", ShareSessionEpoch: 1, MaxRecords: 25,
+		resp = s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g3", MemberId: "m", ShareSessionEpoch: 1, MaxRecords: proto.Int32(25),
 			Topics: topicReq("e3", part(0, batch(0, 14, accept), batch(15, 29, release)))})
 		pr := partitionOf(resp, "e3", 0)
 		assert.Equal(t, none, pr.GetAcknowledgeErrorCode())
@@ -323,9 +323,9 @@ func TestShareAppendixExamples(t *testing.T) {
 		s.createTopic(t, "e4", 1, nil)
 		s.earliestGroup(t, "g4", nil)
 		s.produceN(t, "e4", 0, 15)
-		r1 := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g4", MemberId: "m1", MaxRecords: 10, Topics: topicReq("e4", part(0))})
+		r1 := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g4", MemberId: "m1", MaxRecords: proto.Int32(10), Topics: topicReq("e4", part(0))})
 		require.Equal(t, []rng{{0, 9, 1}}, acquired(partitionOf(r1, "e4", 0)))
-		r2 := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g4", MemberId: "m2", MaxRecords: 5, Topics: topicReq("e4", part(0))})
+		r2 := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g4", MemberId: "m2", MaxRecords: proto.Int32(5), Topics: topicReq("e4", part(0))})
 		require.Equal(t, []rng{{10, 14, 1}}, acquired(partitionOf(r2, "e4", 0)))
 		ack, err := s.sg.ShareAcknowledge(ctx, &sharelogv1.ShareAcknowledgeRequest{GroupId: "g4", MemberId: "m1", ShareSessionEpoch: 1,
 			Topics: topicReq("e4", part(0, batch(0, 4, accept), batch(5, 12, accept)))})
@@ -421,7 +421,7 @@ func TestSharePurgeAndOffsetReset(t *testing.T) {
 	assert.Equal(t, []rng{{5, 5, 1}}, acquired(partitionOf(r, "q", 0)))
 
 	s.earliestGroup(t, "early", nil)
-	r = s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "early", MemberId: "m1", MaxRecords: 2, Topics: topicReq("q", part(0))})
+	r = s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "early", MemberId: "m1", MaxRecords: proto.Int32(2), Topics: topicReq("q", part(0))})
 	require.Equal(t, []rng{{0, 1, 1}}, acquired(partitionOf(r, "q", 0)))
 	require.EqualValues(t, 4, purgeOne(t, s.stack, "q", 0, 4).GetLowWatermark())
 	// m1's ack of records below the new start succeeds without effect.
@@ -544,7 +544,7 @@ func TestShareConsumersThroughGRPC(t *testing.T) {
 	for c := range 4 {
 		wg.Go(func() {
 			member := "c" + strconv.Itoa(c)
-			resp, err := s.sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: member, MaxRecords: 100, Topics: topicReq("q", part(0))})
+			resp, err := s.sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: member, MaxRecords: proto.Int32(100), Topics: topicReq("q", part(0))})
 			require.NoError(t, err)
 			for epoch := int32(1); ; epoch++ {
 				pr := partitionOf(resp, "q", 0)
@@ -563,7 +563,7 @@ func TestShareConsumersThroughGRPC(t *testing.T) {
 				if done && len(batches) == 0 {
 					return
 				}
-				req := &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: member, ShareSessionEpoch: epoch, MaxRecords: 100, MaxWaitMs: 50}
+				req := &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: member, ShareSessionEpoch: epoch, MaxRecords: proto.Int32(100), MaxWaitMs: 50}
 				if len(batches) > 0 {
 					req.Topics = topicReq("q", part(0, batches...))
 				}

@@ -98,7 +98,7 @@ func TestShareBudgetsAndLimits(t *testing.T) {
 
 	t.Run("first record even above max_bytes, then stop", func(t *testing.T) {
 		s.earliestGroup(t, "bytes", nil)
-		r := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "bytes", MemberId: "m", MaxBytes: 100, Topics: topicReq("q", part(0))})
+		r := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "bytes", MemberId: "m", MaxBytes: proto.Int32(100), Topics: topicReq("q", part(0))})
 		assert.Equal(t, []rng{{0, 0, 1}}, acquired(partitionOf(r, "q", 0)))
 	})
 	t.Run("record-lock limit", func(t *testing.T) {
@@ -110,14 +110,14 @@ func TestShareBudgetsAndLimits(t *testing.T) {
 	})
 	t.Run("reject and the delivery limit", func(t *testing.T) {
 		s.earliestGroup(t, "limit", &sharelogv1.ShareGroupConfig{DeliveryCountLimit: proto.Int32(2)})
-		r := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "limit", MemberId: "m", MaxRecords: 2, Topics: topicReq("q", part(0))})
+		r := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "limit", MemberId: "m", MaxRecords: proto.Int32(2), Topics: topicReq("q", part(0))})
 		require.Equal(t, []rng{{0, 1, 1}}, acquired(partitionOf(r, "q", 0)))
 		// Reject 0, release 1 → 1 comes back (count 2) with the next offset.
-		r = s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "limit", MemberId: "m", ShareSessionEpoch: 1, MaxRecords: 2,
+		r = s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "limit", MemberId: "m", ShareSessionEpoch: 1, MaxRecords: proto.Int32(2),
 			Topics: topicReq("q", part(0, batch(0, 1, reject, release)))})
 		require.Equal(t, []rng{{1, 1, 2}, {2, 2, 1}}, acquired(partitionOf(r, "q", 0)))
 		// Releasing 1 at the limit archives it: it is never sent again.
-		r = s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "limit", MemberId: "m", ShareSessionEpoch: 2, MaxRecords: 1,
+		r = s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "limit", MemberId: "m", ShareSessionEpoch: 2, MaxRecords: proto.Int32(1),
 			Topics: topicReq("q", part(0, batch(1, 2, release)))})
 		assert.Equal(t, []rng{{2, 2, 2}}, acquired(partitionOf(r, "q", 0)))
 	})

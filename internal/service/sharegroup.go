@@ -67,8 +67,8 @@ func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.Shar
 		Epoch:      req.GetShareSessionEpoch(),
 		MaxWaitMs:  req.GetMaxWaitMs(),
 		MinBytes:   req.GetMinBytes(),
-		MaxBytes:   req.GetMaxBytes(),
-		MaxRecords: req.GetMaxRecords(),
+		MaxBytes:   req.MaxBytes,
+		MaxRecords: req.MaxRecords,
 		BatchSize:  req.GetBatchSize(),
 		IsRenewAck: req.GetIsRenewAck(),
 		Partitions: entriesFromProto(req.GetTopics()),
@@ -158,6 +158,7 @@ func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sha
 		AutoOffsetReset:         c.AutoOffsetReset,
 		SessionTimeoutMs:        c.SessionTimeoutMs,
 		HeartbeatIntervalMs:     c.HeartbeatIntervalMs,
+		DeadLetterTopic:         c.DeadLetterTopic,
 	})
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
@@ -173,6 +174,7 @@ func configToProto(c sharegroup.GroupConfig) *sharelogv1.ShareGroupConfig {
 		AutoOffsetReset:         c.AutoOffsetReset,
 		SessionTimeoutMs:        c.SessionTimeoutMs,
 		HeartbeatIntervalMs:     c.HeartbeatIntervalMs,
+		DeadLetterTopic:         c.DeadLetterTopic,
 	}
 }
 
@@ -318,6 +320,9 @@ func (s *ShareGroupService) DescribeShareGroup(ctx context.Context, req *sharelo
 		AssignmentEpoch: d.AssignmentEpoch,
 		Config:          configToProto(d.Config),
 		Members:         make([]*sharelogv1.ShareGroupMember, len(d.Members)),
+
+		DeadLetteredRecords:      int64(d.DeadLetteredRecords),
+		DeadLetterSkippedRecords: int64(d.DeadLetterSkippedRecords),
 	}
 	for i, m := range d.Members {
 		out.Members[i] = &sharelogv1.ShareGroupMember{

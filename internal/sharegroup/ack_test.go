@@ -25,8 +25,8 @@ func TestAckDynamicRules(t *testing.T) {
 		e.open("m", x)
 		e.open("o", x)
 		e.produce("t", 0, 20, 1)
-		require.Equal(t, []AcquiredRange{rng(10, 19, 1)}, acquired(t, e.fetch("m", FetchRequest{MaxRecords: 10}), x))
-		require.Equal(t, []AcquiredRange{rng(20, 24, 1)}, acquired(t, e.fetch("o", FetchRequest{MaxRecords: 5}), x))
+		require.Equal(t, []AcquiredRange{rng(10, 19, 1)}, acquired(t, e.fetch("m", FetchRequest{MaxRecords: i32(10)}), x))
+		require.Equal(t, []AcquiredRange{rng(20, 24, 1)}, acquired(t, e.fetch("o", FetchRequest{MaxRecords: i32(5)}), x))
 		require.Equal(t, []AcquiredRange{rng(25, 29, 1)}, acquired(t, e.fetch("m", FetchRequest{}), x))
 		return e, x
 	}
@@ -119,7 +119,7 @@ func TestOvertakenExpiry(t *testing.T) {
 		e.open("m", x)
 		e.open("o", x)
 		e.produce("t", 0, 10, 1)
-		e.fetch("m", FetchRequest{MaxRecords: 5})
+		e.fetch("m", FetchRequest{MaxRecords: i32(5)})
 		_, err := e.store.DeleteRecordsBefore(context.Background(), "t", 0, 3)
 		require.NoError(t, err)
 		assert.Equal(t, "spso=3 [3-4 ACQUIRED(1)] below[0-2 ACQUIRED(1)]", e.state(x))

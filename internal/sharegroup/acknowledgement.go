@@ -99,6 +99,9 @@ func (p *sharePartition) ack(s *session, batches []AckBatch) ackResult {
 	if st.freed {
 		p.signal()
 	}
+	if st.deadLetter {
+		m.dlq.add(p)
+	}
 	return res
 }
 
@@ -106,6 +109,9 @@ type ackState struct {
 	undo  []undoRec
 	delta []sharestate.Range
 	freed bool // records became AVAILABLE or SPSO moved
+	// deadLetter: records became ARCHIVING (their dead-letter copy is due
+	// once the entry is durable).
+	deadLetter bool
 }
 
 // checkAck finds the first offset, in request order, that may not be
@@ -155,11 +161,15 @@ func (p *sharePartition) applyAck(a, z int64, t AckType, sid uint64, now int64, 
 		switch t {
 		case AckAccept:
 			*r = terminalRun(r.first, r.last, stAcknowledged)
-		case AckReject, AckGap:
+		case AckReject:
+			*r = archivedRun(r.first, r.last, r.count, cfg)
+			st.deadLetter = st.deadLetter || r.state == stArchiving
+		case AckGap:
 			*r = terminalRun(r.first, r.last, stArchived)
 		case AckRelease:
 			if r.count >= cfg.limit {
-				*r = terminalRun(r.first, r.last, stArchived)
+				*r = archivedRun(r.first, r.last, r.count, cfg)
+				st.deadLetter = st.deadLetter || r.state == stArchiving
 			} else {
 				*r = availableRun(r.first, r.last, r.count)
 				st.freed = true
@@ -217,6 +227,7 @@ func (p *sharePartition) rollback(undo []undoRec, s *session) {
 
 func (p *sharePartition) rollbackLocked(undo []undoRec, ended bool, now int64) {
 	cfg := p.g.config()
+	deadLetter := false
 	restore := func(pre run) run {
 		switch {
 		case pre.state != stAcquired:
@@ -224,7 +235,8 @@ func (p *sharePartition) rollbackLocked(undo []undoRec, ended bool, now int64) {
 			pre = availableRun(pre.first, pre.last, pre.count-1)
 		case pre.deadline <= now:
 			if pre.count >= cfg.limit {
-				pre = terminalRun(pre.first, pre.last, stArchived)
+				pre = archivedRun(pre.first, pre.last, pre.count, cfg)
+				deadLetter = deadLetter || pre.state == stArchiving
 			} else {
 				pre = availableRun(pre.first, pre.last, pre.count)
 			}
@@ -284,5 +296,8 @@ func (p *sharePartition) rollbackLocked(undo []undoRec, ended bool, now int64) {
 	p.armTimer(now)
 	if freed {
 		p.signal()
+	}
+	if deadLetter {
+		p.g.m.dlq.add(p)
 	}
 }

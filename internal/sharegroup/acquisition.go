@@ -27,7 +27,8 @@ type planKind uint8
 
 const (
 	planTake       planKind = iota
-	planArchive             // count at the limit, or no record at the offset
+	planArchive             // no record at the offset (compaction)
+	planLimit               // count at the limit (lowered): archived, or ARCHIVING with a dead-letter topic
 	planUnreadable          // the log cannot read these offsets: archived, logged, counted
 )
 
@@ -141,27 +142,30 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 	}
 }
 
-// scan plans the acquisition: it walks AVAILABLE runs from SPSO and then
-// the new offsets after SPEO, up to SPSO + L and the high watermark, reading
-// the records to size them. mu is held; nothing changes yet.
+// scan plans the acquisition: it walks AVAILABLE runs of [SPSO, SPEO] and
+// then the new offsets after SPEO, reading the records to size them. The
+// record-lock limit L bounds only the new offsets (up to SPSO + L), as
+// Kafka's in-flight limit does: records already in flight stay acquirable
+// after L is lowered, so RELEASEd records above the new SPSO + L are
+// delivered again rather than stranded. mu is held; nothing changes yet.
 func (p *sharePartition) scan(ctx context.Context, hw int64, bud *budget, dry bool, out *partFetch) error {
 	cfg := p.g.config()
 	lim := min(p.spso+cfg.maxLocks, hw)
 	out.plan = out.plan[:0]
 	for i := 0; i < len(p.runs) && !bud.exhausted(); i++ {
 		r := p.runs[i]
-		if r.first >= lim {
+		if r.first >= hw {
 			break
 		}
 		if r.state != stAvailable {
 			continue
 		}
-		hi := min(r.last, lim-1)
+		hi := min(r.last, hw-1)
 		if r.count >= cfg.limit {
 			// Over the limit after it was lowered (§5.2): archived by
 			// this scan, never delivered.
 			if !dry {
-				out.plan = append(out.plan, planItem{first: r.first, last: hi, kind: planArchive})
+				out.plan = append(out.plan, planItem{first: r.first, last: hi, count: r.count, kind: planLimit})
 			}
 			continue
 		}
@@ -293,9 +297,14 @@ func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 	cfg := p.g.config()
 	deadline := now + cfg.lockDur
 	var archived []sharestate.Range
-	took := false
+	took, deadLetter := false, false
 	for _, it := range out.plan {
 		switch it.kind {
+		case planLimit:
+			v := archivedRun(it.first, it.last, it.count, cfg)
+			p.setRange(it.first, it.last, v)
+			archived = append(archived, v.durable())
+			deadLetter = deadLetter || v.state == stArchiving
 		case planArchive, planUnreadable:
 			p.setRange(it.first, it.last, run{state: stArchived})
 			archived = append(archived, sharestate.Range{First: it.first, Last: it.last, State: sharestate.Archived})
@@ -322,6 +331,9 @@ func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 			p.signal()
 		}
 		p.writeBackground(archived)
+	}
+	if deadLetter {
+		p.g.m.dlq.add(p)
 	}
 	if took && deadline < p.nextDeadline {
 		p.nextDeadline = deadline

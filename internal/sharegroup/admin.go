@@ -84,6 +84,9 @@ func (m *Manager) DescribeGroup(ctx context.Context, groupID string) (GroupDescr
 		AssignmentEpoch: g.mem.assignEpoch,
 		Config:          g.config().public(),
 		Members:         make([]MemberDescription, 0, len(g.mem.members)),
+
+		DeadLetteredRecords:      g.dlqCopied.Load(),
+		DeadLetterSkippedRecords: g.dlqSkipped.Load(),
 	}
 	for _, mem := range g.mem.members {
 		d.Members = append(d.Members, MemberDescription{

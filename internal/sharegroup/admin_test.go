@@ -379,7 +379,7 @@ func TestGroupOpsConcurrent(t *testing.T) {
 		wg.Go(func() {
 			id := string(rune('x' + i))
 			for range 20 {
-				resp, err := e.m.ShareFetch(ctx, FetchRequest{GroupID: testGroup, MemberID: id, MaxRecords: 20,
+				resp, err := e.m.ShareFetch(ctx, FetchRequest{GroupID: testGroup, MemberID: id, MaxRecords: i32(20),
 					Partitions: entries(tp("t", 0), tp("t", 1), tp("t", 2), tp("t", 3))})
 				allowed(err)
 				if err != nil {

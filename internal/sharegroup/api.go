@@ -49,13 +49,16 @@ type PartitionEntry struct {
 
 // FetchRequest is a ShareFetch call.
 type FetchRequest struct {
-	GroupID    string
-	MemberID   string
-	Epoch      int32
-	MaxWaitMs  int32
-	MinBytes   int32
-	MaxBytes   int32 // 0 = 1 MiB
-	MaxRecords int32 // 0 = 500
+	GroupID   string
+	MemberID  string
+	Epoch     int32
+	MaxWaitMs int32
+	MinBytes  int32
+	// MaxBytes and MaxRecords: nil = the default (1 MiB, 500); 0 =
+	// acquire nothing, as Kafka: the call applies its acknowledgements and
+	// session changes and answers at once.
+	MaxBytes   *int32
+	MaxRecords *int32
 	BatchSize  int32 // 0 = no cap
 	IsRenewAck bool
 	Partitions []PartitionEntry
@@ -130,6 +133,9 @@ type GroupConfig struct {
 	AutoOffsetReset         *string // "latest", "earliest", "by_duration:<ISO-8601>"
 	SessionTimeoutMs        *int32
 	HeartbeatIntervalMs     *int32
+	// DeadLetterTopic is where records archived by the delivery-count
+	// limit or by REJECT are copied first ("" = none; docs/dead-letter-topics.md).
+	DeadLetterTopic *string
 }
 
 // Reasons of request-level errors (api.md §7).
@@ -251,6 +257,10 @@ type GroupDescription struct {
 	AssignmentEpoch int32
 	Config          GroupConfig         // effective: every field set
 	Members         []MemberDescription // sorted by member ID
+	// DeadLetteredRecords counts records copied to the group's dead-letter
+	// topic, DeadLetterSkippedRecords records archived without their copy
+	// (docs/dead-letter-topics.md), both since the server started.
+	DeadLetteredRecords, DeadLetterSkippedRecords uint64
 }
 
 // PartitionOffsets is one partition of DescribeShareGroupOffsets.

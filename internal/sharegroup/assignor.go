@@ -4,7 +4,14 @@ import (
 	"slices"
 )
 
-// The simple assignor (§8), one topic at a time. It is a pure function of
+// The simple assignor (§8). As Kafka's SimpleAssignor: when every member
+// subscribes to the same topics (homogeneous), the partitions of all those
+// topics form one pool, ordered by (topic name, partition), and are
+// assigned together as if they were one topic's (membership.go,
+// assignPooledLocked) — two members on topics a and b of one partition
+// each get one partition each; otherwise each topic is assigned on its own
+// among its subscribers. Either way assignTopic below does the work. It is
+// a pure function of
 // the subscribed members (sorted by member ID), the partition count and
 // each member's previous target for the topic, so the same inputs always
 // give the same assignment.

@@ -140,7 +140,7 @@ func benchFetchAck(b *testing.B, storeKind string, fsync logstore.FsyncMode, con
 			var epoch int32
 			var acks []AckBatch
 			for total.Load() < n {
-				req := FetchRequest{GroupID: testGroup, MemberID: member, Epoch: epoch, MaxRecords: 500}
+				req := FetchRequest{GroupID: testGroup, MemberID: member, Epoch: epoch, MaxRecords: i32(500)}
 				if epoch == 0 {
 					req.Partitions = entries(x)
 				}
@@ -195,7 +195,7 @@ func BenchmarkAckRange(b *testing.B) {
 			m, err := openWith(store, testOpts{Options: Options{Logger: slog.New(slog.DiscardHandler)}, Dir: b.TempDir(), Fsync: logstore.FsyncNever})
 			require.NoError(b, err)
 			defer m.Close()
-			_, err = m.ShareFetch(context.Background(), FetchRequest{GroupID: testGroup, MemberID: "m", MaxRecords: 1, Partitions: entries(tp("t", 0))})
+			_, err = m.ShareFetch(context.Background(), FetchRequest{GroupID: testGroup, MemberID: "m", MaxRecords: i32(1), Partitions: entries(tp("t", 0))})
 			require.NoError(b, err)
 			s, _, _ := m.sessions.Lookup(keyOf("m"))
 			sp := m.groupFor(testGroup, false).partition(store.id, "t", 0, false)
@@ -229,7 +229,7 @@ func heapPerSharePartition(t testing.TB, parts int) (bytesPer float64, runs int)
 	ctx := context.Background()
 	members := []string{"a", "b", "c", "d"}
 	for _, mb := range members {
-		_, err := m.ShareFetch(ctx, FetchRequest{GroupID: testGroup, MemberID: mb, MaxRecords: 1, Partitions: entries(tp("t", 0))})
+		_, err := m.ShareFetch(ctx, FetchRequest{GroupID: testGroup, MemberID: mb, MaxRecords: i32(1), Partitions: entries(tp("t", 0))})
 		require.NoError(t, err)
 	}
 	_, err = m.ShareAcknowledge(ctx, AckRequest{GroupID: testGroup, MemberID: "a", Epoch: 1, Partitions: []PartitionEntry{ackEntry(tp("t", 0), batch(0, 0, AckAccept))}})
@@ -246,7 +246,7 @@ func heapPerSharePartition(t testing.TB, parts int) (bytesPer float64, runs int)
 		x := tp("t", p)
 		for _, mb := range members {
 			// Only x in the session: forget the previous partition.
-			req := FetchRequest{GroupID: testGroup, MemberID: mb, Epoch: epochs[mb], MaxRecords: 500, Partitions: entries(x)}
+			req := FetchRequest{GroupID: testGroup, MemberID: mb, Epoch: epochs[mb], MaxRecords: i32(500), Partitions: entries(x)}
 			if p > 0 {
 				req.Forgotten = []TopicPartition{tp("t", p-1)}
 			}

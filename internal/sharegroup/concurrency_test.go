@@ -143,7 +143,7 @@ func TestConcurrentChaos(t *testing.T) {
 					mine = mine[:0]
 				}
 				for !done.Load() {
-					req := FetchRequest{GroupID: testGroup, MemberID: member, Epoch: epoch, MaxWaitMs: 200, MaxRecords: int32(1 + rnd.IntN(100))}
+					req := FetchRequest{GroupID: testGroup, MemberID: member, Epoch: epoch, MaxWaitMs: 200, MaxRecords: i32(int32(1 + rnd.IntN(100)))}
 					if epoch == 0 {
 						forget() // a new session: the old one's records were released
 						req.Partitions = entries(x)

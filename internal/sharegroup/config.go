@@ -25,6 +25,22 @@ type Options struct {
 	// GroupMaxSize is --share-group-max-size (default 200); it must not
 	// exceed MaxShareSessions. Membership (§8) uses it.
 	GroupMaxSize int
+	// Dead-letter topics (docs/dead-letter-topics.md):
+	// DLQAutoCreateTopics (--dlq-auto-create-topics) creates a group's
+	// missing dead-letter topic (one partition) at its first copy; then a
+	// group's dead_letter_topic must start with DLQTopicPrefix
+	// (--dlq-topic-prefix, default "dlq.").
+	DLQAutoCreateTopics bool
+	DLQTopicPrefix      string
+
+	// DeadLetterAfterAppend, a test hook, runs after the dead-letter worker
+	// appended copies and before it archives their records: the point
+	// where a crash leaves copies whose records are still ARCHIVING.
+	DeadLetterAfterAppend func()
+
+	// dlqManual (tests) keeps the dead-letter worker from starting: the
+	// test calls DeadLetterFlush.
+	dlqManual bool
 }
 
 // Bounds of group config fields that are not flags (§9).
@@ -43,6 +59,8 @@ const (
 	defaultMaxRecords   = 500
 	defaultMaxBytes     = 1 << 20
 	defaultGroupMaxSize = 200
+	// defaultDLQTopicPrefix is --dlq-topic-prefix's default.
+	defaultDLQTopicPrefix = "dlq."
 )
 
 // normalize fills defaults and refuses values outside their bounds (the
@@ -68,6 +86,9 @@ func (o *Options) normalize() error {
 	defInt(&o.PartitionMaxRecordLocks, 2000)
 	defInt(&o.MaxShareSessions, 2000)
 	defInt(&o.GroupMaxSize, defaultGroupMaxSize)
+	if o.DLQTopicPrefix == "" {
+		o.DLQTopicPrefix = defaultDLQTopicPrefix
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -103,6 +124,9 @@ func (o *Options) normalize() error {
 	}
 	if o.SessionIdleTimeout < 0 {
 		bad("share session idle timeout %v is negative", o.SessionIdleTimeout)
+	}
+	if msg := dlqTopicNameProblem(o.DLQTopicPrefix, true); msg != "" {
+		bad("dlq topic prefix: %s", msg)
 	}
 	if o.GroupMaxSize < 1 || o.GroupMaxSize > o.MaxShareSessions {
 		bad("share group max size %d must lie within 1..max share sessions (%d)", o.GroupMaxSize, o.MaxShareSessions)
@@ -221,6 +245,7 @@ type effConfig struct {
 	resetString string
 	sessionMs   int32
 	heartbeatMs int32
+	deadLetter  string // dead-letter topic; "" = none
 }
 
 // effective merges a group's explicitly set fields with the defaults.
@@ -253,6 +278,9 @@ func (o *Options) effective(c *GroupConfig) *effConfig {
 	if c.HeartbeatIntervalMs != nil {
 		e.heartbeatMs = *c.HeartbeatIntervalMs
 	}
+	if c.DeadLetterTopic != nil {
+		e.deadLetter = *c.DeadLetterTopic
+	}
 	e.lockDur = int64(e.lockMs) * int64(time.Millisecond)
 	return e
 }
@@ -260,8 +288,9 @@ func (o *Options) effective(c *GroupConfig) *effConfig {
 // public returns the effective config with every field set.
 func (e *effConfig) public() GroupConfig {
 	lock, limit, locks := e.lockMs, int32(e.limit), int32(e.maxLocks)
-	reset, st, hb := e.resetString, e.sessionMs, e.heartbeatMs
+	reset, st, hb, dlq := e.resetString, e.sessionMs, e.heartbeatMs, e.deadLetter
 	return GroupConfig{
+		DeadLetterTopic:         &dlq,
 		RecordLockDurationMs:    &lock,
 		DeliveryCountLimit:      &limit,
 		PartitionMaxRecordLocks: &locks,
@@ -296,6 +325,13 @@ func (o *Options) validateUpdate(cur *effConfig, u *GroupConfig) error {
 	}
 	if v := u.HeartbeatIntervalMs; v != nil && (*v < minHeartbeatMs || *v > maxHeartbeatMs) {
 		bad("heartbeat_interval_ms %d is outside %d..%d", *v, minHeartbeatMs, maxHeartbeatMs)
+	}
+	if v := u.DeadLetterTopic; v != nil && *v != "" {
+		if msg := dlqTopicNameProblem(*v, false); msg != "" {
+			bad("dead_letter_topic: %s", msg)
+		} else if o.DLQAutoCreateTopics && !strings.HasPrefix(*v, o.DLQTopicPrefix) {
+			bad("dead_letter_topic %q must start with %q: dead-letter topics are created automatically (--dlq-auto-create-topics), and only with that prefix (--dlq-topic-prefix)", *v, o.DLQTopicPrefix)
+		}
 	}
 	if u.SessionTimeoutMs != nil || u.HeartbeatIntervalMs != nil {
 		st, hb := cur.sessionMs, cur.heartbeatMs
@@ -332,5 +368,33 @@ func mergeConfig(old, u GroupConfig) GroupConfig {
 	}
 	cp(&old.SessionTimeoutMs, u.SessionTimeoutMs)
 	cp(&old.HeartbeatIntervalMs, u.HeartbeatIntervalMs)
+	if u.DeadLetterTopic != nil {
+		v := *u.DeadLetterTopic
+		old.DeadLetterTopic = &v
+	}
 	return old
+}
+
+// dlqTopicNameProblem says why name cannot be a dead-letter topic (or, with
+// prefix, a dead-letter topic prefix), or "" if it can: the topic name
+// rules of the log (1..249 characters of [a-zA-Z0-9._-], not "." or "..")
+// and, as Kafka's, no "__" at the start (internal topics).
+func dlqTopicNameProblem(name string, prefix bool) string {
+	switch {
+	case name == "":
+		return "empty"
+	case len(name) > maxTopicLen:
+		return fmt.Sprintf("%d characters long, the limit is %d", len(name), maxTopicLen)
+	case !prefix && (name == "." || name == ".."):
+		return fmt.Sprintf("%q is not a topic name", name)
+	case strings.HasPrefix(name, "__"):
+		return fmt.Sprintf("%q starts with \"__\", which is reserved for internal topics", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Sprintf("%q contains %q; allowed are [a-zA-Z0-9._-]", name, c)
+		}
+	}
+	return ""
 }

@@ -28,6 +28,7 @@ func TestGroupConfig(t *testing.T) {
 		AutoOffsetReset:         str("latest"),
 		SessionTimeoutMs:        i32(45000),
 		HeartbeatIntervalMs:     i32(5000),
+		DeadLetterTopic:         str(""),
 	}
 	assert.Equal(t, want, c)
 	got, err := e.m.GetConfig(testGroup)
@@ -52,6 +53,7 @@ func TestGroupConfig(t *testing.T) {
 		{"timeout not above heartbeat", GroupConfig{SessionTimeoutMs: i32(5000)}},
 		{"heartbeat not below timeout", GroupConfig{HeartbeatIntervalMs: i32(45000)}},
 		{"one good, one bad", GroupConfig{RecordLockDurationMs: i32(2000), DeliveryCountLimit: i32(20)}},
+		{"dead-letter topic internal", GroupConfig{DeadLetterTopic: str("__dlq")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := e.m.UpdateConfig(testGroup, tc.c)

@@ -16,6 +16,7 @@
 //	fetch.go            ShareFetch (§3.2): sessionStep, steps 3–7, long-poll
 //	ack.go              ShareAcknowledge and the acknowledgement step with its group-committed wait
 //	waiters.go          waiting fetches (§3.4)
+//	deadletter.go       dead-letter topics: the copy worker and its recovery
 //	membership.go, assignor.go, admin.go, config.go, validate.go, reliability.go
 //
 // # Model
@@ -32,16 +33,20 @@
 //
 // A share-partition has SPSO (first non-terminal offset) and SPEO (last
 // offset with state). Offsets in [SPSO, SPEO] are AVAILABLE, ACQUIRED,
-// ACKNOWLEDGED or ARCHIVED with a delivery count; offsets after SPEO are
+// ACKNOWLEDGED, ARCHIVING or ARCHIVED with a delivery count; offsets after SPEO are
 // implicitly AVAILABLE with count 0. Transitions:
 //
 //	AVAILABLE -> ACQUIRED      acquisition (count+1, owner, deadline)
-//	AVAILABLE -> ARCHIVED      scan finds count >= limit, or no record there (compaction)
+//	AVAILABLE -> ARCHIVED      scan finds count >= limit (*), or no record there (compaction)
 //	ACQUIRED  -> ACKNOWLEDGED  ACCEPT
-//	ACQUIRED  -> ARCHIVED      REJECT, GAP; RELEASE or expiry at the limit
+//	ACQUIRED  -> ARCHIVED      REJECT (*), GAP; RELEASE or expiry at the limit (*)
 //	ACQUIRED  -> AVAILABLE     RELEASE or expiry below the limit (count kept)
 //	ACQUIRED  -> AVAILABLE     the owner session ends (count-1: not charged)
 //	ACQUIRED  -> ACQUIRED      RENEW (new deadline)
+//	ARCHIVING -> ARCHIVED      the dead-letter copy was made (or cannot be)
+//
+// (*) In a group with a dead-letter topic these go to ARCHIVING instead
+// (count kept), see "Dead-letter topics".
 //
 // After every change SPSO moves past leading terminal offsets and their
 // state is dropped. Acknowledgements of one partition entry are checked in
@@ -53,6 +58,35 @@
 // a deadline is authoritative the instant it passes; a timer per
 // share-partition also fires at the earliest deadline, so expired records
 // become acquirable and waiting fetches wake without any request.
+//
+// # Dead-letter topics (KIP-1191; docs/dead-letter-topics.md)
+//
+// ARCHIVING is durable (sharestate.Archiving, with its count), not
+// terminal (SPSO stops at it, lag counts it), never acquired or
+// acknowledged. Whoever creates ARCHIVING records hands the share-partition
+// to the Manager's dlqWorker (add; a leaf lock and a non-blocking kick),
+// whose goroutine makes the copies with no lock of this package held:
+//
+//  1. under mu: collect up to 500 ARCHIVING offsets, the dead-letter topic
+//     and the last ticket; release mu; Wait(ticket) — the ARCHIVING state
+//     is durable before any copy exists, so a crash before this point
+//     redelivers the record (durably AVAILABLE) and nothing was copied;
+//  2. read the source records and append their copies to partition
+//     (source partition mod N) of the dead-letter topic in one Append;
+//  3. under mu: the offsets still ARCHIVING become ARCHIVED (a background
+//     delta), SPSO advances.
+//
+// A crash between 2 and 3 leaves the records ARCHIVING at Open, and a
+// failed Append leaves its outcome unknown: both set dlqCheck, and the next
+// pass first reads the whole dead-letter partition for copies of the
+// group's records (their dlq.group and dlq.source.* headers) and appends
+// only the missing ones; so every record is copied exactly once. A failed
+// pass is retried with backoff and the records stay ARCHIVING (nothing
+// lost). As Kafka, a dead-letter topic that does not exist (without
+// --dlq-auto-create-topics), a dead-letter topic cleared from the config,
+// or a source record that is gone make the pass archive without a copy,
+// logged and counted (Stats().DeadLetterSkipped). One worker pass runs at
+// a time (dlqWorker.pass), so no two passes copy the same records.
 //
 // # Range representation (§12)
 //
@@ -84,8 +118,8 @@
 // internal/sharestate/statelog, in the server; sharestate.Mem in tests):
 // per group its existence, explicitly set config and group_epoch; per
 // share-partition its topic, topic ID, SPSO and the durable image of
-// [SPSO, SPEO] as ranges: ACKNOWLEDGED, ARCHIVED and AVAILABLE with count >
-// 0. ACQUIRED is stored as AVAILABLE with the count before the
+// [SPSO, SPEO] as ranges: ACKNOWLEDGED, ARCHIVED, ARCHIVING (with its
+// count) and AVAILABLE with count > 0. ACQUIRED is stored as AVAILABLE with the count before the
 // acquisition, so sessions, locks and deadlines are never written, and a
 // session's end or a restart returns records to their durable state with
 // no write. Nothing here knows how or where the store keeps it.
@@ -155,6 +189,7 @@
 //	sharePartition.wmu          (waiters; may call logstore.Watch)
 //	share-state store           (Store.Write; its locks are leaves)
 //	Manager.topicsMu            (leaf)
+//	dlqWorker.mu                (leaf; dlqWorker.pass is taken with no lock held)
 //
 // The store calls writeSnapshot from its own goroutine with none of its
 // locks held; writeSnapshot takes group.mu and sharePartition.mu as the

@@ -334,8 +334,8 @@ func TestRollbackInterleaved(t *testing.T) {
 	e.open("a", x)
 	e.open("b", x)
 	e.produce("t", 0, 20, 10)
-	require.Equal(t, []AcquiredRange{rng(10, 19, 1)}, acquired(t, e.fetch("a", FetchRequest{MaxRecords: 10}), x))
-	require.Equal(t, []AcquiredRange{rng(20, 29, 1)}, acquired(t, e.fetch("b", FetchRequest{MaxRecords: 10}), x))
+	require.Equal(t, []AcquiredRange{rng(10, 19, 1)}, acquired(t, e.fetch("a", FetchRequest{MaxRecords: i32(10)}), x))
+	require.Equal(t, []AcquiredRange{rng(20, 29, 1)}, acquired(t, e.fetch("b", FetchRequest{MaxRecords: i32(10)}), x))
 	sp := e.sp(x)
 	sa, _, _ := e.m.sessions.Lookup(keyOf("a"))
 	sb, _, _ := e.m.sessions.Lookup(keyOf("b"))
@@ -366,7 +366,7 @@ func TestCompaction(t *testing.T) {
 	e.open("m", x)
 	e.produce("t", 0, 5000, 1)
 	for off := int64(0); off < 4000; off += 10 {
-		resp := e.fetch("m", FetchRequest{MaxRecords: 10})
+		resp := e.fetch("m", FetchRequest{MaxRecords: i32(10)})
 		require.Equal(t, []AcquiredRange{rng(off, off+9, 1)}, acquired(t, resp, x))
 		r := e.ack("m", ackEntry(x, batch(off, off+9, AckAccept)))
 		require.Equal(t, CodeNone, r.Partitions[0].ErrorCode)
@@ -407,7 +407,7 @@ func TestGroupCommit(t *testing.T) {
 	}
 	e.produce("t", 0, members*10, 1)
 	for i := range members {
-		require.Len(t, acquired(t, e.fetch(fmt.Sprint("m", i), FetchRequest{MaxRecords: 10}), x), 1)
+		require.Len(t, acquired(t, e.fetch(fmt.Sprint("m", i), FetchRequest{MaxRecords: i32(10)}), x), 1)
 	}
 	before := syncs.Load()
 	var wg sync.WaitGroup

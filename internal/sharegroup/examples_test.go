@@ -54,7 +54,7 @@ func TestExample2StrictBudget(t *testing.T) {
 	require.Equal(t, int64(40), e.spso(o1))
 	e.produce("orders", 0, 300, 1024)
 	e.produce("orders", 1, 300, 1024)
-	resp := e.fetch("m", FetchRequest{MaxRecords: 400, BatchSize: 150})
+	resp := e.fetch("m", FetchRequest{MaxRecords: i32(400), BatchSize: 150})
 	assert.Equal(t, []AcquiredRange{rng(40, 189, 1), rng(190, 339, 1)}, acquired(t, resp, o1))
 	assert.Equal(t, []AcquiredRange{rng(1000, 1099, 1)}, acquired(t, resp, o0))
 	total := 0
@@ -91,7 +91,7 @@ func TestExample3AcksBeforeFetch(t *testing.T) {
 	resp := e.fetch("m", FetchRequest{})
 	require.Equal(t, []AcquiredRange{rng(200, 229, 1)}, acquired(t, resp, x))
 	e.produce("t", 0, 40, 1024)
-	resp = e.fetch("m", FetchRequest{MaxRecords: 25, Partitions: []PartitionEntry{ackEntry(x, batch(200, 214, AckAccept), batch(215, 229, AckRelease))}})
+	resp = e.fetch("m", FetchRequest{MaxRecords: i32(25), Partitions: []PartitionEntry{ackEntry(x, batch(200, 214, AckAccept), batch(215, 229, AckRelease))}})
 	p := part(t, resp, x)
 	assert.Equal(t, CodeNone, p.AckErrorCode)
 	assert.Equal(t, []AcquiredRange{rng(215, 229, 2), rng(230, 239, 1)}, p.Acquired)
@@ -107,8 +107,8 @@ func TestExample4AtomicRollback(t *testing.T) {
 	e.open("m1", x)
 	e.open("m2", x)
 	e.produce("t", 0, 15, 10)
-	require.Equal(t, []AcquiredRange{rng(500, 509, 1)}, acquired(t, e.fetch("m1", FetchRequest{MaxRecords: 10}), x))
-	require.Equal(t, []AcquiredRange{rng(510, 514, 1)}, acquired(t, e.fetch("m2", FetchRequest{MaxRecords: 10}), x))
+	require.Equal(t, []AcquiredRange{rng(500, 509, 1)}, acquired(t, e.fetch("m1", FetchRequest{MaxRecords: i32(10)}), x))
+	require.Equal(t, []AcquiredRange{rng(510, 514, 1)}, acquired(t, e.fetch("m2", FetchRequest{MaxRecords: i32(10)}), x))
 	before := e.state(x)
 	r := e.ack("m1", ackEntry(x, batch(500, 504, AckAccept), batch(505, 512, AckAccept)))
 	assert.Equal(t, CodeInvalidRecordState, r.Partitions[0].ErrorCode)
@@ -181,7 +181,7 @@ func TestExample7Purge(t *testing.T) {
 		e.open(m, x)
 	}
 	e.produce("t", 0, 60, 10) // 300..359
-	req := FetchRequest{MaxRecords: 10}
+	req := FetchRequest{MaxRecords: i32(10)}
 	require.Equal(t, []AcquiredRange{rng(300, 309, 1)}, acquired(t, e.fetch("m1", req), x))
 	require.Equal(t, []AcquiredRange{rng(310, 319, 1)}, acquired(t, e.fetch("mx", req), x))
 	require.Equal(t, []AcquiredRange{rng(320, 329, 1)}, acquired(t, e.fetch("my", req), x))

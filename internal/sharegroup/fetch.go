@@ -281,12 +281,16 @@ func (m *Manager) fetchRecords(ctx context.Context, s *session, parts []*sessPar
 	for i := range parts {
 		res[i].sp = parts[i].sp
 	}
-	maxRecords, maxBytes := int(req.MaxRecords), int64(req.MaxBytes)
-	if maxRecords == 0 {
-		maxRecords = defaultMaxRecords
+	maxRecords, maxBytes := defaultMaxRecords, int64(defaultMaxBytes)
+	if req.MaxRecords != nil {
+		maxRecords = int(*req.MaxRecords)
 	}
-	if maxBytes == 0 {
-		maxBytes = defaultMaxBytes
+	if req.MaxBytes != nil {
+		maxBytes = int64(*req.MaxBytes)
+	}
+	if maxRecords == 0 || maxBytes == 0 {
+		// Explicitly nothing (as Kafka): no acquisition, no wait.
+		return res, nil
 	}
 	minBytes := min(max(int64(req.MinBytes), 1), maxBytes)
 	deadline := admitted.Add(time.Duration(req.MaxWaitMs) * time.Millisecond)

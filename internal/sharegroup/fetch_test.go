@@ -37,7 +37,7 @@ func TestFetchBudget(t *testing.T) {
 			e.fetch("m", FetchRequest{}) // k=1 starts at y: make k=2 start at x
 			e.produce("t", 0, 3, 1000)
 			e.produce("t", 1, 10, 10)
-			resp := e.fetch("m", FetchRequest{MaxBytes: tc.maxBytes, MaxRecords: tc.maxRecords})
+			resp := e.fetch("m", FetchRequest{MaxBytes: opt(tc.maxBytes), MaxRecords: opt(tc.maxRecords)})
 			var got0, got1 []AcquiredRange
 			if hasPart(resp, x) {
 				got0 = acquired(t, resp, x)
@@ -60,8 +60,32 @@ func TestRecordSize(t *testing.T) {
 	rec := logstore.Record{Key: make([]byte, 100), Value: make([]byte, 100), Headers: []logstore.Header{{Key: string(make([]byte, 50)), Value: make([]byte, 50)}}}
 	_, err := e.store.Append(context.Background(), "t", 0, []logstore.Record{rec, rec, rec})
 	require.NoError(t, err)
-	assert.Equal(t, []AcquiredRange{rng(0, 0, 1)}, acquired(t, e.fetch("m", FetchRequest{MaxBytes: 599}), x))
-	assert.Equal(t, []AcquiredRange{rng(1, 2, 1)}, acquired(t, e.fetch("m", FetchRequest{MaxBytes: 600}), x))
+	assert.Equal(t, []AcquiredRange{rng(0, 0, 1)}, acquired(t, e.fetch("m", FetchRequest{MaxBytes: i32(599)}), x))
+	assert.Equal(t, []AcquiredRange{rng(1, 2, 1)}, acquired(t, e.fetch("m", FetchRequest{MaxBytes: i32(600)}), x))
+}
+
+// max_records 0 or max_bytes 0, given explicitly, acquire nothing and do
+// not wait (as Kafka), while the acknowledgements of the request apply;
+// unset they take the defaults (500, 1 MiB).
+func TestFetchNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	e.topic("t", 1)
+	x := tp("t", 0)
+	e.open("m", x)
+	e.produce("t", 0, 3, 10)
+	require.Equal(t, []AcquiredRange{rng(0, 0, 1)}, acquired(t, e.fetch("m", FetchRequest{MaxRecords: i32(1)}), x))
+	for _, req := range []FetchRequest{
+		{MaxRecords: i32(0), MaxWaitMs: 60000, Partitions: []PartitionEntry{ackEntry(x, batch(0, 0, AckAccept))}},
+		{MaxBytes: i32(0), MaxWaitMs: 60000},
+	} {
+		resp := e.fetch("m", req) // answers at once despite max_wait_ms
+		for _, p := range resp.Partitions {
+			assert.Empty(t, p.Acquired)
+			assert.Empty(t, p.Records)
+		}
+	}
+	assert.Equal(t, "spso=1", e.state(x), "the ACCEPT applied")
+	assert.Equal(t, []AcquiredRange{rng(1, 2, 1)}, acquired(t, e.fetch("m", FetchRequest{}), x), "unset: the defaults")
 }
 
 // Partitions are visited in session order rotated by the fetch count.
@@ -74,7 +98,7 @@ func TestRotation(t *testing.T) {
 		e.produce("t", int32(i), 10, 1)
 	}
 	for k := 1; k <= 6; k++ {
-		resp := e.fetch("m", FetchRequest{MaxRecords: 1})
+		resp := e.fetch("m", FetchRequest{MaxRecords: i32(1)})
 		require.Len(t, resp.Partitions, 1, "fetch %d", k)
 		assert.Equal(t, ps[k%3], resp.Partitions[0].TopicPartition, "fetch %d", k)
 	}
@@ -93,6 +117,27 @@ func TestRecordLockLimit(t *testing.T) {
 	assert.False(t, hasPart(e.fetch("b", FetchRequest{}), x))
 	e.ack("a", ackEntry(x, batch(0, 9, AckAccept)))
 	assert.Equal(t, []AcquiredRange{rng(100, 109, 1)}, acquired(t, e.fetch("b", FetchRequest{}), x))
+}
+
+// Lowering the record-lock limit strands nothing: records already in
+// flight (in [SPSO, SPEO]) and released stay acquirable, as in Kafka,
+// whose limit bounds only what is added after SPEO; new offsets still wait
+// for SPSO + L.
+func TestRecordLockLimitLowered(t *testing.T) {
+	e := newEnv(t, nil)
+	e.topic("t", 1)
+	x := tp("t", 0)
+	e.update(GroupConfig{PartitionMaxRecordLocks: i32(200)})
+	e.open("a", x)
+	e.open("b", x)
+	e.produce("t", 0, 300, 1)
+	require.Equal(t, []AcquiredRange{rng(0, 199, 1)}, acquired(t, e.fetch("a", FetchRequest{}), x))
+	e.update(GroupConfig{PartitionMaxRecordLocks: i32(100)})
+	require.Equal(t, CodeNone, e.ack("a", ackEntry(x, batch(150, 199, AckRelease))).Partitions[0].ErrorCode)
+	assert.Equal(t, []AcquiredRange{rng(150, 199, 2)}, acquired(t, e.fetch("b", FetchRequest{}), x))
+	assert.False(t, hasPart(e.fetch("b", FetchRequest{}), x), "nothing past SPEO while SPSO + L <= SPEO")
+	require.Equal(t, CodeNone, e.ack("a", ackEntry(x, batch(0, 109, AckAccept))).Partitions[0].ErrorCode)
+	assert.Equal(t, []AcquiredRange{rng(200, 209, 1)}, acquired(t, e.fetch("b", FetchRequest{}), x), "SPSO 110 + L 100")
 }
 
 // §5.2: RELEASE at the limit archives; an AVAILABLE record over a lowered
@@ -231,7 +276,7 @@ func TestLongPoll(t *testing.T) {
 			e := setup(t, nil)
 			e.produce("t", 0, 2, 100)
 			start := time.Now()
-			resp := <-waitFetch(e, "a", FetchRequest{MaxWaitMs: 5000, MinBytes: 10000, MaxBytes: 150})
+			resp := <-waitFetch(e, "a", FetchRequest{MaxWaitMs: 5000, MinBytes: 10000, MaxBytes: i32(150)})
 			assert.Zero(t, time.Since(start), "the budget is exhausted")
 			assert.Equal(t, []AcquiredRange{rng(0, 0, 1)}, acquired(t, resp, e.x))
 		})
@@ -438,7 +483,7 @@ func TestResponseShaping(t *testing.T) {
 
 	// A renewing fetch fetches nothing and shows only acknowledged partitions.
 	e.produce("t", 0, 2, 1)
-	assert.Equal(t, []AcquiredRange{rng(0, 0, 1)}, acquired(t, e.fetch("m", FetchRequest{MaxRecords: 1}), a))
+	assert.Equal(t, []AcquiredRange{rng(0, 0, 1)}, acquired(t, e.fetch("m", FetchRequest{MaxRecords: i32(1)}), a))
 	resp, err := e.m.ShareFetch(context.Background(), FetchRequest{GroupID: testGroup, MemberID: "m", Epoch: e.next("m"), IsRenewAck: true,
 		Partitions: []PartitionEntry{ackEntry(a, batch(0, 0, AckRenew))}})
 	require.NoError(t, err)

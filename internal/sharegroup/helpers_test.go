@@ -170,7 +170,15 @@ func (e *env) update(c GroupConfig) {
 	require.NoError(e.t, err)
 }
 
-func i32(v int32) *int32   { return &v }
+func i32(v int32) *int32 { return &v }
+
+// opt is nil for 0 (the default), else &v.
+func opt(v int32) *int32 {
+	if v == 0 {
+		return nil
+	}
+	return &v
+}
 func str(v string) *string { return &v }
 func reqErr(err error) *Error {
 	var e *Error

@@ -43,6 +43,12 @@ type Manager struct {
 	// unreadable counts offsets archived because the log could not read
 	// them (Stats().UnreadableArchived).
 	unreadable atomic.Uint64
+
+	// dlq makes dead-letter copies (deadletter.go); dlqCopied and
+	// dlqSkipped count records copied and archived without a copy since
+	// Open, over all groups.
+	dlq                   *dlqWorker
+	dlqCopied, dlqSkipped atomic.Uint64
 }
 
 // group is a share group: its config, share-partitions and membership.
@@ -64,6 +70,10 @@ type group struct {
 	explicit GroupConfig // fields explicitly set (persisted)
 	epoch    int32       // group_epoch (§8); written under op and mu
 	parts    map[partKey]*sharePartition
+
+	// Records copied to the dead-letter topic, and archived without a
+	// copy (deadletter.go), since Open.
+	dlqCopied, dlqSkipped atomic.Uint64
 }
 
 type partKey struct {
@@ -146,6 +156,7 @@ func Open(store logstore.Store, state sharestate.Store, opts Options) (*Manager,
 		topics:  make(map[string]*topicRef),
 		closing: make(chan struct{}),
 	}
+	m.dlq = newDLQWorker(m)
 	if err := m.load(state.Recovered()); err != nil {
 		_ = state.Close()
 		return nil, fmt.Errorf("sharegroup: %w", err)
@@ -159,6 +170,10 @@ func Open(store logstore.Store, state sharestate.Store, opts Options) (*Manager,
 		IdleTimeout: opts.SessionIdleTimeout,
 		OnEnd:       m.endSession,
 	})
+	if !opts.dlqManual {
+		m.bg.Add(1)
+		go m.dlq.run(context.Background())
+	}
 	return m, nil
 }
 
@@ -195,6 +210,9 @@ func (m *Manager) load(st *sharestate.State) error {
 			sp := newSharePartition(g, rp.Topic, rp.TopicID, rp.Partition)
 			sp.restoreDurable(rp)
 			g.parts[partKey{rp.TopicID, rp.Partition}] = sp
+			if sp.dlqCheck {
+				m.dlq.add(sp)
+			}
 			if sp.status != spLive {
 				continue
 			}
@@ -223,6 +241,10 @@ func (p *sharePartition) restoreDurable(rp *sharestate.PartitionState) {
 		}
 		p.runs = append(p.runs, run{first: r.First, last: r.Last, state: recState(r.State), count: r.Count})
 		p.speo = r.Last
+		if r.State == sharestate.Archiving {
+			// Its copy may have been made before the crash: look first.
+			p.dlqCheck = true
+		}
 	}
 	p.mergeRuns(0, len(p.runs)-1)
 }

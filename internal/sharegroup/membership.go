@@ -328,6 +328,12 @@ func (g *group) recomputeLocked(ctx context.Context, metas map[string]topicMeta)
 	snapshot := make(map[string]topicMeta)
 	var initial []TopicPartition
 	var initialIDs []string
+	if g.homogeneousLocked(ids) {
+		// Identical subscriptions: the topics' partitions are pooled
+		// and assigned together (assignor.go).
+		initial, initialIDs = g.assignPooledLocked(ids, metas, targets, snapshot)
+		metas = nil
+	}
 	for _, t := range slices.Sorted(maps.Keys(metas)) {
 		var subscribers []string
 		var prev [][]int32
@@ -367,6 +373,76 @@ func (g *group) recomputeLocked(ctx context.Context, metas map[string]topicMeta)
 	}
 	g.mem.topics = snapshot
 	g.initPartitions(ctx, initial, initialIDs)
+}
+
+// homogeneousLocked reports whether the members ids (at least two) all
+// subscribe to the same topics.
+func (g *group) homogeneousLocked(ids []string) bool {
+	if len(ids) < 2 {
+		return false
+	}
+	first := g.mem.members[ids[0]].subscribed
+	for _, id := range ids[1:] {
+		if !slices.Equal(g.mem.members[id].subscribed, first) {
+			return false
+		}
+	}
+	return true
+}
+
+// assignPooledLocked is the homogeneous case of the simple assignor:
+// every member subscribes to the same topics, so their partitions form one
+// pool, in (topic name, partition) order, assigned by assignTopic as if
+// they were one topic's. It fills targets and snapshot and returns the
+// assigned partitions with their topic IDs.
+func (g *group) assignPooledLocked(ids []string, metas map[string]topicMeta, targets map[string]map[string][]int32, snapshot map[string]topicMeta) ([]TopicPartition, []string) {
+	type poolTP struct {
+		topic string
+		part  int32
+	}
+	var pool []poolTP
+	index := map[poolTP]int32{}
+	for _, t := range g.mem.members[ids[0]].subscribed {
+		meta, ok := metas[t]
+		if !ok {
+			continue
+		}
+		snapshot[t] = meta
+		if meta.id == "" {
+			continue
+		}
+		for p := range meta.partitions {
+			index[poolTP{t, p}] = int32(len(pool))
+			pool = append(pool, poolTP{t, p})
+		}
+	}
+	prev := make([][]int32, len(ids))
+	for i, id := range ids {
+		for t, parts := range g.mem.members[id].target {
+			for _, p := range parts {
+				if k, ok := index[poolTP{t, p}]; ok {
+					prev[i] = append(prev[i], k)
+				}
+			}
+		}
+	}
+	assigned := make([]bool, len(pool))
+	for i, ks := range assignTopic(ids, int32(len(pool)), prev) {
+		for _, k := range ks {
+			tp := pool[k]
+			targets[ids[i]][tp.topic] = append(targets[ids[i]][tp.topic], tp.part)
+			assigned[k] = true
+		}
+	}
+	var initial []TopicPartition
+	var initialIDs []string
+	for k, ok := range assigned {
+		if ok {
+			initial = append(initial, TopicPartition{Topic: pool[k].topic, Partition: pool[k].part})
+			initialIDs = append(initialIDs, metas[pool[k].topic].id)
+		}
+	}
+	return initial, initialIDs
 }
 
 // initPartitions initialises (§6.2) the uninitialised share-partitions

@@ -2,6 +2,7 @@ package sharegroup
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -354,4 +355,43 @@ func TestHeartbeatConcurrent(t *testing.T) {
 		assert.True(t, c == 1 || c == 2, "partition %d shared by %d", p, c)
 	}
 	assert.Len(t, counts, 8)
+}
+
+// As Kafka's simple assignor: members with identical subscriptions share
+// one pool of the topics' partitions, so two members on topics a and b (one
+// partition each) get one partition each, not both; with different
+// subscriptions each topic is assigned among its own subscribers.
+func TestAssignorPoolsTopics(t *testing.T) {
+	e := newEnv(t, nil)
+	e.topic("a", 1)
+	e.topic("b", 1)
+	e.mustHB("m1", 0, "a", "b")
+	r2 := e.mustHB("m2", 0, "a", "b")
+	r1 := e.mustHB("m1", 1)
+	assert.Equal(t, assign(tps("a", 0)), r1.Assignment)
+	assert.Equal(t, assign(tps("b", 0)), r2.Assignment)
+
+	// A third topic, subscribed by both: 4 partitions, 2 each, disjoint.
+	e.topic("c", 2)
+	r1 = e.mustHB("m1", r1.MemberEpoch, "a", "b", "c")
+	r2 = e.mustHB("m2", r2.MemberEpoch, "a", "b", "c")
+	r1 = e.mustHB("m1", r1.MemberEpoch)
+	require.Equal(t, r1.MemberEpoch, r2.MemberEpoch)
+	seen := map[string]int{}
+	for _, a := range []*Assignment{r1.Assignment, r2.Assignment} {
+		n := 0
+		for _, x := range a.Topics {
+			for _, p := range x.Partitions {
+				seen[fmt.Sprintf("%s/%d", x.Topic, p)]++
+				n++
+			}
+		}
+		assert.Equal(t, 2, n, "balanced: %+v", a)
+	}
+	assert.Equal(t, map[string]int{"a/0": 1, "b/0": 1, "c/0": 1, "c/1": 1}, seen)
+
+	// Different subscriptions: each topic among its own subscribers (a's
+	// one partition is shared by its three subscribers).
+	r3 := e.mustHB("m3", 0, "a")
+	assert.Equal(t, assign(tps("a", 0)), r3.Assignment)
 }

@@ -52,6 +52,10 @@ type sharePartition struct {
 	// lost (found at Open); "" when it is not. Set at load, cleared only by
 	// a repair; read under mu.
 	offline string
+	// dlqCheck: ARCHIVING records may already have their dead-letter copy
+	// (recovered ARCHIVING, or an append whose outcome is unknown): the
+	// next copy pass looks for them first (deadletter.go). Guarded by mu.
+	dlqCheck bool
 
 	// Waiting fetches (waiters.go); wmu is taken after mu, never before.
 	wmu      sync.Mutex
@@ -202,7 +206,7 @@ func (p *sharePartition) expire(now int64) {
 	cfg := p.g.config()
 	next := int64(never)
 	var ds []sharestate.Range
-	changed, freed := false, false
+	changed, freed, deadLetter := false, false, false
 	for i := range p.runs {
 		r := &p.runs[i]
 		if r.state != stAcquired {
@@ -213,7 +217,8 @@ func (p *sharePartition) expire(now int64) {
 			continue
 		}
 		if r.count >= cfg.limit {
-			*r = terminalRun(r.first, r.last, stArchived)
+			*r = archivedRun(r.first, r.last, r.count, cfg)
+			deadLetter = deadLetter || r.state == stArchiving
 		} else {
 			*r = availableRun(r.first, r.last, r.count)
 			freed = true
@@ -241,6 +246,9 @@ func (p *sharePartition) expire(now int64) {
 	}
 	if freed {
 		p.signal()
+	}
+	if deadLetter {
+		p.g.m.dlq.add(p)
 	}
 	p.armTimer(now)
 }

@@ -56,6 +56,10 @@ type Stats struct {
 	UnreadableArchived uint64
 	// StateWriteFailures counts failed share-state writes (or fsyncs).
 	StateWriteFailures uint64
+	// DeadLettered counts records copied to dead-letter topics, and
+	// DeadLetterSkipped records archived without their copy, over all
+	// groups since Open.
+	DeadLettered, DeadLetterSkipped uint64
 	// OfflineSharePartitions is len(Offline()).
 	OfflineSharePartitions int
 }
@@ -65,6 +69,8 @@ func (m *Manager) Stats() Stats {
 	return Stats{
 		UnreadableArchived:     m.unreadable.Load(),
 		StateWriteFailures:     m.state.Failures(),
+		DeadLettered:           m.dlqCopied.Load(),
+		DeadLetterSkipped:      m.dlqSkipped.Load(),
 		OfflineSharePartitions: len(m.Offline()),
 	}
 }

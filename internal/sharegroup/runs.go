@@ -15,9 +15,12 @@ const (
 	stAcquired     = recState(1) // never durable
 	stAcknowledged = recState(sharestate.Acknowledged)
 	stArchived     = recState(sharestate.Archived)
+	// stArchiving: archived, its dead-letter copy still to be made
+	// (deadletter.go). Not terminal: SPSO does not pass it.
+	stArchiving = recState(sharestate.Archiving)
 )
 
-func (s recState) terminal() bool { return s >= stAcknowledged }
+func (s recState) terminal() bool { return s == stAcknowledged || s == stArchived }
 
 func (s recState) String() string {
 	switch s {
@@ -29,6 +32,8 @@ func (s recState) String() string {
 		return "ACKNOWLEDGED"
 	case stArchived:
 		return "ARCHIVED"
+	case stArchiving:
+		return "ARCHIVING"
 	}
 	return "?"
 }
@@ -58,6 +63,8 @@ func (r *run) durable() sharestate.Range {
 		return sharestate.Range{First: r.first, Last: r.last, State: sharestate.Available, Count: r.count - 1}
 	case stAvailable:
 		return sharestate.Range{First: r.first, Last: r.last, State: sharestate.Available, Count: r.count}
+	case stArchiving:
+		return sharestate.Range{First: r.first, Last: r.last, State: sharestate.Archiving, Count: r.count}
 	}
 	return sharestate.Range{First: r.first, Last: r.last, State: sharestate.RecState(r.state)}
 }
@@ -68,6 +75,16 @@ func availableRun(first, last int64, count int16) run {
 
 func terminalRun(first, last int64, st recState) run {
 	return run{first: first, last: last, state: st}
+}
+
+// archivedRun is what the delivery-count limit or a REJECT makes of
+// [first, last] delivered count times: ARCHIVED, or ARCHIVING (its copy to
+// the dead-letter topic pending) when the group has a dead-letter topic.
+func archivedRun(first, last int64, count int16, cfg *effConfig) run {
+	if cfg.deadLetter != "" {
+		return run{first: first, last: last, count: count, state: stArchiving}
+	}
+	return terminalRun(first, last, stArchived)
 }
 
 // findRun returns the index of the run containing off, or len(rs) if off is

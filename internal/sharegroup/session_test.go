@@ -35,8 +35,8 @@ func TestFetchStaticValidation(t *testing.T) {
 		{"epoch below -1", FetchRequest{Epoch: -2}},
 		{"negative max_wait_ms", FetchRequest{MaxWaitMs: -1}},
 		{"negative min_bytes", FetchRequest{MinBytes: -1}},
-		{"negative max_bytes", FetchRequest{MaxBytes: -1}},
-		{"negative max_records", FetchRequest{MaxRecords: -1}},
+		{"negative max_bytes", FetchRequest{MaxBytes: i32(-1)}},
+		{"negative max_records", FetchRequest{MaxRecords: i32(-1)}},
 		{"negative batch_size", FetchRequest{BatchSize: -1}},
 		{"duplicate partition", FetchRequest{Partitions: entries(y, y)}},
 		{"duplicate forgotten", FetchRequest{Forgotten: []TopicPartition{y, y}}},
@@ -56,8 +56,8 @@ func TestFetchStaticValidation(t *testing.T) {
 		{"add at epoch -1", FetchRequest{Epoch: -1, Partitions: entries(y)}},
 		{"is_renew_ack with max_wait_ms", FetchRequest{IsRenewAck: true, MaxWaitMs: 1}},
 		{"is_renew_ack with min_bytes", FetchRequest{IsRenewAck: true, MinBytes: 1}},
-		{"is_renew_ack with max_bytes", FetchRequest{IsRenewAck: true, MaxBytes: 1}},
-		{"is_renew_ack with max_records", FetchRequest{IsRenewAck: true, MaxRecords: 1}},
+		{"is_renew_ack with max_bytes", FetchRequest{IsRenewAck: true, MaxBytes: i32(1)}},
+		{"is_renew_ack with max_records", FetchRequest{IsRenewAck: true, MaxRecords: i32(1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := tc.req

@@ -28,6 +28,14 @@ func validIDs(group, member string) error {
 
 // validateFetch is §3.1: request-level INVALID_REQUEST before the session
 // step; nothing changes and the epoch is not consumed.
+// deref is *v, 0 for nil.
+func deref(v *int32) int32 {
+	if v == nil {
+		return 0
+	}
+	return *v
+}
+
 func validateFetch(r *FetchRequest) error {
 	if err := validIDs(r.GroupID, r.MemberID); err != nil {
 		return err
@@ -38,7 +46,7 @@ func validateFetch(r *FetchRequest) error {
 	for _, f := range []struct {
 		name string
 		v    int32
-	}{{"max_wait_ms", r.MaxWaitMs}, {"min_bytes", r.MinBytes}, {"max_bytes", r.MaxBytes}, {"max_records", r.MaxRecords}, {"batch_size", r.BatchSize}} {
+	}{{"max_wait_ms", r.MaxWaitMs}, {"min_bytes", r.MinBytes}, {"max_bytes", deref(r.MaxBytes)}, {"max_records", deref(r.MaxRecords)}, {"batch_size", r.BatchSize}} {
 		if f.v < 0 {
 			return invalidRequest("%s %d is negative", f.name, f.v)
 		}
@@ -47,7 +55,7 @@ func validateFetch(r *FetchRequest) error {
 		if r.Epoch == 0 {
 			return invalidRequest("is_renew_ack on an epoch-0 ShareFetch")
 		}
-		if r.MaxWaitMs != 0 || r.MinBytes != 0 || r.MaxBytes != 0 || r.MaxRecords != 0 {
+		if r.MaxWaitMs != 0 || r.MinBytes != 0 || deref(r.MaxBytes) != 0 || deref(r.MaxRecords) != 0 {
 			return invalidRequest("is_renew_ack with max_wait_ms, min_bytes, max_bytes or max_records set")
 		}
 	}

@@ -202,5 +202,9 @@ func cloneConfig(c GroupConfig) GroupConfig {
 		s := *c.AutoOffsetReset
 		out.AutoOffsetReset = &s
 	}
+	if c.DeadLetterTopic != nil {
+		s := *c.DeadLetterTopic
+		out.DeadLetterTopic = &s
+	}
 	return out
 }

@@ -106,6 +106,11 @@ const (
 	Available    RecState = 0
 	Acknowledged RecState = 2
 	Archived     RecState = 3
+	// Archiving: archived, with its copy to the group's dead-letter topic
+	// still to be made (Count is the delivery count the copy reports). Not
+	// terminal: SPSO stays at or below it until the copy is made and the
+	// record becomes Archived.
+	Archiving RecState = 4
 )
 
 // Terminal reports whether s is ACKNOWLEDGED or ARCHIVED.
@@ -119,13 +124,15 @@ func (s RecState) String() string {
 		return "ACKNOWLEDGED"
 	case Archived:
 		return "ARCHIVED"
+	case Archiving:
+		return "ARCHIVING"
 	}
 	return fmt.Sprintf("state %d", uint8(s))
 }
 
-// Range is the durable state of the offsets [First, Last]: AVAILABLE with
-// a delivery count, ACKNOWLEDGED or ARCHIVED (Count 0: counts of terminal
-// records are not kept).
+// Range is the durable state of the offsets [First, Last]: AVAILABLE or
+// ARCHIVING with a delivery count, ACKNOWLEDGED or ARCHIVED (Count 0:
+// counts of terminal records are not kept).
 type Range struct {
 	First, Last int64
 	State       RecState
@@ -142,6 +149,7 @@ type GroupConfig struct {
 	AutoOffsetReset         *string
 	SessionTimeoutMs        *int32
 	HeartbeatIntervalMs     *int32
+	DeadLetterTopic         *string // "" = none
 }
 
 // PartitionKey names a share-partition: its group and its topic partition,

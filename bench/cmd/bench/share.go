@@ -6,6 +6,8 @@ import (
 	"math"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
@@ -59,7 +61,7 @@ func configureGroup(ctx context.Context, c *client, group string, cfg *sharelogv
 // ranges after checking that records and ranges agree.
 func (s *shareSession) fetch(ctx context.Context, maxRecords, maxWaitMs int32, acks map[int32][]*sharelogv1.AcknowledgementBatch) ([]acquired, error) {
 	req := &sharelogv1.ShareFetchRequest{GroupId: s.group, MemberId: s.member, ShareSessionEpoch: s.epoch,
-		MaxRecords: maxRecords, MaxWaitMs: maxWaitMs}
+		MaxRecords: proto.Int32(maxRecords), MaxWaitMs: maxWaitMs} // callers always pass > 0
 	if s.epoch == 0 {
 		t := &sharelogv1.ShareFetchTopic{Topic: s.topic}
 		for _, p := range s.partitions {

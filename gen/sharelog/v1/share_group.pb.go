@@ -75,6 +75,15 @@ func (ShareGroupState) EnumDescriptor() ([]byte, []int) {
 }
 
 // How an acknowledgement settles records.
+//
+// +-------------------------------------------------------------------------+
+// | WARNING: these numbers are NOT Kafka's. Kafka's ShareAcknowledge uses   |
+// | GAP=0, ACCEPT=1, RELEASE=2, REJECT=3, RENEW=4; here 0 is UNSPECIFIED    |
+// | (refused), GAP is 4 and RENEW is 5. A client that sends Kafka's numbers |
+// | (e.g. 4 meaning RENEW) gets GAP, which archives the records. Over REST  |
+// | send the names ("ACKNOWLEDGE_TYPE_RENEW"), not numbers. The values are  |
+// | kept for API compatibility. See docs/share-sessions.md.                 |
+// +-------------------------------------------------------------------------+
 type AcknowledgeType int32
 
 const (
@@ -145,8 +154,15 @@ type ShareGroupConfig struct {
 	AutoOffsetReset     *string `protobuf:"bytes,4,opt,name=auto_offset_reset,json=autoOffsetReset,proto3,oneof" json:"auto_offset_reset,omitempty"`
 	SessionTimeoutMs    *int32  `protobuf:"varint,5,opt,name=session_timeout_ms,json=sessionTimeoutMs,proto3,oneof" json:"session_timeout_ms,omitempty"`
 	HeartbeatIntervalMs *int32  `protobuf:"varint,6,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3,oneof" json:"heartbeat_interval_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Dead-letter topic ("" = none, the default): records archived by the
+	// delivery-count limit or by REJECT are first copied to it, with their key,
+	// value, timestamp and headers plus the headers dlq.source.topic,
+	// dlq.source.partition, dlq.source.offset, dlq.group and dlq.delivery.count
+	// (decimal strings). With --dlq-auto-create-topics the name must start with
+	// --dlq-topic-prefix (default "dlq."). See docs/dead-letter-topics.md.
+	DeadLetterTopic *string `protobuf:"bytes,7,opt,name=dead_letter_topic,json=deadLetterTopic,proto3,oneof" json:"dead_letter_topic,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ShareGroupConfig) Reset() {
@@ -219,6 +235,13 @@ func (x *ShareGroupConfig) GetHeartbeatIntervalMs() int32 {
 		return *x.HeartbeatIntervalMs
 	}
 	return 0
+}
+
+func (x *ShareGroupConfig) GetDeadLetterTopic() string {
+	if x != nil && x.DeadLetterTopic != nil {
+		return *x.DeadLetterTopic
+	}
+	return ""
 }
 
 // Partitions of one topic.
@@ -537,10 +560,12 @@ type ShareFetchRequest struct {
 	ShareSessionEpoch int32 `protobuf:"varint,3,opt,name=share_session_epoch,json=shareSessionEpoch,proto3" json:"share_session_epoch,omitempty"`
 	MaxWaitMs         int32 `protobuf:"varint,4,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
 	MinBytes          int32 `protobuf:"varint,5,opt,name=min_bytes,json=minBytes,proto3" json:"min_bytes,omitempty"`
-	// 0 = 1 MiB.
-	MaxBytes int32 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
-	// 0 = 500; a strict limit across all partitions of the response.
-	MaxRecords int32 `protobuf:"varint,7,opt,name=max_records,json=maxRecords,proto3" json:"max_records,omitempty"`
+	// Unset = 1 MiB. 0 = acquire nothing (as Kafka): the request only applies
+	// its acknowledgements and session changes and answers at once.
+	MaxBytes *int32 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3,oneof" json:"max_bytes,omitempty"`
+	// Unset = 500; a strict limit across all partitions of the response.
+	// 0 = acquire nothing (as Kafka), like max_bytes 0.
+	MaxRecords *int32 `protobuf:"varint,7,opt,name=max_records,json=maxRecords,proto3,oneof" json:"max_records,omitempty"`
 	// Cut acquired ranges into pieces of this many records (0 = no cap).
 	BatchSize  int32 `protobuf:"varint,8,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
 	IsRenewAck bool  `protobuf:"varint,9,opt,name=is_renew_ack,json=isRenewAck,proto3" json:"is_renew_ack,omitempty"`
@@ -618,15 +643,15 @@ func (x *ShareFetchRequest) GetMinBytes() int32 {
 }
 
 func (x *ShareFetchRequest) GetMaxBytes() int32 {
-	if x != nil {
-		return x.MaxBytes
+	if x != nil && x.MaxBytes != nil {
+		return *x.MaxBytes
 	}
 	return 0
 }
 
 func (x *ShareFetchRequest) GetMaxRecords() int32 {
-	if x != nil {
-		return x.MaxRecords
+	if x != nil && x.MaxRecords != nil {
+		return *x.MaxRecords
 	}
 	return 0
 }
@@ -1457,8 +1482,14 @@ type DescribeShareGroupResponse struct {
 	AssignmentEpoch int32                  `protobuf:"varint,4,opt,name=assignment_epoch,json=assignmentEpoch,proto3" json:"assignment_epoch,omitempty"`
 	Config          *ShareGroupConfig      `protobuf:"bytes,5,opt,name=config,proto3" json:"config,omitempty"`
 	Members         []*ShareGroupMember    `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Records copied to config.dead_letter_topic since the server started.
+	DeadLetteredRecords int64 `protobuf:"varint,7,opt,name=dead_lettered_records,json=deadLetteredRecords,proto3" json:"dead_lettered_records,omitempty"`
+	// Records archived without their dead-letter copy since the server started
+	// (the topic was missing without auto-creation, or the source record was
+	// gone); see docs/dead-letter-topics.md.
+	DeadLetterSkippedRecords int64 `protobuf:"varint,8,opt,name=dead_letter_skipped_records,json=deadLetterSkippedRecords,proto3" json:"dead_letter_skipped_records,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *DescribeShareGroupResponse) Reset() {
@@ -1531,6 +1562,20 @@ func (x *DescribeShareGroupResponse) GetMembers() []*ShareGroupMember {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *DescribeShareGroupResponse) GetDeadLetteredRecords() int64 {
+	if x != nil {
+		return x.DeadLetteredRecords
+	}
+	return 0
+}
+
+func (x *DescribeShareGroupResponse) GetDeadLetterSkippedRecords() int64 {
+	if x != nil {
+		return x.DeadLetterSkippedRecords
+	}
+	return 0
 }
 
 type ShareGroupMember struct {
@@ -2604,20 +2649,22 @@ var File_sharelog_v1_share_group_proto protoreflect.FileDescriptor
 
 const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\n" +
-	"\x1dsharelog/v1/share_group.proto\x12\vsharelog.v1\x1a\x18sharelog/v1/common.proto\"\xff\x03\n" +
+	"\x1dsharelog/v1/share_group.proto\x12\vsharelog.v1\x1a\x18sharelog/v1/common.proto\"\xc6\x04\n" +
 	"\x10ShareGroupConfig\x12:\n" +
 	"\x17record_lock_duration_ms\x18\x01 \x01(\x05H\x00R\x14recordLockDurationMs\x88\x01\x01\x125\n" +
 	"\x14delivery_count_limit\x18\x02 \x01(\x05H\x01R\x12deliveryCountLimit\x88\x01\x01\x12@\n" +
 	"\x1apartition_max_record_locks\x18\x03 \x01(\x05H\x02R\x17partitionMaxRecordLocks\x88\x01\x01\x12/\n" +
 	"\x11auto_offset_reset\x18\x04 \x01(\tH\x03R\x0fautoOffsetReset\x88\x01\x01\x121\n" +
 	"\x12session_timeout_ms\x18\x05 \x01(\x05H\x04R\x10sessionTimeoutMs\x88\x01\x01\x127\n" +
-	"\x15heartbeat_interval_ms\x18\x06 \x01(\x05H\x05R\x13heartbeatIntervalMs\x88\x01\x01B\x1a\n" +
+	"\x15heartbeat_interval_ms\x18\x06 \x01(\x05H\x05R\x13heartbeatIntervalMs\x88\x01\x01\x12/\n" +
+	"\x11dead_letter_topic\x18\a \x01(\tH\x06R\x0fdeadLetterTopic\x88\x01\x01B\x1a\n" +
 	"\x18_record_lock_duration_msB\x17\n" +
 	"\x15_delivery_count_limitB\x1d\n" +
 	"\x1b_partition_max_record_locksB\x14\n" +
 	"\x12_auto_offset_resetB\x15\n" +
 	"\x13_session_timeout_msB\x18\n" +
-	"\x16_heartbeat_interval_ms\"G\n" +
+	"\x16_heartbeat_interval_msB\x14\n" +
+	"\x12_dead_letter_topic\"G\n" +
 	"\x0fTopicPartitions\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
 	"\n" +
@@ -2646,23 +2693,26 @@ const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\ffirst_offset\x18\x01 \x01(\x03R\vfirstOffset\x12\x1f\n" +
 	"\vlast_offset\x18\x02 \x01(\x03R\n" +
 	"lastOffset\x12I\n" +
-	"\x11acknowledge_types\x18\x03 \x03(\x0e2\x1c.sharelog.v1.AcknowledgeTypeR\x10acknowledgeTypes\"\xbf\x03\n" +
+	"\x11acknowledge_types\x18\x03 \x03(\x0e2\x1c.sharelog.v1.AcknowledgeTypeR\x10acknowledgeTypes\"\xe7\x03\n" +
 	"\x11ShareFetchRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12.\n" +
 	"\x13share_session_epoch\x18\x03 \x01(\x05R\x11shareSessionEpoch\x12\x1e\n" +
 	"\vmax_wait_ms\x18\x04 \x01(\x05R\tmaxWaitMs\x12\x1b\n" +
-	"\tmin_bytes\x18\x05 \x01(\x05R\bminBytes\x12\x1b\n" +
-	"\tmax_bytes\x18\x06 \x01(\x05R\bmaxBytes\x12\x1f\n" +
-	"\vmax_records\x18\a \x01(\x05R\n" +
-	"maxRecords\x12\x1d\n" +
+	"\tmin_bytes\x18\x05 \x01(\x05R\bminBytes\x12 \n" +
+	"\tmax_bytes\x18\x06 \x01(\x05H\x00R\bmaxBytes\x88\x01\x01\x12$\n" +
+	"\vmax_records\x18\a \x01(\x05H\x01R\n" +
+	"maxRecords\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"batch_size\x18\b \x01(\x05R\tbatchSize\x12 \n" +
 	"\fis_renew_ack\x18\t \x01(\bR\n" +
 	"isRenewAck\x124\n" +
 	"\x06topics\x18\n" +
 	" \x03(\v2\x1c.sharelog.v1.ShareFetchTopicR\x06topics\x12P\n" +
-	"\x15forgotten_topics_data\x18\v \x03(\v2\x1c.sharelog.v1.TopicPartitionsR\x13forgottenTopicsData\"i\n" +
+	"\x15forgotten_topics_data\x18\v \x03(\v2\x1c.sharelog.v1.TopicPartitionsR\x13forgottenTopicsDataB\f\n" +
+	"\n" +
+	"_max_bytesB\x0e\n" +
+	"\f_max_records\"i\n" +
 	"\x0fShareFetchTopic\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12@\n" +
 	"\n" +
@@ -2721,7 +2771,7 @@ const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x122\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1c.sharelog.v1.ShareGroupStateR\x05state\"6\n" +
 	"\x19DescribeShareGroupRequest\x12\x19\n" +
-	"\bgroup_id\x18\x01 \x01(\tR\agroupId\"\xa7\x02\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\"\x9a\x03\n" +
 	"\x1aDescribeShareGroupResponse\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x122\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1c.sharelog.v1.ShareGroupStateR\x05state\x12\x1f\n" +
@@ -2729,7 +2779,9 @@ const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"groupEpoch\x12)\n" +
 	"\x10assignment_epoch\x18\x04 \x01(\x05R\x0fassignmentEpoch\x125\n" +
 	"\x06config\x18\x05 \x01(\v2\x1d.sharelog.v1.ShareGroupConfigR\x06config\x127\n" +
-	"\amembers\x18\x06 \x03(\v2\x1d.sharelog.v1.ShareGroupMemberR\amembers\"\x98\x02\n" +
+	"\amembers\x18\x06 \x03(\v2\x1d.sharelog.v1.ShareGroupMemberR\amembers\x122\n" +
+	"\x15dead_lettered_records\x18\a \x01(\x03R\x13deadLetteredRecords\x12=\n" +
+	"\x1bdead_letter_skipped_records\x18\b \x01(\x03R\x18deadLetterSkippedRecords\"\x98\x02\n" +
 	"\x10ShareGroupMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12!\n" +
 	"\fmember_epoch\x18\x02 \x01(\x05R\vmemberEpoch\x12\x17\n" +
@@ -2970,6 +3022,7 @@ func file_sharelog_v1_share_group_proto_init() {
 	file_sharelog_v1_share_group_proto_msgTypes[0].OneofWrappers = []any{}
 	file_sharelog_v1_share_group_proto_msgTypes[3].OneofWrappers = []any{}
 	file_sharelog_v1_share_group_proto_msgTypes[4].OneofWrappers = []any{}
+	file_sharelog_v1_share_group_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

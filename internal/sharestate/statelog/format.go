@@ -59,6 +59,7 @@ const (
 	cfgAutoReset
 	cfgSessionTimeout
 	cfgHeartbeat
+	cfgDeadLetterTopic
 	cfgAll = 1<<iota - 1
 )
 
@@ -128,7 +129,7 @@ func appendGroupEntry(b []byte, group string, groupEpoch int32, c *sharestate.Gr
 	b = binary.AppendVarint(b, int64(groupEpoch))
 	var mask uint64
 	for i, set := range []bool{c.RecordLockDurationMs != nil, c.DeliveryCountLimit != nil, c.PartitionMaxRecordLocks != nil,
-		c.AutoOffsetReset != nil, c.SessionTimeoutMs != nil, c.HeartbeatIntervalMs != nil} {
+		c.AutoOffsetReset != nil, c.SessionTimeoutMs != nil, c.HeartbeatIntervalMs != nil, c.DeadLetterTopic != nil} {
 		if set {
 			mask |= 1 << i
 		}
@@ -146,6 +147,9 @@ func appendGroupEntry(b []byte, group string, groupEpoch int32, c *sharestate.Gr
 		if v != nil {
 			b = binary.AppendVarint(b, int64(*v))
 		}
+	}
+	if c.DeadLetterTopic != nil {
+		b = appendString(b, *c.DeadLetterTopic)
 	}
 	return frameEnd(b, start)
 }
@@ -370,6 +374,10 @@ func decodeEntry(p []byte) (entry, error) {
 		}
 		e.Config.SessionTimeoutMs = get(cfgSessionTimeout)
 		e.Config.HeartbeatIntervalMs = get(cfgHeartbeat)
+		if mask&cfgDeadLetterTopic != 0 {
+			s := d.str(maxTopicLen)
+			e.Config.DeadLetterTopic = &s
+		}
 	case entPartDelta, entPartFull:
 		if k.Partition < 0 {
 			d.fail()
@@ -391,8 +399,8 @@ func decodeEntry(p []byte) (entry, error) {
 				break
 			}
 			if gap > 1<<62 || ln > 1<<62 || cnt > maxStoredCount ||
-				(st != sharestate.Available && st != sharestate.Acknowledged && st != sharestate.Archived) ||
-				(st != sharestate.Available && cnt != 0) {
+				(st != sharestate.Available && st != sharestate.Acknowledged && st != sharestate.Archived && st != sharestate.Archiving) ||
+				(st.Terminal() && cnt != 0) {
 				d.fail()
 				break
 			}

@@ -28,6 +28,8 @@ type Options struct {
 	// GroupMaxSize is --share-group-max-size (default 200); it must not
 	// exceed MaxShareSessions. Membership (§8) uses it.
 	GroupMaxSize int
+	// MaxSessionsPerPrincipal is --max-share-sessions-per-principal (0 = half of MaxShareSessions).
+	MaxSessionsPerPrincipal int
 	// CompactBytes: the state log is compacted once its newest file exceeds
 	// max(CompactBytes, 4 × the last snapshot). Default 16 MiB.
 	CompactBytes int64

@@ -169,9 +169,10 @@ func Open(store logstore.Store, opts Options) (*Manager, error) {
 	}
 	m.removeOldFiles(rec.lastGen + 1)
 	m.sessions = sessioncache.New(sessioncache.Config[sessState]{
-		Capacity:    opts.MaxShareSessions,
-		IdleTimeout: opts.SessionIdleTimeout,
-		OnEnd:       m.endSession,
+		Capacity:        opts.MaxShareSessions,
+		IdleTimeout:     opts.SessionIdleTimeout,
+		MaxPerPrincipal: opts.MaxSessionsPerPrincipal,
+		OnEnd:           m.endSession,
 	})
 	m.bg.Add(1)
 	go m.compactLoop()

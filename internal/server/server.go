@@ -47,9 +47,24 @@ type Options struct {
 	// SpanProcessors are added to the tracer provider.
 	SpanProcessors []sdktrace.SpanProcessor
 	// GRPCListener, when set, is served instead of listening on Config.GRPCAddr
-	// (tests pass a bufconn listener).
+	// (tests pass a bufconn listener). The connection limits apply to it too.
 	GRPCListener net.Listener
+	// ReadinessChecks are added to the server's own (see ReadinessCheck).
+	ReadinessChecks []ReadinessCheck
+	// ReadinessInterval is how often gRPC health follows the readiness
+	// checks; 0 = DefaultReadinessInterval.
+	ReadinessInterval time.Duration
+	// PartitionsOffline feeds the sharelog_partitions_offline gauge until
+	// the store's own count is wired.
+	PartitionsOffline func() int
 }
+
+// gRPC connection keepalive (see newGRPC in Start).
+const (
+	grpcMaxConnectionIdle = 5 * time.Minute
+	grpcKeepaliveTime     = 2 * time.Minute
+	grpcKeepaliveTimeout  = 20 * time.Second
+)
 
 // Server is a running sharelog process.
 type Server struct {
@@ -68,6 +83,14 @@ type Server struct {
 	health       *health.Server
 	grpcListener net.Listener
 	httpListener net.Listener
+	connLimits   []*limitListener // gRPC, HTTP
+
+	metrics      *serverMetrics
+	longPolls    *service.LongPolls
+	readiness    []ReadinessCheck
+	lastNotReady string         // reasons last logged; refreshHealth's goroutine only
+	stopBG       chan struct{}  // closed by teardown: ends the background loops
+	bg           sync.WaitGroup // the background loops
 
 	ready    atomic.Bool
 	done     chan struct{} // closed when a listener fails or Close ran
@@ -90,12 +113,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	s := &Server{cfg: cfg, log: log, done: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, done: make(chan struct{}), stopBG: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.teardown(context.Background())
 		}
 	}()
+
+	// Refuse an exposed listener before touching the data directory.
+	exposed, err := exposedListeners(ctx, cfg, o.GRPCListener != nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(exposed) > 0 && !cfg.InsecureAllowRemote {
+		return nil, exposureError(exposed)
+	}
 
 	telOpts := o.Telemetry
 	telOpts.SpanProcessors = append(telOpts.SpanProcessors, o.SpanProcessors...)
@@ -110,6 +142,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
 	}
 	store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)
+	s.longPolls = service.NewLongPolls(cfg.MaxLongPolls)
+	// At merge: feed the gauge from the store (len(s.store.Offline()) plus
+	// the share groups' offline share-partitions) and pass
+	// s.recordStorageError as the store's and share groups'
+	// Options.OnStorageError.
+	if s.metrics, err = newServerMetrics(s.tel.Meter, o.PartitionsOffline, s.longPolls.Waiting); err != nil {
+		return nil, err
+	}
 
 	var tlsCfg *tls.Config
 	if cfg.TLSCert != "" {
@@ -137,45 +177,61 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		MaxShareSessions:        cfg.MaxShareSessions,
 		SessionIdleTimeout:      cfg.ShareSessionIdleTimeout,
 		GroupMaxSize:            cfg.ShareGroupMaxSize,
+		MaxSessionsPerPrincipal: cfg.MaxShareSessionsPerPrincipal,
 	}); err != nil {
 		return nil, fmt.Errorf("open share-group state: %w", err)
 	}
 
 	s.health = health.NewServer()
-	logSvc := service.NewLogService(store, service.LogConfig{SegmentBytes: cfg.SegmentBytes, OnTopicDeleted: s.share.TopicDeleted}, log)
-	shareSvc := service.NewShareGroupService(s.share, log)
+	logSvc := service.NewLogService(store, service.LogConfig{SegmentBytes: cfg.SegmentBytes, OnTopicDeleted: s.share.TopicDeleted,
+		LongPolls: s.longPolls}, log)
+	shareSvc := service.NewShareGroupService(s.share, log, s.longPolls)
 	// Change streams read the unwrapped store: a tail would otherwise add a
 	// span per read batch to its call's trace for as long as it runs.
 	if s.streams, err = changestream.New(s.store, s.store, changestream.Config{
-		Backfill:             changestream.Backfill(cfg.OSOBackfill),
-		AutoSmallRatio:       cfg.OSOAutoSmallRatio,
-		AutoLargeRatio:       cfg.OSOAutoLargeRatio,
-		AutoSmallRecordBytes: cfg.OSOAutoSmallRecordBytes,
-		MaxStreams:           cfg.MaxChangeStreams,
-		Meter:                s.tel.Meter,
+		Backfill:               changestream.Backfill(cfg.OSOBackfill),
+		AutoSmallRatio:         cfg.OSOAutoSmallRatio,
+		AutoLargeRatio:         cfg.OSOAutoLargeRatio,
+		AutoSmallRecordBytes:   cfg.OSOAutoSmallRecordBytes,
+		MaxStreams:             cfg.MaxChangeStreams,
+		MaxStreamsPerPrincipal: cfg.MaxChangeStreamsPerPrincipal,
+		Meter:                  s.tel.Meter,
 	}); err != nil {
 		return nil, err
 	}
 	changeSvc := service.NewChangeStreamService(s.streams, log)
-	newGRPC := func(creds credentials.TransportCredentials) *grpc.Server {
+	healthLimiter := newIPLimiter(healthRate, healthBurst, healthLimiterIPs)
+	newGRPC := func(creds credentials.TransportCredentials, viaGateway bool) *grpc.Server {
+		codec := newRequestCodec()
+		g := &gate{auth: auth, codec: codec, health: healthLimiter, viaGateway: viaGateway}
 		gs := grpc.NewServer(
 			grpc.Creds(creds),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+			grpc.ForceServerCodecV2(codec),
 			// Reused handler goroutines keep their grown stacks: a new
 			// goroutine per call pays stack growth on every RPC.
 			grpc.NumStreamWorkers(uint32(runtime.NumCPU())),
 			grpc.StatsHandler(otelgrpc.NewServerHandler(
 				otelgrpc.WithTracerProvider(s.tel.Tracer), otelgrpc.WithMeterProvider(s.tel.Meter))),
+			// Clients may ping every 10 s, idle or not; faster pingers are
+			// disconnected.
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+			// A connection without calls for grpcMaxConnectionIdle is
+			// closed (clients reconnect on their next call); a silent peer
+			// is pinged after grpcKeepaliveTime and dropped if it does not
+			// answer, so dead connections do not hold descriptors.
+			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: grpcMaxConnectionIdle,
+				Time: grpcKeepaliveTime, Timeout: grpcKeepaliveTimeout}),
+			grpc.MaxConcurrentStreams(uint32(cfg.GRPCMaxConcurrentStreams)),
 			grpc.ChainUnaryInterceptor(
 				recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
 				callLogger{log}.unary,
-				auth.unary,
+				g.unary,
 			),
 			grpc.ChainStreamInterceptor(
 				recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
 				callLogger{log}.stream,
-				auth.stream,
+				g.stream,
 			),
 		)
 		sharelogv1.RegisterLogServiceServer(gs, logSvc)
@@ -189,15 +245,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	if tlsCfg != nil {
 		publicCreds = credentials.NewTLS(tlsCfg)
 	}
-	s.grpcServer = newGRPC(publicCreds)
+	s.grpcServer = newGRPC(publicCreds, false)
 	// The gateway dials a second gRPC server on an in-memory listener: the same
 	// handlers and interceptors, but no TLS to terminate twice and no
 	// dependence on the public address being dialable.
-	s.gatewayGRPC = newGRPC(insecure.NewCredentials())
-	for _, name := range []string{"", sharelogv1.LogService_ServiceDesc.ServiceName,
-		sharelogv1.ShareGroupService_ServiceDesc.ServiceName, sharelogv1.ChangeStreamService_ServiceDesc.ServiceName} {
-		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-	}
+	s.gatewayGRPC = newGRPC(insecure.NewCredentials(), true)
+	// At merge: append the store's and the share groups' offline checks.
+	s.readiness = append(s.readiness, o.ReadinessChecks...)
+	s.refreshHealth()
 
 	if s.grpcListener = o.GRPCListener; s.grpcListener == nil {
 		if s.grpcListener, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
@@ -207,6 +262,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	if s.httpListener, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
 	}
+	grpcLimit := newLimitListener(s.grpcListener, "grpc", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused)
+	httpLimit := newLimitListener(s.httpListener, "http", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused)
+	s.connLimits = []*limitListener{grpcLimit, httpLimit}
 	memListener := bufconn.Listen(1 << 20)
 	if s.gatewayConn, err = grpc.NewClient("passthrough:///sharelog-gateway",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return memListener.DialContext(ctx) }),
@@ -219,8 +277,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}
 	handler, err := newHTTPHandler(ctx, s.gatewayConn, httpDeps{
 		maxRequestBytes: int64(cfg.MaxRequestBytes),
+		readTimeout:     cfg.HTTPReadTimeout,
 		metrics:         s.tel.Metrics,
-		ready:           s.ready.Load,
+		readyz:          s.readyz,
+		health:          healthLimiter,
 		auth:            auth,
 		tracer:          s.tel.Tracer,
 		meter:           s.tel.Meter,
@@ -228,20 +288,32 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	if err != nil {
 		return nil, err
 	}
-	s.httpServer = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// No ReadTimeout: bodyDeadline bounds bodies per request (see there).
+	s.httpServer = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.HTTPIdleTimeout,
+		TLSConfig: tlsCfg, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	go s.serve("grpc", func() error { return s.grpcServer.Serve(s.grpcListener) })
+	interval := o.ReadinessInterval
+	if interval <= 0 {
+		interval = DefaultReadinessInterval
+	}
+	s.bg.Go(func() { s.healthLoop(interval, s.stopBG) })
+	if len(exposed) > 0 {
+		warnExposed(log, exposed)
+		s.bg.Go(func() { exposureLoop(log, exposed, insecureWarnInterval, s.stopBG) })
+	}
+
+	go s.serve("grpc", func() error { return s.grpcServer.Serve(grpcLimit) })
 	go s.serve("gateway-grpc", func() error { return s.gatewayGRPC.Serve(memListener) })
 	go s.serve("http", func() error {
 		if tlsCfg != nil {
-			return s.httpServer.ServeTLS(s.httpListener, "", "")
+			return s.httpServer.ServeTLS(httpLimit, "", "")
 		}
-		return s.httpServer.Serve(s.httpListener)
+		return s.httpServer.Serve(httpLimit)
 	})
 	s.ready.Store(true)
 	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(),
-		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled())
+		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled(),
+		"max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls)
 	return s, nil
 }
 
@@ -296,6 +368,8 @@ func (s *Server) Close() error {
 
 func (s *Server) teardown(ctx context.Context) error {
 	s.ready.Store(false)
+	close(s.stopBG)
+	s.bg.Wait()
 	if s.streams != nil {
 		// Streams end with stream_end{SHUTDOWN} at their next event and new
 		// calls get UNAVAILABLE, so the graceful stops below do not wait for

@@ -198,7 +198,7 @@ func TestPerClientSharesByIP(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, server.Options{}, func(c *server.Config) { c.MaxChangeStreams = 3 }) // share: 1
 	s.createTopic(t, "q", 1, nil)
-	s.produce(t, "q", 0, "x") // so that a stream answers (and the gateway sends headers) at once
+	s.produce(t, "q", 0, "x")           // so that a stream answers (and the gateway sends headers) at once
 	s.openChanges(t, streamReq("q", 0)) // the bufconn client holds its share
 	requireReason(t, requireRecvError(t, s.openChanges(t, streamReq("q", 0))), codes.ResourceExhausted, "THROTTLING_QUOTA_EXCEEDED")
 

@@ -162,8 +162,10 @@ func (c Config) Validate() error {
 	if c.MaxConnections < 1 || c.MaxConnections > 1_000_000 {
 		bad("--max-connections must be between 1 and 1000000, got %d", c.MaxConnections)
 	}
-	if c.MaxConnectionsPerIP < 1 || c.MaxConnectionsPerIP > c.MaxConnections {
-		bad("--max-connections-per-ip must be between 1 and --max-connections (%d), got %d", c.MaxConnections, c.MaxConnectionsPerIP)
+	// A per-IP cap above the total is allowed (the total then binds), so
+	// lowering --max-connections alone needs no second flag.
+	if c.MaxConnectionsPerIP < 1 || c.MaxConnectionsPerIP > 1_000_000 {
+		bad("--max-connections-per-ip must be between 1 and 1000000, got %d", c.MaxConnectionsPerIP)
 	}
 	if c.HTTPIdleTimeout < time.Second || c.HTTPIdleTimeout > 24*time.Hour {
 		bad("--http-idle-timeout must be between 1s and 24h, got %v", c.HTTPIdleTimeout)

@@ -116,6 +116,9 @@ func TestLongPollCap(t *testing.T) {
 	for range 2 {
 		assert.Equal(t, codes.Canceled, status.Code(<-done))
 	}
+	require.Eventually(t, func() bool {
+		return waitingRE(0).MatchString(s.rest(t, http.MethodGet, "/metrics", "").Raw)
+	}, 5*time.Second, pollTick, "the server released the cancelled calls' slots")
 	// The slots are free again: a waiting Fetch gets the record produced
 	// while it waits.
 	got := make(chan *sharelogv1.FetchResponse, 1)

@@ -56,11 +56,17 @@ func TestLimitListener(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	dial := func(src string) net.Conn {
+	dialErr := func(src string) (net.Conn, error) {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
 		c, err := d.Dial("tcp", inner.Addr().String())
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+		return c, err
+	}
+	dial := func(src string) net.Conn {
+		c, err := dialErr(src)
 		require.NoError(t, err)
-		t.Cleanup(func() { c.Close() })
 		return c
 	}
 	// refused reports whether the server closed c without serving it.
@@ -72,6 +78,16 @@ func TestLimitListener(t *testing.T) {
 			return false // still open: accepted
 		}
 		return true // EOF or reset
+	}
+	// refusedDial is refused for a new connection from src: the reset may
+	// already fail the dial.
+	refusedDial := func(src string) bool {
+		c, err := dialErr(src)
+		if err != nil {
+			require.ErrorIs(t, err, syscall.ECONNRESET)
+			return true
+		}
+		return refused(c)
 	}
 	take := func() net.Conn {
 		select {
@@ -85,11 +101,11 @@ func TestLimitListener(t *testing.T) {
 
 	a1, a2 := dial("127.0.0.1"), dial("127.0.0.1")
 	s1, s2 := take(), take()
-	assert.True(t, refused(dial("127.0.0.1")), "third connection from one IP is over --max-connections-per-ip")
+	assert.True(t, refusedDial("127.0.0.1"), "third connection from one IP is over --max-connections-per-ip")
 	b1 := dial("127.0.0.2")
 	take()
 	assert.False(t, refused(b1), "another IP still connects")
-	assert.True(t, refused(dial("127.0.0.3")), "fourth connection is over --max-connections")
+	assert.True(t, refusedDial("127.0.0.3"), "fourth connection is over --max-connections")
 	assert.False(t, refused(a1))
 	assert.False(t, refused(a2))
 	assert.Equal(t, 3, l.open())

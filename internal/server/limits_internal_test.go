@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -204,4 +205,43 @@ func TestIPLimiterBounded(t *testing.T) {
 	assert.Equal(t, 3, l.lru.Len())
 	_, kept := l.m["a"]
 	assert.False(t, kept, "the least recently used is evicted")
+}
+
+// countingHandler counts WARN records whose message mentions a phrase.
+type countingHandler struct {
+	slog.Handler
+	phrase string
+	seen   chan struct{}
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.Contains(r.Message, h.phrase) {
+		select {
+		case h.seen <- struct{}{}:
+		default: // counted enough
+		}
+	}
+	return nil
+}
+
+// With --insecure-allow-remote the warning repeats every interval.
+func TestExposureWarningRepeats(t *testing.T) {
+	h := countingHandler{Handler: slog.DiscardHandler, phrase: "without TLS and authentication", seen: make(chan struct{}, 10)}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		exposureLoop(slog.New(h), []string{"--http-addr 0.0.0.0:0"}, time.Millisecond, stop)
+		close(done)
+	}()
+	for range 3 {
+		select {
+		case <-h.seen:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the warning did not repeat")
+		}
+	}
+	close(stop)
+	<-done
 }

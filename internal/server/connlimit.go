@@ -118,3 +118,13 @@ func (c *limitedConn) Close() error {
 	c.once.Do(func() { c.l.release(c.ip) })
 	return err
 }
+
+// CloseWrite keeps the half-close of the wrapped TCP connection, which
+// net/http uses to deliver an error response before closing a connection
+// whose request it did not read in full.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}

@@ -2,6 +2,19 @@
 // health and reflection, the REST gateway (dialing the gRPC server, so that
 // streaming works through it), OpenAPI, health, readiness and Prometheus
 // endpoints, OpenTelemetry, TLS and bearer-token auth, and graceful shutdown.
+//
+// It also holds the process's defences (see README "Limits and exposure"):
+//   - connlimit.go: per-listener caps on connections, in total and per IP,
+//     enforced at accept;
+//   - http.go: body deadlines, probe rate limits, gateway error mapping and
+//     the forwarding of the REST client's IP;
+//   - gate.go: the interceptor that authenticates, names the client for
+//     per-client limits (internal/principal) and rejects undecodable bodies
+//     (codec.go);
+//   - exposure.go: the refusal to serve beyond loopback in the clear;
+//   - health.go: readiness checks behind /readyz and gRPC health;
+//   - metrics.go: connection refusals, storage errors, offline partitions,
+//     waiting long polls.
 package server
 
 import (

@@ -1,6 +1,7 @@
 // Package sessioncache is the share session cache of KIP-932 share groups
 // (share-groups.md §2): at most one session per (group, member), a bounded
-// number of sessions, the session epoch sequence shared by ShareFetch and
+// number of sessions (in total and per client, so that one client cannot
+// take every slot), the session epoch sequence shared by ShareFetch and
 // ShareAcknowledge, in-flight accounting and idle eviction.
 //
 // The cache knows nothing about share-partitions. A session carries an

@@ -147,6 +147,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	if s.tel, err = telemetry.Setup(ctx, telOpts); err != nil {
 		return nil, err
 	}
+	// Before the store opens, so that s.recordStorageError can be its
+	// Options.OnStorageError hook (and the share groups') from the start. At
+	// merge: pass it there, and feed the offline gauge from the store and
+	// the share groups (their Offline lists; s.store and s.share are set by
+	// the time Prometheus first scrapes).
+	s.longPolls = service.NewLongPolls(cfg.MaxLongPolls)
+	if s.metrics, err = newServerMetrics(s.tel.Meter, o.PartitionsOffline, s.longPolls.Waiting); err != nil {
+		return nil, err
+	}
 	mode, err := logstore.ParseFsyncMode(cfg.Fsync)
 	if err != nil {
 		return nil, err
@@ -155,14 +164,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
 	}
 	store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)
-	s.longPolls = service.NewLongPolls(cfg.MaxLongPolls)
-	// At merge: feed the gauge from the store (len(s.store.Offline()) plus
-	// the share groups' offline share-partitions) and pass
-	// s.recordStorageError as the store's and share groups'
-	// Options.OnStorageError.
-	if s.metrics, err = newServerMetrics(s.tel.Meter, o.PartitionsOffline, s.longPolls.Waiting); err != nil {
-		return nil, err
-	}
 
 	var tlsCfg *tls.Config
 	if cfg.TLSCert != "" {

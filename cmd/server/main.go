@@ -70,6 +70,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	var lc logConfig
 	fs := flag.NewFlagSet("sharelog", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: sharelog [flags]")
+		fmt.Fprintln(stderr, "Every flag can also be set by the environment variable SHARELOG_<FLAG>")
+		fmt.Fprintln(stderr, "(upper case, dashes as underscores, e.g. SHARELOG_MAX_CONNECTIONS); a flag wins over its variable.")
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where the log and all state live")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address (port 0 = pick one and log it)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address: REST gateway, OpenAPI, health, metrics")
@@ -95,6 +101,15 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.Float64Var(&cfg.OSOAutoLargeRatio, "oso-auto-large-ratio", cfg.OSOAutoLargeRatio, "auto: the same with large records")
 	fs.IntVar(&cfg.OSOAutoSmallRecordBytes, "oso-auto-small-record-bytes", cfg.OSOAutoSmallRecordBytes, "auto: mean stored record size separating small from large")
 	fs.IntVar(&cfg.MaxChangeStreams, "max-change-streams", cfg.MaxChangeStreams, "open StreamChanges calls server-wide")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "open connections per listener (gRPC and HTTP each); beyond it a new connection is closed at once")
+	fs.IntVar(&cfg.MaxConnectionsPerIP, "max-connections-per-ip", cfg.MaxConnectionsPerIP, "open connections per listener from one client IP")
+	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", cfg.HTTPIdleTimeout, "close an idle keep-alive HTTP connection after this")
+	fs.DurationVar(&cfg.HTTPReadTimeout, "http-read-timeout", cfg.HTTPReadTimeout, "a REST request body must arrive within this")
+	fs.IntVar(&cfg.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", cfg.GRPCMaxConcurrentStreams, "concurrent calls per gRPC connection")
+	fs.IntVar(&cfg.MaxLongPolls, "max-long-polls", cfg.MaxLongPolls, "Fetch/ShareFetch calls waiting for records at once; beyond it they return at once, empty")
+	fs.IntVar(&cfg.MaxShareSessionsPerPrincipal, "max-share-sessions-per-principal", 0, "share sessions one client may hold (0 = half of --max-share-sessions)")
+	fs.IntVar(&cfg.MaxChangeStreamsPerPrincipal, "max-change-streams-per-principal", 0, "change streams one client may have open (0 = half of --max-change-streams)")
+	fs.BoolVar(&cfg.InsecureAllowRemote, "insecure-allow-remote", false, "allow a non-loopback listener without both TLS and --auth-tokens-file (logged as a warning every hour)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate: serve gRPC and HTTP over TLS")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates signed by it (mTLS)")

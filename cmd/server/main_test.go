@@ -40,6 +40,8 @@ type child struct {
 	httpAddr string
 	conn     *grpc.ClientConn
 	exited   chan error
+	// startup is the log up to and including "sharelog serving".
+	startup []map[string]any
 }
 
 // startChild runs the server in a child process and waits until it serves.
@@ -57,7 +59,11 @@ func startChild(t *testing.T, dataDir string, args ...string) *child {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == "sharelog serving" {
+			if json.Unmarshal(sc.Bytes(), &line) != nil || c.grpcAddr != "" {
+				continue
+			}
+			c.startup = append(c.startup, line)
+			if line["msg"] == "sharelog serving" {
 				c.grpcAddr, _ = line["grpc_addr"].(string)
 				c.httpAddr, _ = line["http_addr"].(string)
 				close(serving)

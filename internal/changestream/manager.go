@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/principal"
 )
 
 // Defaults of Config.
@@ -38,6 +39,12 @@ type Config struct {
 	AutoLargeRatio       float64  // --oso-auto-large-ratio
 	AutoSmallRecordBytes int      // --oso-auto-small-record-bytes
 	MaxStreams           int      // --max-change-streams; 0 = DefaultMaxStreams
+	// MaxStreamsPerPrincipal is the most calls one client (principal.Name
+	// of the call's context) may have open, so that one client cannot take
+	// every slot (--max-change-streams-per-principal); 0 = half of
+	// MaxStreams, at least 1. Calls without a client identity are bounded
+	// by MaxStreams only.
+	MaxStreamsPerPrincipal int
 	// HoldBack is how long a live-tail snapshot in which nothing matches may
 	// be held back and merged with the next (change-stream.md §3.2, at most
 	// 1 s; 0 = DefaultHoldBack, negative = never hold back).
@@ -55,6 +62,8 @@ type Manager struct {
 	cfg   Config
 
 	open      atomic.Int64
+	ownedMu   sync.Mutex
+	owned     map[string]int // open calls per client identity
 	stop      chan struct{}
 	stopOnce  sync.Once
 	backfills metric.Int64Counter
@@ -78,6 +87,9 @@ func New(store logstore.Store, idx logstore.KeyIndexer, cfg Config) (*Manager, e
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
+	if cfg.MaxStreamsPerPrincipal <= 0 {
+		cfg.MaxStreamsPerPrincipal = max(cfg.MaxStreams/2, 1)
+	}
 	if cfg.HoldBack == 0 {
 		cfg.HoldBack = DefaultHoldBack
 	}
@@ -90,7 +102,7 @@ func New(store logstore.Store, idx logstore.KeyIndexer, cfg Config) (*Manager, e
 	if cfg.Meter == nil {
 		cfg.Meter = noop.NewMeterProvider()
 	}
-	m := &Manager{store: store, idx: idx, cfg: cfg, stop: make(chan struct{})}
+	m := &Manager{store: store, idx: idx, cfg: cfg, stop: make(chan struct{}), owned: make(map[string]int)}
 	var err error
 	m.backfills, err = cfg.Meter.Meter("github.com/sharelog/sharelog/internal/changestream").Int64Counter(
 		"sharelog.change_stream.backfills",
@@ -167,12 +179,39 @@ func (m *Manager) Stream(ctx context.Context, req Request, send func(*Event) err
 			Message: fmt.Sprintf("%d change streams are open, the limit is %d (--max-change-streams)", n-1, m.cfg.MaxStreams)}
 	}
 	defer m.open.Add(-1)
+	if owner := principal.Name(ctx); owner != "" {
+		if !m.takeShare(owner) {
+			return &Error{Reason: ReasonThrottlingQuotaExceeded,
+				Message: fmt.Sprintf("this client has %d change streams open, the limit per client is %d (--max-change-streams-per-principal)",
+					m.cfg.MaxStreamsPerPrincipal, m.cfg.MaxStreamsPerPrincipal)}
+		}
+		defer m.releaseShare(owner)
+	}
 
 	s := &stream{m: m, ctx: ctx, req: req, send: send, prefix: req.KeyPrefix}
 	if req.EndOffset != nil {
 		s.hasEnd, s.end = true, *req.EndOffset
 	}
 	return s.run()
+}
+
+// takeShare counts one more open call for owner unless it holds its share.
+func (m *Manager) takeShare(owner string) bool {
+	m.ownedMu.Lock()
+	defer m.ownedMu.Unlock()
+	if m.owned[owner] >= m.cfg.MaxStreamsPerPrincipal {
+		return false
+	}
+	m.owned[owner]++
+	return true
+}
+
+func (m *Manager) releaseShare(owner string) {
+	m.ownedMu.Lock()
+	defer m.ownedMu.Unlock()
+	if m.owned[owner]--; m.owned[owner] <= 0 {
+		delete(m.owned, owner)
+	}
 }
 
 // start runs steps 2-5 of §2 against one read of the partition's bounds and

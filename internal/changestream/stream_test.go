@@ -14,6 +14,7 @@ import (
 
 	"github.com/sharelog/sharelog/internal/changestream"
 	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/principal"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(cleanupM{m}) }
@@ -297,4 +298,54 @@ func TestEstimate(t *testing.T) {
 	oso, err := big.Estimate(ctx, "est", 0, []byte("p0"))
 	require.NoError(t, err)
 	assert.True(t, oso, "large records: r = 0.5, 20 keys <= 50")
+}
+
+// TestPerPrincipalShare: a client at --max-change-streams-per-principal is
+// refused with THROTTLING_QUOTA_EXCEEDED while another client still opens
+// streams; a closed stream frees its client's slot.
+func TestPerPrincipalShare(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	_, err := st.CreateTopic(ctx, "q", 1, logstore.TopicConfig{RetentionMs: -1})
+	require.NoError(t, err)
+	m, err := changestream.New(st, nil, changestream.Config{MaxStreams: 6}) // share: 3
+	require.NoError(t, err)
+	open := func(who string) (closeFn func(), err error) {
+		cctx, cancel := context.WithCancel(principal.WithName(ctx, who))
+		started, done := make(chan struct{}), make(chan error, 1)
+		go func() {
+			done <- m.Stream(cctx, changestream.Request{Topic: "q", Started: func() { close(started) }},
+				func(*changestream.Event) error { return nil })
+		}()
+		select {
+		case <-started:
+			t.Cleanup(func() { cancel(); <-done })
+			return func() { cancel(); <-done; done <- nil }, nil
+		case err := <-done:
+			cancel()
+			return nil, err
+		case <-time.After(5 * time.Second):
+			t.Fatal("the call neither started nor failed")
+			return nil, nil
+		}
+	}
+	var closeA []func()
+	for range 3 {
+		c, err := open("ip:127.0.0.2")
+		require.NoError(t, err)
+		closeA = append(closeA, c)
+	}
+	_, err = open("ip:127.0.0.2")
+	var ce *changestream.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, changestream.ReasonThrottlingQuotaExceeded, ce.Reason)
+	assert.Contains(t, ce.Message, "--max-change-streams-per-principal")
+	for range 3 {
+		_, err := open("token-1")
+		require.NoError(t, err, "client B keeps its share")
+	}
+	closeA[0]()
+	_, err = open("ip:127.0.0.2")
+	require.NoError(t, err, "a closed stream frees the client's slot")
+	assert.EqualValues(t, 6, m.Open())
 }

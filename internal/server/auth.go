@@ -11,10 +11,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -24,7 +24,15 @@ import (
 // holds one token per line; blank lines and lines starting with # are ignored.
 // Health checks are always allowed, so probes need no token.
 type authenticator struct {
-	tokens [][32]byte // SHA-256 of each token, compared in constant time
+	tokens []authToken
+}
+
+// authToken is one accepted token: its SHA-256 (compared in constant time)
+// and the client identity it stands for, "token-<line number>", which is
+// safe to log and to key per-client limits by (the token never is).
+type authToken struct {
+	sum [32]byte
+	id  string
 }
 
 func newAuthenticator(path string) (*authenticator, error) {
@@ -38,12 +46,12 @@ func newAuthenticator(path string) (*authenticator, error) {
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		a.tokens = append(a.tokens, sha256.Sum256([]byte(line)))
+		a.tokens = append(a.tokens, authToken{sum: sha256.Sum256([]byte(line)), id: "token-" + strconv.Itoa(n)})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("--auth-tokens-file: %w", err)
@@ -56,49 +64,47 @@ func newAuthenticator(path string) (*authenticator, error) {
 
 func (a *authenticator) enabled() bool { return len(a.tokens) > 0 }
 
-// check validates an "Authorization: Bearer <token>" value.
-func (a *authenticator) check(header string) bool {
+// identify validates an "Authorization: Bearer <token>" value and returns
+// the token's identity. Every token is compared, in constant time.
+func (a *authenticator) identify(header string) (string, bool) {
 	token, ok := strings.CutPrefix(header, "Bearer ")
 	if !ok {
-		return false
+		return "", false
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	match := 0
-	for _, t := range a.tokens {
-		match |= subtle.ConstantTimeCompare(sum[:], t[:])
+	found := -1
+	for i, t := range a.tokens {
+		found = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(sum[:], t.sum[:]), i, found)
 	}
-	return match == 1
+	if found < 0 {
+		return "", false
+	}
+	return a.tokens[found].id, true
 }
 
-func (a *authenticator) authorize(ctx context.Context, method string) error {
-	if !a.enabled() || strings.HasPrefix(method, "/grpc.health.v1.Health/") {
-		return nil
+// check validates an "Authorization: Bearer <token>" value.
+func (a *authenticator) check(header string) bool {
+	_, ok := a.identify(header)
+	return ok
+}
+
+// authorize checks the call's bearer token (when auth is enabled) and
+// returns its identity ("" without auth).
+func (a *authenticator) authorize(ctx context.Context) (string, error) {
+	if !a.enabled() {
+		return "", nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
-		if a.check(v) {
-			return nil
+		if id, ok := a.identify(v); ok {
+			return id, nil
 		}
 	}
 	st := status.New(codes.Unauthenticated, "a valid bearer token is required (authorization: Bearer <token>)")
 	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: "UNAUTHENTICATED", Domain: "sharelog"}); err == nil {
 		st = withInfo
 	}
-	return st.Err()
-}
-
-func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := a.authorize(ctx, info.FullMethod); err != nil {
-		return nil, err
-	}
-	return handler(ctx, req)
-}
-
-func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := a.authorize(ss.Context(), info.FullMethod); err != nil {
-		return err
-	}
-	return handler(srv, ss)
+	return "", st.Err()
 }
 
 // httpAllowed reports whether a plain HTTP endpoint (not the gateway, whose

@@ -168,7 +168,8 @@ func TestChangesShutdown(t *testing.T) {
 // TestChangesMaxStreams: --max-change-streams (§7).
 func TestChangesMaxStreams(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, server.Options{}, func(c *server.Config) { c.MaxChangeStreams = 2 })
+	// The global cap, not the per-client share: every call here is one client.
+	s := newStack(t, server.Options{}, func(c *server.Config) { c.MaxChangeStreams = 2; c.MaxChangeStreamsPerPrincipal = 2 })
 	s.createTopic(t, "ms", 1, nil)
 	a := s.openChanges(t, streamReq("ms", 0))
 	s.openChanges(t, streamReq("ms", 0))

@@ -47,6 +47,19 @@ type Config struct {
 	OSOAutoSmallRecordBytes int
 	MaxChangeStreams        int
 
+	// Limits and exposure: what one client, or many, may hold.
+	MaxConnections               int           // per listener (gRPC and HTTP each)
+	MaxConnectionsPerIP          int           // per listener and client IP
+	HTTPIdleTimeout              time.Duration // idle keep-alive HTTP connections are closed after this
+	HTTPReadTimeout              time.Duration // a request body must arrive within this
+	GRPCMaxConcurrentStreams     int           // concurrent calls per gRPC connection
+	MaxLongPolls                 int           // Fetch/ShareFetch calls waiting at once, server-wide
+	MaxShareSessionsPerPrincipal int           // 0 = half of MaxShareSessions
+	MaxChangeStreamsPerPrincipal int           // 0 = half of MaxChangeStreams
+	// InsecureAllowRemote lets a listener bind a non-loopback address
+	// without both TLS and authentication (warned about every hour).
+	InsecureAllowRemote bool
+
 	// Security (all off by default, on loopback).
 	TLSCert        string
 	TLSKey         string
@@ -84,6 +97,12 @@ func DefaultConfig() Config {
 		OSOAutoLargeRatio:            0.15,
 		OSOAutoSmallRecordBytes:      256,
 		MaxChangeStreams:             1024,
+		MaxConnections:               10000,
+		MaxConnectionsPerIP:          1000,
+		HTTPIdleTimeout:              2 * time.Minute,
+		HTTPReadTimeout:              time.Minute,
+		GRPCMaxConcurrentStreams:     1000,
+		MaxLongPolls:                 10000,
 		ShutdownTimeout:              10 * time.Second,
 	}
 }
@@ -154,6 +173,34 @@ func (c Config) Validate() error {
 	}
 	if c.MaxChangeStreams < 1 {
 		bad("--max-change-streams must be at least 1")
+	}
+	if c.MaxConnections < 1 || c.MaxConnections > 1_000_000 {
+		bad("--max-connections must be between 1 and 1000000, got %d", c.MaxConnections)
+	}
+	// A per-IP cap above the total is allowed (the total then binds), so
+	// lowering --max-connections alone needs no second flag.
+	if c.MaxConnectionsPerIP < 1 || c.MaxConnectionsPerIP > 1_000_000 {
+		bad("--max-connections-per-ip must be between 1 and 1000000, got %d", c.MaxConnectionsPerIP)
+	}
+	if c.HTTPIdleTimeout < time.Second || c.HTTPIdleTimeout > 24*time.Hour {
+		bad("--http-idle-timeout must be between 1s and 24h, got %v", c.HTTPIdleTimeout)
+	}
+	if c.HTTPReadTimeout < 100*time.Millisecond || c.HTTPReadTimeout > time.Hour {
+		bad("--http-read-timeout must be between 100ms and 1h, got %v", c.HTTPReadTimeout)
+	}
+	if c.GRPCMaxConcurrentStreams < 1 || c.GRPCMaxConcurrentStreams > 100_000 {
+		bad("--grpc-max-concurrent-streams must be between 1 and 100000, got %d", c.GRPCMaxConcurrentStreams)
+	}
+	if c.MaxLongPolls < 0 || c.MaxLongPolls > 1_000_000 {
+		bad("--max-long-polls must be between 0 and 1000000, got %d", c.MaxLongPolls)
+	}
+	if c.MaxShareSessionsPerPrincipal < 0 || c.MaxShareSessionsPerPrincipal > c.MaxShareSessions {
+		bad("--max-share-sessions-per-principal must be between 0 (half of --max-share-sessions) and --max-share-sessions (%d), got %d",
+			c.MaxShareSessions, c.MaxShareSessionsPerPrincipal)
+	}
+	if c.MaxChangeStreamsPerPrincipal < 0 || c.MaxChangeStreamsPerPrincipal > c.MaxChangeStreams {
+		bad("--max-change-streams-per-principal must be between 0 (half of --max-change-streams) and --max-change-streams (%d), got %d",
+			c.MaxChangeStreams, c.MaxChangeStreamsPerPrincipal)
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		bad("--tls-cert and --tls-key go together")

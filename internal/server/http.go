@@ -2,10 +2,15 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -14,6 +19,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -23,8 +29,10 @@ import (
 
 type httpDeps struct {
 	maxRequestBytes int64
+	readTimeout     time.Duration // --http-read-timeout, for request bodies
 	metrics         http.Handler
-	ready           func() bool
+	readyz          func() (reasons []string, ok bool)
+	health          *ipLimiter // rate of /healthz and /readyz per client IP
 	auth            *authenticator
 	tracer          trace.TracerProvider
 	meter           metric.MeterProvider
@@ -45,6 +53,12 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: jsonMarshaler}),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		// The gRPC server behind the gateway sees the gateway as its peer:
+		// the real client's IP travels in metadata only the gateway sets.
+		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
+			return metadata.Pairs(mdClientAddr, hostOf(r.RemoteAddr))
+		}),
+		runtime.WithErrorHandler(gatewayError),
 	)
 	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		sharelogv1.RegisterLogServiceHandler,
@@ -57,19 +71,19 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 	}
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /healthz", limitProbes(d.health, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	}))
+	mux.Handle("GET /readyz", limitProbes(d.health, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !d.ready() {
+		if reasons, ok := d.readyz(); !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "not ready")
+			fmt.Fprintln(w, "not ready:", strings.Join(reasons, "; "))
 			return
 		}
 		fmt.Fprintln(w, "ready")
-	})
+	}))
 	// The OpenAPI 3 document generated from the protos (make generate). It
 	// is public like /healthz: it describes the API and holds no data.
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
@@ -86,21 +100,124 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 	}))
 	mux.Handle("/", limitBody(d.maxRequestBytes, gw))
 
-	return otelhttp.NewHandler(mux, "http",
+	return bodyDeadline(d.readTimeout, otelhttp.NewHandler(mux, "http",
 		otelhttp.WithTracerProvider(d.tracer),
 		otelhttp.WithMeterProvider(d.meter),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path }),
-	), nil
+	)), nil
+}
+
+// limitProbes rate-limits an unauthenticated probe per client IP (429).
+func limitProbes(l *ipLimiter, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !l.allow(hostOf(r.RemoteAddr)) {
+			writeStatus(w, r, http.StatusTooManyRequests, status.New(codes.ResourceExhausted, healthThrottledMsg), reasonThrottled)
+			return
+		}
+		h(w, r)
+	})
+}
+
+// bodyDeadline gives a request body --http-read-timeout to arrive. It is
+// set per request rather than as http.Server.ReadTimeout: that deadline
+// stays on the connection after the body is read, and when it passes, Go's
+// server treats the connection as broken and cancels the request — it would
+// cut long polls and NDJSON change-stream tails after the timeout. Here the
+// deadline is cleared as soon as the body has been read to its end.
+func bodyDeadline(d time.Duration, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d <= 0 || r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		if err := rc.SetReadDeadline(time.Now().Add(d)); err == nil {
+			r.Body = &deadlineBody{ReadCloser: r.Body, clear: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type deadlineBody struct {
+	io.ReadCloser
+	clear func()
+	once  sync.Once
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		// Only a complete body lifts the deadline: after a timeout the
+		// connection must not wait for the rest of a slow body.
+		b.once.Do(b.clear)
+	}
+	return n, err
+}
+
+// gatewayError is the gateway's error handler. The gateway itself fails a
+// request whose JSON body, path or query does not decode with a plain
+// InvalidArgument; such a request is INVALID_REQUEST like any other
+// malformed input, so it gets the ErrorInfo the server's errors carry. A
+// chunked body cut off by --max-request-bytes is 413, as a declared one is.
+func gatewayError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if hit, _ := r.Context().Value(bodyLimitKey{}).(*bodyLimitHit); hit != nil && hit.hit.Load() {
+		msg := fmt.Sprintf("request body exceeds the limit of %d bytes (--max-request-bytes)", hit.limit)
+		writeStatus(w, r, http.StatusRequestEntityTooLarge, status.New(codes.ResourceExhausted, msg), "INVALID_REQUEST")
+		return
+	}
+	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && !hasErrorInfo(st) {
+		if withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: "INVALID_REQUEST", Domain: "sharelog"}); derr == nil {
+			err = withInfo.Err()
+		}
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+}
+
+func hasErrorInfo(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.ErrorInfo); ok {
+			return true
+		}
+	}
+	return false
+}
+
+type bodyLimitKey struct{}
+
+// bodyLimitHit records that a body reached --max-request-bytes.
+type bodyLimitHit struct {
+	limit int64
+	hit   atomic.Bool
+}
+
+type limitedBody struct {
+	io.ReadCloser
+	hit *bodyLimitHit
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		b.hit.hit.Store(true)
+	}
+	return n, err
 }
 
 // incomingHeader forwards the X-Client-Id header as the x-client-id
 // metadata ShareGroupHeartbeat reads (as gRPC clients send it), besides
-// the gateway's defaults (Grpc-Metadata-* and permanent HTTP headers).
+// the gateway's defaults (Grpc-Metadata-* and permanent HTTP headers),
+// except the metadata that carries the client's IP, which only the
+// gateway itself may set.
 func incomingHeader(key string) (string, bool) {
 	if strings.EqualFold(key, "X-Client-Id") {
 		return "x-client-id", true
 	}
-	return runtime.DefaultHeaderMatcher(key)
+	md, ok := runtime.DefaultHeaderMatcher(key)
+	if ok && strings.EqualFold(md, mdClientAddr) {
+		return "", false
+	}
+	return md, ok
 }
 
 // limitBody refuses bodies above --max-request-bytes with 413 and a
@@ -112,7 +229,9 @@ func limitBody(limit int64, next http.Handler) http.Handler {
 			writeStatus(w, r, http.StatusRequestEntityTooLarge, status.New(codes.ResourceExhausted, msg), "INVALID_REQUEST")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		hit := &bodyLimitHit{limit: limit}
+		r = r.WithContext(context.WithValue(r.Context(), bodyLimitKey{}, hit))
+		r.Body = &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, limit), hit: hit}
 		next.ServeHTTP(w, r)
 	})
 }

@@ -2,6 +2,19 @@
 // health and reflection, the REST gateway (dialing the gRPC server, so that
 // streaming works through it), OpenAPI, health, readiness and Prometheus
 // endpoints, OpenTelemetry, TLS and bearer-token auth, and graceful shutdown.
+//
+// It also holds the process's defences (see README "Limits and exposure"):
+//   - connlimit.go: per-listener caps on connections, in total and per IP,
+//     enforced at accept;
+//   - http.go: body deadlines, probe rate limits, gateway error mapping and
+//     the forwarding of the REST client's IP;
+//   - gate.go: the interceptor that authenticates, names the client for
+//     per-client limits (internal/principal) and rejects undecodable bodies
+//     (codec.go);
+//   - exposure.go: the refusal to serve beyond loopback in the clear;
+//   - health.go: readiness checks behind /readyz and gRPC health;
+//   - metrics.go: connection refusals, storage errors, offline partitions,
+//     waiting long polls.
 package server
 
 import (
@@ -48,13 +61,28 @@ type Options struct {
 	// SpanProcessors are added to the tracer provider.
 	SpanProcessors []sdktrace.SpanProcessor
 	// GRPCListener, when set, is served instead of listening on Config.GRPCAddr
-	// (tests pass a bufconn listener).
+	// (tests pass a bufconn listener). The connection limits apply to it too.
 	GRPCListener net.Listener
 	// DeadLetterAfterAppend, a test hook, runs after the share groups'
 	// dead-letter worker appended copies and before it archives their
 	// records (tests simulate a crash there).
 	DeadLetterAfterAppend func()
+	// ReadinessChecks are added to the server's own (see ReadinessCheck).
+	ReadinessChecks []ReadinessCheck
+	// ReadinessInterval is how often gRPC health follows the readiness
+	// checks; 0 = DefaultReadinessInterval.
+	ReadinessInterval time.Duration
+	// PartitionsOffline feeds the sharelog_partitions_offline gauge until
+	// the store's own count is wired.
+	PartitionsOffline func() int
 }
+
+// gRPC connection keepalive (see newGRPC in Start).
+const (
+	grpcMaxConnectionIdle = 5 * time.Minute
+	grpcKeepaliveTime     = 2 * time.Minute
+	grpcKeepaliveTimeout  = 20 * time.Second
+)
 
 // Server is a running sharelog process.
 type Server struct {
@@ -73,6 +101,14 @@ type Server struct {
 	health       *health.Server
 	grpcListener net.Listener
 	httpListener net.Listener
+	connLimits   []*limitListener // gRPC, HTTP
+
+	metrics      *serverMetrics
+	longPolls    *service.LongPolls
+	readiness    []ReadinessCheck
+	lastNotReady string         // reasons last logged; refreshHealth's goroutine only
+	stopBG       chan struct{}  // closed by teardown: ends the background loops
+	bg           sync.WaitGroup // the background loops
 
 	ready    atomic.Bool
 	done     chan struct{} // closed when a listener fails or Close ran
@@ -95,23 +131,47 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	s := &Server{cfg: cfg, log: log, done: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, done: make(chan struct{}), stopBG: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.teardown(context.Background())
 		}
 	}()
 
+	// Refuse an exposed listener before touching the data directory.
+	exposed, err := exposedListeners(ctx, cfg, o.GRPCListener != nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(exposed) > 0 && !cfg.InsecureAllowRemote {
+		return nil, exposureError(exposed)
+	}
+
 	telOpts := o.Telemetry
 	telOpts.SpanProcessors = append(telOpts.SpanProcessors, o.SpanProcessors...)
 	if s.tel, err = telemetry.Setup(ctx, telOpts); err != nil {
+		return nil, err
+	}
+	// Before the store opens, so that s.recordStorageError is its
+	// Options.OnStorageError hook (and the share-state log's) from the
+	// start. The offline gauge is only read at scrape time, when s.store and
+	// s.share are set (the HTTP listener starts after both).
+	s.longPolls = service.NewLongPolls(cfg.MaxLongPolls)
+	if s.metrics, err = newServerMetrics(s.tel.Meter, func() int {
+		n := len(s.store.Offline()) + len(s.share.Offline())
+		if o.PartitionsOffline != nil {
+			n += o.PartitionsOffline()
+		}
+		return n
+	}, s.longPolls.Waiting); err != nil {
 		return nil, err
 	}
 	mode, err := logstore.ParseFsyncMode(cfg.Fsync)
 	if err != nil {
 		return nil, err
 	}
-	if s.store, err = logstore.Open(cfg.DataDir, logstore.Options{Fsync: mode, FsyncInterval: cfg.FsyncInterval, Logger: log}); err != nil {
+	if s.store, err = logstore.Open(cfg.DataDir, logstore.Options{Fsync: mode, FsyncInterval: cfg.FsyncInterval, Logger: log,
+		OnStorageError: s.recordStorageError}); err != nil {
 		return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
 	}
 	store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)
@@ -135,6 +195,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		FsyncInterval:    cfg.FsyncInterval,
 		Logger:           log,
 		RepairShareState: cfg.RepairShareState,
+		OnStorageError:   s.recordStorageError,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open share-group state: %w", err)
@@ -154,46 +215,62 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		DLQAutoCreateTopics:     cfg.DLQAutoCreateTopics,
 		DLQTopicPrefix:          cfg.DLQTopicPrefix,
 		DeadLetterAfterAppend:   o.DeadLetterAfterAppend,
+		MaxSessionsPerPrincipal: cfg.MaxShareSessionsPerPrincipal,
 	}); err != nil {
 		return nil, fmt.Errorf("open share-group state: %w", err)
 	}
 
 	s.health = health.NewServer()
-	logSvc := service.NewLogService(store, service.LogConfig{SegmentBytes: cfg.SegmentBytes, OnTopicDeleted: s.share.TopicDeleted}, log)
-	shareSvc := service.NewShareGroupService(s.share, log)
+	logSvc := service.NewLogService(store, service.LogConfig{SegmentBytes: cfg.SegmentBytes, OnTopicDeleted: s.share.TopicDeleted,
+		LongPolls: s.longPolls}, log)
+	shareSvc := service.NewShareGroupService(s.share, log, s.longPolls)
 	// Change streams get the traced store and the traced key index, so
 	// their reads are spans of the call, as every other RPC's.
 	keys := telemetry.TraceKeyIndex(s.store, s.tel.Tracer, s.tel.Meter)
 	if s.streams, err = changestream.New(store, keys, changestream.Config{
-		Backfill:             changestream.Backfill(cfg.OSOBackfill),
-		AutoSmallRatio:       cfg.OSOAutoSmallRatio,
-		AutoLargeRatio:       cfg.OSOAutoLargeRatio,
-		AutoSmallRecordBytes: cfg.OSOAutoSmallRecordBytes,
-		MaxStreams:           cfg.MaxChangeStreams,
-		Meter:                s.tel.Meter,
+		Backfill:               changestream.Backfill(cfg.OSOBackfill),
+		AutoSmallRatio:         cfg.OSOAutoSmallRatio,
+		AutoLargeRatio:         cfg.OSOAutoLargeRatio,
+		AutoSmallRecordBytes:   cfg.OSOAutoSmallRecordBytes,
+		MaxStreams:             cfg.MaxChangeStreams,
+		MaxStreamsPerPrincipal: cfg.MaxChangeStreamsPerPrincipal,
+		Meter:                  s.tel.Meter,
 	}); err != nil {
 		return nil, err
 	}
 	changeSvc := service.NewChangeStreamService(s.streams, log)
-	newGRPC := func(creds credentials.TransportCredentials) *grpc.Server {
+	healthLimiter := newIPLimiter(healthRate, healthBurst, healthLimiterIPs)
+	newGRPC := func(creds credentials.TransportCredentials, viaGateway bool) *grpc.Server {
+		codec := newRequestCodec()
+		g := &gate{auth: auth, codec: codec, health: healthLimiter, viaGateway: viaGateway}
 		gs := grpc.NewServer(
 			grpc.Creds(creds),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+			grpc.ForceServerCodecV2(codec),
 			// Reused handler goroutines keep their grown stacks: a new
 			// goroutine per call pays stack growth on every RPC.
 			grpc.NumStreamWorkers(uint32(runtime.NumCPU())),
 			grpc.StatsHandler(otelgrpc.NewServerHandler(
 				otelgrpc.WithTracerProvider(s.tel.Tracer), otelgrpc.WithMeterProvider(s.tel.Meter))),
+			// Clients may ping every 10 s, idle or not; faster pingers are
+			// disconnected.
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+			// A connection without calls for grpcMaxConnectionIdle is
+			// closed (clients reconnect on their next call); a silent peer
+			// is pinged after grpcKeepaliveTime and dropped if it does not
+			// answer, so dead connections do not hold descriptors.
+			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: grpcMaxConnectionIdle,
+				Time: grpcKeepaliveTime, Timeout: grpcKeepaliveTimeout}),
+			grpc.MaxConcurrentStreams(uint32(cfg.GRPCMaxConcurrentStreams)),
 			grpc.ChainUnaryInterceptor(
 				recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
 				callLogger{log}.unary,
-				auth.unary,
+				g.unary,
 			),
 			grpc.ChainStreamInterceptor(
 				recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
 				callLogger{log}.stream,
-				auth.stream,
+				g.stream,
 			),
 		)
 		sharelogv1.RegisterLogServiceServer(gs, logSvc)
@@ -207,15 +284,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	if tlsCfg != nil {
 		publicCreds = credentials.NewTLS(tlsCfg)
 	}
-	s.grpcServer = newGRPC(publicCreds)
+	s.grpcServer = newGRPC(publicCreds, false)
 	// The gateway dials a second gRPC server on an in-memory listener: the same
 	// handlers and interceptors, but no TLS to terminate twice and no
 	// dependence on the public address being dialable.
-	s.gatewayGRPC = newGRPC(insecure.NewCredentials())
-	for _, name := range []string{"", sharelogv1.LogService_ServiceDesc.ServiceName,
-		sharelogv1.ShareGroupService_ServiceDesc.ServiceName, sharelogv1.ChangeStreamService_ServiceDesc.ServiceName} {
-		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-	}
+	s.gatewayGRPC = newGRPC(insecure.NewCredentials(), true)
+	s.readiness = append(s.readiness,
+		ReadinessCheck{Service: sharelogv1.LogService_ServiceDesc.ServiceName, Check: s.partitionsOnline},
+		ReadinessCheck{Service: sharelogv1.ShareGroupService_ServiceDesc.ServiceName, Check: s.sharePartitionsOnline})
+	s.readiness = append(s.readiness, o.ReadinessChecks...)
+	s.refreshHealth()
 
 	if s.grpcListener = o.GRPCListener; s.grpcListener == nil {
 		if s.grpcListener, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
@@ -225,6 +303,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	if s.httpListener, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
 	}
+	grpcLimit := newLimitListener(s.grpcListener, "grpc", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused)
+	httpLimit := newLimitListener(s.httpListener, "http", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused)
+	s.connLimits = []*limitListener{grpcLimit, httpLimit}
 	memListener := bufconn.Listen(1 << 20)
 	if s.gatewayConn, err = grpc.NewClient("passthrough:///sharelog-gateway",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return memListener.DialContext(ctx) }),
@@ -237,8 +318,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}
 	handler, err := newHTTPHandler(ctx, s.gatewayConn, httpDeps{
 		maxRequestBytes: int64(cfg.MaxRequestBytes),
+		readTimeout:     cfg.HTTPReadTimeout,
 		metrics:         s.tel.Metrics,
-		ready:           s.ready.Load,
+		readyz:          s.readyz,
+		health:          healthLimiter,
 		auth:            auth,
 		tracer:          s.tel.Tracer,
 		meter:           s.tel.Meter,
@@ -246,20 +329,32 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	if err != nil {
 		return nil, err
 	}
-	s.httpServer = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// No ReadTimeout: bodyDeadline bounds bodies per request (see there).
+	s.httpServer = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.HTTPIdleTimeout,
+		TLSConfig: tlsCfg, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	go s.serve("grpc", func() error { return s.grpcServer.Serve(s.grpcListener) })
+	interval := o.ReadinessInterval
+	if interval <= 0 {
+		interval = DefaultReadinessInterval
+	}
+	s.bg.Go(func() { s.healthLoop(interval, s.stopBG) })
+	if len(exposed) > 0 {
+		warnExposed(log, exposed)
+		s.bg.Go(func() { exposureLoop(log, exposed, insecureWarnInterval, s.stopBG) })
+	}
+
+	go s.serve("grpc", func() error { return s.grpcServer.Serve(grpcLimit) })
 	go s.serve("gateway-grpc", func() error { return s.gatewayGRPC.Serve(memListener) })
 	go s.serve("http", func() error {
 		if tlsCfg != nil {
-			return s.httpServer.ServeTLS(s.httpListener, "", "")
+			return s.httpServer.ServeTLS(httpLimit, "", "")
 		}
-		return s.httpServer.Serve(s.httpListener)
+		return s.httpServer.Serve(httpLimit)
 	})
 	s.ready.Store(true)
 	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(),
-		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled())
+		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled(),
+		"max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls)
 	return s, nil
 }
 
@@ -314,6 +409,8 @@ func (s *Server) Close() error {
 
 func (s *Server) teardown(ctx context.Context) error {
 	s.ready.Store(false)
+	close(s.stopBG)
+	s.bg.Wait()
 	if s.streams != nil {
 		// Streams end with stream_end{SHUTDOWN} at their next event and new
 		// calls get UNAVAILABLE, so the graceful stops below do not wait for

@@ -7,7 +7,8 @@ package service
 //     partitioner, keyless records round-robin; records of one partition are
 //     appended atomically and contiguously; timestamp 0 = log append time.
 //   - Fetch: offset within [log start, high watermark]; at the high watermark it
-//     long-polls up to max_wait_ms.
+//     long-polls up to max_wait_ms, if a --max-long-polls slot is free
+//     (otherwise it answers at once, empty).
 //   - ListOffsets: EARLIEST, LATEST, TIMESTAMP (never below the log start).
 //   - Purge: per-partition results; one bad partition never fails the others.
 
@@ -40,6 +41,9 @@ type LogConfig struct {
 	// OnTopicDeleted, if set, is told the id of every deleted topic, so that
 	// state bound to it (share groups) goes with it.
 	OnTopicDeleted func(topicID string)
+	// LongPolls bounds the waiting Fetch calls (shared with ShareFetch);
+	// nil = no bound.
+	LongPolls *LongPolls
 }
 
 // LogService implements sharelogv1.LogServiceServer over a logstore.Store.
@@ -285,6 +289,11 @@ func (s *LogService) Fetch(ctx context.Context, req *sharelogv1.FetchRequest) (*
 			return &sharelogv1.FetchResponse{Records: recordsToProto(recs), HighWatermark: hw, LogStartOffset: logStart}, nil
 		}
 		if deadline == nil {
+			if !s.cfg.LongPolls.TryAcquire() {
+				wait = 0 // every long-poll slot is taken: answer now
+				continue
+			}
+			defer s.cfg.LongPolls.Release()
 			t := time.NewTimer(wait)
 			defer t.Stop()
 			deadline = t.C

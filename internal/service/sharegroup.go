@@ -6,6 +6,12 @@ package service
 // (the REST gateway forwards the X-Client-Id header as it) and client_host
 // from the peer address, or from x-forwarded-for when the call came
 // through the REST gateway (whose peer is its in-memory connection).
+// A ShareFetch that may wait (max_wait_ms > 0) takes a --max-long-polls
+// slot for its duration; when none is free its max_wait_ms becomes 0, so
+// it answers at once with what is acquirable (possibly nothing). The bound
+// sits here rather than in internal/sharegroup so that the domain stays
+// unaware of server-wide limits; the cost is that a call which finds
+// records at once holds a slot for that short time too.
 
 import (
 	"context"
@@ -45,16 +51,18 @@ const (
 type ShareGroupService struct {
 	sharelogv1.UnimplementedShareGroupServiceServer
 
-	groups ShareGroups
-	log    *slog.Logger
+	groups    ShareGroups
+	log       *slog.Logger
+	longPolls *LongPolls
 }
 
-// NewShareGroupService returns the ShareGroupService handlers.
-func NewShareGroupService(groups ShareGroups, log *slog.Logger) *ShareGroupService {
+// NewShareGroupService returns the ShareGroupService handlers; longPolls
+// bounds waiting ShareFetch calls together with Fetch (nil = no bound).
+func NewShareGroupService(groups ShareGroups, log *slog.Logger, longPolls *LongPolls) *ShareGroupService {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &ShareGroupService{groups: groups, log: log}
+	return &ShareGroupService{groups: groups, log: log, longPolls: longPolls}
 }
 
 func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.ShareFetchRequest) (*sharelogv1.ShareFetchResponse, error) {
@@ -76,6 +84,13 @@ func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.Shar
 	for _, t := range req.GetForgottenTopicsData() {
 		for _, p := range t.GetPartitions() {
 			dreq.Forgotten = append(dreq.Forgotten, sharegroup.TopicPartition{Topic: t.GetTopic(), Partition: p})
+		}
+	}
+	if dreq.MaxWaitMs > 0 {
+		if s.longPolls.TryAcquire() {
+			defer s.longPolls.Release()
+		} else {
+			dreq.MaxWaitMs = 0
 		}
 	}
 	resp, err := s.groups.ShareFetch(ctx, dreq)

@@ -1,6 +1,7 @@
 // Package sessioncache is the share session cache of KIP-932 share groups
 // (share-groups.md §2): at most one session per (group, member), a bounded
-// number of sessions, the session epoch sequence shared by ShareFetch and
+// number of sessions (in total and per client, so that one client cannot
+// take every slot), the session epoch sequence shared by ShareFetch and
 // ShareAcknowledge, in-flight accounting and idle eviction.
 //
 // The cache knows nothing about share-partitions. A session carries an
@@ -20,11 +21,14 @@ package sessioncache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sharelog/sharelog/internal/principal"
 )
 
 // Key identifies a session: at most one per (group, member).
@@ -40,6 +44,9 @@ var (
 	ErrNotFound = errors.New("share session not found")
 	ErrLimit    = errors.New("share session cache is full")
 	ErrClosed   = errors.New("share session cache closed")
+	// ErrPrincipalLimit is ErrLimit for one client: the client already holds
+	// Config.MaxPerPrincipal sessions, while others may still open theirs.
+	ErrPrincipalLimit = fmt.Errorf("%w for this client", ErrLimit)
 )
 
 // EpochError is an epoch that is not the session's next expected one. The
@@ -83,6 +90,12 @@ func (r EndReason) String() string {
 type Config[T any] struct {
 	// Capacity is the maximum number of sessions (--max-share-sessions).
 	Capacity int
+	// MaxPerPrincipal is the most sessions one client (principal.Name of
+	// the opening request's context) may hold, so that one client cannot
+	// take every slot (--max-share-sessions-per-principal). 0 means half
+	// of Capacity (at least 1); requests without a client identity are
+	// bounded by Capacity only.
+	MaxPerPrincipal int
 	// IdleTimeout ends a session that has had no request in flight for this
 	// long, counted from the completion of its last request.
 	IdleTimeout time.Duration
@@ -102,6 +115,7 @@ type Cache[T any] struct {
 
 	mu     sync.Mutex
 	m      map[Key]*Session[T]
+	owned  map[string]int // live sessions per client identity (non-empty only)
 	nextID uint64
 	closed bool
 
@@ -111,9 +125,10 @@ type Cache[T any] struct {
 
 // Session is one share session.
 type Session[T any] struct {
-	key  Key
-	id   uint64
-	done chan struct{}
+	key   Key
+	id    uint64
+	owner string // principal.Name of the opening request; "" = unknown
+	done  chan struct{}
 
 	fetches atomic.Uint64 // ShareFetch requests admitted so far
 
@@ -136,7 +151,10 @@ func New[T any](cfg Config[T]) *Cache[T] {
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = min(max(cfg.IdleTimeout/16, time.Millisecond), time.Second)
 	}
-	c := &Cache[T]{cfg: cfg, m: make(map[Key]*Session[T]), stop: make(chan struct{})}
+	if cfg.MaxPerPrincipal <= 0 {
+		cfg.MaxPerPrincipal = max(cfg.Capacity/2, 1)
+	}
+	c := &Cache[T]{cfg: cfg, m: make(map[Key]*Session[T]), owned: make(map[string]int), stop: make(chan struct{})}
 	if cfg.IdleTimeout > 0 {
 		c.wg.Add(1)
 		go c.sweepLoop()
@@ -182,17 +200,35 @@ func nextEpoch(e int32) int32 {
 // epoch 1 and this request in flight. When a new slot is needed and the
 // cache is full it first evicts every idle session; if still full it waits
 // maxWait (or until ctx ends) and fails with ErrLimit — a slot freed during
-// the wait is not taken. init, if not nil, prepares State before the
-// session becomes visible.
+// the wait is not taken. A client (principal.Name(ctx)) that already holds
+// MaxPerPrincipal sessions is refused the same way with ErrPrincipalLimit,
+// before anything changes; replacing its own session does not count as a
+// new one. init, if not nil, prepares State before the session becomes
+// visible.
 func (c *Cache[T]) Open(ctx context.Context, key Key, maxWait time.Duration, init func(*T)) (*Session[T], error) {
 	var ended []*Session[T]
 	var why EndReason
+	owner := principal.Name(ctx)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if old := c.m[key]; old != nil {
+	old := c.m[key]
+	if owner != "" {
+		held := c.owned[owner]
+		if old != nil && old.owner == owner {
+			held-- // replaced, not added
+		}
+		if held >= c.cfg.MaxPerPrincipal {
+			c.mu.Unlock()
+			if err := c.waitFull(ctx, maxWait); !errors.Is(err, ErrLimit) {
+				return nil, err
+			}
+			return nil, ErrPrincipalLimit
+		}
+	}
+	if old != nil {
 		c.removeLocked(old)
 		ended, why = append(ended, old), EndReplaced
 	} else if len(c.m) >= c.cfg.Capacity {
@@ -204,11 +240,14 @@ func (c *Cache[T]) Open(ctx context.Context, key Key, maxWait time.Duration, ini
 		}
 	}
 	c.nextID++
-	s := &Session[T]{key: key, id: c.nextID, done: make(chan struct{}), next: 1, inFlight: 1}
+	s := &Session[T]{key: key, id: c.nextID, owner: owner, done: make(chan struct{}), next: 1, inFlight: 1}
 	if init != nil {
 		init(&s.State)
 	}
 	c.m[key] = s
+	if owner != "" {
+		c.owned[owner]++
+	}
 	c.mu.Unlock()
 	c.finish(ended, why)
 	return s, nil
@@ -392,6 +431,11 @@ func (c *Cache[T]) removeLocked(s *Session[T]) bool {
 	}
 	if c.m[s.key] == s {
 		delete(c.m, s.key)
+		if s.owner != "" {
+			if c.owned[s.owner]--; c.owned[s.owner] <= 0 {
+				delete(c.owned, s.owner)
+			}
+		}
 	}
 	return true
 }

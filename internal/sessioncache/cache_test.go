@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/sharelog/sharelog/internal/principal"
 )
 
 func TestMain(m *testing.M) {
@@ -254,4 +256,67 @@ func TestEndIfSession(t *testing.T) {
 	_, _, ok := c.Lookup(Key{"g1", "b"})
 	assert.True(t, ok)
 	assert.Equal(t, 1, c.Len())
+}
+
+// One client cannot take every slot: beyond MaxPerPrincipal it is refused,
+// while another client still opens sessions; replacing its own session
+// does not count, and ending one frees a slot for it again.
+func TestPerPrincipalShare(t *testing.T) {
+	c, _ := newCache(t, 10, 0)
+	a := principal.WithName(context.Background(), "ip:127.0.0.2")
+	b := principal.WithName(context.Background(), "token-1")
+	var held []*Session[state]
+	for i := range 5 { // default share: half of 10
+		s, err := c.Open(a, key(fmt.Sprint("a", i)), 0, nil)
+		require.NoError(t, err)
+		c.Done(s)
+		held = append(held, s)
+	}
+	_, err := c.Open(a, key("a5"), 0, nil)
+	require.ErrorIs(t, err, ErrPrincipalLimit)
+	require.ErrorIs(t, err, ErrLimit, "mapped like a full cache (SHARE_SESSION_LIMIT_REACHED)")
+	assert.Equal(t, 5, c.Len(), "a refusal changes nothing")
+
+	s, err := c.Open(a, key("a0"), 0, nil)
+	require.NoError(t, err, "replacing its own session is not a new one")
+	c.Done(s)
+	held[0] = s
+
+	for i := range 5 {
+		s, err := c.Open(b, key(fmt.Sprint("b", i)), 0, nil)
+		require.NoError(t, err, "client B keeps its share")
+		c.Done(s)
+	}
+	_, err = c.Open(b, key("b5"), 0, nil)
+	require.ErrorIs(t, err, ErrPrincipalLimit)
+
+	c.End(held[1], EndClosed)
+	s, err = c.Open(a, key("a5"), 0, nil)
+	require.NoError(t, err, "an ended session frees the client's slot")
+	c.Done(s)
+
+	// A session opened by another client under the same key moves between
+	// owners: B's replacement of A's key counts for B.
+	_, err = c.Open(b, key("a2"), 0, nil)
+	require.ErrorIs(t, err, ErrPrincipalLimit, "B is at its share even though the key exists")
+
+	// Calls without an identity are bounded by the capacity only.
+	_, err = c.Open(context.Background(), key("anon"), 0, nil)
+	require.ErrorIs(t, err, ErrLimit)
+	assert.NotErrorIs(t, err, ErrPrincipalLimit, "the cache is full, not the client's share")
+}
+
+func TestPerPrincipalExplicitAndWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := New(Config[state]{Capacity: 10, MaxPerPrincipal: 1})
+		defer c.Close()
+		a := principal.WithName(context.Background(), "ip:10.0.0.1")
+		s, err := c.Open(a, key("x"), 0, nil)
+		require.NoError(t, err)
+		c.Done(s)
+		start := time.Now()
+		_, err = c.Open(a, key("y"), 300*time.Millisecond, nil)
+		require.ErrorIs(t, err, ErrPrincipalLimit)
+		assert.Equal(t, 300*time.Millisecond, time.Since(start), "answered after max wait, as a full cache is")
+	})
 }

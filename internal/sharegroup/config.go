@@ -32,6 +32,8 @@ type Options struct {
 	// (--dlq-topic-prefix, default "dlq.").
 	DLQAutoCreateTopics bool
 	DLQTopicPrefix      string
+	// MaxSessionsPerPrincipal is --max-share-sessions-per-principal (0 = half of MaxShareSessions).
+	MaxSessionsPerPrincipal int
 
 	// DeadLetterAfterAppend, a test hook, runs after the dead-letter worker
 	// appended copies and before it archives their records: the point

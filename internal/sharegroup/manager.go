@@ -166,9 +166,10 @@ func Open(store logstore.Store, state sharestate.Store, opts Options) (*Manager,
 		return nil, fmt.Errorf("sharegroup: %w", err)
 	}
 	m.sessions = sessioncache.New(sessioncache.Config[sessState]{
-		Capacity:    opts.MaxShareSessions,
-		IdleTimeout: opts.SessionIdleTimeout,
-		OnEnd:       m.endSession,
+		Capacity:        opts.MaxShareSessions,
+		IdleTimeout:     opts.SessionIdleTimeout,
+		MaxPerPrincipal: opts.MaxSessionsPerPrincipal,
+		OnEnd:           m.endSession,
 	})
 	if !opts.dlqManual {
 		m.bg.Add(1)

@@ -60,6 +60,9 @@ type stateLog struct {
 	// succeeds after a failure: entries of groups may have been lost with
 	// the failed batch, and a snapshot rewrites them all.
 	onHealed func()
+	// onError (Options.OnStorageError) is called under mu with every
+	// failure; it must not block.
+	onError func(op string, err error)
 
 	mu        sync.Mutex
 	work      sync.Cond // the writer waits for work
@@ -465,6 +468,9 @@ func (l *stateLog) failLocked(err error, good uint64) {
 	if !l.broken {
 		l.log.Error("share state log write failed; the entries in flight fail with KAFKA_STORAGE_ERROR and the next write retries",
 			"dir", l.dir, "err", err)
+	}
+	if l.onError != nil {
+		l.onError("share-state-write", err)
 	}
 	l.broken = true
 	l.lastErr = err

@@ -39,6 +39,9 @@ type Options struct {
 	CheckpointBytes int64
 	// Hooks replace the data system calls (fault injection; tests only).
 	Hooks *IOHooks
+	// OnStorageError, if set, is called with every failed write or fsync
+	// of the state log (for metrics). It must not block.
+	OnStorageError func(op string, err error)
 }
 
 // Bounds and defaults of Options.
@@ -127,7 +130,8 @@ func Open(opts Options) (*Store, error) {
 	}
 	s.gen = rec.lastGen + 1
 	s.l = &stateLog{dir: opts.Dir, mode: opts.Fsync, interval: opts.FsyncInterval, log: opts.Logger, hooks: hooksOr(opts.Hooks),
-		onBatch: s.maybeCompact, onSynced: s.onSynced, onHealed: s.requestCompact}
+		onBatch: s.maybeCompact, onSynced: s.onSynced, onHealed: s.requestCompact,
+		onError: opts.OnStorageError}
 	// Until the startup snapshot is complete, recovery still needs what
 	// it read this time, with the checkpoints known.
 	s.man.base = s.gen

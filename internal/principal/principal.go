@@ -1,0 +1,24 @@
+// Package principal carries the identity of the client behind a call in its
+// context, so that domain packages can share capacities fairly between
+// clients without importing the transport.
+//
+// Until real principals exist the identity is "token-<n>" for a call
+// authenticated by the n-th line of --auth-tokens-file (never the token
+// itself), or "ip:<address>" of the connecting client otherwise. The empty
+// name means unknown: per-client limits do not apply to it.
+package principal
+
+import "context"
+
+type key struct{}
+
+// WithName returns ctx carrying the client identity name.
+func WithName(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, key{}, name)
+}
+
+// Name is the client identity carried by ctx, or "" when there is none.
+func Name(ctx context.Context) string {
+	n, _ := ctx.Value(key{}).(string)
+	return n
+}

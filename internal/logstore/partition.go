@@ -355,7 +355,14 @@ func (p *partition) probeWrite() error {
 		return err
 	}
 	if p.st.durable() {
-		return p.st.fs.datasync(f)
+		if err := p.st.fs.datasync(f); err != nil {
+			return err
+		}
+		// With the file still open, as a roll holds the new segment open
+		// while it syncs the directory: the probe needs the descriptors a
+		// roll needs, or it would declare a partition healthy that still
+		// cannot roll (one descriptor free, two needed).
+		return p.st.fs.syncDir(p.dir)
 	}
 	return nil
 }

@@ -140,6 +140,9 @@ func (c *checkpoint) find(base int64) (ckptSegment, bool) {
 // harmless: the previous checkpoint stays, and Open rescans what it does
 // not cover.
 func (p *partition) writeCheckpoint(hw int64, allSynced bool) error {
+	// The cleaner writes it too (after a swap); both write the same temp file.
+	p.ckMu.Lock()
+	defer p.ckMu.Unlock()
 	c := checkpoint{logStart: p.logStart.Load(), hw: hw}
 	p.mu.RLock()
 	for i := 0; i+1 < len(p.segs); i++ {

@@ -33,6 +33,7 @@ type memTopic struct {
 type memPartition struct {
 	topic string
 	id    int32
+	cfg   TopicConfig
 
 	mu       sync.RWMutex
 	recs     []Record // offsets logStart..hw-1 (recs[i].Offset == logStart+i)
@@ -85,7 +86,7 @@ func (s *MemStore) CreateTopic(ctx context.Context, name string, partitions int3
 	t := &memTopic{info: TopicInfo{Name: name, ID: newTopicID(), Partitions: partitions, Config: cfg}}
 	t.parts = make([]*memPartition, partitions)
 	for i := range t.parts {
-		t.parts[i] = &memPartition{topic: name, id: int32(i), keys: newMemIndex()}
+		t.parts[i] = &memPartition{topic: name, id: int32(i), cfg: cfg, keys: newMemIndex()}
 	}
 	s.topics[name] = t
 	return t.info, nil
@@ -173,6 +174,9 @@ func (s *MemStore) Append(ctx context.Context, topic string, partition int32, re
 	}
 	p, err := s.partition(topic, partition)
 	if err != nil {
+		return 0, err
+	}
+	if err := validateKeys(p.cfg, recs); err != nil {
 		return 0, err
 	}
 	// Copy outside the lock: the caller may reuse its buffers afterwards.

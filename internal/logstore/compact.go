@@ -181,6 +181,11 @@ func (s *FileStore) cleanLoop() {
 	}
 }
 
+// CompactNow runs one cleaning pass over every compacted partition now, as
+// the background cleaner does every CompactionInterval (tests and tools; it
+// waits for a pass in progress).
+func (s *FileStore) CompactNow() { s.compactAll() }
+
 // compactAll runs one cleaning pass over every compacted partition.
 func (s *FileStore) compactAll() {
 	s.cleanMu.Lock()

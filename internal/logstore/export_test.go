@@ -29,7 +29,3 @@ func (s *FileStore) Crash() error { return s.close(false) }
 
 // Probe runs the background retry of failing partitions once.
 func (s *FileStore) Probe() { s.probeFailing() }
-
-// CompactNow runs one cleaning pass over every compacted partition, as the
-// background cleaner does every CompactionInterval.
-func (s *FileStore) CompactNow() { s.compactAll() }

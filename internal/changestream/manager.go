@@ -214,6 +214,7 @@ func (s *stream) start() (ls, hw int64, err error) {
 	// read of the partition as LSO and HW.
 	s.compacted = info.Config.Compacts()
 	s.purgedBelow = parts[req.Partition].PurgedTombstonesBelow
+	s.purgedAtStart = s.purgedBelow
 	if req.StartOffset > 0 && req.StartOffset < s.purgedBelow {
 		return 0, 0, rollbackRequired(CauseTombstonesPurged, info.ID, ls, hw,
 			fmt.Sprintf("compaction removed a deletion at offset %d, at or after start_offset %d, that this client has not seen", s.purgedBelow-1, req.StartOffset))

@@ -28,13 +28,17 @@ type stream struct {
 
 	// Compaction (§6.2): compacted says the topic's policy includes
 	// compact, so P is re-read at each change; purgedBelow is P+1 (0: no
-	// tombstone removed). next is the client's committed next offset
-	// (§5.1; 0: it holds nothing yet), which P must stay below; inOSO
-	// pauses the check while an OSO snapshot reads its pinned versions.
-	compacted   bool
-	purgedBelow int64
-	next        int64
-	inOSO       bool
+	// tombstone removed), purgedAtStart its value when the call began
+	// (the request check covers those). next is the client's committed
+	// next offset (§5.1; 0: it holds nothing yet): a tombstone removed
+	// during the call at or after it is a deletion the client misses.
+	// inOSO pauses the check while an OSO snapshot reads its pinned
+	// segment versions.
+	compacted     bool
+	purgedBelow   int64
+	purgedAtStart int64
+	next          int64
+	inOSO         bool
 
 	pos     int64 // next offset to cover
 	memory  bool  // the stream reached the HW once: snapshots are MEMORY
@@ -120,9 +124,12 @@ func (s *stream) interrupted(next int64) error {
 	if next >= 0 && next < s.ls {
 		return s.finish(EndRollback) // a purge overtook the reader (§6.1)
 	}
-	if !s.inOSO && s.next > 0 && s.next < s.purgedBelow {
-		// Compaction removed a tombstone at or after the client's next
-		// offset: it will never see that deletion (§6.2).
+	if !s.inOSO && s.purgedBelow > s.purgedAtStart && s.next > 0 && s.next < s.purgedBelow {
+		// Since the call began, compaction removed a tombstone (at P) at or
+		// after the client's next offset: the client would never see that
+		// deletion (§6.2). Tombstones removed before the call began are
+		// covered by the request check, and a client from 0 never held
+		// what they deleted.
 		return s.finish(EndRollback)
 	}
 	return nil

@@ -58,10 +58,6 @@ type cleanerState struct {
 	// below it were cleaned by a pass that completed, so they hold at most
 	// one record per key. Persisted after the pass.
 	cleanedThrough int64
-	// sparseBelow: segments based below it may have been rewritten, so
-	// their offsets may have gaps. Persisted before a rewritten segment is
-	// swapped in, so recovery accepts it.
-	sparseBelow int64
 	// uncleanable is why the cleaner skips the partition until restart
 	// (damaged records in the range to clean).
 	uncleanable error
@@ -69,7 +65,7 @@ type cleanerState struct {
 
 func (c *cleanerState) encode(p int64) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s\ntombstones_purged %d\ncleaned_through %d\nsparse_below %d\n", cleanerMagic, p, c.cleanedThrough, c.sparseBelow)
+	fmt.Fprintf(&b, "%s\ntombstones_purged %d\ncleaned_through %d\n", cleanerMagic, p, c.cleanedThrough)
 	fmt.Fprintf(&b, "crc32c %08x\n", crc32.Checksum(b.Bytes(), castagnoli))
 	return b.Bytes()
 }
@@ -92,11 +88,11 @@ func readCleanerState(path string) (int64, cleanerState, error) {
 		return bad("checksum mismatch")
 	}
 	lines := strings.Split(strings.TrimSuffix(string(data[:i]), "\n"), "\n")
-	if len(lines) != 4 || lines[0] != cleanerMagic {
+	if len(lines) != 3 || lines[0] != cleanerMagic {
 		return bad("unknown format")
 	}
-	var vals [3]int64
-	for k, name := range []string{"tombstones_purged", "cleaned_through", "sparse_below"} {
+	var vals [2]int64
+	for k, name := range []string{"tombstones_purged", "cleaned_through"} {
 		f := strings.Fields(lines[k+1])
 		if len(f) != 2 || f[0] != name {
 			return bad(fmt.Sprintf("line %d: expected %s", k+2, name))
@@ -107,7 +103,7 @@ func readCleanerState(path string) (int64, cleanerState, error) {
 		}
 		vals[k] = v
 	}
-	return vals[0], cleanerState{cleanedThrough: vals[1], sparseBelow: vals[2]}, nil
+	return vals[0], cleanerState{cleanedThrough: vals[1]}, nil
 }
 
 // writeCleanerState persists P and st (temp file, fsync, rename, fsync the
@@ -518,8 +514,8 @@ func (p *partition) cleanGroup(ctx context.Context, g []*segment, ends []int64, 
 // swapIn replaces the listed segments g by ns, whose file is complete and
 // synced at tmpPath:
 //
-//  1. P (if purged raises it) and sparse_below are persisted, then P is
-//     published and streams woken, before any reader can see ns;
+//  1. P, if purged raises it, is persisted, then published and streams
+//     woken, before any reader can see ns;
 //  2. tmpPath is renamed to swapPath (from here on Open completes the swap);
 //  3. the list is changed and the checkpoint rewritten (it names ns);
 //  4. the old segments' files are renamed to *.deleted (unlinked when
@@ -551,20 +547,13 @@ func (p *partition) swapIn(g []*segment, ns *segment, tmpPath, swapPath string, 
 		_ = removeIfExists(tmpPath)
 		return errSwapAborted
 	}
-	end := ns.end
-	st := p.cleaner
-	st.sparseBelow = max(st.sparseBelow, end)
-	newP := max(p.purgedTombs.Load(), purged)
-	if st != p.cleaner || newP != p.purgedTombs.Load() {
-		if err := p.writeCleanerState(newP, st); err != nil {
+	if purged > p.purgedTombs.Load() {
+		if err := p.writeCleanerState(purged, p.cleaner); err != nil {
 			_ = removeIfExists(tmpPath)
 			return err
 		}
-		p.cleaner = st
-		if newP != p.purgedTombs.Load() {
-			p.purgedTombs.Store(newP)
-			p.watch.notify()
-		}
+		p.purgedTombs.Store(purged)
+		p.watch.notify()
 	}
 	durable := p.st.durable()
 	if err := p.st.fs.rename(tmpPath, swapPath); err != nil {

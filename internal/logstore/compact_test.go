@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -422,7 +423,7 @@ func TestCompactionCrashAtEveryStep(t *testing.T) {
 		CleanupPolicy: logstore.CleanupCompact, DeleteRetentionMs: 1000, MinCleanableDirtyRatio: 0.05 + rng.Float64()/2})
 	require.NoError(t, err)
 	m := make(compactModel)
-	images := 0
+	images, runs := 0, int64(0)
 	for round := range 25 {
 		for range 5 + rng.IntN(20) {
 			n := 1 + rng.IntN(5)
@@ -462,16 +463,30 @@ func TestCompactionCrashAtEveryStep(t *testing.T) {
 			require.NoError(t, err, "crash image of round %d", round)
 			require.Empty(t, is.Offline(), "crash image of round %d", round)
 			checkView(t, is, "c", m)
+			// The recovered store goes on: new keys make it dirty, every
+			// tombstone expires, and a pass cleans what the crash left.
+			im := maps.Clone(m)
+			for i := range 40 {
+				recs := []logstore.Record{{Key: fmt.Appendf(nil, "new%d", i%8), Value: []byte("after the crash"), Timestamp: clock.ms.Load()}}
+				base, err := is.Append(ctx, "c", 0, recs)
+				require.NoError(t, err)
+				im.apply(base, recs)
+			}
+			clock.advance(2 * time.Second)
+			is.CompactNow()
+			checkView(t, is, "c", im)
 			require.NoError(t, is.Close())
 		}
 		checkView(t, s, "c", m)
 		if rng.IntN(4) == 0 {
+			runs += s.CompactionStats().Runs // counters restart with the store
 			require.NoError(t, s.Crash())
 			s = openStore(t, dir, opts)
 			require.Empty(t, s.Offline())
 			checkView(t, s, "c", m)
 		}
 	}
-	t.Logf("%d crash images checked", images)
-	assert.Positive(t, s.CompactionStats().Runs)
+	runs += s.CompactionStats().Runs
+	t.Logf("%d cleaning passes, %d crash images checked", runs, images)
+	assert.Positive(t, runs)
 }

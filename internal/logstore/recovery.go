@@ -307,7 +307,7 @@ func (p *partition) load() error {
 		if i == len(bases)-1 {
 			break
 		}
-		seg.sparse = b < p.cleaner.sparseBelow // possibly rewritten by compaction
+		seg.sparse = p.cfg.Compacts() // possibly rewritten by compaction
 		next := bases[i+1]
 		path := seg.logPath()
 		e, listed := ck.find(b)

@@ -75,9 +75,10 @@ type segment struct {
 	// synced: the whole file is known fsynced (sealed in a durable mode,
 	// found synced in the checkpoint, or flushed by a clean Close).
 	synced atomic.Bool
-	// sparse: the segment was written (or may have been) by compaction, so
-	// its offsets may have gaps, also before its end. Set before the segment
-	// is listed and never changed.
+	// sparse: the segment was written (or, being a sealed segment of a
+	// compacted topic, may have been) by compaction, so its offsets may
+	// have gaps, also before its end. Set before the segment is listed and
+	// never changed.
 	sparse bool
 
 	// mu guards the fields below. Lock order: partition locks, then mu.

@@ -490,3 +490,43 @@ func TestCompactionCrashAtEveryStep(t *testing.T) {
 	t.Logf("%d cleaning passes, %d crash images checked", runs, images)
 	assert.Positive(t, runs)
 }
+
+// TestCompactionThrottledAndCancelledByClose: with a byte rate the cleaner
+// waits for its budget (one burst of 256 KiB passes at once, then 1 KiB/s),
+// Close cancels the wait, and nothing is lost or half-swapped.
+func TestCompactionThrottledAndCancelledByClose(t *testing.T) {
+	clock := &fakeClock{}
+	dir := t.TempDir()
+	opts := compactOpts(clock)
+	opts.CompactionMaxBytesPerSec = 1024
+	s, err := logstore.Open(dir, opts)
+	require.NoError(t, err)
+	_, err = s.CreateTopic(ctx, "c", 1, logstore.TopicConfig{SegmentBytes: 64 << 10, CleanupPolicy: logstore.CleanupCompact})
+	require.NoError(t, err)
+	m := make(compactModel)
+	val := []byte(strings.Repeat("x", 200))
+	for i := range 3000 { // ~700 KiB: the pass needs far more than the burst
+		recs := []logstore.Record{{Key: fmt.Appendf(nil, "k%d", i%50), Value: val}}
+		base, err := s.Append(ctx, "c", 0, recs)
+		require.NoError(t, err)
+		m.apply(base, recs)
+	}
+	done := make(chan struct{})
+	go func() {
+		s.CompactNow()
+		close(done)
+	}()
+	require.Eventually(t, func() bool { return s.CompactionStats().BytesRead > 0 }, 5*time.Second, time.Millisecond)
+	select {
+	case <-done:
+		t.Fatal("the pass finished within its burst: not throttled")
+	default:
+	}
+	require.NoError(t, s.Close()) // cancels the throttled pass
+	<-done
+	st := s.CompactionStats()
+	assert.Less(t, st.BytesRead+st.BytesWritten, int64(700<<10))
+	s = openStore(t, dir, compactOpts(clock))
+	assert.Empty(t, s.Offline())
+	checkView(t, s, "c", m)
+}

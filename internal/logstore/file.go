@@ -159,10 +159,7 @@ type metaConfig struct {
 	MinCleanableDirtyRatio float64 `json:"min_cleanable_dirty_ratio,omitempty"`
 }
 
-func (c metaConfig) topicConfig() TopicConfig {
-	return TopicConfig{SegmentBytes: c.SegmentBytes, RetentionMs: c.RetentionMs, CleanupPolicy: c.CleanupPolicy,
-		DeleteRetentionMs: c.DeleteRetentionMs, MinCleanableDirtyRatio: c.MinCleanableDirtyRatio}
-}
+func (c metaConfig) topicConfig() TopicConfig { return TopicConfig(c) }
 
 const (
 	metaFile    = "meta.json"
@@ -377,8 +374,7 @@ func (s *FileStore) createTopicFiles(info TopicInfo) (*topic, error) {
 		}
 		meta, err := json.MarshalIndent(topicMeta{
 			Version: metaVersion, Name: info.Name, ID: info.ID, Partitions: info.Partitions,
-			Config: metaConfig{info.Config.SegmentBytes, info.Config.RetentionMs, info.Config.CleanupPolicy,
-				info.Config.DeleteRetentionMs, info.Config.MinCleanableDirtyRatio},
+			Config: metaConfig(info.Config),
 		}, "", "  ")
 		if err != nil {
 			return err

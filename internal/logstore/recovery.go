@@ -90,7 +90,7 @@ func readMeta(path string) (topicMeta, error) {
 	if err != nil {
 		return m, fmt.Errorf("%s: %w", path, err)
 	}
-	m.Config = metaConfig{cfg.SegmentBytes, cfg.RetentionMs, cfg.CleanupPolicy, cfg.DeleteRetentionMs, cfg.MinCleanableDirtyRatio}
+	m.Config = metaConfig(cfg)
 	return m, nil
 }
 

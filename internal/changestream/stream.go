@@ -145,9 +145,13 @@ func (s *stream) refresh() error {
 		s.ls, s.hw, err = st.Bounds(req.Topic, req.Partition)
 	}
 	if err == nil && s.compacted {
-		var parts []logstore.PartitionInfo
-		if _, parts, err = st.Topic(s.ctx, req.Topic); err == nil && int(req.Partition) < len(parts) {
-			s.purgedBelow = parts[req.Partition].PurgedTombstonesBelow
+		if s.m.idx != nil {
+			s.purgedBelow, err = s.m.idx.PurgedTombstonesBelow(req.Topic, req.Partition)
+		} else {
+			var parts []logstore.PartitionInfo
+			if _, parts, err = st.Topic(s.ctx, req.Topic); err == nil && int(req.Partition) < len(parts) {
+				s.purgedBelow = parts[req.Partition].PurgedTombstonesBelow
+			}
 		}
 	}
 	if err == nil && s.m.idx != nil {

@@ -195,7 +195,7 @@ func (s *FileStore) compactAll() {
 				return
 			}
 			if err := p.clean(s.cleanCtx); err != nil && p.closedErr() == nil && s.cleanCtx.Err() == nil {
-				s.log.Error("logstore: compaction failed; retried at the next pass", "topic", p.topic, "partition", p.id, "err", err)
+				s.log.Error("logstore: compaction of a partition failed", "topic", p.topic, "partition", p.id, "err", err)
 			}
 		}
 	}

@@ -80,6 +80,10 @@ type KeyIndexer interface {
 	// can cut work at segment boundaries. Offsets at or past the high
 	// watermark give the high watermark.
 	SegmentEnd(topic string, partition int32, offset int64) (int64, error)
+	// PurgedTombstonesBelow returns P+1 as PartitionInfo has it (0: no
+	// tombstone removed by compaction) with one atomic load, so streams
+	// can re-check it at every change of the partition.
+	PurgedTombstonesBelow(topic string, partition int32) (int64, error)
 	EntryReader
 	KeyCounter
 }

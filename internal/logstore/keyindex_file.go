@@ -320,6 +320,18 @@ func (s *FileStore) RangeStats(topic string, partition int32, from, end int64) (
 	return p.rangeStats(from, end)
 }
 
+// PurgedTombstonesBelow implements KeyIndexer.
+func (s *FileStore) PurgedTombstonesBelow(topic string, partition int32) (int64, error) {
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, err
+	}
+	if err := p.closedErr(); err != nil {
+		return 0, err
+	}
+	return p.purgedTombs.Load() + 1, nil
+}
+
 // SegmentEnd implements KeyIndexer.
 func (s *FileStore) SegmentEnd(topic string, partition int32, offset int64) (int64, error) {
 	p, err := s.partition(topic, partition)

@@ -401,6 +401,13 @@ func (s *MemStore) RangeStats(topic string, partition int32, from, end int64) (i
 	return max(end-from, 0), size, nil
 }
 
+// PurgedTombstonesBelow implements KeyIndexer: the memory store never
+// compacts.
+func (s *MemStore) PurgedTombstonesBelow(topic string, partition int32) (int64, error) {
+	_, _, err := s.Bounds(topic, partition)
+	return 0, err
+}
+
 // SegmentEnd implements KeyIndexer: the memory store is one segment.
 func (s *MemStore) SegmentEnd(topic string, partition int32, offset int64) (int64, error) {
 	_, hw, err := s.Bounds(topic, partition)

@@ -26,7 +26,8 @@ func TestCompactedFileStoreOffsets(t *testing.T) {
 	x := tp("t", 0)
 	e.open("m", x)
 	e.fetch("m", FetchRequest{}) // the share-partition starts at the (empty) log's end
-	for i := range 60 {          // keys k0..k3 rewritten over and over, two keys written once
+	// Keys k0..k3 are rewritten over and over, two keys are written once.
+	for i := range 60 {
 		key := fmt.Sprintf("k%d", i%4)
 		if i == 0 || i == 25 {
 			key = fmt.Sprintf("once-%d", i)

@@ -331,6 +331,8 @@ func TestCompactionDirtyRatioTrigger(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
+	require.Len(t, s.CompactionStats().Partitions, 1)
+	assert.Equal(t, -1.0, s.CompactionStats().Partitions[0].DirtyRatio, "not measured yet")
 	write(100)
 	s.CompactNow() // never cleaned: dirty ratio 1 > 0.9
 	require.Equal(t, int64(1), s.CompactionStats().Runs)

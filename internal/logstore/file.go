@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -309,6 +310,7 @@ func newPartition(s *FileStore, t *topic, id int32) *partition {
 		cfg:      t.info.Config,
 	}
 	p.purgedTombs.Store(-1)
+	p.dirtyRatio.Store(math.Float64bits(-1)) // not measured yet
 	p.wcond.L = &p.wmu
 	return p
 }

@@ -58,6 +58,11 @@ type cleanerState struct {
 	// below it were cleaned by a pass that completed, so they hold at most
 	// one record per key. Persisted after the pass.
 	cleanedThrough int64
+	// tombsDue is when (ms) the first tombstone the last full pass kept
+	// becomes removable: from then on a pass runs even if the partition is
+	// not dirty enough. math.MaxInt64: none known (none kept, or no full
+	// pass since Open). Not persisted.
+	tombsDue int64
 	// uncleanable is why the cleaner skips the partition until restart
 	// (damaged records in the range to clean).
 	uncleanable error
@@ -70,14 +75,14 @@ func (c *cleanerState) encode(p int64) []byte {
 	return b.Bytes()
 }
 
-// readCleanerState parses the cleaner-state file: P, then the state.
-func readCleanerState(path string) (int64, cleanerState, error) {
+// readCleanerState parses the cleaner-state file: P and cleaned_through.
+func readCleanerState(path string) (purged, cleanedThrough int64, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return -1, cleanerState{}, err
+		return -1, 0, err
 	}
-	bad := func(why string) (int64, cleanerState, error) {
-		return -1, cleanerState{}, fmt.Errorf("%s: %s", path, why)
+	bad := func(why string) (int64, int64, error) {
+		return -1, 0, fmt.Errorf("%s: %s", path, why)
 	}
 	i := bytes.LastIndex(data, []byte("crc32c "))
 	if i < 0 || !bytes.HasSuffix(data, []byte("\n")) {
@@ -103,7 +108,7 @@ func readCleanerState(path string) (int64, cleanerState, error) {
 		}
 		vals[k] = v
 	}
-	return vals[0], cleanerState{cleanedThrough: vals[1]}, nil
+	return vals[0], vals[1], nil
 }
 
 // writeCleanerState persists P and st (temp file, fsync, rename, fsync the
@@ -294,7 +299,9 @@ func (p *partition) clean(ctx context.Context) error {
 		ratio = float64(dirtyBytes) / float64(total)
 	}
 	p.dirtyRatio.Store(math.Float64bits(ratio))
-	if dirtyBytes == 0 || ratio <= p.cfg.MinCleanableDirtyRatio {
+	now := p.st.opts.Now().UnixMilli()
+	tombsDue := now > p.cleaner.tombsDue
+	if (dirtyBytes == 0 || ratio <= p.cfg.MinCleanableDirtyRatio) && !tombsDue {
 		return nil
 	}
 
@@ -341,15 +348,16 @@ func (p *partition) clean(ctx context.Context) error {
 	dirtyEnd := ends[last-1]
 
 	// 3. Groups, cleaned and swapped in offset order.
-	horizon := p.st.opts.Now().UnixMilli() - p.cfg.DeleteRetentionMs
+	horizon := now - p.cfg.DeleteRetentionMs
 	removedAny := false
+	nextDue := int64(math.MaxInt64)
 	for i := 0; i < last; {
 		j, size := i+1, cand[i].size.Load()
 		for j < last && size+cand[j].size.Load() <= p.segBytes && ends[j]-cand[i].base <= math.MaxUint32 {
 			size += cand[j].size.Load()
 			j++
 		}
-		removed, err := p.cleanGroup(ctx, cand[i:j], ends[i:j], latest, horizon)
+		removed, keptTombsTs, err := p.cleanGroup(ctx, cand[i:j], ends[i:j], latest, horizon)
 		if err != nil {
 			if errors.Is(err, errSwapAborted) {
 				return nil // the next pass starts over
@@ -357,12 +365,19 @@ func (p *partition) clean(ctx context.Context) error {
 			return err
 		}
 		removedAny = removedAny || removed
+		if keptTombsTs != math.MinInt64 {
+			nextDue = min(nextDue, keptTombsTs+p.cfg.DeleteRetentionMs)
+		}
 		i = j
+	}
+	if last < len(cand) {
+		nextDue = now // the segments past the cut were not looked at
 	}
 
 	// 4. Everything below dirtyEnd now holds one record per key at most.
 	st := p.cleaner
 	st.cleanedThrough = max(st.cleanedThrough, dirtyEnd)
+	st.tombsDue = nextDue
 	if err := p.writeCleanerState(p.purgedTombs.Load(), st); err != nil {
 		return err
 	}
@@ -384,9 +399,11 @@ func (p *partition) markUncleanable(s *segment, d damage) error {
 
 // cleanGroup rewrites the segments g (ends[i] is where g[i] ends) as one
 // segment holding the records it keeps, and swaps it in. It reports whether
-// anything was removed. A group of one segment from which nothing would be
-// removed is left alone.
-func (p *partition) cleanGroup(ctx context.Context, g []*segment, ends []int64, latest map[string]int64, horizon int64) (bool, error) {
+// anything was removed and, if it kept a tombstone that is the latest of
+// its key, the newest timestamp of the segment now holding it (the clock
+// of its retention; math.MinInt64 if none). A group of one segment from
+// which nothing would be removed is left alone.
+func (p *partition) cleanGroup(ctx context.Context, g []*segment, ends []int64, latest map[string]int64, horizon int64) (bool, int64, error) {
 	base, end := g[0].base, ends[len(ends)-1]
 	durable := p.st.durable()
 	ns := newSegment(p.dir, base)
@@ -398,6 +415,7 @@ func (p *partition) cleanGroup(ctx context.Context, g []*segment, ends []int64, 
 		f              *os.File
 		werr           error
 		removed, tombs int64
+		keptTomb       bool
 		purged         = int64(-1)
 		tmpPath        = p.path(fmt.Sprintf("%020d-%020d%s", base, end, cleanedSuffix))
 		swapPath       = p.path(fmt.Sprintf("%020d-%020d%s", base, end, swapSuffix))
@@ -432,7 +450,7 @@ func (p *partition) cleanGroup(ctx context.Context, g []*segment, ends []int64, 
 		sf, err := s.file()
 		if err != nil {
 			discard()
-			return false, p.st.fs.fail(opOpen, err)
+			return false, math.MinInt64, p.st.fs.fail(opOpen, err)
 		}
 		tombsRemovable := s.maxTimestamp() < horizon
 		pending := 0
@@ -456,6 +474,7 @@ func (p *partition) cleanGroup(ctx context.Context, g []*segment, ends []int64, 
 					purged = max(purged, fi.offset)
 					return
 				}
+				keptTomb = keptTomb || tomb
 			}
 			pos := outPos + int64(len(out))
 			out = append(out, fr...)
@@ -476,12 +495,15 @@ func (p *partition) cleanGroup(ctx context.Context, g []*segment, ends []int64, 
 		}
 		if err != nil {
 			discard()
-			return false, err
+			return false, math.MinInt64, err
 		}
 	}
 	if removed == 0 && len(g) == 1 {
 		discard()
-		return false, nil
+		if keptTomb {
+			return false, g[0].maxTimestamp(), nil
+		}
+		return false, math.MinInt64, nil
 	}
 	flush()
 	if werr == nil && f == nil { // everything removed: an empty segment keeps the offsets' place
@@ -492,7 +514,7 @@ func (p *partition) cleanGroup(ctx context.Context, g []*segment, ends []int64, 
 	}
 	if werr != nil {
 		discard()
-		return false, werr
+		return false, math.MinInt64, werr
 	}
 	ns.mem.mu.Unlock()
 	ns.f = f
@@ -504,11 +526,14 @@ func (p *partition) cleanGroup(ctx context.Context, g []*segment, ends []int64, 
 	if err := p.swapIn(g, ns, tmpPath, swapPath, purged); err != nil {
 		_ = f.Close()
 		ns.f = nil
-		return false, err
+		return false, math.MinInt64, err
 	}
 	p.st.compactStats.removed.Add(removed)
 	p.st.compactStats.tombs.Add(tombs)
-	return removed > 0, nil
+	if keptTomb {
+		return removed > 0, ns.maxTimestamp(), nil
+	}
+	return removed > 0, math.MinInt64, nil
 }
 
 // swapIn replaces the listed segments g by ns, whose file is complete and

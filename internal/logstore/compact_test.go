@@ -557,3 +557,45 @@ func TestCompactionThrottledAndCancelledByClose(t *testing.T) {
 	assert.Empty(t, s.Offline())
 	checkView(t, s, "c", m)
 }
+
+// TestCompactionRemovesExpiredTombstoneWithoutNewWrites: a tombstone the
+// cleaner kept because it was young is removed by the first pass after its
+// retention, even if nothing was written since (the partition is not dirty).
+func TestCompactionRemovesExpiredTombstoneWithoutNewWrites(t *testing.T) {
+	clock := &fakeClock{}
+	clock.ms.Store(1_000_000)
+	s := openStore(t, t.TempDir(), compactOpts(clock))
+	_, err := s.CreateTopic(ctx, "c", 1, logstore.TopicConfig{SegmentBytes: 1024, CleanupPolicy: logstore.CleanupCompact,
+		DeleteRetentionMs: 60_000, MinCleanableDirtyRatio: 0.5})
+	require.NoError(t, err)
+	m := make(compactModel)
+	put := func(key string, val []byte) int64 {
+		recs := []logstore.Record{{Key: []byte(key), Value: val, Timestamp: clock.ms.Load()}}
+		base, err := s.Append(ctx, "c", 0, recs)
+		require.NoError(t, err)
+		m.apply(base, recs)
+		return base
+	}
+	put("gone", []byte("v"))
+	tomb := put("gone", nil)
+	for i := range 80 {
+		put(fmt.Sprintf("k%d", i%5), []byte("filler-filler-filler"))
+	}
+	s.CompactNow()
+	runs := s.CompactionStats().Runs
+	require.Positive(t, runs)
+	clock.advance(30 * time.Second)
+	s.CompactNow() // not dirty, tombstone still young: no pass
+	assert.Equal(t, runs, s.CompactionStats().Runs)
+	_, parts, err := s.Topic(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), parts[0].PurgedTombstonesBelow)
+
+	clock.advance(time.Minute)
+	s.CompactNow() // not dirty, but the tombstone's retention is over
+	_, parts, err = s.Topic(ctx, "c")
+	require.NoError(t, err)
+	assert.Equal(t, tomb+1, parts[0].PurgedTombstonesBelow, "the expired tombstone was removed")
+	assert.Equal(t, runs+1, s.CompactionStats().Runs)
+	checkView(t, s, "c", m)
+}

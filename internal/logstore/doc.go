@@ -295,8 +295,9 @@
 // visits each partition of each compacted topic. Its cleanable range is
 // every sealed segment not wholly below the LSO, never the active one; the
 // dirty part is what lies past the first dirty offset (cleaned_through).
-// When dirty bytes / cleanable bytes exceed min_cleanable_dirty_ratio it
-// builds a map key → latest offset from the dirty part (bounded: the part
+// When dirty bytes / cleanable bytes exceed min_cleanable_dirty_ratio, or
+// a tombstone the last full pass kept has become removable (tombsDue, in
+// memory only), it builds a map key → latest offset from the dirty part (bounded: the part
 // is cut at a segment boundary past maxCleanerKeys keys), then rewrites the
 // range in offset order, in groups of consecutive segments whose current
 // sizes add up to at most segment_bytes (merging small cleaned segments).

@@ -311,6 +311,7 @@ func newPartition(s *FileStore, t *topic, id int32) *partition {
 	}
 	p.purgedTombs.Store(-1)
 	p.dirtyRatio.Store(math.Float64bits(-1)) // not measured yet
+	p.cleaner.tombsDue = math.MaxInt64
 	p.wcond.L = &p.wmu
 	return p
 }

@@ -203,12 +203,12 @@ func (p *partition) load() error {
 			lsFound = true
 		case name == checkpointFile:
 		case name == cleanerStateFile:
-			purged, cst, err := readCleanerState(path)
+			purged, cleaned, err := readCleanerState(path)
 			if err != nil {
 				return fmt.Errorf("unreadable compaction state: %w; it holds the offset below which compaction removed tombstones, which change streams need (see docs/compaction.md)", err)
 			}
 			p.purgedTombs.Store(purged)
-			p.cleaner = cst
+			p.cleaner.cleanedThrough = cleaned
 		case strings.HasSuffix(name, logSuffix) && !e.IsDir():
 			b, ok := parseBase(name, logSuffix)
 			if !ok {

@@ -599,3 +599,134 @@ func TestCompactionRemovesExpiredTombstoneWithoutNewWrites(t *testing.T) {
 	assert.Equal(t, runs+1, s.CompactionStats().Runs)
 	checkView(t, s, "c", m)
 }
+
+// TestCompactionConcurrentWithAppendsAndReads: the cleaner swaps segments
+// while appends roll new ones and readers scan the partition and its key
+// index; no read fails, and the final view is the model's.
+func TestCompactionConcurrentWithAppendsAndReads(t *testing.T) {
+	clock := &fakeClock{}
+	dir := t.TempDir()
+	s := openStore(t, dir, compactOpts(clock))
+	_, err := s.CreateTopic(ctx, "c", 1, logstore.TopicConfig{SegmentBytes: 2048, CleanupPolicy: logstore.CleanupCompact,
+		DeleteRetentionMs: 1, MinCleanableDirtyRatio: 0.1})
+	require.NoError(t, err)
+	m := make(compactModel)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(2)
+	go func() { // the cleaner, as often as it can
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			clock.advance(5 * time.Millisecond)
+			s.CompactNow()
+		}
+	}()
+	go func() { // a reader of the log and of the key index
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ls, hw, err := s.Bounds("c", 0)
+			if !assert.NoError(t, err) {
+				return
+			}
+			for cur := ls; cur < hw; {
+				recs, err := s.Read(ctx, "c", 0, cur, 50, 1<<20)
+				if !assert.NoError(t, err, "read at %d", cur) || len(recs) == 0 {
+					break
+				}
+				cur = recs[len(recs)-1].Offset + 1
+			}
+			c, err := s.ScanKeys(ctx, "c", 0, nil, hw)
+			if errors.Is(err, logstore.ErrIndexNotReady) {
+				continue
+			}
+			if !assert.NoError(t, err) {
+				return
+			}
+			for c.Next() {
+				e := c.Entry()
+				// The cursor pins the segment versions it read, so the
+				// entry's record is readable even if compaction has
+				// removed it from the current version since.
+				rec, err := s.ReadEntry(ctx, "c", 0, e)
+				if assert.NoError(t, err, "entry %q@%d", e.Key, e.Offset) {
+					assert.Equal(t, e.Offset, rec.Offset)
+					assert.Equal(t, e.Key, rec.Key)
+				}
+			}
+			assert.NoError(t, c.Err())
+			c.Close()
+		}
+	}()
+	for i := range 3000 {
+		recs := []logstore.Record{{Key: fmt.Appendf(nil, "k%02d", i%20), Timestamp: clock.ms.Load()}}
+		if i%7 != 3 {
+			recs[0].Value = fmt.Appendf(nil, "v%d", i)
+		}
+		base, err := s.Append(ctx, "c", 0, recs)
+		require.NoError(t, err)
+		m.apply(base, recs)
+	}
+	close(stop)
+	wg.Wait()
+	checkView(t, s, "c", m)
+	assert.Positive(t, s.CompactionStats().Runs)
+	require.NoError(t, s.Close())
+	s = openStore(t, dir, compactOpts(clock))
+	assert.Empty(t, s.Offline())
+	checkView(t, s, "c", m)
+}
+
+// TestKeyCursorPinsSegmentVersions: a key-index cursor opened before a
+// cleaning reads, through ReadEntry, the records it was opened on even
+// when the cleaning removed them (an OSO snapshot is unaffected by
+// compaction, change-stream rules); a new read no longer finds them.
+func TestKeyCursorPinsSegmentVersions(t *testing.T) {
+	clock := &fakeClock{}
+	s := openStore(t, t.TempDir(), compactOpts(clock))
+	_, err := s.CreateTopic(ctx, "c", 1, logstore.TopicConfig{SegmentBytes: 1024, CleanupPolicy: logstore.CleanupCompact, MinCleanableDirtyRatio: 0.01})
+	require.NoError(t, err)
+	write := func(from, to int) {
+		for i := from; i < to; i++ {
+			_, err := s.Append(ctx, "c", 0, []logstore.Record{{Key: fmt.Appendf(nil, "k%d", i%5), Value: fmt.Appendf(nil, "v%03d", i)}})
+			require.NoError(t, err)
+		}
+	}
+	write(0, 50)
+	write(50, 150) // supersedes every record below 50 (and rolls segments past them)
+	require.Eventually(t, func() bool {
+		c, err := s.ScanKeys(ctx, "c", 0, nil, 50)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, 5*time.Second, time.Millisecond, "key index ready")
+	c, err := s.ScanKeys(ctx, "c", 0, nil, 50)
+	require.NoError(t, err)
+	defer c.Close()
+	s.CompactNow()
+	recs, err := s.Read(ctx, "c", 0, 45, 1, 1<<20)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.Greater(t, recs[0].Offset, int64(49), "the records below 50 were removed")
+	n := 0
+	for c.Next() {
+		e := c.Entry()
+		rec, err := s.ReadEntry(ctx, "c", 0, e)
+		require.NoError(t, err, "entry %s@%d", e.Key, e.Offset)
+		assert.Equal(t, e.Offset, rec.Offset)
+		assert.Equal(t, fmt.Sprintf("v%03d", e.Offset), string(rec.Value))
+		n++
+	}
+	require.NoError(t, c.Err())
+	assert.Equal(t, 5, n)
+}

@@ -41,10 +41,11 @@ const (
 // to clean when Options.CompactionInterval is zero.
 const DefaultCompactionInterval = 15 * time.Second
 
-// maxCleanerKeys bounds the key → latest offset map of one cleaning pass:
-// the dirty range is cut at the first segment boundary past it, and the
-// rest is cleaned by the next pass.
-const maxCleanerKeys = 1 << 22
+// maxCleanerKeys bounds the key → latest offset map of one cleaning pass
+// (about 100 MB with short keys): the dirty range is cut at the first
+// segment boundary past it, and the rest is cleaned by the next pass. A
+// variable for tests.
+var maxCleanerKeys = 1 << 20
 
 // cleanerChunk is the write buffer of a cleaned segment and the unit the
 // throttle is asked for.

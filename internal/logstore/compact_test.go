@@ -730,3 +730,31 @@ func TestKeyCursorPinsSegmentVersions(t *testing.T) {
 	require.NoError(t, c.Err())
 	assert.Equal(t, 5, n)
 }
+
+// TestCompactionKeyMapBound: a pass whose dirty part has more keys than
+// the map may hold cleans up to a segment boundary past the bound; the
+// following passes clean the rest, and no latest record is lost.
+func TestCompactionKeyMapBound(t *testing.T) {
+	defer logstore.SetMaxCleanerKeys(3)()
+	clock := &fakeClock{}
+	s := openStore(t, t.TempDir(), compactOpts(clock))
+	_, err := s.CreateTopic(ctx, "c", 1, logstore.TopicConfig{SegmentBytes: 1024, CleanupPolicy: logstore.CleanupCompact, MinCleanableDirtyRatio: 0.01})
+	require.NoError(t, err)
+	m := make(compactModel)
+	for i := range 400 {
+		recs := []logstore.Record{{Key: fmt.Appendf(nil, "k%02d", i%40), Value: fmt.Appendf(nil, "v%d", i)}}
+		base, err := s.Append(ctx, "c", 0, recs)
+		require.NoError(t, err)
+		m.apply(base, recs)
+	}
+	var sizes []int64
+	for range 40 {
+		s.CompactNow()
+		checkView(t, s, "c", m)
+		_, parts, err := s.Topic(ctx, "c")
+		require.NoError(t, err)
+		sizes = append(sizes, parts[0].SizeBytes)
+	}
+	assert.Greater(t, sizes[0], sizes[len(sizes)-1], "later passes cleaned what the first one could not")
+	assert.Greater(t, s.CompactionStats().Runs, int64(1), "the bound cut the work into several passes")
+}

@@ -82,6 +82,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&cfg.Fsync, "fsync", cfg.Fsync, "always (fsync before acknowledging a write), interval, or never")
 	fs.DurationVar(&cfg.FsyncInterval, "fsync-interval", cfg.FsyncInterval, "fsync period with --fsync=interval")
 	fs.Int64Var(&cfg.SegmentBytes, "segment-bytes", cfg.SegmentBytes, "default segment size for new topics")
+	fs.Int64Var(&cfg.CompactionMaxBytesPerSec, "compaction-max-bytes-per-sec", cfg.CompactionMaxBytesPerSec, "log compaction disk I/O limit in bytes per second (read plus written); 0 = unlimited")
+	fs.DurationVar(&cfg.CompactionInterval, "compaction-interval", cfg.CompactionInterval, "how often the cleaner looks for compacted partitions dirty enough to clean")
 	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", cfg.MaxRequestBytes, "largest request accepted (gRPC and REST)")
 	fs.IntVar(&cfg.MaxShareSessions, "max-share-sessions", cfg.MaxShareSessions, "share session cache capacity")
 	fs.DurationVar(&cfg.ShareSessionIdleTimeout, "share-session-idle-timeout", cfg.ShareSessionIdleTimeout, "evict a share session idle this long and release its records")

@@ -16,8 +16,10 @@
 //	       (Store.Watch, no polling), a range without a match held back up
 //	       to HoldBack and merged with the next
 //	  └─ stream_end: OK at end_offset; ROLLBACK when a purge overtakes the
-//	     reader; TOPIC_DELETED when the topic goes (or is re-created);
-//	     SHUTDOWN after Manager.Shutdown.
+//	     reader, or compaction removes a tombstone at or after the client's
+//	     next offset (P rises past it, docs/compaction.md); TOPIC_DELETED
+//	     when the topic goes (or is re-created); SHUTDOWN after
+//	     Manager.Shutdown.
 //
 // Before every event the stream checks, without blocking, the partition's
 // watch channel (closed by appends, purges and topic deletion), the

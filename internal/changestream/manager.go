@@ -245,11 +245,18 @@ func (s *stream) start() (ls, hw int64, err error) {
 			},
 		}
 	}
-	// P (the greatest tombstone removed by compaction) is -1: the store does
-	// not compact, so tombstones_purged cannot happen yet.
 	if req.StartOffset > 0 && req.StartOffset < ls {
 		return 0, 0, rollbackRequired(CauseHistoryPurged, info.ID, ls, hw,
 			fmt.Sprintf("offsets below %d were purged; start_offset %d is no longer readable", ls, req.StartOffset))
+	}
+	// P, the greatest tombstone compaction removed (§6.2), from the same
+	// read of the partition as LSO and HW.
+	s.compacted = info.Config.Compacts()
+	s.purgedBelow = parts[req.Partition].PurgedTombstonesBelow
+	s.purgedAtStart = s.purgedBelow
+	if req.StartOffset > 0 && req.StartOffset < s.purgedBelow {
+		return 0, 0, rollbackRequired(CauseTombstonesPurged, info.ID, ls, hw,
+			fmt.Sprintf("compaction removed a deletion at offset %d, at or after start_offset %d, that this client has not seen", s.purgedBelow-1, req.StartOffset))
 	}
 	return ls, hw, nil
 }

@@ -26,6 +26,20 @@ type stream struct {
 	watch   <-chan struct{} // closed at the partition's next change
 	ls, hw  int64           // bounds as of the last change seen
 
+	// Compaction (§6.2): compacted says the topic's policy includes
+	// compact, so P is re-read at each change; purgedBelow is P+1 (0: no
+	// tombstone removed), purgedAtStart its value when the call began
+	// (the request check covers those). next is the client's committed
+	// next offset (§5.1; 0: it holds nothing yet): a tombstone removed
+	// during the call at or after it is a deletion the client misses.
+	// inOSO pauses the check while an OSO snapshot reads its pinned
+	// segment versions.
+	compacted     bool
+	purgedBelow   int64
+	purgedAtStart int64
+	next          int64
+	inOSO         bool
+
 	pos     int64 // next offset to cover
 	memory  bool  // the stream reached the HW once: snapshots are MEMORY
 	scanned int64 // [pos, scanned) is known to hold no match (held back)
@@ -43,6 +57,7 @@ func (s *stream) run() error {
 	}
 	s.ls, s.hw = ls, hw
 	s.pos = max(s.req.StartOffset, ls)
+	s.next = s.req.StartOffset
 	if s.req.Started != nil {
 		s.req.Started()
 	}
@@ -78,6 +93,14 @@ func (s *stream) emit(ev *Event) error {
 		}
 		return err
 	}
+	if !s.inOSO {
+		switch ev.Kind {
+		case EventMutation, EventDeletion:
+			s.next = ev.Record.Offset + 1
+		case EventOffsetAdvanced:
+			s.next = ev.Offset + 1
+		}
+	}
 	return nil
 }
 
@@ -101,6 +124,14 @@ func (s *stream) interrupted(next int64) error {
 	if next >= 0 && next < s.ls {
 		return s.finish(EndRollback) // a purge overtook the reader (§6.1)
 	}
+	if !s.inOSO && s.purgedBelow > s.purgedAtStart && s.next > 0 && s.next < s.purgedBelow {
+		// Since the call began, compaction removed a tombstone (at P) at or
+		// after the client's next offset: the client would never see that
+		// deletion (§6.2). Tombstones removed before the call began are
+		// covered by the request check, and a client from 0 never held
+		// what they deleted.
+		return s.finish(EndRollback)
+	}
 	return nil
 }
 
@@ -112,6 +143,16 @@ func (s *stream) refresh() error {
 	if err == nil {
 		s.watch = w
 		s.ls, s.hw, err = st.Bounds(req.Topic, req.Partition)
+	}
+	if err == nil && s.compacted {
+		if s.m.idx != nil {
+			s.purgedBelow, err = s.m.idx.PurgedTombstonesBelow(req.Topic, req.Partition)
+		} else {
+			var parts []logstore.PartitionInfo
+			if _, parts, err = st.Topic(s.ctx, req.Topic); err == nil && int(req.Partition) < len(parts) {
+				s.purgedBelow = parts[req.Partition].PurgedTombstonesBelow
+			}
+		}
 	}
 	if err == nil && s.m.idx != nil {
 		var id string
@@ -169,6 +210,7 @@ func (s *stream) oso(c logstore.KeyCursor, l0, e int64) error {
 	if err := s.emit(&Event{Kind: EventOSOStart}); err != nil {
 		return err
 	}
+	s.inOSO = true
 	maxSent := int64(-1)
 	for c.Next() {
 		ent := c.Entry()
@@ -208,7 +250,8 @@ func (s *stream) oso(c logstore.KeyCursor, l0, e int64) error {
 	if err := s.emit(&Event{Kind: EventOSOEnd}); err != nil {
 		return err
 	}
-	s.pos = e
+	s.inOSO = false
+	s.pos, s.next = e, e
 	return nil
 }
 
@@ -352,7 +395,9 @@ func (s *stream) snapshot() (held bool, err error) {
 }
 
 // read returns the next batch of [from, e] (at most BatchRecords records
-// and about BatchBytes).
+// and about BatchBytes): records from offset from on, which on a compacted
+// partition may start later (offsets of removed records are passed over),
+// and nil when none is left below the HW.
 func (s *stream) read(from, e int64) ([]logstore.Record, error) {
 	req := &s.req
 	recs, err := s.m.store.Read(s.ctx, req.Topic, req.Partition, from,
@@ -361,7 +406,7 @@ func (s *stream) read(from, e int64) ([]logstore.Record, error) {
 		return nil, s.storeErr(err)
 	}
 	if len(recs) == 0 {
-		return nil, fmt.Errorf("topic %q partition %d: no record at offset %d below the high watermark", req.Topic, req.Partition, from)
+		return nil, nil // compaction removed every record from here to the HW
 	}
 	return recs, nil
 }
@@ -374,7 +419,7 @@ func (s *stream) findMatch(from, e int64) ([]logstore.Record, error) {
 			return nil, err
 		}
 		batch, err := s.read(from, e)
-		if err != nil {
+		if err != nil || batch == nil {
 			return nil, err
 		}
 		for i := range batch {

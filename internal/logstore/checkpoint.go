@@ -134,12 +134,15 @@ func (c *checkpoint) find(base int64) (ckptSegment, bool) {
 }
 
 // writeCheckpoint records the partition's sealed segments and hw. The
-// caller is the append leader (or Open or Close, alone), so the segment list
-// does not change meanwhile except by reclamation, which only removes
-// segments below the log start. A failure is reported and otherwise
+// caller is the append leader at a roll, the cleaner after a swap, or Open
+// or Close; ckMu orders them, and each computes the list from one snapshot
+// of the segments under mu, so the last write describes the latest list. A failure is reported and otherwise
 // harmless: the previous checkpoint stays, and Open rescans what it does
 // not cover.
 func (p *partition) writeCheckpoint(hw int64, allSynced bool) error {
+	// The cleaner writes it too (after a swap); both write the same temp file.
+	p.ckMu.Lock()
+	defer p.ckMu.Unlock()
 	c := checkpoint{logStart: p.logStart.Load(), hw: hw}
 	p.mu.RLock()
 	for i := 0; i+1 < len(p.segs); i++ {

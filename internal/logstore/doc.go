@@ -10,7 +10,10 @@
 // partitions. A partition is a log of records with dense offsets from 0, a
 // high watermark (HW: the next offset; everything below it is durable per
 // the fsync mode and readable) and a log start offset (LSO: the first
-// readable offset, moved forward by purge and time retention).
+// readable offset, moved forward by purge and time retention). On a
+// compacted topic (cleanup policy compact or compact,delete) the cleaner
+// removes superseded records from sealed segments, so offsets there have
+// gaps (see Compaction); offsets are never reused or renumbered.
 //
 // # Directory layout
 //
@@ -21,6 +24,9 @@
 //	<dir>/topics/<topic-id>/meta.json         name, id, partitions, config
 //	<dir>/topics/<topic-id>/<p>/log-start-offset   decimal LSO (absent = 0)
 //	<dir>/topics/<topic-id>/<p>/checkpoint         recovery checkpoint (below)
+//	<dir>/topics/<topic-id>/<p>/cleaner-state      compaction: P and the first dirty offset
+//	<dir>/topics/<topic-id>/<p>/<base>-<end>.cleaned  a cleaned segment being written
+//	<dir>/topics/<topic-id>/<p>/<base>-<end>.swap     a cleaned segment replacing [base, end)
 //	<dir>/topics/<topic-id>/<p>/%020d.log          segment; name = base offset
 //	<dir>/topics/<topic-id>/<p>/%020d.index        sparse offset index (sealed segments)
 //	<dir>/topics/<topic-id>/<p>/%020d.timeindex    sparse time index (sealed segments)
@@ -135,7 +141,9 @@
 //
 // Open notes whether <dir>/clean-shutdown exists (the last run ended with
 // Close) and removes it, durably, before anything is written. Then, per
-// partition, before any file is changed:
+// partition, it first finishes what compaction left: *.cleaned files are
+// removed and *.swap files completed (see Compaction); then, before any
+// other file is changed:
 //
 //   - A missing partition directory is not recreated (that would restart
 //     offsets at 0): the partition is offline.
@@ -146,7 +154,8 @@
 //     size; each segment must end where the next begins (the checkpoint's
 //     end, or the scan's); the first segment must start at or below the
 //     LSO. A missing first, middle or last segment, or a truncated one, is
-//     caught here.
+//     caught here. (A sealed segment of a compacted topic may end before
+//     the next one starts: its last records were superseded.)
 //   - Sealed segments (all but the last) the checkpoint lists are trusted:
 //     they were fsynced when sealed or at a clean Close. Their indexes are
 //     loaded lazily, checked against the checkpoint's newest timestamp, and
@@ -279,13 +288,71 @@
 // <id>.deleted (fsyncing the parent), removes it and wakes watchers; the
 // name can be re-created at once with a new id.
 //
+// # Compaction (compact.go; docs/compaction.md)
+//
+// A background cleaner (one goroutine, every Options.CompactionInterval,
+// throttled to Options.CompactionMaxBytesPerSec of reads plus writes)
+// visits each partition of each compacted topic. Its cleanable range is
+// every sealed segment not wholly below the LSO, never the active one; the
+// dirty part is what lies past the first dirty offset (cleaned_through).
+// When dirty bytes / cleanable bytes exceed min_cleanable_dirty_ratio, or
+// a tombstone the last full pass kept has become removable (tombsDue, in
+// memory only), it builds a map key → latest offset from the dirty part (bounded: the part
+// is cut at a segment boundary past maxCleanerKeys keys), then rewrites the
+// range in offset order, in groups of consecutive segments whose current
+// sizes add up to at most segment_bytes (merging small cleaned segments).
+// A rewritten group keeps the raw frames of the records it keeps, at their
+// offsets, and drops a record when the map holds a later offset for its key,
+// and a tombstone that is the latest of its key when its segment's newest
+// timestamp is older than now - delete_retention_ms. Keyless records
+// (refused on append, but possibly older than the policy) are kept. After
+// the last group, cleaned_through moves to the end of the dirty part:
+// moving it earlier would, after a crash between two groups, let a later
+// pass drop a tombstone while an uncleaned older value of its key
+// survives. A range holding damaged records is not rewritten (the
+// partition is skipped until restart).
+//
+// P, the greatest offset of a tombstone dropped while it was the latest
+// of its key (-1: none), is persisted in cleaner-state, then published
+// (PartitionInfo.PurgedTombstonesBelow = P+1) and watchers woken, before
+// the group without it is listed, so a change stream that needed it always
+// learns of it. Superseded tombstones do not count: their key's later
+// record is still there.
+//
+// Swap protocol for a group replacing the segments based in [base, end):
+//
+//  1. write <base>-<end>.cleaned, fsync it (durable modes);
+//  2. persist P if it rises (cleaner-state, atomically);
+//  3. rename to <base>-<end>.swap, fsync the directory;
+//  4. under partition.mu, replace the group in the segment list by the new
+//     segment (aborting if reclamation or shutdown changed the list), then
+//     rewrite the checkpoint, which now lists [base, end) with the new size
+//     (if that fails the old segments go back and the swap is dropped);
+//  5. rename the old segments' files to *.deleted (unlinked when their last
+//     reader lets go) and the swap file to <base>.log, fsync the directory;
+//  6. write the new segment's index files and key-index run.
+//
+// Recovery: a *.cleaned file was never visible and is removed (the old
+// segments are intact). A *.swap file is complete: every segment file
+// based in [base, end) is removed and it is renamed to <base>.log.
+// Checkpoint entries in [base, end) are then dropped (and the segment
+// rescanned) unless the checkpoint was written after step 4 and names the
+// new segment with its size. Reads, index rebuilds and rescans accept
+// increasing offsets with gaps in every sealed segment of a compacted
+// topic (segment.sparse) and in segments the cleaner wrote. A reader
+// holding an old segment keeps reading it; a key-index cursor pins the
+// versions it opened, and ReadEntry reads the version the entry came from,
+// so an OSO snapshot is unaffected by a swap during it.
+//
 // # Locks
 //
 // In acquisition order (a lock may be taken while holding those above it,
 // never the reverse):
 //
+//	FileStore.cleanMu   one cleaning pass at a time (held during its I/O)
 //	FileStore.mu        RW; the topic map and closed flag. Never held during I/O.
 //	partition.lsMu      log start moves (purge, retention) and their persistence
+//	partition.ckMu      checkpoint writes (append leader at roll, cleaner, Close)
 //	partition.wmu       the append queue; wcond waits on it
 //	partition.mu        RW; the segment list
 //	segment.mu          one segment's file handle, indexes and deleted flag

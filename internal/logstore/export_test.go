@@ -29,3 +29,11 @@ func (s *FileStore) Crash() error { return s.close(false) }
 
 // Probe runs the background retry of failing partitions once.
 func (s *FileStore) Probe() { s.probeFailing() }
+
+// SetMaxCleanerKeys changes the key-map bound of a cleaning pass and
+// returns a function that restores it (tests only; not while cleaning).
+func SetMaxCleanerKeys(n int) (restore func()) {
+	old := maxCleanerKeys
+	maxCleanerKeys = n
+	return func() { maxCleanerKeys = old }
+}

@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/sharelog/sharelog/internal/fsutil"
 )
@@ -73,6 +76,13 @@ type Options struct {
 	// hundred segments in about 0.3 s), shortened so that one pass pauses
 	// at most 0.5 s in all. Negative: no pause.
 	ReclaimPause time.Duration
+	// CompactionInterval is how often the cleaner looks for compacted
+	// partitions whose dirty ratio exceeds their min_cleanable_dirty_ratio;
+	// default DefaultCompactionInterval. Negative: no background cleaning.
+	CompactionInterval time.Duration
+	// CompactionMaxBytesPerSec caps the cleaner's disk I/O (bytes read plus
+	// written per second, --compaction-max-bytes-per-sec); 0 = unlimited.
+	CompactionMaxBytesPerSec int64
 	// OnStorageError, if set, is called on every failed write, fsync,
 	// create, rename, open or truncate of the store's files, with the
 	// operation's name ("write", "fsync", "create", "rename", "open",
@@ -104,6 +114,13 @@ type FileStore struct {
 	wg   sync.WaitGroup
 
 	fs storageFS
+
+	// The cleaner (compact.go): one pass at a time, cancelled by Close.
+	cleanMu      sync.Mutex
+	cleanCtx     context.Context
+	cleanCancel  context.CancelFunc
+	limiter      *rate.Limiter // nil: unthrottled
+	compactStats compactionCounters
 
 	// unclean is set by Open when the clean-shutdown marker was missing.
 	unclean bool
@@ -138,7 +155,12 @@ type metaConfig struct {
 	SegmentBytes  int64  `json:"segment_bytes"`
 	RetentionMs   int64  `json:"retention_ms"`
 	CleanupPolicy string `json:"cleanup_policy"`
+	// Absent in topics created before compaction existed: the defaults.
+	DeleteRetentionMs      int64   `json:"delete_retention_ms,omitempty"`
+	MinCleanableDirtyRatio float64 `json:"min_cleanable_dirty_ratio,omitempty"`
 }
+
+func (c metaConfig) topicConfig() TopicConfig { return TopicConfig(c) }
 
 const (
 	metaFile    = "meta.json"
@@ -165,6 +187,12 @@ func Open(dir string, opts Options) (*FileStore, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.CompactionInterval == 0 {
+		opts.CompactionInterval = DefaultCompactionInterval
+	}
+	if opts.CompactionMaxBytesPerSec < 0 {
+		return nil, fmt.Errorf("%w: compaction max bytes per second %d must not be negative", ErrInvalidArgument, opts.CompactionMaxBytesPerSec)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -178,7 +206,9 @@ func Open(dir string, opts Options) (*FileStore, error) {
 		wake:      make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		keys:      keyRebuilder{wake: make(chan struct{}, 1)},
+		limiter:   newLimiter(opts.CompactionMaxBytesPerSec),
 	}
+	s.cleanCtx, s.cleanCancel = context.WithCancel(context.Background())
 	if err := os.MkdirAll(s.topicsDir, 0o755); err != nil {
 		return nil, fmt.Errorf("logstore: %w", err)
 	}
@@ -205,6 +235,10 @@ func Open(dir string, opts Options) (*FileStore, error) {
 	if opts.Fsync == FsyncInterval {
 		s.wg.Add(1)
 		go s.syncLoop()
+	}
+	if opts.CompactionInterval > 0 {
+		s.wg.Add(1)
+		go s.cleanLoop()
 	}
 	return s, nil
 }
@@ -273,7 +307,11 @@ func newPartition(s *FileStore, t *topic, id int32) *partition {
 		id:       id,
 		dir:      filepath.Join(t.dir, strconv.Itoa(int(id))),
 		segBytes: t.info.Config.SegmentBytes,
+		cfg:      t.info.Config,
 	}
+	p.purgedTombs.Store(-1)
+	p.dirtyRatio.Store(math.Float64bits(-1)) // not measured yet
+	p.cleaner.tombsDue = math.MaxInt64
 	p.wcond.L = &p.wmu
 	return p
 }
@@ -339,7 +377,7 @@ func (s *FileStore) createTopicFiles(info TopicInfo) (*topic, error) {
 		}
 		meta, err := json.MarshalIndent(topicMeta{
 			Version: metaVersion, Name: info.Name, ID: info.ID, Partitions: info.Partitions,
-			Config: metaConfig{info.Config.SegmentBytes, info.Config.RetentionMs, info.Config.CleanupPolicy},
+			Config: metaConfig(info.Config),
 		}, "", "  ")
 		if err != nil {
 			return err
@@ -562,6 +600,7 @@ func (s *FileStore) close(clean bool) error {
 	s.mu.Unlock()
 
 	close(s.stop)
+	s.cleanCancel()
 	s.wg.Wait()
 	var errs []error
 	for _, t := range topics {

@@ -162,7 +162,7 @@ func TestDirectoryLayout(t *testing.T) {
 	s := openStore(t, dir, logstore.Options{})
 	info, err := s.CreateTopic(ctx, "layout", 2, logstore.TopicConfig{SegmentBytes: 4096, RetentionMs: 60000, CleanupPolicy: logstore.CleanupCompactDelete})
 	require.NoError(t, err)
-	_, err = s.Append(ctx, "layout", 1, []logstore.Record{{Value: []byte("x")}})
+	_, err = s.Append(ctx, "layout", 1, []logstore.Record{{Key: []byte("k"), Value: []byte("x")}}) // compacted: keyed only
 	require.NoError(t, err)
 
 	b, err := os.ReadFile(filepath.Join(dir, "topics", info.ID, "meta.json"))
@@ -172,7 +172,8 @@ func TestDirectoryLayout(t *testing.T) {
 	assert.Equal(t, "layout", meta["name"])
 	assert.Equal(t, info.ID, meta["id"])
 	assert.EqualValues(t, 2, meta["partitions"])
-	assert.Equal(t, map[string]any{"segment_bytes": 4096.0, "retention_ms": 60000.0, "cleanup_policy": "compact,delete"}, meta["config"])
+	assert.Equal(t, map[string]any{"segment_bytes": 4096.0, "retention_ms": 60000.0, "cleanup_policy": "compact,delete",
+		"delete_retention_ms": 86400000.0, "min_cleanable_dirty_ratio": 0.5}, meta["config"])
 	assert.Equal(t, []int64{0}, segmentBases(t, partDir(dir, info, 1)))
 	assert.DirExists(t, partDir(dir, info, 0))
 	assert.Empty(t, filesWithSuffix(t, dir, ".tmp"))
@@ -188,9 +189,10 @@ func TestReopenKeepsEverything(t *testing.T) {
 			dir := t.TempDir()
 			opts := logstore.Options{Fsync: mode}
 			s := openStore(t, dir, opts)
-			a, err := s.CreateTopic(ctx, "a", 3, logstore.TopicConfig{SegmentBytes: 2048, RetentionMs: -1, CleanupPolicy: logstore.CleanupCompact})
+			// "a" takes a keyless record, which a compacted topic refuses.
+			a, err := s.CreateTopic(ctx, "a", 3, logstore.TopicConfig{SegmentBytes: 2048, RetentionMs: -1, CleanupPolicy: logstore.CleanupDelete})
 			require.NoError(t, err)
-			b, err := s.CreateTopic(ctx, "b", 1, logstore.TopicConfig{RetentionMs: 1234})
+			b, err := s.CreateTopic(ctx, "b", 1, logstore.TopicConfig{RetentionMs: 1234, CleanupPolicy: logstore.CleanupCompact, DeleteRetentionMs: 77, MinCleanableDirtyRatio: 0.3})
 			require.NoError(t, err)
 			appendN(t, s, "a", 0, 40, 3, 100, tsIdentity)
 			special := []logstore.Record{

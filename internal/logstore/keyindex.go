@@ -26,6 +26,10 @@ type KeyEntry struct {
 	// in the segment holding Offset and its length (zero when unknown).
 	// EntryReader.ReadEntry uses it to read the record with one pread.
 	loc recLoc
+	// seg is the segment version the entry was read from (nil when
+	// unknown): while the cursor pins it, ReadEntry reads that version, so
+	// a snapshot is not disturbed by compaction replacing the segment.
+	seg *segment
 }
 
 // recLoc is a record frame's position in its segment file and its length.
@@ -76,6 +80,10 @@ type KeyIndexer interface {
 	// can cut work at segment boundaries. Offsets at or past the high
 	// watermark give the high watermark.
 	SegmentEnd(topic string, partition int32, offset int64) (int64, error)
+	// PurgedTombstonesBelow returns P+1 as PartitionInfo has it (0: no
+	// tombstone removed by compaction) with one atomic load, so streams
+	// can re-check it at every change of the partition.
+	PurgedTombstonesBelow(topic string, partition int32) (int64, error)
 	EntryReader
 	KeyCounter
 }
@@ -375,11 +383,11 @@ func (c *mergeCursor) Next() bool {
 	}
 	top := c.h[0]
 	c.keyBuf = append(c.keyBuf[:0], top.key()...)
-	best := top.entry()
+	best, bestSeg := top.entry(), iterSegment(top)
 	for len(c.h) > 0 && bytes.Equal(c.h[0].key(), c.keyBuf) {
 		it := c.h[0]
 		if e := it.entry(); e.v > best.v {
-			best = e
+			best, bestSeg = e, iterSegment(it)
 		}
 		if it.next() {
 			heap.Fix(&c.h, 0)
@@ -395,8 +403,21 @@ func (c *mergeCursor) Next() bool {
 		return false
 	}
 	off, tomb := unpackEntry(best.v)
-	c.cur = KeyEntry{Key: c.keyBuf, Offset: off, Tombstone: tomb, loc: best.loc}
+	c.cur = KeyEntry{Key: c.keyBuf, Offset: off, Tombstone: tomb, loc: best.loc, seg: bestSeg}
 	return true
+}
+
+// segIter is a keyIter over one segment's index, naming that segment.
+type segIter struct {
+	keyIter
+	seg *segment
+}
+
+func iterSegment(it keyIter) *segment {
+	if si, ok := it.(*segIter); ok {
+		return si.seg
+	}
+	return nil
 }
 
 func (c *mergeCursor) Entry() KeyEntry { return c.cur }

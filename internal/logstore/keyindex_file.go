@@ -109,7 +109,7 @@ func (p *partition) rebuildRun(seg *segment) error {
 	seg.mu.Unlock()
 	// As rebuildLocked: damaged frames are stepped over, and reads reaching
 	// them report the damage.
-	if _, err := walkFrames(f, seg.size.Load(), seg.base, end, func(fr []byte, pos int64, fi frameInfo) {
+	if _, err := walkFrames(f, seg.size.Load(), seg.base, end, seg.sparse, func(fr []byte, pos int64, fi frameInfo) {
 		if key, tomb, ok := frameKey(fr); ok {
 			mem.add(key, fi.offset, tomb, frameLoc(pos, len(fr)))
 		}
@@ -206,7 +206,7 @@ func (p *partition) scanKeys(prefix []byte, end int64) (KeyCursor, error) {
 		s.mu.Unlock()
 		switch {
 		case mem != nil:
-			iters = append(iters, newMemIter(mem, prefix, end))
+			iters = append(iters, &segIter{newMemIter(mem, prefix, end), s})
 		case ri == nil:
 			return fail(p.errf("%w", ErrIndexNotReady))
 		case err != nil:
@@ -214,7 +214,7 @@ func (p *partition) scanKeys(prefix []byte, end int64) (KeyCursor, error) {
 		default:
 			it := newRunIter(f, ri, prefix, end)
 			it.onCorrupt = func() { p.runCorrupt(s) }
-			iters = append(iters, it)
+			iters = append(iters, &segIter{it, s})
 		}
 	}
 	return newMergeCursor(iters, release), nil
@@ -320,6 +320,18 @@ func (s *FileStore) RangeStats(topic string, partition int32, from, end int64) (
 	return p.rangeStats(from, end)
 }
 
+// PurgedTombstonesBelow implements KeyIndexer.
+func (s *FileStore) PurgedTombstonesBelow(topic string, partition int32) (int64, error) {
+	p, err := s.partition(topic, partition)
+	if err != nil {
+		return 0, err
+	}
+	if err := p.closedErr(); err != nil {
+		return 0, err
+	}
+	return p.purgedTombs.Load() + 1, nil
+}
+
 // SegmentEnd implements KeyIndexer.
 func (s *FileStore) SegmentEnd(topic string, partition int32, offset int64) (int64, error) {
 	p, err := s.partition(topic, partition)
@@ -344,6 +356,15 @@ func (p *partition) readEntry(ent KeyEntry) (Record, error) {
 	hw := p.hw.Load()
 	if ent.loc.size >= minFrameSize && int64(ent.loc.size) <= MaxRecordBytes &&
 		ent.Offset >= p.logStart.Load() && ent.Offset < hw {
+		// The segment version the cursor read first (compaction may have
+		// replaced it since; the cursor keeps it alive), then the current one.
+		if seg := ent.seg; seg != nil && seg.tryAcquire() {
+			rec, ok := readFrameAt(seg, ent.Offset, ent.loc)
+			seg.release()
+			if ok {
+				return rec, nil
+			}
+		}
 		if seg, _, err := p.acquire(ent.Offset, hw); err == nil {
 			rec, ok := readFrameAt(seg, ent.Offset, ent.loc)
 			seg.release()
@@ -356,8 +377,9 @@ func (p *partition) readEntry(ent KeyEntry) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	if len(recs) == 0 {
-		return Record{}, p.outOfRange(ent.Offset)
+	if len(recs) == 0 || recs[0].Offset != ent.Offset {
+		// Compaction removed the record (a later one of its key exists).
+		return Record{}, p.errf("offset %d holds no record any more (removed by compaction): %w", ent.Offset, ErrOffsetOutOfRange)
 	}
 	return recs[0], nil
 }

@@ -33,6 +33,7 @@ type memTopic struct {
 type memPartition struct {
 	topic string
 	id    int32
+	cfg   TopicConfig
 
 	mu       sync.RWMutex
 	recs     []Record // offsets logStart..hw-1 (recs[i].Offset == logStart+i)
@@ -85,7 +86,7 @@ func (s *MemStore) CreateTopic(ctx context.Context, name string, partitions int3
 	t := &memTopic{info: TopicInfo{Name: name, ID: newTopicID(), Partitions: partitions, Config: cfg}}
 	t.parts = make([]*memPartition, partitions)
 	for i := range t.parts {
-		t.parts[i] = &memPartition{topic: name, id: int32(i), keys: newMemIndex()}
+		t.parts[i] = &memPartition{topic: name, id: int32(i), cfg: cfg, keys: newMemIndex()}
 	}
 	s.topics[name] = t
 	return t.info, nil
@@ -173,6 +174,9 @@ func (s *MemStore) Append(ctx context.Context, topic string, partition int32, re
 	}
 	p, err := s.partition(topic, partition)
 	if err != nil {
+		return 0, err
+	}
+	if err := validateKeys(p.cfg, recs); err != nil {
 		return 0, err
 	}
 	// Copy outside the lock: the caller may reuse its buffers afterwards.
@@ -395,6 +399,13 @@ func (s *MemStore) RangeStats(topic string, partition int32, from, end int64) (i
 		size += int64(frameSize(&p.recs[i-p.logStart]))
 	}
 	return max(end-from, 0), size, nil
+}
+
+// PurgedTombstonesBelow implements KeyIndexer: the memory store never
+// compacts.
+func (s *MemStore) PurgedTombstonesBelow(topic string, partition int32) (int64, error) {
+	_, _, err := s.Bounds(topic, partition)
+	return 0, err
 }
 
 // SegmentEnd implements KeyIndexer: the memory store is one segment.

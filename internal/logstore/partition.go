@@ -41,6 +41,7 @@ type partition struct {
 	id       int32
 	dir      string
 	segBytes int64
+	cfg      TopicConfig
 
 	hw       atomic.Int64 // next offset; stored by the leader after its data is durable per the fsync mode
 	logStart atomic.Int64 // stored under lsMu after being persisted
@@ -74,6 +75,15 @@ type partition struct {
 	// keysPending counts sealed segments whose key-index run is missing or
 	// damaged and queued for a rebuild; OSO scans wait until it is 0.
 	keysPending atomic.Int32
+
+	// Compaction (compact.go). purgedTombs is P: the greatest offset of a
+	// tombstone removed while it was the latest of its key (-1: none),
+	// persisted in the cleaner-state file before it is stored here, and
+	// stored before the segments without that tombstone are listed.
+	purgedTombs atomic.Int64
+	cleaner     cleanerState  // guarded by the store's cleaner (one goroutine) and Open
+	ckMu        sync.Mutex    // serialises checkpoint writes (append leader, cleaner)
+	dirtyRatio  atomic.Uint64 // math.Float64bits of the last dirty ratio measured
 
 	gone    atomic.Pointer[error] // set at shutdown: the error every call returns
 	dirty   atomic.Bool           // unsynced appends (fsync mode interval)
@@ -115,6 +125,9 @@ func (p *partition) closedErr() error {
 func (p *partition) append(ctx context.Context, recs []Record) (int64, error) {
 	size, err := validateBatch(recs)
 	if err != nil {
+		return 0, err
+	}
+	if err := validateKeys(p.cfg, recs); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -660,7 +673,8 @@ func (r *reader) scanSegment(p *partition, seg *segment, cur, end, hw int64) (in
 			r.full = true
 			break
 		}
-		if err == nil && rec.Offset != cur {
+		if err == nil && rec.Offset != cur && !(seg.sparse && rec.Offset > cur && rec.Offset < end) {
+			// A compacted segment skips the offsets of removed records.
 			err = fmt.Errorf("%w: offset %d where %d was expected", errBadFrame, rec.Offset, cur)
 		}
 		if err != nil {
@@ -810,6 +824,9 @@ func (p *partition) findTimestamp(seg *segment, from, end, hw, ts int64) (int64,
 		if fi.offset >= hw {
 			return -1, -1, nil
 		}
+		if seg.sparse && fi.offset > expect && fi.offset < end {
+			expect = fi.offset // offsets removed by compaction
+		}
 		if fi.offset != expect { // as in read: a damaged offset field must not hide a record
 			return -1, -1, damaged(fpos, min(prev, expect), fmt.Errorf("%w: offset %d where %d was expected", errBadFrame, fi.offset, expect))
 		}
@@ -851,7 +868,7 @@ func (p *partition) moveLogStart(off int64) (int64, error) {
 
 // info returns the partition's bounds and disk use.
 func (p *partition) info() PartitionInfo {
-	pi := PartitionInfo{Partition: p.id, LogStartOffset: p.logStart.Load(), HighWatermark: p.hw.Load()}
+	pi := PartitionInfo{Partition: p.id, LogStartOffset: p.logStart.Load(), HighWatermark: p.hw.Load(), PurgedTombstonesBelow: p.purgedTombs.Load() + 1}
 	p.mu.RLock()
 	for _, s := range p.segs {
 		pi.SizeBytes += s.size.Load()

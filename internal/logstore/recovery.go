@@ -86,19 +86,18 @@ func readMeta(path string) (topicMeta, error) {
 	if m.Version != metaVersion {
 		return m, fmt.Errorf("%s: unsupported version %d", path, m.Version)
 	}
-	cfg := TopicConfig{SegmentBytes: m.Config.SegmentBytes, RetentionMs: m.Config.RetentionMs, CleanupPolicy: m.Config.CleanupPolicy}
-	if _, err := normalizeTopic(m.Name, m.Partitions, cfg); err != nil {
+	cfg, err := normalizeTopic(m.Name, m.Partitions, m.Config.topicConfig())
+	if err != nil {
 		return m, fmt.Errorf("%s: %w", path, err)
 	}
+	m.Config = metaConfig(cfg)
 	return m, nil
 }
 
 func (s *FileStore) openTopic(m topicMeta, dir string) (*topic, error) {
 	t := &topic{
-		info: TopicInfo{Name: m.Name, ID: m.ID, Partitions: m.Partitions, Config: TopicConfig{
-			SegmentBytes: m.Config.SegmentBytes, RetentionMs: m.Config.RetentionMs, CleanupPolicy: m.Config.CleanupPolicy,
-		}},
-		dir: dir,
+		info: TopicInfo{Name: m.Name, ID: m.ID, Partitions: m.Partitions, Config: m.Config.topicConfig()},
+		dir:  dir,
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -175,6 +174,17 @@ func (p *partition) load() error {
 	if err != nil {
 		return err
 	}
+	// A compaction swap a crash interrupted is completed first (its
+	// cleaned segment was synced before it was named *.swap).
+	swapped, rewritten, err := p.completeSwaps(entries)
+	if err != nil {
+		return fmt.Errorf("completing a compaction swap: %w", err)
+	}
+	if rewritten {
+		if entries, err = os.ReadDir(p.dir); err != nil {
+			return err
+		}
+	}
 	var bases []int64
 	var indexFiles []string
 	ls, lsFound := int64(0), false
@@ -192,6 +202,13 @@ func (p *partition) load() error {
 			}
 			lsFound = true
 		case name == checkpointFile:
+		case name == cleanerStateFile:
+			purged, cleaned, err := readCleanerState(path)
+			if err != nil {
+				return fmt.Errorf("unreadable compaction state: %w; it holds the offset below which compaction removed tombstones, which change streams need (see docs/compaction.md)", err)
+			}
+			p.purgedTombs.Store(purged)
+			p.cleaner.cleanedThrough = cleaned
 		case strings.HasSuffix(name, logSuffix) && !e.IsDir():
 			b, ok := parseBase(name, logSuffix)
 			if !ok {
@@ -229,6 +246,21 @@ func (p *partition) load() error {
 		ck = nil // new or never rolled: every sealed segment is rescanned
 	case err != nil:
 		return fmt.Errorf("unreadable checkpoint: %w; moving it out of the directory makes the next start rebuild it from a full scan", err)
+	}
+	if ck != nil {
+		// Entries of segments a completed swap replaced are stale unless
+		// the checkpoint was written after the swap (it then names the
+		// cleaned segment with its size); stale ones are dropped, and the
+		// cleaned segment is rescanned like any unlisted one.
+		for _, r := range swapped {
+			size := int64(-1)
+			if st, err := os.Stat(filepath.Join(p.dir, fmt.Sprintf("%020d%s", r[0], logSuffix))); err == nil {
+				size = st.Size()
+			}
+			ck.segs = slices.DeleteFunc(ck.segs, func(e ckptSegment) bool {
+				return e.base >= r[0] && e.base < r[1] && !(e.base == r[0] && e.end == r[1] && e.size == size)
+			})
+		}
 	}
 
 	// The log start, against the checkpoint: it never moves back.
@@ -275,6 +307,7 @@ func (p *partition) load() error {
 		if i == len(bases)-1 {
 			break
 		}
+		seg.sparse = p.cfg.Compacts() // possibly rewritten by compaction
 		next := bases[i+1]
 		path := seg.logPath()
 		e, listed := ck.find(b)
@@ -383,7 +416,10 @@ func (p *partition) load() error {
 // the next segment's base has lost records, so the partition goes offline.
 func (p *partition) checkRescan(seg *segment, res walkResult, next int64) error {
 	path := seg.logPath()
-	if n := len(res.damages); n > 0 && res.damages[n-1].next < 0 || res.end != next {
+	// A compacted segment may end before the next one starts (its last
+	// records were superseded).
+	short := res.end != next && !(seg.sparse && res.end <= next)
+	if n := len(res.damages); n > 0 && res.damages[n-1].next < 0 || short {
 		pos := res.endPos
 		if n > 0 {
 			pos = res.damages[n-1].pos

@@ -170,11 +170,12 @@ type walkResult struct {
 }
 
 // walkFrames checks every frame of a sealed segment in [0, limit): length,
-// CRC, and offsets contiguous from base. Past a damaged frame it resyncs on
+// CRC, and offsets contiguous from base (with sparse, a compacted segment's,
+// increasing and below endOff). Past a damaged frame it resyncs on
 // the next valid frame with an offset below endOff, and records the
 // unreadable range. fn, if set, sees every valid frame (aliasing a scratch
 // buffer, valid during the call).
-func walkFrames(f *os.File, limit, base, endOff int64, fn func(fr []byte, pos int64, fi frameInfo)) (walkResult, error) {
+func walkFrames(f *os.File, limit, base, endOff int64, sparse bool, fn func(fr []byte, pos int64, fi frameInfo)) (walkResult, error) {
 	res := walkResult{end: base}
 	expect := base
 	sc := newScanner(f, 0, limit, 0)
@@ -188,7 +189,7 @@ func walkFrames(f *os.File, limit, base, endOff int64, fn func(fr []byte, pos in
 		if err == nil {
 			_, fi, err = decodeFrame(fr, nil)
 		}
-		if err == nil && fi.offset != expect {
+		if err == nil && fi.offset != expect && !(sparse && fi.offset > expect && fi.offset < endOff) {
 			err = fmt.Errorf("%w: offset %d where %d was expected", errBadFrame, fi.offset, expect)
 		}
 		if err != nil {

@@ -75,6 +75,11 @@ type segment struct {
 	// synced: the whole file is known fsynced (sealed in a durable mode,
 	// found synced in the checkpoint, or flushed by a clean Close).
 	synced atomic.Bool
+	// sparse: the segment was written (or, being a sealed segment of a
+	// compacted topic, may have been) by compaction, so its offsets may
+	// have gaps, also before its end. Set before the segment is listed and
+	// never changed.
+	sparse bool
 
 	// mu guards the fields below. Lock order: partition locks, then mu.
 	mu      sync.Mutex
@@ -121,6 +126,20 @@ func (s *segment) path(suffix string) string {
 // acquire adds a reference. The caller must have found s in the partition's
 // segment list under the partition's mu, so the list still holds one.
 func (s *segment) acquire() { s.refs.Add(1) }
+
+// tryAcquire adds a reference unless the last one is gone (the segment
+// may be closed): for holders of a pointer that is no longer listed.
+func (s *segment) tryAcquire() bool {
+	for {
+		n := s.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if s.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
 
 // release drops a reference; the last one closes the file and unlinks a
 // deleted segment.
@@ -231,7 +250,7 @@ func (s *segment) indexFrame(pos int64, fi frameInfo) {
 // maximum timestamp, so a sealed segment's newest timestamp is the last
 // entry of its file. s.mu must be held.
 func (s *segment) finishTimeIndex() {
-	if s.end > s.base && (len(s.tidx) == 0 || s.tidx[len(s.tidx)-1].ts < s.maxTs) {
+	if s.end > s.base && s.maxTs != math.MinInt64 && (len(s.tidx) == 0 || s.tidx[len(s.tidx)-1].ts < s.maxTs) {
 		s.tidx = append(s.tidx, timeEntry{ts: s.maxTs, rel: uint32(s.end - 1 - s.base)})
 	}
 }
@@ -447,7 +466,7 @@ func (s *segment) loadFilesLocked() bool {
 		}
 		tidx = append(tidx, e)
 	}
-	if n := len(tidx); n > 0 && tidx[n-1].ts != s.maxTs || n == 0 && count > 0 {
+	if n := len(tidx); n > 0 && tidx[n-1].ts != s.maxTs || n == 0 && count > 0 && s.maxTs != math.MinInt64 {
 		return false // the checkpoint's newest timestamp disagrees
 	}
 	s.idx, s.tidx = idx, tidx
@@ -467,7 +486,7 @@ func (s *segment) rebuildLocked(durable bool) (walkResult, error) {
 	end := s.end
 	// Damaged frames are stepped over (resync), so records after them stay
 	// indexed; reads that reach the damage report it.
-	res, err := walkFrames(f, s.size.Load(), s.base, end, func(_ []byte, pos int64, fi frameInfo) { s.indexFrame(pos, fi) })
+	res, err := walkFrames(f, s.size.Load(), s.base, end, s.sparse, func(_ []byte, pos int64, fi frameInfo) { s.indexFrame(pos, fi) })
 	if err != nil {
 		return res, err
 	}

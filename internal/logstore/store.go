@@ -61,6 +61,19 @@ type TopicConfig struct {
 	SegmentBytes  int64  // roll the active segment when it reaches this size
 	RetentionMs   int64  // -1 = keep forever
 	CleanupPolicy string // CleanupDelete, CleanupCompact or CleanupCompactDelete
+	// DeleteRetentionMs is how long compaction keeps a tombstone that is
+	// the latest record of its key, counted from the newest timestamp of
+	// its segment; 0 means DefaultDeleteRetentionMs (on a compacted topic).
+	DeleteRetentionMs int64
+	// MinCleanableDirtyRatio: compaction cleans a partition when the bytes
+	// written since its last cleaning exceed this share of its sealed
+	// bytes; 0 means DefaultMinCleanableDirtyRatio (on a compacted topic).
+	MinCleanableDirtyRatio float64
+}
+
+// Compacts reports whether the cleanup policy includes compaction.
+func (c TopicConfig) Compacts() bool {
+	return c.CleanupPolicy == CleanupCompact || c.CleanupPolicy == CleanupCompactDelete
 }
 
 // TopicInfo describes a topic.
@@ -78,6 +91,11 @@ type PartitionInfo struct {
 	HighWatermark  int64 // next offset to be assigned
 	SizeBytes      int64
 	SegmentCount   int32
+	// PurgedTombstonesBelow is P+1, where P is the greatest offset of a
+	// tombstone compaction removed while it was the latest record of its
+	// key; 0 when none was (P = -1). A change stream whose next offset is
+	// below it has missed a deletion (docs/compaction.md).
+	PurgedTombstonesBelow int64
 }
 
 // Store is the partitioned log that the service and domain packages depend on.

@@ -28,6 +28,12 @@ const (
 	MaxRecordBytes = 64 << 20
 	// MaxBatchBytes caps the encoded size of one Append call.
 	MaxBatchBytes = 512 << 20
+	// DefaultDeleteRetentionMs replaces a zero TopicConfig.DeleteRetentionMs
+	// (one day, as Kafka's delete.retention.ms).
+	DefaultDeleteRetentionMs = 86400000
+	// DefaultMinCleanableDirtyRatio replaces a zero
+	// TopicConfig.MinCleanableDirtyRatio (Kafka's min.cleanable.dirty.ratio).
+	DefaultMinCleanableDirtyRatio = 0.5
 )
 
 // validTopicName reports why name is not a valid topic name, or "" if it is.
@@ -78,7 +84,37 @@ func normalizeTopic(name string, partitions int32, cfg TopicConfig) (TopicConfig
 		return cfg, fmt.Errorf("%w: cleanup_policy %q, must be %q, %q or %q", ErrInvalidArgument,
 			cfg.CleanupPolicy, CleanupDelete, CleanupCompact, CleanupCompactDelete)
 	}
+	// The compaction settings get their defaults on compacted topics only
+	// (elsewhere they mean nothing and stay as given).
+	if cfg.DeleteRetentionMs == 0 && cfg.Compacts() {
+		cfg.DeleteRetentionMs = DefaultDeleteRetentionMs
+	}
+	if cfg.DeleteRetentionMs < 0 {
+		return cfg, fmt.Errorf("%w: delete_retention_ms is %d, must be positive (0 selects the default %d)", ErrInvalidArgument, cfg.DeleteRetentionMs, DefaultDeleteRetentionMs)
+	}
+	if cfg.MinCleanableDirtyRatio == 0 && cfg.Compacts() {
+		cfg.MinCleanableDirtyRatio = DefaultMinCleanableDirtyRatio
+	}
+	if !(cfg.MinCleanableDirtyRatio >= 0 && cfg.MinCleanableDirtyRatio <= 1) {
+		return cfg, fmt.Errorf("%w: min_cleanable_dirty_ratio is %v, must be in (0, 1] (0 selects the default %v)", ErrInvalidArgument, cfg.MinCleanableDirtyRatio, DefaultMinCleanableDirtyRatio)
+	}
 	return cfg, nil
+}
+
+// validateKeys rejects keyless records for a compacted topic: compaction
+// keeps the latest record per key, so a record without one could never be
+// superseded and would be kept forever (Kafka rejects them the same way).
+func validateKeys(cfg TopicConfig, recs []Record) error {
+	if !cfg.Compacts() {
+		return nil
+	}
+	for i := range recs {
+		if recs[i].Key == nil {
+			return fmt.Errorf("%w: record %d has no key, and cleanup_policy %q keeps the latest record per key: compacted topics accept keyed records only",
+				ErrInvalidArgument, i, cfg.CleanupPolicy)
+		}
+	}
+	return nil
 }
 
 // validateBatch checks an Append batch and returns its encoded size.

@@ -17,6 +17,10 @@ type Config struct {
 	FsyncInterval time.Duration // for Fsync "interval"
 	SegmentBytes  int64         // default segment size of new topics
 
+	// Log compaction (docs/compaction.md).
+	CompactionMaxBytesPerSec int64         // cleaner disk I/O cap, bytes/s; 0 = unlimited
+	CompactionInterval       time.Duration // how often the cleaner looks for dirty partitions
+
 	MaxRequestBytes int // largest request accepted, gRPC and REST
 
 	// Share groups (flags accepted and validated now; used by share groups).
@@ -80,6 +84,7 @@ func DefaultConfig() Config {
 		Fsync:                        "always",
 		FsyncInterval:                time.Second,
 		SegmentBytes:                 64 << 20,
+		CompactionInterval:           15 * time.Second,
 		MaxRequestBytes:              16 << 20,
 		MaxShareSessions:             2000,
 		ShareSessionIdleTimeout:      2 * time.Minute,
@@ -122,6 +127,12 @@ func (c Config) Validate() error {
 		}
 	default:
 		bad("--fsync must be always, interval or never, got %q", c.Fsync)
+	}
+	if c.CompactionMaxBytesPerSec < 0 {
+		bad("--compaction-max-bytes-per-sec must not be negative, got %d", c.CompactionMaxBytesPerSec)
+	}
+	if c.CompactionInterval <= 0 {
+		bad("--compaction-interval must be positive, got %s", c.CompactionInterval)
 	}
 	if c.SegmentBytes < 1024 || c.SegmentBytes > 1<<30 {
 		bad("--segment-bytes must be between 1024 and 1073741824, got %d", c.SegmentBytes)

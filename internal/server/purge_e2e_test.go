@@ -30,6 +30,17 @@ func purgeOne(t *testing.T, s *stack, topic string, partition int32, offset int6
 	return resp.GetTopics()[0].GetPartitions()[0]
 }
 
+// produceKeyed produces one record per value, keyed by the value.
+func (s *stack) produceKeyed(t testing.TB, topic string, partition int32, values ...string) {
+	t.Helper()
+	req := &sharelogv1.ProduceRequest{Topic: topic, Partition: &partition}
+	for _, v := range values {
+		req.Records = append(req.Records, &sharelogv1.Record{Key: []byte(v), Value: []byte(v)})
+	}
+	_, err := s.log.Produce(context.Background(), req)
+	require.NoError(t, err)
+}
+
 func TestPurgeRules(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, server.Options{})
@@ -40,8 +51,8 @@ func TestPurgeRules(t *testing.T) {
 	for range 10 {
 		s.produce(t, "t", 0, "r")
 	}
-	s.produce(t, "both", 0, "a", "b", "c")
-	s.produce(t, "compacted", 0, "a", "b")
+	s.produceKeyed(t, "both", 0, "a", "b", "c") // compacted topics take keyed records only
+	s.produceKeyed(t, "compacted", 0, "a", "b")
 
 	none := sharelogv1.ErrorCode_ERROR_CODE_NONE
 	cases := []struct {

@@ -171,7 +171,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		return nil, err
 	}
 	if s.store, err = logstore.Open(cfg.DataDir, logstore.Options{Fsync: mode, FsyncInterval: cfg.FsyncInterval, Logger: log,
-		OnStorageError: s.recordStorageError}); err != nil {
+		OnStorageError:     s.recordStorageError,
+		CompactionInterval: cfg.CompactionInterval, CompactionMaxBytesPerSec: cfg.CompactionMaxBytesPerSec}); err != nil {
 		return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
 	}
 	store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)

@@ -13,6 +13,7 @@ package service
 //   - Purge: per-partition results; one bad partition never fails the others.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -84,6 +85,12 @@ func (s *LogService) CreateTopic(ctx context.Context, req *sharelogv1.CreateTopi
 		if c.CleanupPolicy != nil {
 			cfg.CleanupPolicy = c.GetCleanupPolicy()
 		}
+		if c.DeleteRetentionMs != nil {
+			cfg.DeleteRetentionMs = c.GetDeleteRetentionMs()
+		}
+		if c.MinCleanableDirtyRatio != nil {
+			cfg.MinCleanableDirtyRatio = c.GetMinCleanableDirtyRatio()
+		}
 	}
 	if _, err := s.store.CreateTopic(ctx, req.GetName(), req.GetPartitions(), cfg); err != nil {
 		return nil, toStatus(ctx, s.log, err)
@@ -142,13 +149,19 @@ func (s *LogService) describe(ctx context.Context, name string) (*sharelogv1.Top
 }
 
 func topicToProto(info logstore.TopicInfo, parts []logstore.PartitionInfo) *sharelogv1.Topic {
+	// The compaction settings of a topic that does not compact are stored
+	// unset; responses show the defaults they would take.
+	deleteRetention := cmp.Or(info.Config.DeleteRetentionMs, logstore.DefaultDeleteRetentionMs)
+	dirtyRatio := cmp.Or(info.Config.MinCleanableDirtyRatio, logstore.DefaultMinCleanableDirtyRatio)
 	t := &sharelogv1.Topic{
 		Name:    info.Name,
 		TopicId: info.ID,
 		Config: &sharelogv1.TopicConfig{
-			SegmentBytes:  &info.Config.SegmentBytes,
-			RetentionMs:   &info.Config.RetentionMs,
-			CleanupPolicy: &info.Config.CleanupPolicy,
+			SegmentBytes:           &info.Config.SegmentBytes,
+			RetentionMs:            &info.Config.RetentionMs,
+			CleanupPolicy:          &info.Config.CleanupPolicy,
+			DeleteRetentionMs:      &deleteRetention,
+			MinCleanableDirtyRatio: &dirtyRatio,
 		},
 		PartitionCount: info.Partitions,
 		Partitions:     make([]*sharelogv1.TopicPartition, len(parts)),

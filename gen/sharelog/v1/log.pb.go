@@ -85,10 +85,21 @@ type TopicConfig struct {
 	SegmentBytes *int64 `protobuf:"varint,1,opt,name=segment_bytes,json=segmentBytes,proto3,oneof" json:"segment_bytes,omitempty"`
 	// Time retention in ms; -1 (default) keeps records forever.
 	RetentionMs *int64 `protobuf:"varint,2,opt,name=retention_ms,json=retentionMs,proto3,oneof" json:"retention_ms,omitempty"`
-	// "delete" (default), "compact" or "compact,delete".
+	// "delete" (default), "compact" or "compact,delete". A compacted topic
+	// accepts keyed records only (a record without a key is INVALID_REQUEST);
+	// see docs/compaction.md.
 	CleanupPolicy *string `protobuf:"bytes,3,opt,name=cleanup_policy,json=cleanupPolicy,proto3,oneof" json:"cleanup_policy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Compaction: how long a tombstone that is the latest record of its key
+	// is kept, in ms, counted from the newest timestamp of its segment
+	// (default and 0: 86400000, one day). Change streams that have not seen
+	// a removed tombstone end with ROLLBACK (tombstones_purged).
+	DeleteRetentionMs *int64 `protobuf:"varint,4,opt,name=delete_retention_ms,json=deleteRetentionMs,proto3,oneof" json:"delete_retention_ms,omitempty"`
+	// Compaction: a partition is cleaned when the bytes written since its
+	// last cleaning exceed this share of its sealed bytes, in (0, 1]
+	// (default and 0: 0.5).
+	MinCleanableDirtyRatio *float64 `protobuf:"fixed64,5,opt,name=min_cleanable_dirty_ratio,json=minCleanableDirtyRatio,proto3,oneof" json:"min_cleanable_dirty_ratio,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *TopicConfig) Reset() {
@@ -140,6 +151,20 @@ func (x *TopicConfig) GetCleanupPolicy() string {
 		return *x.CleanupPolicy
 	}
 	return ""
+}
+
+func (x *TopicConfig) GetDeleteRetentionMs() int64 {
+	if x != nil && x.DeleteRetentionMs != nil {
+		return *x.DeleteRetentionMs
+	}
+	return 0
+}
+
+func (x *TopicConfig) GetMinCleanableDirtyRatio() float64 {
+	if x != nil && x.MinCleanableDirtyRatio != nil {
+		return *x.MinCleanableDirtyRatio
+	}
+	return 0
 }
 
 // A topic and its partitions.
@@ -1331,14 +1356,18 @@ var File_sharelog_v1_log_proto protoreflect.FileDescriptor
 
 const file_sharelog_v1_log_proto_rawDesc = "" +
 	"\n" +
-	"\x15sharelog/v1/log.proto\x12\vsharelog.v1\x1a\x18sharelog/v1/common.proto\"\xc1\x01\n" +
+	"\x15sharelog/v1/log.proto\x12\vsharelog.v1\x1a\x18sharelog/v1/common.proto\"\xec\x02\n" +
 	"\vTopicConfig\x12(\n" +
 	"\rsegment_bytes\x18\x01 \x01(\x03H\x00R\fsegmentBytes\x88\x01\x01\x12&\n" +
 	"\fretention_ms\x18\x02 \x01(\x03H\x01R\vretentionMs\x88\x01\x01\x12*\n" +
-	"\x0ecleanup_policy\x18\x03 \x01(\tH\x02R\rcleanupPolicy\x88\x01\x01B\x10\n" +
+	"\x0ecleanup_policy\x18\x03 \x01(\tH\x02R\rcleanupPolicy\x88\x01\x01\x123\n" +
+	"\x13delete_retention_ms\x18\x04 \x01(\x03H\x03R\x11deleteRetentionMs\x88\x01\x01\x12>\n" +
+	"\x19min_cleanable_dirty_ratio\x18\x05 \x01(\x01H\x04R\x16minCleanableDirtyRatio\x88\x01\x01B\x10\n" +
 	"\x0e_segment_bytesB\x0f\n" +
 	"\r_retention_msB\x11\n" +
-	"\x0f_cleanup_policy\"\xce\x01\n" +
+	"\x0f_cleanup_policyB\x16\n" +
+	"\x14_delete_retention_msB\x1c\n" +
+	"\x1a_min_cleanable_dirty_ratio\"\xce\x01\n" +
 	"\x05Topic\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\btopic_id\x18\x02 \x01(\tR\atopicId\x120\n" +

@@ -90,8 +90,8 @@ type dGroup struct {
 }
 
 type dPart struct {
-	rev   uint64
-	val   []byte
+	rev uint64
+	val []byte
 }
 
 type partKey struct {

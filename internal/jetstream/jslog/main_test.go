@@ -1,4 +1,4 @@
-package jslog_test
+package jslog
 
 import (
 	"context"
@@ -6,9 +6,9 @@ import (
 	"os"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharelog/sharelog/internal/jetstream/jslog"
 	"github.com/sharelog/sharelog/internal/jetstream/jstest"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/logstore/logstoretest"
@@ -32,12 +32,18 @@ func TestMain(m *testing.M) {
 
 // newStore opens a store with its own prefix on a connection of its own,
 // closed (and its streams deleted) at t's cleanup.
-func newStore(t *testing.T) *jslog.Store {
+func newStore(t *testing.T) *Store {
 	t.Helper()
 	nc := cluster.Connect(t)
 	prefix := cluster.Prefix()
 	cluster.Cleanup(t, nc, prefix)
-	s, err := jslog.Open(context.Background(), nc, jslog.Options{Prefix: prefix, Replicas: 3})
+	return openStore(t, nc, Options{Prefix: prefix, Replicas: 3})
+}
+
+// openStore opens a store on nc with o, closed at t's cleanup.
+func openStore(t *testing.T, nc *nats.Conn, o Options) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), nc, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s

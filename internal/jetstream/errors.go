@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -42,15 +41,6 @@ func APICode(err error) njs.ErrorCode {
 func IsWrongLastSequence(err error) bool {
 	c := APICode(err)
 	return c == CodeWrongLastSequence || c == CodeWrongLastSequenceConstant
-}
-
-// Unavailable reports whether err says the cluster could not be reached or
-// did not answer in time (as opposed to answering with an error).
-func Unavailable(err error) bool {
-	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected) ||
-		errors.Is(err, nats.ErrConnectionDraining) || errors.Is(err, njs.ErrNoStreamResponse) ||
-		errors.Is(err, context.DeadlineExceeded)
 }
 
 // Wrap returns err with what was being done, wrapping storage as the

@@ -42,6 +42,11 @@
 // stream leader) or has applied a purge this instance has not seen (then
 // the log start is raised and the read is out of range).
 //
+// Costs of this design: the consumer also delivers the instance's own
+// appends back to it (skipped, but transferred), and the key index keeps
+// the entries of purged records until the instance reloads the partition,
+// as the memory store does.
+//
 // # Appends and fencing
 //
 // One Append is one atomic JetStream batch (all or nothing, contiguous

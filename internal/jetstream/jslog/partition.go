@@ -321,6 +321,13 @@ func (p *partition) outOfRange(offset, ls, hw int64) error {
 		p.topic, p.id, offset, ls, hw, logstore.ErrOffsetOutOfRange)
 }
 
+// Bounds of one direct-get batch answer: readSlack above what the caller
+// still wants, at most maxReadBytes.
+const (
+	readSlack    = 64 << 10
+	maxReadBytes = 8 << 20
+)
+
 // fetch reads up to want records from offset on (all below the high
 // watermark), stopping before the record that would pass maxBytes (the
 // first is always taken).
@@ -358,7 +365,12 @@ func (p *partition) fetch(ctx, callerCtx context.Context, offset int64, want, ma
 	}
 	for len(out) < want {
 		n := min(want-len(out), readBatch)
-		it, err := jetstreamext.GetBatch(ctx, p.s.js, p.stream, n, jetstreamext.GetBatchSeq(uint64(next)+1))
+		// Ask for about the bytes still wanted (frames are a little larger
+		// than records), bounded so one answer stays small; an answer that
+		// holds nothing falls back to the single get below.
+		budget := int(min(int64(maxBytes-bytes)+readSlack, maxReadBytes))
+		it, err := jetstreamext.GetBatch(ctx, p.s.js, p.stream, n, jetstreamext.GetBatchSeq(uint64(next)+1),
+			jetstreamext.GetBatchMaxBytes(budget))
 		if err != nil {
 			return nil, p.streamErr(callerCtx, "read", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -125,13 +126,17 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	}
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
-	s.kv, err = js.CreateOrUpdateKeyValue(octx, njs.KeyValueConfig{
-		Bucket:      sljs.MetaBucket(o.Prefix),
+	bucket := sljs.MetaBucket(o.Prefix)
+	s.kv, err = js.CreateKeyValue(octx, njs.KeyValueConfig{
+		Bucket:      bucket,
 		Description: "sharelog topic metadata",
 		History:     1,
 		Storage:     njs.FileStorage,
 		Replicas:    o.Replicas,
 	})
+	if errors.Is(err, njs.ErrBucketExists) {
+		s.kv, err = js.KeyValue(octx, bucket) // as the operator left it
+	}
 	if err != nil {
 		return nil, sljs.Wrap(ctx, "open the topic metadata bucket", err, logstore.ErrStorage)
 	}
@@ -189,8 +194,9 @@ func (s *Store) watchMeta(ctx context.Context, w njs.KeyWatcher) {
 func (s *Store) applyMeta(e njs.KeyValueEntry) {
 	var gone *topic
 	s.mu.Lock()
-	name, err := sljs.UnhexKey(e.Key()[len("topic."):])
-	if err != nil || s.closed || e.Revision() <= s.revs[name] {
+	tok, isTopic := strings.CutPrefix(e.Key(), "topic.")
+	name, err := sljs.UnhexKey(tok)
+	if !isTopic || err != nil || s.closed || e.Revision() <= s.revs[name] {
 		s.mu.Unlock()
 		return
 	}

@@ -50,9 +50,25 @@ type Cluster struct {
 	next    atomic.Int64
 }
 
+// startAttempts is how often Start tries with fresh route ports: another
+// process may take a port between the check that it is free and the
+// server's bind.
+const startAttempts = 3
+
 // Start starts the cluster and waits until JetStream has a meta leader and
 // every node is a peer.
 func Start(o Options) (*Cluster, error) {
+	var err error
+	for range startAttempts {
+		var c *Cluster
+		if c, err = start(o); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
+
+func start(o Options) (*Cluster, error) {
 	if o.Nodes == 0 {
 		o.Nodes = 3
 	}

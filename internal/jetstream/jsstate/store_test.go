@@ -2,6 +2,7 @@ package jsstate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -200,4 +201,38 @@ func TestUndecodableSnapshotIsOffline(t *testing.T) {
 	require.False(t, p.Initialized)
 	require.Equal(t, "tid", p.TopicID)
 	require.Contains(t, p.Offline, "undecodable")
+}
+
+// A startup snapshot that fails deletes nothing: the entries it wrote are
+// kept as ordinary full states, and what it did not write stays.
+func TestFailedStartupSnapshotDeletesNothing(t *testing.T) {
+	t.Parallel()
+	m := newMedium(t)
+	s := openStarted(t, m)
+	for _, g := range []string{"a", "b"} {
+		tk, err := s.Write(sharestate.Entry{Kind: sharestate.KindGroup, Group: g, GroupEpoch: 1})
+		require.NoError(t, err)
+		require.NoError(t, s.Wait(tk))
+	}
+	require.NoError(t, s.Close())
+
+	again := m.Open(t).(*jsstate.Store)
+	t.Cleanup(func() { _ = again.Close() })
+	boom := errors.New("snapshot failed half way")
+	err := again.Start(func() error {
+		if _, err := again.Write(sharestate.Entry{Kind: sharestate.KindGroup, Group: "a", GroupEpoch: 2}); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.NoError(t, again.Close())
+
+	third := m.Open(t)
+	t.Cleanup(func() { _ = third.Close() })
+	var got []string
+	for _, g := range third.Recovered().Groups {
+		got = append(got, fmt.Sprintf("%s epoch=%d", g.ID, g.GroupEpoch))
+	}
+	require.Equal(t, []string{"a epoch=2", "b epoch=1"}, got)
 }

@@ -232,3 +232,38 @@ func TestUnreachableIsStorageError(t *testing.T) {
 	_, err = s.CreateTopic(bg, "cut2", 1, logstore.TopicConfig{RetentionMs: -1})
 	assert.ErrorIs(t, err, logstore.ErrStorage)
 }
+
+// A change of stream leader (as when a NATS server is restarted cleanly)
+// loses nothing: appends go on at the next offset and every record reads
+// back.
+func TestStreamLeaderChange(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	info, err := s.CreateTopic(bg, "moved", 1, logstore.TopicConfig{RetentionMs: -1})
+	require.NoError(t, err)
+	_, err = s.Append(bg, "moved", 0, []logstore.Record{rec("a", "0"), rec("b", "1")})
+	require.NoError(t, err)
+	stream := sljs.StreamName(s.prefix, info.ID, 0)
+	leader := func() string {
+		st, err := s.js.Stream(bg, stream)
+		if err != nil || st.CachedInfo().Cluster == nil {
+			return ""
+		}
+		return st.CachedInfo().Cluster.Leader
+	}
+	old := leader()
+	require.NotEmpty(t, old)
+	require.NoError(t, sljs.Request(bg, s.nc, "STREAM.LEADER.STEPDOWN."+stream, struct{}{}, nil))
+	require.Eventually(t, func() bool { l := leader(); return l != "" && l != old }, waitTimeout, 10*time.Millisecond,
+		"a new stream leader")
+
+	base, err := s.Append(bg, "moved", 0, []logstore.Record{rec("c", "2")})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), base)
+	recs, err := s.Read(bg, "moved", 0, 0, 10, 1<<20)
+	require.NoError(t, err)
+	require.Len(t, recs, 3)
+	for i, r := range recs {
+		assert.Equal(t, fmt.Sprint(i), string(r.Value))
+	}
+}

@@ -365,6 +365,11 @@ func TestDamageTable(t *testing.T) {
 				assert.ErrorIs(t, err, logstore.ErrOffline)
 				_, _, err = s.Bounds("dmg", 0)
 				assert.ErrorIs(t, err, logstore.ErrOffline)
+				// Describing the topic says so instead of showing bounds.
+				_, parts, err := s.Topic(ctx, "dmg")
+				require.NoError(t, err)
+				assert.ErrorIs(t, parts[0].Err, logstore.ErrOffline)
+				assert.Zero(t, parts[0].HighWatermark)
 				assert.Contains(t, logs.String(), "level=ERROR")
 				if want.offline == e.pdir {
 					assert.NoDirExists(t, e.pdir, "a missing partition directory is not recreated empty")

@@ -868,6 +868,9 @@ func (p *partition) moveLogStart(off int64) (int64, error) {
 
 // info returns the partition's bounds and disk use.
 func (p *partition) info() PartitionInfo {
+	if p.offlineErr != nil {
+		return PartitionInfo{Partition: p.id, Err: p.offlineErr}
+	}
 	pi := PartitionInfo{Partition: p.id, LogStartOffset: p.logStart.Load(), HighWatermark: p.hw.Load(), PurgedTombstonesBelow: p.purgedTombs.Load() + 1}
 	p.mu.RLock()
 	for _, s := range p.segs {

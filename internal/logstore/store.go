@@ -96,6 +96,9 @@ type PartitionInfo struct {
 	// key; 0 when none was (P = -1). A change stream whose next offset is
 	// below it has missed a deletion (docs/compaction.md).
 	PurgedTombstonesBelow int64
+	// Err is set (wrapping ErrOffline) when the partition is offline; the
+	// other fields are then zero and mean nothing.
+	Err error
 }
 
 // Store is the partitioned log that the service and domain packages depend on.

@@ -174,6 +174,11 @@ func topicToProto(info logstore.TopicInfo, parts []logstore.PartitionInfo) *shar
 			SizeBytes:      p.SizeBytes,
 			SegmentCount:   p.SegmentCount,
 		}
+		if p.Err != nil {
+			// The path and cause are in the server log; clients get the code.
+			t.Partitions[i].ErrorCode = sharelogv1.ErrorCode_ERROR_CODE_KAFKA_STORAGE_ERROR
+			t.Partitions[i].ErrorMessage = "partition offline: its files failed validation at start (the server log names the file)"
+		}
 	}
 	return t
 }

@@ -256,6 +256,12 @@ type TopicPartition struct {
 	HighWatermark int64 `protobuf:"varint,3,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
 	SizeBytes     int64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	SegmentCount  int32 `protobuf:"varint,5,opt,name=segment_count,json=segmentCount,proto3" json:"segment_count,omitempty"`
+	// ERROR_CODE_KAFKA_STORAGE_ERROR when the partition is offline (its files
+	// failed validation at start; docs/operations.md): then log_start_offset,
+	// high_watermark, size_bytes and segment_count are 0 and mean nothing,
+	// and every call on the partition fails with KAFKA_STORAGE_ERROR.
+	ErrorCode     ErrorCode `protobuf:"varint,6,opt,name=error_code,json=errorCode,proto3,enum=sharelog.v1.ErrorCode" json:"error_code,omitempty"`
+	ErrorMessage  string    `protobuf:"bytes,7,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -323,6 +329,20 @@ func (x *TopicPartition) GetSegmentCount() int32 {
 		return x.SegmentCount
 	}
 	return 0
+}
+
+func (x *TopicPartition) GetErrorCode() ErrorCode {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ErrorCode_ERROR_CODE_NONE
+}
+
+func (x *TopicPartition) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
 }
 
 type CreateTopicRequest struct {
@@ -1375,14 +1395,17 @@ const file_sharelog_v1_log_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x04 \x03(\v2\x1b.sharelog.v1.TopicPartitionR\n" +
 	"partitions\x12'\n" +
-	"\x0fpartition_count\x18\x05 \x01(\x05R\x0epartitionCount\"\xc3\x01\n" +
+	"\x0fpartition_count\x18\x05 \x01(\x05R\x0epartitionCount\"\x9f\x02\n" +
 	"\x0eTopicPartition\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12(\n" +
 	"\x10log_start_offset\x18\x02 \x01(\x03R\x0elogStartOffset\x12%\n" +
 	"\x0ehigh_watermark\x18\x03 \x01(\x03R\rhighWatermark\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\x12#\n" +
-	"\rsegment_count\x18\x05 \x01(\x05R\fsegmentCount\"z\n" +
+	"\rsegment_count\x18\x05 \x01(\x05R\fsegmentCount\x125\n" +
+	"\n" +
+	"error_code\x18\x06 \x01(\x0e2\x16.sharelog.v1.ErrorCodeR\terrorCode\x12#\n" +
+	"\rerror_message\x18\a \x01(\tR\ferrorMessage\"z\n" +
 	"\x12CreateTopicRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -1511,44 +1534,45 @@ var file_sharelog_v1_log_proto_goTypes = []any{
 	(*PurgeResponse)(nil),        // 20: sharelog.v1.PurgeResponse
 	(*PurgeTopicResult)(nil),     // 21: sharelog.v1.PurgeTopicResult
 	(*PurgePartitionResult)(nil), // 22: sharelog.v1.PurgePartitionResult
-	(*Record)(nil),               // 23: sharelog.v1.Record
-	(ErrorCode)(0),               // 24: sharelog.v1.ErrorCode
+	(ErrorCode)(0),               // 23: sharelog.v1.ErrorCode
+	(*Record)(nil),               // 24: sharelog.v1.Record
 }
 var file_sharelog_v1_log_proto_depIdxs = []int32{
 	1,  // 0: sharelog.v1.Topic.config:type_name -> sharelog.v1.TopicConfig
 	3,  // 1: sharelog.v1.Topic.partitions:type_name -> sharelog.v1.TopicPartition
-	1,  // 2: sharelog.v1.CreateTopicRequest.config:type_name -> sharelog.v1.TopicConfig
-	2,  // 3: sharelog.v1.ListTopicsResponse.topics:type_name -> sharelog.v1.Topic
-	23, // 4: sharelog.v1.ProduceRequest.records:type_name -> sharelog.v1.Record
-	12, // 5: sharelog.v1.ProduceResponse.results:type_name -> sharelog.v1.ProduceResult
-	23, // 6: sharelog.v1.FetchResponse.records:type_name -> sharelog.v1.Record
-	0,  // 7: sharelog.v1.ListOffsetsRequest.spec:type_name -> sharelog.v1.OffsetSpec
-	18, // 8: sharelog.v1.PurgeRequest.topics:type_name -> sharelog.v1.PurgeTopic
-	19, // 9: sharelog.v1.PurgeTopic.partitions:type_name -> sharelog.v1.PurgePartition
-	21, // 10: sharelog.v1.PurgeResponse.topics:type_name -> sharelog.v1.PurgeTopicResult
-	22, // 11: sharelog.v1.PurgeTopicResult.partitions:type_name -> sharelog.v1.PurgePartitionResult
-	24, // 12: sharelog.v1.PurgePartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
-	4,  // 13: sharelog.v1.LogService.CreateTopic:input_type -> sharelog.v1.CreateTopicRequest
-	5,  // 14: sharelog.v1.LogService.DeleteTopic:input_type -> sharelog.v1.DeleteTopicRequest
-	7,  // 15: sharelog.v1.LogService.ListTopics:input_type -> sharelog.v1.ListTopicsRequest
-	9,  // 16: sharelog.v1.LogService.DescribeTopic:input_type -> sharelog.v1.DescribeTopicRequest
-	10, // 17: sharelog.v1.LogService.Produce:input_type -> sharelog.v1.ProduceRequest
-	13, // 18: sharelog.v1.LogService.Fetch:input_type -> sharelog.v1.FetchRequest
-	15, // 19: sharelog.v1.LogService.ListOffsets:input_type -> sharelog.v1.ListOffsetsRequest
-	17, // 20: sharelog.v1.LogService.Purge:input_type -> sharelog.v1.PurgeRequest
-	2,  // 21: sharelog.v1.LogService.CreateTopic:output_type -> sharelog.v1.Topic
-	6,  // 22: sharelog.v1.LogService.DeleteTopic:output_type -> sharelog.v1.DeleteTopicResponse
-	8,  // 23: sharelog.v1.LogService.ListTopics:output_type -> sharelog.v1.ListTopicsResponse
-	2,  // 24: sharelog.v1.LogService.DescribeTopic:output_type -> sharelog.v1.Topic
-	11, // 25: sharelog.v1.LogService.Produce:output_type -> sharelog.v1.ProduceResponse
-	14, // 26: sharelog.v1.LogService.Fetch:output_type -> sharelog.v1.FetchResponse
-	16, // 27: sharelog.v1.LogService.ListOffsets:output_type -> sharelog.v1.ListOffsetsResponse
-	20, // 28: sharelog.v1.LogService.Purge:output_type -> sharelog.v1.PurgeResponse
-	21, // [21:29] is the sub-list for method output_type
-	13, // [13:21] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	23, // 2: sharelog.v1.TopicPartition.error_code:type_name -> sharelog.v1.ErrorCode
+	1,  // 3: sharelog.v1.CreateTopicRequest.config:type_name -> sharelog.v1.TopicConfig
+	2,  // 4: sharelog.v1.ListTopicsResponse.topics:type_name -> sharelog.v1.Topic
+	24, // 5: sharelog.v1.ProduceRequest.records:type_name -> sharelog.v1.Record
+	12, // 6: sharelog.v1.ProduceResponse.results:type_name -> sharelog.v1.ProduceResult
+	24, // 7: sharelog.v1.FetchResponse.records:type_name -> sharelog.v1.Record
+	0,  // 8: sharelog.v1.ListOffsetsRequest.spec:type_name -> sharelog.v1.OffsetSpec
+	18, // 9: sharelog.v1.PurgeRequest.topics:type_name -> sharelog.v1.PurgeTopic
+	19, // 10: sharelog.v1.PurgeTopic.partitions:type_name -> sharelog.v1.PurgePartition
+	21, // 11: sharelog.v1.PurgeResponse.topics:type_name -> sharelog.v1.PurgeTopicResult
+	22, // 12: sharelog.v1.PurgeTopicResult.partitions:type_name -> sharelog.v1.PurgePartitionResult
+	23, // 13: sharelog.v1.PurgePartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
+	4,  // 14: sharelog.v1.LogService.CreateTopic:input_type -> sharelog.v1.CreateTopicRequest
+	5,  // 15: sharelog.v1.LogService.DeleteTopic:input_type -> sharelog.v1.DeleteTopicRequest
+	7,  // 16: sharelog.v1.LogService.ListTopics:input_type -> sharelog.v1.ListTopicsRequest
+	9,  // 17: sharelog.v1.LogService.DescribeTopic:input_type -> sharelog.v1.DescribeTopicRequest
+	10, // 18: sharelog.v1.LogService.Produce:input_type -> sharelog.v1.ProduceRequest
+	13, // 19: sharelog.v1.LogService.Fetch:input_type -> sharelog.v1.FetchRequest
+	15, // 20: sharelog.v1.LogService.ListOffsets:input_type -> sharelog.v1.ListOffsetsRequest
+	17, // 21: sharelog.v1.LogService.Purge:input_type -> sharelog.v1.PurgeRequest
+	2,  // 22: sharelog.v1.LogService.CreateTopic:output_type -> sharelog.v1.Topic
+	6,  // 23: sharelog.v1.LogService.DeleteTopic:output_type -> sharelog.v1.DeleteTopicResponse
+	8,  // 24: sharelog.v1.LogService.ListTopics:output_type -> sharelog.v1.ListTopicsResponse
+	2,  // 25: sharelog.v1.LogService.DescribeTopic:output_type -> sharelog.v1.Topic
+	11, // 26: sharelog.v1.LogService.Produce:output_type -> sharelog.v1.ProduceResponse
+	14, // 27: sharelog.v1.LogService.Fetch:output_type -> sharelog.v1.FetchResponse
+	16, // 28: sharelog.v1.LogService.ListOffsets:output_type -> sharelog.v1.ListOffsetsResponse
+	20, // 29: sharelog.v1.LogService.Purge:output_type -> sharelog.v1.PurgeResponse
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_sharelog_v1_log_proto_init() }

@@ -216,6 +216,18 @@ func (s *Store) Append(ctx context.Context, topic string, partition int32, recs 
 		msgs[i] = m
 	}
 	ack, err := jetstreamext.PublishMsgBatch(octx, s.js, msgs)
+	// "No responders": no stream leader is listening yet (an election is
+	// under way, e.g. after a leader step-down), so nothing was staged and
+	// the same batch can be sent again until the call's deadline.
+	for backoff := 10 * time.Millisecond; errors.Is(err, nats.ErrNoResponders); backoff = min(2*backoff, 200*time.Millisecond) {
+		select {
+		case <-octx.Done():
+		case <-time.After(backoff):
+			ack, err = jetstreamext.PublishMsgBatch(octx, s.js, msgs)
+			continue
+		}
+		break
+	}
 	if err != nil {
 		if sljs.IsWrongLastSequence(err) {
 			p.markResync()

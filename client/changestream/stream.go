@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
@@ -245,7 +246,7 @@ func rollbackCause(err error) (ResetCause, bool) {
 	}
 	for _, d := range st.Details() {
 		info, ok := d.(*errdetails.ErrorInfo)
-		if !ok || info.GetReason() != "ROLLBACK_REQUIRED" {
+		if !ok || apierr.Reason(info.GetReason()) != apierr.RollbackRequired {
 			continue
 		}
 		switch info.GetMetadata()["cause"] {

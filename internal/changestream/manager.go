@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/principal"
 )
@@ -144,9 +145,9 @@ func validate(req *Request) error {
 	return nil
 }
 
-func rollbackRequired(cause, topicID string, ls, hw int64, msg string) *Error {
-	return &Error{
-		Reason:  ReasonRollbackRequired,
+func rollbackRequired(cause, topicID string, ls, hw int64, msg string) *apierr.Error {
+	return &apierr.Error{
+		Reason:  apierr.RollbackRequired,
 		Message: msg + "; drop the state derived from this partition and restart from offset 0",
 		Metadata: map[string]string{
 			"rollback_offset":  "0",
@@ -159,7 +160,7 @@ func rollbackRequired(cause, topicID string, ls, hw int64, msg string) *Error {
 }
 
 // Stream runs one call: it validates req (change-stream.md §2; a failure is
-// an *Error or a logstore sentinel, before any event), then sends events
+// an *apierr.Error or a logstore sentinel, before any event), then sends events
 // one at a time through send until the call ends. It returns nil after
 // stream_end, ctx's error when cancelled, or the error that stopped it
 // (logstore.ErrCorrupt on a checksum failure). send blocking is the
@@ -170,18 +171,18 @@ func (m *Manager) Stream(ctx context.Context, req Request, send func(*Event) err
 	}
 	select {
 	case <-m.stop:
-		return &Error{Reason: ReasonUnavailable, Message: "the server is shutting down"}
+		return &apierr.Error{Reason: apierr.Unavailable, Message: "the server is shutting down"}
 	default:
 	}
 	if n := m.open.Add(1); n > int64(m.cfg.MaxStreams) {
 		m.open.Add(-1)
-		return &Error{Reason: ReasonThrottlingQuotaExceeded,
+		return &apierr.Error{Reason: apierr.ThrottlingQuotaExceeded,
 			Message: fmt.Sprintf("%d change streams are open, the limit is %d (--max-change-streams)", n-1, m.cfg.MaxStreams)}
 	}
 	defer m.open.Add(-1)
 	if owner := principal.Name(ctx); owner != "" {
 		if !m.takeShare(owner) {
-			return &Error{Reason: ReasonThrottlingQuotaExceeded,
+			return &apierr.Error{Reason: apierr.ThrottlingQuotaExceeded,
 				Message: fmt.Sprintf("this client has %d change streams open, the limit per client is %d (--max-change-streams-per-principal)",
 					m.cfg.MaxStreamsPerPrincipal, m.cfg.MaxStreamsPerPrincipal)}
 		}
@@ -236,8 +237,8 @@ func (s *stream) start() (ls, hw int64, err error) {
 			fmt.Sprintf("topic %q was re-created: its id is %s, not %s", req.Topic, info.ID, *req.TopicID))
 	}
 	if req.StartOffset > hw {
-		return 0, 0, &Error{
-			Reason:  ReasonOffsetOutOfRange,
+		return 0, 0, &apierr.Error{
+			Reason:  apierr.OffsetOutOfRange,
 			Message: fmt.Sprintf("start_offset %d is above the high watermark %d", req.StartOffset, hw),
 			Metadata: map[string]string{
 				"log_start_offset": strconv.FormatInt(ls, 10),
@@ -256,7 +257,7 @@ func (s *stream) start() (ls, hw int64, err error) {
 
 func (s *stream) unknownOr(err error) error {
 	if errors.Is(err, logstore.ErrUnknownTopic) {
-		return &Error{Reason: ReasonUnknownTopicOrPartition,
+		return &apierr.Error{Reason: apierr.UnknownTopicOrPartition,
 			Message: fmt.Sprintf("topic %q has no partition %d", s.req.Topic, s.req.Partition)}
 	}
 	return err

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/changestream"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/principal"
@@ -176,9 +177,9 @@ func TestShutdown(t *testing.T) {
 	require.NoError(t, <-c.done)
 	c.done <- nil
 	err = m.Stream(ctx, changestream.Request{Topic: "s"}, func(*changestream.Event) error { return nil })
-	var ce *changestream.Error
+	var ce *apierr.Error
 	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, changestream.ReasonUnavailable, ce.Reason)
+	assert.Equal(t, apierr.Unavailable, ce.Reason)
 }
 
 // TestBatchBounds: reads are bounded by BatchRecords / BatchBytes whatever
@@ -336,9 +337,9 @@ func TestPerPrincipalShare(t *testing.T) {
 		closeA = append(closeA, c)
 	}
 	_, err = open("ip:127.0.0.2")
-	var ce *changestream.Error
+	var ce *apierr.Error
 	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, changestream.ReasonThrottlingQuotaExceeded, ce.Reason)
+	assert.Equal(t, apierr.ThrottlingQuotaExceeded, ce.Reason)
 	assert.Contains(t, ce.Message, "--max-change-streams-per-principal")
 	for range 3 {
 		_, err := open("token-1")

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sharelog/sharelog/apierr"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -101,7 +102,7 @@ func (a *authenticator) authorize(ctx context.Context) (string, error) {
 		}
 	}
 	st := status.New(codes.Unauthenticated, "a valid bearer token is required (authorization: Bearer <token>)")
-	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: "UNAUTHENTICATED", Domain: "sharelog"}); err == nil {
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(apierr.Unauthenticated), Domain: apierr.Domain}); err == nil {
 		st = withInfo
 	}
 	return "", st.Err()

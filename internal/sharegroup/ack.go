@@ -3,6 +3,7 @@ package sharegroup
 import (
 	"context"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/sessioncache"
 )
 
@@ -71,7 +72,7 @@ func (m *Manager) ShareAcknowledge(ctx context.Context, req AckRequest) (AckResp
 		return AckResponse{}, err
 	}
 	if req.Epoch == 0 {
-		return AckResponse{}, &Error{Reason: ReasonInvalidShareSessionEpoch, Message: "ShareAcknowledge cannot open a share session (epoch 0)"}
+		return AckResponse{}, &apierr.Error{Reason: apierr.InvalidShareSessionEpoch, Message: "ShareAcknowledge cannot open a share session (epoch 0)"}
 	}
 	named, err := m.resolveAll(ctx, req.Partitions)
 	if err != nil {

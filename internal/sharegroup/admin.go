@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
 	"github.com/sharelog/sharelog/internal/sharestate"
@@ -20,10 +21,10 @@ import (
 // are durable: nobody sees an effect that may still fail, and on failure
 // nothing changes.
 
-func nonEmpty(g *group) *Error {
+func nonEmpty(g *group) *apierr.Error {
 	n := len(g.mem.members)
-	return &Error{
-		Reason:   ReasonNonEmptyGroup,
+	return &apierr.Error{
+		Reason:   apierr.NonEmptyGroup,
 		Message:  fmt.Sprintf("share group %q has %d active member(s); stop its consumers first", g.id, n),
 		Metadata: map[string]string{"members": strconv.Itoa(n)},
 	}

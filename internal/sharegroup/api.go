@@ -2,8 +2,8 @@ package sharegroup
 
 import (
 	"errors"
-	"fmt"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/logstore"
 )
 
@@ -138,36 +138,12 @@ type GroupConfig struct {
 	DeadLetterTopic *string
 }
 
-// Reasons of request-level errors (api.md §7).
-const (
-	ReasonInvalidRequest           = "INVALID_REQUEST"
-	ReasonShareSessionNotFound     = "SHARE_SESSION_NOT_FOUND"
-	ReasonInvalidShareSessionEpoch = "INVALID_SHARE_SESSION_EPOCH"
-	ReasonShareSessionLimitReached = "SHARE_SESSION_LIMIT_REACHED"
-	ReasonGroupIDNotFound          = "GROUP_ID_NOT_FOUND"
-	ReasonUnknownMemberID          = "UNKNOWN_MEMBER_ID"
-	ReasonFencedMemberEpoch        = "FENCED_MEMBER_EPOCH"
-	ReasonGroupMaxSizeReached      = "GROUP_MAX_SIZE_REACHED"
-	ReasonNonEmptyGroup            = "NON_EMPTY_GROUP"
-	// ReasonKafkaStorageError: the share state could not be written (a
-	// full disk, an I/O error) or is offline after damage; retryable.
-	ReasonKafkaStorageError = "KAFKA_STORAGE_ERROR"
-)
-
-// storageError is a request-level KAFKA_STORAGE_ERROR.
-func storageError(format string, args ...any) *Error {
-	return &Error{Reason: ReasonKafkaStorageError, Message: fmt.Sprintf(format, args...)}
+// storageError is a request-level KAFKA_STORAGE_ERROR: the share state
+// could not be written (a full disk, an I/O error) or is offline after
+// damage; retryable.
+func storageError(format string, args ...any) *apierr.Error {
+	return apierr.New(apierr.KafkaStorageError, format, args...)
 }
-
-// Error is a request-level error: the call changed nothing (unless the spec
-// says otherwise). internal/service maps Reason to the gRPC code of api.md §7.
-type Error struct {
-	Reason   string
-	Message  string
-	Metadata map[string]string // e.g. expected_epoch, max_sessions
-}
-
-func (e *Error) Error() string { return e.Message }
 
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("share groups closed")

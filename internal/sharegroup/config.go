@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sharelog/sharelog/apierr"
 )
 
 // Options configures a Manager (api.md §8, share-groups.md §9). A zero
@@ -348,7 +350,7 @@ func (o *Options) validateUpdate(cur *effConfig, u *GroupConfig) error {
 		}
 	}
 	if len(errs) > 0 {
-		return &Error{Reason: ReasonInvalidRequest, Message: "invalid group config: " + strings.Join(errs, "; ")}
+		return &apierr.Error{Reason: apierr.InvalidRequest, Message: "invalid group config: " + strings.Join(errs, "; ")}
 	}
 	return nil
 }

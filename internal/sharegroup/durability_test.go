@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/fsutil"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sharestate"
@@ -263,7 +264,7 @@ func TestStateWriteFailure(t *testing.T) {
 			assert.Equal(t, before, e.state(x))
 			_, err := e.m.UpdateConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(3)})
 			require.Error(t, err)
-			assert.Equal(t, ReasonKafkaStorageError, reqErr(err).Reason)
+			assert.Equal(t, apierr.KafkaStorageError, reqErr(err).Reason)
 			assert.NotEmpty(t, e.m.Offline(), "the share-partition's durable state is unknown while the fault lasts")
 
 			// Space is back: the next acknowledgement succeeds, no reopen.

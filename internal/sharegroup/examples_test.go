@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -27,7 +28,7 @@ func TestExample1Epochs(t *testing.T) {
 	_, err = e.m.ShareFetch(ctx, FetchRequest{GroupID: testGroup, MemberID: "m", Epoch: 2})
 	re := reqErr(err)
 	require.NotNil(t, re)
-	assert.Equal(t, ReasonInvalidShareSessionEpoch, re.Reason)
+	assert.Equal(t, apierr.InvalidShareSessionEpoch, re.Reason)
 	assert.Equal(t, "3", re.Metadata["expected_epoch"])
 	_, err = e.m.ShareFetch(ctx, FetchRequest{GroupID: testGroup, MemberID: "m", Epoch: 3})
 	require.NoError(t, err)

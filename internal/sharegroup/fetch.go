@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/sessioncache"
 )
 
@@ -34,16 +35,16 @@ func (m *Manager) sessionError(err error) error {
 	var ee *sessioncache.EpochError
 	switch {
 	case errors.Is(err, sessioncache.ErrNotFound):
-		return &Error{Reason: ReasonShareSessionNotFound, Message: "no share session for this group and member"}
+		return &apierr.Error{Reason: apierr.ShareSessionNotFound, Message: "no share session for this group and member"}
 	case errors.As(err, &ee):
-		return &Error{
-			Reason:   ReasonInvalidShareSessionEpoch,
+		return &apierr.Error{
+			Reason:   apierr.InvalidShareSessionEpoch,
 			Message:  fmt.Sprintf("share session epoch mismatch: expected %d", ee.Expected),
 			Metadata: map[string]string{"expected_epoch": strconv.Itoa(int(ee.Expected))},
 		}
 	case errors.Is(err, sessioncache.ErrLimit):
-		return &Error{
-			Reason:   ReasonShareSessionLimitReached,
+		return &apierr.Error{
+			Reason:   apierr.ShareSessionLimitReached,
 			Message:  fmt.Sprintf("the share session cache is full (%d sessions)", m.opts.MaxShareSessions),
 			Metadata: map[string]string{"max_sessions": strconv.Itoa(m.opts.MaxShareSessions)},
 		}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
 	"github.com/sharelog/sharelog/internal/sharestate"
@@ -443,7 +444,7 @@ func (m *Manager) GetConfig(groupID string) (GroupConfig, error) {
 	defer m.leave()
 	g := m.groupFor(groupID, false)
 	if g == nil {
-		return GroupConfig{}, &Error{Reason: ReasonGroupIDNotFound, Message: fmt.Sprintf("share group %q does not exist", groupID)}
+		return GroupConfig{}, &apierr.Error{Reason: apierr.GroupIDNotFound, Message: fmt.Sprintf("share group %q does not exist", groupID)}
 	}
 	return g.config().public(), nil
 }

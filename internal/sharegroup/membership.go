@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/sharelog/sharelog/apierr"
 )
 
 // Membership (§8): ShareGroupHeartbeat, member expiry, group and
@@ -83,8 +85,8 @@ func (g *group) isDeleted() bool {
 	return g.deleted
 }
 
-func groupNotFound(id string) *Error {
-	return &Error{Reason: ReasonGroupIDNotFound, Message: fmt.Sprintf("share group %q does not exist", id)}
+func groupNotFound(id string) *apierr.Error {
+	return &apierr.Error{Reason: apierr.GroupIDNotFound, Message: fmt.Sprintf("share group %q does not exist", id)}
 }
 
 // validateHeartbeat is the request-level validation of §8.
@@ -125,19 +127,19 @@ func (m *Manager) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbea
 	switch {
 	case req.MemberEpoch == 0:
 		if mem == nil && len(g.mem.members) >= m.opts.GroupMaxSize {
-			return HeartbeatResponse{}, &Error{
-				Reason:   ReasonGroupMaxSizeReached,
+			return HeartbeatResponse{}, &apierr.Error{
+				Reason:   apierr.GroupMaxSizeReached,
 				Message:  fmt.Sprintf("share group %q has reached its maximum size of %d members", g.id, m.opts.GroupMaxSize),
 				Metadata: map[string]string{"max_size": strconv.Itoa(m.opts.GroupMaxSize)},
 			}
 		}
 		joining = mem == nil
 	case mem == nil:
-		return HeartbeatResponse{}, &Error{Reason: ReasonUnknownMemberID,
+		return HeartbeatResponse{}, &apierr.Error{Reason: apierr.UnknownMemberID,
 			Message: fmt.Sprintf("member %q is not in share group %q", req.MemberID, g.id)}
 	case req.MemberEpoch > 0 && req.MemberEpoch != mem.epoch && req.MemberEpoch != mem.prev:
-		return HeartbeatResponse{}, &Error{
-			Reason:   ReasonFencedMemberEpoch,
+		return HeartbeatResponse{}, &apierr.Error{
+			Reason:   apierr.FencedMemberEpoch,
 			Message:  fmt.Sprintf("member epoch %d is fenced: the member's epoch is %d", req.MemberEpoch, mem.epoch),
 			Metadata: map[string]string{"expected_epoch": strconv.Itoa(int(mem.epoch))},
 		}

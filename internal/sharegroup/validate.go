@@ -3,10 +3,12 @@ package sharegroup
 import (
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/sharelog/sharelog/apierr"
 )
 
-func invalidRequest(format string, args ...any) *Error {
-	return &Error{Reason: ReasonInvalidRequest, Message: fmt.Sprintf(format, args...)}
+func invalidRequest(format string, args ...any) *apierr.Error {
+	return &apierr.Error{Reason: apierr.InvalidRequest, Message: fmt.Sprintf(format, args...)}
 }
 
 func validGroupID(id string) error {

@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// Checkpoint is the committed resume point C of a partition's stream
-// (change-stream.md §5.1): every change below NextOffset is in the state it
+// Checkpoint is the committed resume point C of a partition's stream:
+// every change below NextOffset is in the state it
 // was delivered with. Persist it together with that state.
 type Checkpoint struct { // JSON; NextOffset as a string
 	TopicID    string `json:"topic_id"`
@@ -226,7 +226,7 @@ type Config struct {
 var ErrTopicDeleted = errors.New("changestream: topic deleted")
 
 // ProtocolError is returned by Run when the server broke the stream's
-// grammar (change-stream.md §5.3); the checkpoint did not move.
+// grammar; the checkpoint did not move.
 type ProtocolError struct {
 	Event string // the offending event
 	Rule  string // what it broke

@@ -58,7 +58,7 @@ type failure struct {
 // context: a failure caused by it ending is not retried.
 //
 // A status carrying a sharelog ErrorInfo is a request-level error, and such
-// a call changed nothing (share-groups.md §10): the request was not
+// a call changed nothing: the request was not
 // admitted. Anything else (connection lost, deadline, cancellation) leaves
 // it unknown whether the server admitted the request.
 func classify(ctx context.Context, err error) failure {

@@ -47,8 +47,8 @@ type Config struct {
 	// by MaxStreams only.
 	MaxStreamsPerPrincipal int
 	// HoldBack is how long a live-tail snapshot in which nothing matches may
-	// be held back and merged with the next (change-stream.md §3.2, at most
-	// 1 s; 0 = DefaultHoldBack, negative = never hold back).
+	// be held back and merged with the next (at most 1 s, so a
+	// quiet filtered tail still reports progress; 0 = DefaultHoldBack, negative = never hold back).
 	HoldBack     time.Duration
 	BatchRecords int // records read at once (0 = 256)
 	BatchBytes   int // bytes read at once (0 = 1 MiB; one larger record alone)
@@ -126,7 +126,7 @@ func (m *Manager) Open() int64 { return m.open.Load() }
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
-// validate is step 1 of change-stream.md §2.
+// validate is the first validation step: the request's own fields.
 func validate(req *Request) error {
 	switch {
 	case req.Topic == "":
@@ -159,7 +159,7 @@ func rollbackRequired(cause, topicID string, ls, hw int64, msg string) *apierr.E
 	}
 }
 
-// Stream runs one call: it validates req (change-stream.md §2; a failure is
+// Stream runs one call: it validates req (a failure is
 // an *apierr.Error or a logstore sentinel, before any event), then sends events
 // one at a time through send until the call ends. It returns nil after
 // stream_end, ctx's error when cancelled, or the error that stopped it
@@ -215,7 +215,8 @@ func (m *Manager) releaseShare(owner string) {
 	}
 }
 
-// start runs steps 2-5 of §2 against one read of the partition's bounds and
+// start runs the remaining validation steps (topic, incarnation, offset
+// range, purged history) against one read of the partition's bounds and
 // returns them.
 func (s *stream) start() (ls, hw int64, err error) {
 	req := &s.req
@@ -263,8 +264,8 @@ func (s *stream) unknownOr(err error) error {
 	return err
 }
 
-// chooseOSO applies the eligibility rules of §4.1 and, under auto, the
-// estimate of §4.3. It returns an open cursor when the call begins with an
+// chooseOSO applies the OSO eligibility rules and, under auto, the
+// estimate. It returns an open cursor when the call begins with an
 // OSO snapshot.
 func (s *stream) chooseOSO(l0, e int64) (logstore.KeyCursor, error) {
 	req, m := &s.req, s.m
@@ -301,7 +302,7 @@ func ignoreNotReady(err error) error {
 	return err
 }
 
-// estimate is the auto rule of §4.3: OSO iff the matching keys M are at most
+// estimate is the auto rule: OSO iff the matching keys M are at most
 // r·N, counting at most floor(r·N)+1 keys and reading no record.
 func (s *stream) estimate(l0, e int64) (bool, error) {
 	req, m := &s.req, s.m
@@ -342,7 +343,7 @@ func (s *stream) countKeys(e, limit int64) (int64, error) {
 		return limit, nil
 	}
 	if hi < limit {
-		return hi, nil // over-counting only biases toward ordered (§4.3)
+		return hi, nil // over-counting only biases toward ordered
 	}
 	c, err := m.idx.ScanKeys(s.ctx, req.Topic, req.Partition, req.KeyPrefix, e)
 	if err != nil {

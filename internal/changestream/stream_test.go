@@ -150,7 +150,7 @@ func (notReady) ScanKeys(context.Context, string, int32, []byte, int64) (logstor
 }
 
 // TestIndexNotReady: while the key index is rebuilt, OSO is ineligible and
-// the call is ordered (§4.1 condition 5).
+// the call is ordered (a cold index makes a call ineligible).
 func TestIndexNotReady(t *testing.T) {
 	t.Parallel()
 	st := newStore(t)
@@ -266,7 +266,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-// TestEstimate: the auto rule of §4.3 at its boundary.
+// TestEstimate: the auto rule at its boundary.
 func TestEstimate(t *testing.T) {
 	t.Parallel()
 	st := newStore(t)

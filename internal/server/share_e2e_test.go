@@ -263,7 +263,7 @@ func TestShareAckValidation(t *testing.T) {
 		batch *sharelogv1.AcknowledgementBatch
 		code  sharelogv1.ErrorCode
 	}{
-		// SPSO is 2 now: acks below it succeed without effect (§4.2).
+		// SPSO is 2 now: acks below it succeed without effect.
 		{"below the start offset", batch(0, 1, accept), none},
 		{"accept above an acquired record", batch(3, 3, accept), none},
 		{"already acknowledged", batch(3, 3, accept), sharelogv1.ErrorCode_ERROR_CODE_INVALID_RECORD_STATE},
@@ -405,7 +405,7 @@ func TestShareRenew(t *testing.T) {
 	assert.Equal(t, none, ack.GetResponses()[0].GetPartitions()[0].GetErrorCode())
 }
 
-// Appendix example 7 (purge) and §6.2 initialisation.
+// A purge under a share group, and initialisation from auto_offset_reset.
 func TestSharePurgeAndOffsetReset(t *testing.T) {
 	t.Parallel()
 	s := newShareStack(t)

@@ -1,7 +1,7 @@
 package service
 
-// ChangeStreamService behaviour (change-stream.md):
-//   - StreamChanges validates in the order of §2 (INVALID_REQUEST,
+// ChangeStreamService behaviour (docs/change-streams.md):
+//   - StreamChanges validates in this order (INVALID_REQUEST,
 //     UNKNOWN_TOPIC_OR_PARTITION, ROLLBACK_REQUIRED for a re-created topic,
 //     OFFSET_OUT_OF_RANGE, ROLLBACK_REQUIRED for purged history) before any
 //     event; more calls than --max-change-streams get

@@ -1,7 +1,7 @@
 package service
 
 // ShareGroupService: every RPC translates to internal/sharegroup, which
-// holds every rule of share-groups.md. ShareGroupHeartbeat adds what the
+// holds every share-group rule. ShareGroupHeartbeat adds what the
 // request message does not carry: client_id from the x-client-id metadata
 // (the REST gateway forwards the X-Client-Id header as it) and client_host
 // from the peer address, or from x-forwarded-for when the call came
@@ -244,7 +244,7 @@ func codeToProto(c sharegroup.ErrorCode) sharelogv1.ErrorCode {
 	}
 }
 
-// requirePartitions rejects a topics entry without partitions (§3.1): the
+// requirePartitions rejects a topics entry without partitions: the
 // flattened domain request could not tell it from no entry at all.
 func requirePartitions(topics []*sharelogv1.ShareFetchTopic) error {
 	for i, t := range topics {

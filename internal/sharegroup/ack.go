@@ -14,10 +14,10 @@ type ackOutcome struct {
 	msg  string
 }
 
-// processAcks applies the acknowledgement batches of every entry (§4),
+// processAcks applies the acknowledgement batches of every entry,
 // each partition atomically, and waits once for all their state writes:
 // concurrent requests share the fsync (group commit). A partition whose
-// write failed is rolled back and reports KAFKA_STORAGE_ERROR (§4.4).
+// write failed is rolled back and reports KAFKA_STORAGE_ERROR.
 func (m *Manager) processAcks(s *session, g *group, es []PartitionEntry, named []namedPart) []ackOutcome {
 	out := make([]ackOutcome, len(es))
 	type pending struct {
@@ -62,7 +62,7 @@ func (m *Manager) processAcks(s *session, g *group, es []PartitionEntry, named [
 	return out
 }
 
-// ShareAcknowledge serves ShareAcknowledge (§2.3, §4).
+// ShareAcknowledge serves ShareAcknowledge.
 func (m *Manager) ShareAcknowledge(ctx context.Context, req AckRequest) (AckResponse, error) {
 	if !m.enter() {
 		return AckResponse{}, ErrClosed

@@ -31,7 +31,7 @@ func (e *env) alter(topic string, offs ...PartitionStartOffset) []TopicPartition
 	return out
 }
 
-// §9 ListShareGroups: sorted, filtered by state.
+// ListShareGroups: sorted, filtered by state.
 func TestListGroups(t *testing.T) {
 	e := newEnv(t, nil)
 	for _, g := range []string{"c", "a", "b"} {
@@ -58,7 +58,7 @@ func TestListGroups(t *testing.T) {
 	}
 }
 
-// §9 DescribeShareGroupOffsets: start offset = SPSO, lag = high watermark
+// DescribeShareGroupOffsets: start offset = SPSO, lag = high watermark
 // - SPSO - terminal offsets >= SPSO; -1/-1 uninitialised; unknown topics
 // and partitions flagged.
 func TestDescribeOffsets(t *testing.T) {
@@ -111,7 +111,7 @@ func TestDescribeOffsets(t *testing.T) {
 		"a re-created topic starts with no share state")
 }
 
-// §9 AlterShareGroupOffsets.
+// AlterShareGroupOffsets.
 func TestAlterOffsets(t *testing.T) {
 	e := newEnv(t, nil)
 	e.topic("t", 2)
@@ -161,7 +161,7 @@ func TestAlterOffsets(t *testing.T) {
 	assert.Equal(t, "1", info.Metadata["members"])
 	assert.Equal(t, "spso=5 [5-9 ACQUIRED(1)]", e.state(x))
 
-	// Durable (§7): survives a restart.
+	// Durable: survives a restart.
 	e.mustHB("a", -1)
 	e.alter("t", PartitionStartOffset{0, 7})
 	require.NoError(t, e.m.Close())
@@ -169,7 +169,7 @@ func TestAlterOffsets(t *testing.T) {
 	assert.Equal(t, []TopicOffsets{{Topic: "t", Partitions: []PartitionOffsets{po(0, 7, 3), po(1, 0, 0)}}}, e2.offsets())
 }
 
-// §9 DeleteShareGroupOffsets.
+// DeleteShareGroupOffsets.
 func TestDeleteOffsets(t *testing.T) {
 	e := newEnv(t, nil)
 	_, err := e.m.DeleteOffsets(context.Background(), "nope", []string{"t"})
@@ -213,7 +213,7 @@ func TestDeleteOffsets(t *testing.T) {
 	assert.Empty(t, e2.offsets())
 }
 
-// §9 DeleteShareGroup.
+// DeleteShareGroup.
 func TestDeleteGroup(t *testing.T) {
 	e := newEnv(t, nil)
 	requireReason(t, e.m.DeleteGroup(context.Background(), "nope"), apierr.GroupIDNotFound)

@@ -10,7 +10,7 @@ import (
 // This file fixes the domain contract between internal/service (which
 // translates protobuf <-> these types and maps errors) and the share-group
 // implementation. Semantics: the share-group specification (docs/share-sessions.md
-// for sessions); section numbers (§) in this package refer to it.
+// for sessions).
 
 // TopicPartition names one partition of a topic on the wire.
 type TopicPartition struct {
@@ -148,7 +148,7 @@ func storageError(format string, args ...any) *apierr.Error {
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("share groups closed")
 
-// --- Membership (§8) -----------------------------------------------------------
+// --- Membership -----------------------------------------------------------
 
 // HeartbeatRequest is a ShareGroupHeartbeat call. ClientID and ClientHost
 // are not request fields: internal/service takes them from the call's
@@ -183,9 +183,9 @@ type HeartbeatResponse struct {
 	Assignment          *Assignment // nil = not sent (unchanged)
 }
 
-// --- Admin (§9) -----------------------------------------------------------------
+// --- Admin -----------------------------------------------------------------
 
-// GroupState is a share group's state (§8). StateUnknown is no state: as a
+// GroupState is a share group's state. StateUnknown is no state: as a
 // ListGroups filter it means every group.
 type GroupState uint8
 
@@ -290,7 +290,7 @@ type TopicResult struct {
 //
 //	type Options struct {
 //		Logger *slog.Logger
-//		// Server defaults and bounds (§8, §9):
+//		// Server defaults and bounds:
 //		RecordLockDuration, MinRecordLockDuration, MaxRecordLockDuration time.Duration
 //		DeliveryCountLimit, PartitionMaxRecordLocks                      int
 //		SessionTimeout, HeartbeatInterval                                 time.Duration

@@ -13,7 +13,7 @@ import (
 	"github.com/sharelog/sharelog/internal/logstore"
 )
 
-// §9: GetShareGroupConfig and UpdateShareGroupConfig.
+// GetShareGroupConfig and UpdateShareGroupConfig.
 func TestGroupConfig(t *testing.T) {
 	e := newEnv(t, nil)
 	_, err := e.m.GetConfig("nope")
@@ -146,7 +146,7 @@ func TestOpenRefusesBadDefaults(t *testing.T) {
 	}
 }
 
-// §6.2: auto_offset_reset at initialisation; changing it affects only
+// The auto_offset_reset at initialisation; changing it affects only
 // uninitialised share-partitions.
 func TestAutoOffsetReset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

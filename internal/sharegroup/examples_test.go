@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The worked examples of share-groups.md's appendix, one test each.
+// Worked examples of the share-group rules, one test each.
 
 // Example 1: epochs.
 func TestExample1Epochs(t *testing.T) {

@@ -52,7 +52,7 @@ func requireReason(t *testing.T, err error, reason apierr.Reason) *apierr.Error 
 	return e
 }
 
-// §8 validation.
+// Validation.
 func TestHeartbeatValidation(t *testing.T) {
 	e := newEnv(t, nil)
 	tests := []struct {
@@ -77,7 +77,7 @@ func TestHeartbeatValidation(t *testing.T) {
 	}
 }
 
-// §8: join, heartbeat at the current or previous epoch, leave; the errors.
+// Join, heartbeat at the current or previous epoch, leave; the errors.
 func TestHeartbeatLifecycle(t *testing.T) {
 	e := newEnv(t, nil)
 	e.topic("t", 4)
@@ -147,7 +147,7 @@ func TestHeartbeatLifecycle(t *testing.T) {
 	assert.Equal(t, int32(5), r.MemberEpoch)
 }
 
-// §8: epoch 0 from a present member is a rejoin: no size check, the
+// Epoch 0 from a present member is a rejoin: no size check, the
 // subscription is replaced, the full assignment is sent.
 func TestHeartbeatRejoinAndMaxSize(t *testing.T) {
 	e := newEnv(t, func(o *testOpts) { o.GroupMaxSize = 2 })
@@ -174,9 +174,9 @@ func TestHeartbeatRejoinAndMaxSize(t *testing.T) {
 	assert.Equal(t, int32(5), r.MemberEpoch, "room again after a leave")
 }
 
-// §8: topics that do not exist yet may be subscribed; their creation (and
+// Topics that do not exist yet may be subscribed; their creation (and
 // deletion) increments the group epoch; partitions are initialised before
-// they first appear in an assignment (§6.2).
+// they first appear in an assignment.
 func TestHeartbeatTopicLifecycle(t *testing.T) {
 	e := newEnv(t, nil)
 	r := e.mustHB("a", 0, "later")
@@ -208,7 +208,7 @@ func TestHeartbeatTopicLifecycle(t *testing.T) {
 	assert.Equal(t, assign(tps("later", 0, 1, 2)), r.Assignment)
 }
 
-// §8 session timeout: a member without an accepted heartbeat for
+// Session timeout: a member without an accepted heartbeat for
 // session_timeout_ms is removed, by the timer and without any call.
 func TestMemberExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -248,7 +248,7 @@ func TestMemberExpiry(t *testing.T) {
 	})
 }
 
-// §9: a changed session timeout applies at the next heartbeat.
+// A changed session timeout applies at the next heartbeat.
 func TestSessionTimeoutAppliesAtNextHeartbeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t, nil)
@@ -266,7 +266,7 @@ func TestSessionTimeoutAppliesAtNextHeartbeat(t *testing.T) {
 	})
 }
 
-// §8: rack, client id and host are stored and described.
+// Rack, client id and host are stored and described.
 func TestMemberDescription(t *testing.T) {
 	e := newEnv(t, nil)
 	e.topic("t", 3)
@@ -294,7 +294,7 @@ func TestMemberDescription(t *testing.T) {
 	assert.Equal(t, *assign(tps("t", 0, 1)), d.Members[1].Assignment, "b held most: it keeps the larger quota")
 }
 
-// §7: group_epoch survives a restart; members do not.
+// The group_epoch survives a restart; members do not.
 func TestGroupEpochDurable(t *testing.T) {
 	e := newEnv(t, nil)
 	e.topic("t", 1)

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// §3.1 / §4.1: static validation fails the whole request with
+// Static validation fails the whole request with
 // INVALID_REQUEST, changes nothing and does not consume the epoch.
 func TestFetchStaticValidation(t *testing.T) {
 	e := newEnv(t, nil)
@@ -128,7 +128,7 @@ func TestAckStaticValidation(t *testing.T) {
 	}
 }
 
-// §2.2: the session step by epoch.
+// The session step by epoch.
 func TestSessionStep(t *testing.T) {
 	ctx := context.Background()
 	t.Run("incremental without session", func(t *testing.T) {
@@ -230,7 +230,7 @@ func TestConcurrentSameEpoch(t *testing.T) {
 	assert.Equal(t, int32(15), stale.Load())
 }
 
-// §2.3/§2.4: ShareFetch and ShareAcknowledge share the sequence; the
+// ShareFetch and ShareAcknowledge share the sequence; the
 // acknowledged partition need not be in the session.
 func TestAckOutsideSession(t *testing.T) {
 	e := newEnv(t, nil)
@@ -248,7 +248,7 @@ func TestAckOutsideSession(t *testing.T) {
 	assert.Equal(t, "spso=4", e.state(y))
 }
 
-// §2.5: a session's end releases what it holds in every share-partition
+// A session's end releases what it holds in every share-partition
 // of the group (count - 1), even partitions no longer in its set.
 func TestSessionEndReleasesEverywhere(t *testing.T) {
 	e := newEnv(t, nil)
@@ -268,7 +268,7 @@ func TestSessionEndReleasesEverywhere(t *testing.T) {
 	assert.Equal(t, CodeInvalidRecordState, r.Partitions[0].ErrorCode)
 }
 
-// §2.6: the cache holds --max-share-sessions; a full cache evicts idle
+// The cache holds --max-share-sessions; a full cache evicts idle
 // sessions, else holds the request max_wait_ms and refuses it.
 func TestSessionLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -338,7 +338,7 @@ func TestIdleEviction(t *testing.T) {
 	})
 }
 
-// §2.4: a long-polling request keeps running while the next epoch is
+// A long-polling request keeps running while the next epoch is
 // admitted; a close of the session completes it with no records.
 func TestOverlappingRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

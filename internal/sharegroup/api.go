@@ -7,10 +7,11 @@ import (
 	"github.com/sharelog/sharelog/internal/logstore"
 )
 
-// This file fixes the domain contract between internal/service (which
-// translates protobuf <-> these types and maps errors) and the share-group
-// implementation. Semantics: the share-group specification (docs/share-sessions.md
-// for sessions).
+// This file holds the request and response types of the Manager's methods,
+// which internal/service translates protobuf to and from; the methods
+// themselves are documented where they are defined (go doc sharegroup.Manager
+// lists them), so no copy of their signatures can drift. Request-level
+// errors are *apierr.Error values.
 
 // TopicPartition names one partition of a topic on the wire.
 type TopicPartition struct {
@@ -285,35 +286,3 @@ type TopicResult struct {
 	ErrorCode    ErrorCode
 	ErrorMessage string
 }
-
-// The implementation provides (in other files of this package):
-//
-//	type Options struct {
-//		Logger *slog.Logger
-//		// Server defaults and bounds:
-//		RecordLockDuration, MinRecordLockDuration, MaxRecordLockDuration time.Duration
-//		DeliveryCountLimit, PartitionMaxRecordLocks                      int
-//		SessionTimeout, HeartbeatInterval                                 time.Duration
-//		MaxShareSessions                                                  int
-//		SessionIdleTimeout                                                time.Duration
-//		GroupMaxSize                                                      int
-//	}
-//	// state: the durable share state (the server opens the file state log,
-//	// internal/sharestate/statelog); the Manager owns and closes it.
-//	func Open(store logstore.Store, state sharestate.Store, opts Options) (*Manager, error)
-//	func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchResponse, error)
-//	func (m *Manager) ShareAcknowledge(ctx context.Context, req AckRequest) (AckResponse, error)
-//	func (m *Manager) GetConfig(groupID string) (GroupConfig, error)
-//	func (m *Manager) UpdateConfig(groupID string, c GroupConfig) (GroupConfig, error)
-//	func (m *Manager) TopicDeleted(topicID string) // drop share state bound to a deleted topic
-//	func (m *Manager) Close() error                // end sessions, wake fetches, close the state store
-//
-// Membership and admin (membership.go, admin.go):
-//
-//	func (m *Manager) Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error)
-//	func (m *Manager) ListGroups(filter GroupState) ([]GroupListing, error)
-//	func (m *Manager) DescribeGroup(ctx context.Context, groupID string) (GroupDescription, error)
-//	func (m *Manager) DescribeOffsets(ctx context.Context, groupID string, topics []TopicPartitions) ([]TopicOffsets, error)
-//	func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []TopicStartOffsets) ([]TopicPartitionResults, error)
-//	func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []string) ([]TopicResult, error)
-//	func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error

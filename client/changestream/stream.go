@@ -87,7 +87,7 @@ func New(cc grpc.ClientConnInterface, cfg Config, h Handler) (*Stream, error) {
 		topics:  sharelogv1.NewLogServiceClient(cc),
 		cfg:     cfg,
 		h:       h,
-		backoff: cfg.Backoff.withDefaults(),
+		backoff: reconnectBackoff(cfg.Backoff),
 		cp:      cp,
 		sleep:   sleepCtx,
 	}, nil
@@ -180,7 +180,7 @@ func (s *Stream) Run(ctx context.Context) error {
 			if s.aborted {
 				continue // the reset reconnects at once
 			}
-			if err := s.sleep(ctx, s.backoff.delay(retries)); err != nil {
+			if err := s.sleep(ctx, s.backoff.Delay(retries)); err != nil {
 				return err
 			}
 			retries++
@@ -204,7 +204,7 @@ func (s *Stream) describe(ctx context.Context) (string, error) {
 		if !retryable(err) {
 			return "", err
 		}
-		if err := s.sleep(ctx, s.backoff.delay(retries)); err != nil {
+		if err := s.sleep(ctx, s.backoff.Delay(retries)); err != nil {
 			return "", err
 		}
 	}
@@ -545,4 +545,12 @@ func (c *callState) deliver(resp *sharelogv1.StreamChangesResponse, inOSO bool) 
 	}
 	d := resp.GetDeletion()
 	return c.s.h.OnDeletion(c.ctx, Deletion{Offset: d.GetOffset(), Timestamp: d.GetTimestamp(), Key: d.GetKey(), InOSO: inOSO})
+}
+
+// reconnectBackoff applies the change-stream default of Max.
+func reconnectBackoff(b Backoff) Backoff {
+	if b.Max <= 0 {
+		b.Max = defaultMaxBackoff
+	}
+	return b.WithDefaults()
 }

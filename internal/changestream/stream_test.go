@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -186,36 +187,37 @@ func TestShutdown(t *testing.T) {
 // the backlog; events are sent one by one and a blocked send blocks reads.
 func TestBatchBounds(t *testing.T) {
 	t.Parallel()
-	st := newStore(t)
-	_, err := st.CreateTopic(ctx, "b", 1, logstore.TopicConfig{RetentionMs: -1})
-	require.NoError(t, err)
-	var kvs []string
-	for i := range 1000 {
-		kvs = append(kvs, fmt.Sprintf("k%d", i), "v")
-	}
-	appendKV(t, st, "b", kvs...)
-	cs := &countingStore{Store: st}
-	m, err := changestream.New(cs, st, changestream.Config{BatchRecords: 100})
-	require.NoError(t, err)
-	release := make(chan struct{})
-	var sent int
-	done := make(chan error, 1)
-	go func() {
-		done <- m.Stream(ctx, changestream.Request{Topic: "b", EndOffset: ptr(int64(1000))}, func(*changestream.Event) error {
-			sent++
-			if sent == 50 {
-				<-release // a full flow-control window
-			}
-			return nil
-		})
-	}()
-	require.Eventually(t, func() bool { return cs.reads() >= 1 }, time.Second, time.Millisecond)
-	time.Sleep(20 * time.Millisecond)
-	assert.Equal(t, 1, cs.reads(), "nothing is read ahead while a send blocks")
-	close(release)
-	require.NoError(t, <-done)
-	assert.Equal(t, 1+1000+1, sent)
-	assert.LessOrEqual(t, cs.maxBatch(), 100)
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore(t)
+		_, err := st.CreateTopic(ctx, "b", 1, logstore.TopicConfig{RetentionMs: -1})
+		require.NoError(t, err)
+		var kvs []string
+		for i := range 1000 {
+			kvs = append(kvs, fmt.Sprintf("k%d", i), "v")
+		}
+		appendKV(t, st, "b", kvs...)
+		cs := &countingStore{Store: st}
+		m, err := changestream.New(cs, st, changestream.Config{BatchRecords: 100})
+		require.NoError(t, err)
+		release := make(chan struct{})
+		var sent int
+		done := make(chan error, 1)
+		go func() {
+			done <- m.Stream(ctx, changestream.Request{Topic: "b", EndOffset: ptr(int64(1000))}, func(*changestream.Event) error {
+				sent++
+				if sent == 50 {
+					<-release // a full flow-control window
+				}
+				return nil
+			})
+		}()
+		synctest.Wait() // the stream is blocked in its 50th send
+		assert.Equal(t, 1, cs.reads(), "nothing is read ahead while a send blocks")
+		close(release)
+		require.NoError(t, <-done)
+		assert.Equal(t, 1+1000+1, sent)
+		assert.LessOrEqual(t, cs.maxBatch(), 100)
+	})
 }
 
 type countingStore struct {

@@ -26,6 +26,7 @@ import (
 	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/gen/openapi"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/service"
 )
 
 type httpDeps struct {
@@ -94,7 +95,7 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 	})
 	mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !d.auth.httpAllowed(r) {
-			writeStatus(w, r, http.StatusUnauthorized, status.New(codes.Unauthenticated, "a valid bearer token is required"), apierr.Unauthenticated)
+			writeError(w, r, apierr.New(apierr.Unauthenticated, "a valid bearer token is required"))
 			return
 		}
 		d.metrics.ServeHTTP(w, r)
@@ -112,7 +113,7 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 func limitProbes(l *ipLimiter, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !l.allow(hostOf(r.RemoteAddr)) {
-			writeStatus(w, r, http.StatusTooManyRequests, status.New(codes.ResourceExhausted, healthThrottledMsg), apierr.ThrottlingQuotaExceeded)
+			writeError(w, r, apierr.New(apierr.ThrottlingQuotaExceeded, "%s", healthThrottledMsg))
 			return
 		}
 		h(w, r)
@@ -237,6 +238,15 @@ func limitBody(limit int64, next http.Handler) http.Handler {
 	})
 }
 
+// writeError answers with a request-level error: its gRPC code and HTTP
+// status come from the one reason table (service.StatusOf).
+func writeError(w http.ResponseWriter, r *http.Request, e *apierr.Error) {
+	s, _ := service.StatusOf(e.Reason)
+	writeStatus(w, r, s.HTTP, status.New(s.Code, e.Message), e.Reason)
+}
+
+// writeStatus answers with st and an ErrorInfo of reason, under httpCode
+// (for the one exception to the reason table: a body too large is 413).
 func writeStatus(w http.ResponseWriter, _ *http.Request, httpCode int, st *status.Status, reason apierr.Reason) {
 	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(reason), Domain: apierr.Domain}); err == nil {
 		st = withInfo

@@ -1,5 +1,5 @@
 // Package changestream is the Go client of sharelog's change streams
-// (ChangeStreamService.StreamChanges, change-stream.md §5): it follows one
+// (ChangeStreamService.StreamChanges, docs/change-streams.md): it follows one
 // partition, hands every snapshot boundary, mutation and deletion to a
 // Handler, and keeps a Checkpoint that the application persists with its
 // state.

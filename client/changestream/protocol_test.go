@@ -83,7 +83,7 @@ func startFake(t *testing.T, scripts ...script) (*fakeServer, *grpc.ClientConn) 
 	return f, conn
 }
 
-// Event constructors in the notation of change-stream.md.
+// Event constructors in the notation of docs/change-streams.md.
 func marker(s, e int64) *sharelogv1.StreamChangesResponse {
 	return &sharelogv1.StreamChangesResponse{Event: &sharelogv1.StreamChangesResponse_SnapshotMarker{
 		SnapshotMarker: &sharelogv1.SnapshotMarker{StartOffset: s, EndOffset: e, Source: sharelogv1.SnapshotSource_SNAPSHOT_SOURCE_DISK}}}
@@ -167,7 +167,7 @@ func runScripts(t *testing.T, cfg changestream.Config, scripts ...script) (*chan
 	return st, f, rec, st.Run(ctx)
 }
 
-// TestProtocolViolations: every violation listed in change-stream.md §5.3
+// TestProtocolViolations: every violation of the event grammar
 // stops Run with *ProtocolError and leaves the checkpoint where the last
 // valid consistent point put it.
 func TestProtocolViolations(t *testing.T) {
@@ -228,7 +228,7 @@ func TestProtocolViolations(t *testing.T) {
 }
 
 // TestClientValidSequences: what the library accepts and how the
-// checkpoint moves (§5.1 and the examples).
+// checkpoint moves.
 func TestClientValidSequences(t *testing.T) {
 	t.Parallel()
 	t.Run("Ex3 then a tail: X from offset_advanced", func(t *testing.T) {

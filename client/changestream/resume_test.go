@@ -90,7 +90,7 @@ func (s *cutStream) RecvMsg(m any) error {
 }
 
 // materializer applies the stream to a key → value map and checks the
-// checkpoint rules of §5.3 as it goes.
+// checkpoint rules (commit only at consistent points) as it goes.
 type materializer struct {
 	t          *testing.T
 	stream     *changestream.Stream
@@ -275,7 +275,7 @@ func TestResumeAfterEveryMessage(t *testing.T) {
 	}
 }
 
-// TestResumeResets: the rollback paths of §5.3 against the real server.
+// TestResumeResets: every rollback path against the real server.
 func TestResumeResets(t *testing.T) {
 	t.Parallel()
 	conn := startServer(t, func(c *server.Config) { c.OSOBackfill = "enabled" })

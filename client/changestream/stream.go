@@ -16,14 +16,15 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
-// MaxRecvMsgSize is the library's receive limit per event (change-stream.md
-// §7); it must exceed the largest record.
+// MaxRecvMsgSize is the library's receive limit per event; it must exceed
+// the largest record.
 const MaxRecvMsgSize = 64 << 20
 
-// DialOptions are the connection options the library expects (§7):
+// DialOptions are the connection options the library expects:
 // keepalive pings every 30 s with a 10 s timeout, also without active calls
 // (a dead connection in an idle tail is found within 40 s), and the 64 MiB
 // receive limit. Pass them to grpc.NewClient.
@@ -35,7 +36,7 @@ func DialOptions() []grpc.DialOption {
 }
 
 // Stream follows one partition's change stream and applies the resume rules
-// of change-stream.md §5: it commits the checkpoint only at consistent
+// of docs/change-streams.md: it commits the checkpoint only at consistent
 // points, reconnects with backoff from it, and resets the application on a
 // rollback.
 type Stream struct {
@@ -49,7 +50,7 @@ type Stream struct {
 	mu      sync.Mutex
 	cp      Checkpoint // the committed checkpoint C
 	// aborted: an OSO snapshot started from nothing (Y = -1) failed after
-	// delivering items; the state must be reset before resuming (§5.1).
+	// delivering items; the state must be reset before resuming.
 	aborted bool
 
 	// sleep waits between retries (tests replace it).
@@ -86,7 +87,7 @@ func New(cc grpc.ClientConnInterface, cfg Config, h Handler) (*Stream, error) {
 		topics:  sharelogv1.NewLogServiceClient(cc),
 		cfg:     cfg,
 		h:       h,
-		backoff: cfg.Backoff.withDefaults(),
+		backoff: reconnectBackoff(cfg.Backoff),
 		cp:      cp,
 		sleep:   sleepCtx,
 	}, nil
@@ -179,7 +180,7 @@ func (s *Stream) Run(ctx context.Context) error {
 			if s.aborted {
 				continue // the reset reconnects at once
 			}
-			if err := s.sleep(ctx, s.backoff.delay(retries)); err != nil {
+			if err := s.sleep(ctx, s.backoff.Delay(retries)); err != nil {
 				return err
 			}
 			retries++
@@ -203,14 +204,14 @@ func (s *Stream) describe(ctx context.Context) (string, error) {
 		if !retryable(err) {
 			return "", err
 		}
-		if err := s.sleep(ctx, s.backoff.delay(retries)); err != nil {
+		if err := s.sleep(ctx, s.backoff.Delay(retries)); err != nil {
 			return "", err
 		}
 	}
 }
 
 // reset drops the application's state and restarts from offset 0 of the
-// topic's current incarnation (§5.3).
+// topic's current incarnation.
 func (s *Stream) reset(ctx context.Context, cause ResetCause) error {
 	old := s.Checkpoint()
 	if err := s.h.OnReset(ctx, Reset{Cause: cause, OldTopicID: old.TopicID}); err != nil {
@@ -227,7 +228,7 @@ func (s *Stream) reset(ctx context.Context, cause ResetCause) error {
 	return s.h.OnCheckpoint(ctx, s.Checkpoint())
 }
 
-// retryable reports whether a failed call is retried with backoff (§5.3).
+// retryable reports whether a failed call is retried with backoff.
 func retryable(err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.ResourceExhausted, codes.Internal, codes.Unknown,
@@ -245,7 +246,7 @@ func rollbackCause(err error) (ResetCause, bool) {
 	}
 	for _, d := range st.Details() {
 		info, ok := d.(*errdetails.ErrorInfo)
-		if !ok || info.GetReason() != "ROLLBACK_REQUIRED" {
+		if !ok || apierr.Reason(info.GetReason()) != apierr.RollbackRequired {
 			continue
 		}
 		switch info.GetMetadata()["cause"] {
@@ -326,7 +327,7 @@ func (s *Stream) call(ctx context.Context) (out outcome, cause ResetCause, deliv
 	return outFail, 0, delivered, err
 }
 
-// callState is one call's protocol state (§5.3).
+// callState is one call's protocol state.
 type callState struct {
 	s      *Stream
 	ctx    context.Context
@@ -544,4 +545,12 @@ func (c *callState) deliver(resp *sharelogv1.StreamChangesResponse, inOSO bool) 
 	}
 	d := resp.GetDeletion()
 	return c.s.h.OnDeletion(c.ctx, Deletion{Offset: d.GetOffset(), Timestamp: d.GetTimestamp(), Key: d.GetKey(), InOSO: inOSO})
+}
+
+// reconnectBackoff applies the change-stream default of Max.
+func reconnectBackoff(b Backoff) Backoff {
+	if b.Max <= 0 {
+		b.Max = defaultMaxBackoff
+	}
+	return b.WithDefaults()
 }

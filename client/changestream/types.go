@@ -6,12 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
+
+	"github.com/sharelog/sharelog/client/backoff"
 )
 
-// Checkpoint is the committed resume point C of a partition's stream
-// (change-stream.md §5.1): every change below NextOffset is in the state it
+// Checkpoint is the committed resume point C of a partition's stream:
+// every change below NextOffset is in the state it
 // was delivered with. Persist it together with that state.
 type Checkpoint struct { // JSON; NextOffset as a string
 	TopicID    string `json:"topic_id"`
@@ -178,37 +179,12 @@ const (
 	OSOOff
 )
 
-// Backoff is the reconnection schedule: a random wait in [0, min(Max,
-// Initial·Multiplier^n)) before retry n (full jitter). Zero fields take
-// 100 ms, 10 s and 2.
-type Backoff struct {
-	Initial    time.Duration
-	Max        time.Duration
-	Multiplier float64
-}
+// Backoff is the reconnection schedule; zero fields take the defaults of
+// package backoff (100 ms, ×2, ± 20 %), except Max, which is 10 s here.
+type Backoff = backoff.Backoff
 
-func (b Backoff) withDefaults() Backoff {
-	if b.Initial <= 0 {
-		b.Initial = 100 * time.Millisecond
-	}
-	if b.Max <= 0 {
-		b.Max = 10 * time.Second
-	}
-	if b.Multiplier < 1 {
-		b.Multiplier = 2
-	}
-	return b
-}
-
-// delay returns the wait before retry n (0-based).
-func (b Backoff) delay(n int) time.Duration {
-	d := float64(b.Initial)
-	for i := 0; i < n && d < float64(b.Max); i++ {
-		d *= b.Multiplier
-	}
-	d = min(d, float64(b.Max))
-	return time.Duration(rand.Float64() * d)
-}
+// defaultMaxBackoff caps reconnection delays when Backoff.Max is 0.
+const defaultMaxBackoff = 10 * time.Second
 
 // Config configures a Stream.
 type Config struct {
@@ -218,7 +194,7 @@ type Config struct {
 	OSO       OSOMode     // zero value = OSOWithOffsetAdvanced
 	EndOffset *int64      // nil = never ends
 	From      *Checkpoint // nil = fresh start from offset 0
-	Backoff   Backoff     // zero = 100 ms, ×2, max 10 s, full jitter
+	Backoff   Backoff     // zero = 100 ms, ×2, max 10 s, ± 20 % jitter
 }
 
 // ErrTopicDeleted is returned by Run when the server ends the stream with
@@ -226,7 +202,7 @@ type Config struct {
 var ErrTopicDeleted = errors.New("changestream: topic deleted")
 
 // ProtocolError is returned by Run when the server broke the stream's
-// grammar (change-stream.md §5.3); the checkpoint did not move.
+// grammar; the checkpoint did not move.
 type ProtocolError struct {
 	Event string // the offending event
 	Rule  string // what it broke

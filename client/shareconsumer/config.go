@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	mrand "math/rand/v2"
 	"time"
+
+	"github.com/sharelog/sharelog/client/backoff"
 )
 
 // Defaults of Config.
@@ -59,45 +60,9 @@ type Config struct {
 	OnAcknowledgement func(AckResult)
 }
 
-// Backoff is an exponential backoff with jitter. Zero fields take defaults.
-type Backoff struct {
-	// Initial is the first delay. Default 100 ms.
-	Initial time.Duration
-	// Max caps the delay. Default 5 s.
-	Max time.Duration
-	// Multiplier grows the delay after each failure. Default 2.
-	Multiplier float64
-	// Jitter randomises each delay by ± this fraction. Default 0.2.
-	Jitter float64
-}
-
-func (b Backoff) withDefaults() Backoff {
-	if b.Initial <= 0 {
-		b.Initial = 100 * time.Millisecond
-	}
-	if b.Max <= 0 {
-		b.Max = 5 * time.Second
-	}
-	if b.Max < b.Initial {
-		b.Max = b.Initial
-	}
-	if b.Multiplier < 1 {
-		b.Multiplier = 2
-	}
-	if b.Jitter <= 0 || b.Jitter > 1 {
-		b.Jitter = 0.2
-	}
-	return b
-}
-
-// Delay is the wait before retry number attempt (0 = the first retry).
-func (b Backoff) Delay(attempt int) time.Duration {
-	b = b.withDefaults()
-	d := float64(b.Initial) * math.Pow(b.Multiplier, float64(min(attempt, 64)))
-	d = min(d, float64(b.Max))
-	d *= 1 + b.Jitter*(2*mrand.Float64()-1)
-	return time.Duration(d)
-}
+// Backoff is the retry schedule of the consumer's requests; zero fields
+// take the defaults of package backoff (100 ms, ×2, at most 5 s, ± 20 %).
+type Backoff = backoff.Backoff
 
 func (c Config) withDefaults() Config {
 	if c.MemberID == "" {
@@ -114,7 +79,7 @@ func (c Config) withDefaults() Config {
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = DefaultRequestTimeout
 	}
-	c.Backoff = c.Backoff.withDefaults()
+	c.Backoff = c.Backoff.WithDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

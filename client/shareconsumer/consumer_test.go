@@ -241,7 +241,13 @@ func TestAcknowledgeErrors(t *testing.T) {
 	forged.seq++
 	require.ErrorIs(t, c.Acknowledge(forged, Accept), ErrNotHeld)
 
-	time.Sleep(300 * time.Millisecond)
+	// Wait out the consumer's own estimate of the lock deadline (the lock is
+	// 200 ms): that is what Acknowledge checks.
+	c.mu.Lock()
+	deadline := c.held[recordKey{tp: recs[0].TopicPartition(), offset: recs[0].Offset}].deadline
+	c.mu.Unlock()
+	require.False(t, deadline.IsZero(), "the record is held")
+	time.Sleep(time.Until(deadline) + time.Millisecond)
 	require.ErrorIs(t, c.Acknowledge(recs[0], Accept), ErrLockExpired)
 
 	require.NoError(t, c.Close(t.Context()))
@@ -275,7 +281,7 @@ func TestPollHonoursContext(t *testing.T) {
 		_, err := c.Poll(t.Context())
 		done <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	e.awaitLongPolls(1) // the Poll's ShareFetch waits for records
 	require.NoError(t, c.Close(t.Context()))
 	require.ErrorIs(t, <-done, ErrClosed)
 }
@@ -343,7 +349,7 @@ func TestSessionLimitIsRetried(t *testing.T) {
 		}
 		done <- out
 	}()
-	time.Sleep(300 * time.Millisecond)
+	e.awaitLongPolls(1)                       // c2's epoch-0 fetch waits for a session slot
 	require.NoError(t, c1.Close(t.Context())) // frees the only session slot
 	require.Equal(t, seq(0, 1), offsets(<-done))
 }

@@ -60,7 +60,7 @@
 //
 // # Sessions and retries
 //
-// The consumer keeps one share session per member (share-groups.md §2): it
+// The consumer keeps one share session per member: it
 // opens it with epoch 0, then numbers every ShareFetch and ShareAcknowledge
 // 1, 2, ... (one sequence for both, wrapping from 2147483647 to 1), adds and
 // forgets partitions as its assignment changes, and closes it with epoch -1

@@ -5,27 +5,15 @@ import (
 	"errors"
 	"time"
 
+	"github.com/sharelog/sharelog/apierr"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// Reasons (google.rpc.ErrorInfo.reason) the consumer reacts to.
-const (
-	reasonShareSessionNotFound     = "SHARE_SESSION_NOT_FOUND"
-	reasonInvalidShareSessionEpoch = "INVALID_SHARE_SESSION_EPOCH"
-	reasonShareSessionLimitReached = "SHARE_SESSION_LIMIT_REACHED"
-	reasonUnknownMemberID          = "UNKNOWN_MEMBER_ID"
-	reasonFencedMemberEpoch        = "FENCED_MEMBER_EPOCH"
-	reasonGroupIDNotFound          = "GROUP_ID_NOT_FOUND"
-	reasonUnavailable              = "UNAVAILABLE"
-	reasonInternal                 = "INTERNAL"
-
-	errorDomain = "sharelog"
-)
-
 // Reason returns the google.rpc.ErrorInfo reason of a gRPC status error
-// (e.g. "SHARE_SESSION_NOT_FOUND"), or "" if it carries none.
+// (e.g. "SHARE_SESSION_NOT_FOUND"), or "" if it carries none. Compare it
+// with the constants of package apierr, as apierr.Reason(Reason(err)).
 func Reason(err error) string {
 	return errorInfo(err).GetReason()
 }
@@ -70,20 +58,20 @@ type failure struct {
 // context: a failure caused by it ending is not retried.
 //
 // A status carrying a sharelog ErrorInfo is a request-level error, and such
-// a call changed nothing (share-groups.md §10): the request was not
+// a call changed nothing: the request was not
 // admitted. Anything else (connection lost, deadline, cancellation) leaves
 // it unknown whether the server admitted the request.
 func classify(ctx context.Context, err error) failure {
 	retry := !ended(ctx)
-	if info := errorInfo(err); info != nil && info.GetDomain() == errorDomain {
-		switch info.GetReason() {
-		case reasonShareSessionNotFound:
+	if info := errorInfo(err); info != nil && info.GetDomain() == apierr.Domain {
+		switch apierr.Reason(info.GetReason()) {
+		case apierr.ShareSessionNotFound:
 			return failure{outcome: outcomeSessionNotFound}
-		case reasonInvalidShareSessionEpoch:
+		case apierr.InvalidShareSessionEpoch:
 			return failure{outcome: outcomeEpochMismatch}
-		case reasonShareSessionLimitReached, reasonUnavailable:
+		case apierr.ShareSessionLimitReached, apierr.Unavailable:
 			return failure{outcome: outcomeRefused, retry: retry}
-		case reasonInternal:
+		case apierr.Internal:
 			return failure{outcome: outcomeUncertain}
 		}
 		return failure{outcome: outcomeRefused}

@@ -3,7 +3,10 @@ package shareconsumer
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"regexp"
 	"sort"
 	"sync"
 	"testing"
@@ -284,3 +287,23 @@ func acceptAll(t *testing.T, c *Consumer, recs []Record) {
 }
 
 type serverConfig = server.Config
+
+// awaitLongPolls waits until n ShareFetch calls hold one of the server's
+// long-poll slots (its sharelog_long_polls_waiting gauge), that is, until
+// they are waiting for records or for a session slot.
+func (e *env) awaitLongPolls(n int) {
+	e.t.Helper()
+	e.mu.Lock()
+	url := "http://" + e.srv.HTTPAddr() + "/metrics"
+	e.mu.Unlock()
+	re := regexp.MustCompile(fmt.Sprintf(`(?m)^sharelog_long_polls_waiting(\{[^}]*\})? %d$`, n))
+	require.Eventually(e.t, func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		return err == nil && re.Match(raw)
+	}, 10*time.Second, 5*time.Millisecond, "%d ShareFetch calls wait", n)
+}

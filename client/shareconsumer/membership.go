@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
@@ -114,7 +115,7 @@ func (c *Consumer) heartbeatLoop() {
 			c.fallback()
 			epoch, attempt = 0, 0
 			wait = fallbackProbeInterval
-		case reason == reasonUnknownMemberID || reason == reasonFencedMemberEpoch || reason == reasonGroupIDNotFound:
+		case apierr.Reason(reason) == apierr.UnknownMemberID || apierr.Reason(reason) == apierr.FencedMemberEpoch || apierr.Reason(reason) == apierr.GroupIDNotFound:
 			c.log.Info("rejoining the share group", "reason", reason)
 			epoch = 0
 			c.setEpoch(0)
@@ -142,8 +143,8 @@ func (c *Consumer) heartbeatLoop() {
 
 // fatalMembership reports heartbeat errors that retrying cannot fix.
 func fatalMembership(err error) bool {
-	switch Reason(err) {
-	case "INVALID_REQUEST", "GROUP_MAX_SIZE_REACHED":
+	switch apierr.Reason(Reason(err)) {
+	case apierr.InvalidRequest, apierr.GroupMaxSizeReached:
 		return true
 	}
 	switch status.Code(err) {
@@ -214,8 +215,8 @@ func (c *Consumer) leave(ctx context.Context) error {
 			GroupId: c.cfg.GroupID, MemberId: c.cfg.MemberID, MemberEpoch: -1,
 		})
 		cancel()
-		switch Reason(err) {
-		case reasonUnknownMemberID, reasonGroupIDNotFound:
+		switch apierr.Reason(Reason(err)) {
+		case apierr.UnknownMemberID, apierr.GroupIDNotFound:
 			err = nil // already gone (expired, or the server restarted)
 		}
 		if err == nil || status.Code(err) == codes.Unimplemented {

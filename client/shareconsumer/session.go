@@ -22,7 +22,7 @@ var (
 	unknownPartitionWait = 2 * time.Second  // do not fetch an unknown partition again before this
 )
 
-// session is the client side of the share session (share-groups.md §2).
+// session is the client side of the share session.
 // Only touched while holding Consumer.op.
 type session struct {
 	// epoch is the next epoch to send: 0 opens a session, then 1..MaxInt32,

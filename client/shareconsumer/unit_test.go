@@ -3,7 +3,6 @@ package shareconsumer
 import (
 	"math"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -50,17 +49,6 @@ func TestEpochSequence(t *testing.T) {
 	require.EqualValues(t, math.MaxInt32, s.epoch)
 	s.advance()
 	require.EqualValues(t, 1, s.epoch, "2147483647 is followed by 1")
-}
-
-func TestBackoff(t *testing.T) {
-	t.Parallel()
-	b := Backoff{Initial: 10 * time.Millisecond, Max: 80 * time.Millisecond, Multiplier: 2, Jitter: 0.1}
-	for attempt, want := range []time.Duration{10, 20, 40, 80, 80, 80} {
-		want *= time.Millisecond
-		d := b.Delay(attempt)
-		require.InDelta(t, float64(want), float64(d), float64(want)/10+1, "attempt %d", attempt)
-	}
-	require.Positive(t, Backoff{}.Delay(1000))
 }
 
 func TestParseAckType(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 
 // Acknowledgements answered under --fsync always survive a SIGKILL; records
 // acquired but not acknowledged come back with the delivery count of their
-// last durable state (share-groups.md §7, appendix example 8).
+// last durable state (acquisitions are not persisted, acknowledgements are).
 func TestShareAcksSurviveSIGKILL(t *testing.T) {
 	dir := t.TempDir()
 	c := startChild(t, dir, "--fsync", "always")

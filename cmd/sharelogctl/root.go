@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
@@ -34,10 +35,6 @@ const (
 	defaultTimeout = 10 * time.Second
 	envAddr        = "SHARELOG_ADDR"
 	envToken       = "SHARELOG_TOKEN"
-
-	// Reasons of errors sharelogctl raises itself (see reasonError).
-	reasonUnknownTopicOrPartition = "UNKNOWN_TOPIC_OR_PARTITION"
-	reasonOffsetOutOfRange        = "OFFSET_OUT_OF_RANGE"
 
 	outputText = "text"
 	outputJSON = "json"
@@ -223,9 +220,9 @@ func (a *app) explainUnreachable(err error) error {
 // reasonError is a request-level error found by sharelogctl itself, before or instead of the
 // server, with the reason the server gives for the same condition, so that it prints the same
 // way: "error: <message> (<REASON>)".
-func reasonError(c codes.Code, reason, format string, args ...any) error {
+func reasonError(c codes.Code, reason apierr.Reason, format string, args ...any) error {
 	st := status.New(c, fmt.Sprintf(format, args...))
-	withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "sharelog"})
+	withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(reason), Domain: apierr.Domain})
 	if err != nil {
 		return st.Err() // cannot happen: ErrorInfo always marshals
 	}

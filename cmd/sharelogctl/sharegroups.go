@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
@@ -375,7 +376,7 @@ The group must have no members. The plan is printed as GROUP TOPIC PARTITION NEW
 func nonEmptyError(group string, members int) error {
 	st := status.New(codes.FailedPrecondition,
 		fmt.Sprintf("share group %q has %s; stop its consumers first", group, plural(members, "active member", "active members")))
-	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: "NON_EMPTY_GROUP", Domain: "sharelog"}); err == nil {
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(apierr.NonEmptyGroup), Domain: apierr.Domain}); err == nil {
 		st = withInfo
 	}
 	return st.Err()

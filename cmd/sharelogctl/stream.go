@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/client/changestream"
 )
 
@@ -92,13 +93,13 @@ func (a *app) stream(ctx context.Context, topic string, partition int32, o strea
 	}
 	t := topics[0]
 	if int(partition) >= len(t.GetPartitions()) {
-		return reasonError(codes.NotFound, reasonUnknownTopicOrPartition, "topic %q has no partition %d", topic, partition)
+		return reasonError(codes.NotFound, apierr.UnknownTopicOrPartition, "topic %q has no partition %d", topic, partition)
 	}
 	if o.toEnd || o.materialize {
 		hw := t.GetPartitions()[partition].GetHighWatermark()
 		cfg.EndOffset = &hw
 		if cfg.From != nil && o.from > hw {
-			return reasonError(codes.OutOfRange, reasonOffsetOutOfRange, "--from %d is above the high watermark %d", o.from, hw)
+			return reasonError(codes.OutOfRange, apierr.OffsetOutOfRange, "--from %d is above the high watermark %d", o.from, hw)
 		}
 	}
 	out := bufio.NewWriter(a.stdout)
@@ -121,12 +122,12 @@ func (a *app) stream(ctx context.Context, topic string, partition int32, o strea
 // uses for the same condition, so that they print as "error: <message> (<REASON>)" too.
 func streamError(err error, topic string, partition int32) error {
 	if errors.Is(err, changestream.ErrTopicDeleted) {
-		return reasonError(codes.NotFound, reasonUnknownTopicOrPartition, "topic %q was deleted", topic)
+		return reasonError(codes.NotFound, apierr.UnknownTopicOrPartition, "topic %q was deleted", topic)
 	}
 	// The library checks the partition count itself (when it resets, for instance) and answers
 	// a bare NOT_FOUND.
 	if st, ok := status.FromError(err); ok && st.Code() == codes.NotFound && errorInfo(st) == nil {
-		return reasonError(codes.NotFound, reasonUnknownTopicOrPartition, "%s", st.Message())
+		return reasonError(codes.NotFound, apierr.UnknownTopicOrPartition, "%s", st.Message())
 	}
 	return err
 }

@@ -20,7 +20,7 @@ func TestStreamCommand(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, func(c *server.Config) { c.OSOBackfill = "enabled" })
 	requireOK(t, s.ctl("", "topics", "create", "st", "--partitions", "1"))
-	// The partition of change-stream.md §1.
+	// The example partition of the change-stream tests (LSO 0, HW 8).
 	requireOK(t, s.ctl("u/a\t1\nx/z\t9\nu/b\t2\nu/a\t3\nu/b\tNULL\nx/y\t7\nu/c\t5\nx/z\tNULL\n",
 		"produce", "st", "--partition", "0", "--null-value", "NULL"))
 

@@ -14,7 +14,7 @@ import (
 	"github.com/sharelog/sharelog/internal/logstore"
 )
 
-// S2 of change-stream.md §8: OSO vs an ordered filtered scan of a
+// Benchmark S2: OSO vs an ordered filtered scan of a
 // 1,000,000-record partition (1 KiB values, distinct keys) at prefixes
 // holding 0.1, 1, 5, 50 and 100 % of the records, each prefix's keys spread
 // evenly over the offsets; and what auto picks at each fraction.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/changestream"
 	"github.com/sharelog/sharelog/internal/logstore"
 )
@@ -87,9 +88,9 @@ func TestTombstonesPurgedRollback(t *testing.T) {
 			assert.NoError(t, err, "start %d", tc.start)
 			continue
 		}
-		var ce *changestream.Error
+		var ce *apierr.Error
 		if assert.ErrorAs(t, err, &ce, "start %d", tc.start) {
-			assert.Equal(t, changestream.ReasonRollbackRequired, ce.Reason)
+			assert.Equal(t, apierr.RollbackRequired, ce.Reason)
 			assert.Equal(t, changestream.CauseTombstonesPurged, ce.Metadata["cause"])
 			assert.Equal(t, "0", ce.Metadata["rollback_offset"])
 		}

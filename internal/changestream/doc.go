@@ -1,13 +1,13 @@
 // Package changestream produces the change stream of one partition
-// (change-stream.md): request validation and rollback checks, an optional
+// (docs/change-streams.md): request validation and rollback checks, an optional
 // out-of-sequence-order (OSO) snapshot read from the log store's key index,
 // then ordered snapshots and the live tail. It knows nothing of gRPC:
 // internal/service translates Request and Event to and from the protos.
 //
 // # One call
 //
-//	validate (§2, one read of LSO and HW, which also fixes E = HW)
-//	  └─ OSO eligible (§4.1; auto: §4.3 estimate from RangeStats and a
+//	validate (one read of LSO and HW, which also fixes E = HW)
+//	  └─ OSO eligible (chooseOSO; auto: the estimate from RangeStats and a
 //	     counting key cursor)?
 //	       oso(START) · per key its latest record in [L0, E) · [adv(E-1)] · oso(END)
 //	  └─ ordered snapshots from max(start, LSO) or E:

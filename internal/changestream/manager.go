@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/principal"
 )
@@ -46,8 +47,8 @@ type Config struct {
 	// by MaxStreams only.
 	MaxStreamsPerPrincipal int
 	// HoldBack is how long a live-tail snapshot in which nothing matches may
-	// be held back and merged with the next (change-stream.md §3.2, at most
-	// 1 s; 0 = DefaultHoldBack, negative = never hold back).
+	// be held back and merged with the next (at most 1 s, so a
+	// quiet filtered tail still reports progress; 0 = DefaultHoldBack, negative = never hold back).
 	HoldBack     time.Duration
 	BatchRecords int // records read at once (0 = 256)
 	BatchBytes   int // bytes read at once (0 = 1 MiB; one larger record alone)
@@ -125,7 +126,7 @@ func (m *Manager) Open() int64 { return m.open.Load() }
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
-// validate is step 1 of change-stream.md §2.
+// validate is the first validation step: the request's own fields.
 func validate(req *Request) error {
 	switch {
 	case req.Topic == "":
@@ -144,9 +145,9 @@ func validate(req *Request) error {
 	return nil
 }
 
-func rollbackRequired(cause, topicID string, ls, hw int64, msg string) *Error {
-	return &Error{
-		Reason:  ReasonRollbackRequired,
+func rollbackRequired(cause, topicID string, ls, hw int64, msg string) *apierr.Error {
+	return &apierr.Error{
+		Reason:  apierr.RollbackRequired,
 		Message: msg + "; drop the state derived from this partition and restart from offset 0",
 		Metadata: map[string]string{
 			"rollback_offset":  "0",
@@ -158,8 +159,8 @@ func rollbackRequired(cause, topicID string, ls, hw int64, msg string) *Error {
 	}
 }
 
-// Stream runs one call: it validates req (change-stream.md §2; a failure is
-// an *Error or a logstore sentinel, before any event), then sends events
+// Stream runs one call: it validates req (a failure is
+// an *apierr.Error or a logstore sentinel, before any event), then sends events
 // one at a time through send until the call ends. It returns nil after
 // stream_end, ctx's error when cancelled, or the error that stopped it
 // (logstore.ErrCorrupt on a checksum failure). send blocking is the
@@ -170,18 +171,18 @@ func (m *Manager) Stream(ctx context.Context, req Request, send func(*Event) err
 	}
 	select {
 	case <-m.stop:
-		return &Error{Reason: ReasonUnavailable, Message: "the server is shutting down"}
+		return &apierr.Error{Reason: apierr.Unavailable, Message: "the server is shutting down"}
 	default:
 	}
 	if n := m.open.Add(1); n > int64(m.cfg.MaxStreams) {
 		m.open.Add(-1)
-		return &Error{Reason: ReasonThrottlingQuotaExceeded,
+		return &apierr.Error{Reason: apierr.ThrottlingQuotaExceeded,
 			Message: fmt.Sprintf("%d change streams are open, the limit is %d (--max-change-streams)", n-1, m.cfg.MaxStreams)}
 	}
 	defer m.open.Add(-1)
 	if owner := principal.Name(ctx); owner != "" {
 		if !m.takeShare(owner) {
-			return &Error{Reason: ReasonThrottlingQuotaExceeded,
+			return &apierr.Error{Reason: apierr.ThrottlingQuotaExceeded,
 				Message: fmt.Sprintf("this client has %d change streams open, the limit per client is %d (--max-change-streams-per-principal)",
 					m.cfg.MaxStreamsPerPrincipal, m.cfg.MaxStreamsPerPrincipal)}
 		}
@@ -214,7 +215,8 @@ func (m *Manager) releaseShare(owner string) {
 	}
 }
 
-// start runs steps 2-5 of §2 against one read of the partition's bounds and
+// start runs the remaining validation steps (topic, incarnation, offset
+// range, purged history) against one read of the partition's bounds and
 // returns them.
 func (s *stream) start() (ls, hw int64, err error) {
 	req := &s.req
@@ -236,8 +238,8 @@ func (s *stream) start() (ls, hw int64, err error) {
 			fmt.Sprintf("topic %q was re-created: its id is %s, not %s", req.Topic, info.ID, *req.TopicID))
 	}
 	if req.StartOffset > hw {
-		return 0, 0, &Error{
-			Reason:  ReasonOffsetOutOfRange,
+		return 0, 0, &apierr.Error{
+			Reason:  apierr.OffsetOutOfRange,
 			Message: fmt.Sprintf("start_offset %d is above the high watermark %d", req.StartOffset, hw),
 			Metadata: map[string]string{
 				"log_start_offset": strconv.FormatInt(ls, 10),
@@ -263,14 +265,14 @@ func (s *stream) start() (ls, hw int64, err error) {
 
 func (s *stream) unknownOr(err error) error {
 	if errors.Is(err, logstore.ErrUnknownTopic) {
-		return &Error{Reason: ReasonUnknownTopicOrPartition,
+		return &apierr.Error{Reason: apierr.UnknownTopicOrPartition,
 			Message: fmt.Sprintf("topic %q has no partition %d", s.req.Topic, s.req.Partition)}
 	}
 	return err
 }
 
-// chooseOSO applies the eligibility rules of §4.1 and, under auto, the
-// estimate of §4.3. It returns an open cursor when the call begins with an
+// chooseOSO applies the OSO eligibility rules and, under auto, the
+// estimate. It returns an open cursor when the call begins with an
 // OSO snapshot.
 func (s *stream) chooseOSO(l0, e int64) (logstore.KeyCursor, error) {
 	req, m := &s.req, s.m
@@ -307,7 +309,7 @@ func ignoreNotReady(err error) error {
 	return err
 }
 
-// estimate is the auto rule of §4.3: OSO iff the matching keys M are at most
+// estimate is the auto rule: OSO iff the matching keys M are at most
 // r·N, counting at most floor(r·N)+1 keys and reading no record.
 func (s *stream) estimate(l0, e int64) (bool, error) {
 	req, m := &s.req, s.m
@@ -348,7 +350,7 @@ func (s *stream) countKeys(e, limit int64) (int64, error) {
 		return limit, nil
 	}
 	if hi < limit {
-		return hi, nil // over-counting only biases toward ordered (§4.3)
+		return hi, nil // over-counting only biases toward ordered
 	}
 	c, err := m.idx.ScanKeys(s.ctx, req.Topic, req.Partition, req.KeyPrefix, e)
 	if err != nil {

@@ -122,7 +122,7 @@ func (s *stream) interrupted(next int64) error {
 	default:
 	}
 	if next >= 0 && next < s.ls {
-		return s.finish(EndRollback) // a purge overtook the reader (§6.1)
+		return s.finish(EndRollback) // a purge overtook the reader
 	}
 	if !s.inOSO && s.purgedBelow > s.purgedAtStart && s.next > 0 && s.next < s.purgedBelow {
 		// Since the call began, compaction removed a tombstone (at P) at or
@@ -194,7 +194,7 @@ func (s *stream) sendRecord(r *logstore.Record) error {
 	return s.emit(&s.ev)
 }
 
-// oso sends the OSO snapshot of [l0, e) (§4.2): each matching key's latest
+// oso sends the OSO snapshot of [l0, e): each matching key's latest
 // record once, in key order, from the index cursor.
 func (s *stream) oso(c logstore.KeyCursor, l0, e int64) error {
 	req := &s.req
@@ -261,7 +261,7 @@ func (s *stream) readEntry(ent logstore.KeyEntry) (logstore.Record, error) {
 	return s.m.idx.ReadEntry(s.ctx, s.req.Topic, s.req.Partition, ent)
 }
 
-// ordered sends consecutive ordered snapshots from s.pos (§3), tailing at
+// ordered sends consecutive ordered snapshots from s.pos, tailing at
 // the HW, until end_offset, a stream_end or an error.
 func (s *stream) ordered() error {
 	for {

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/changestream"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/principal"
@@ -149,7 +151,7 @@ func (notReady) ScanKeys(context.Context, string, int32, []byte, int64) (logstor
 }
 
 // TestIndexNotReady: while the key index is rebuilt, OSO is ineligible and
-// the call is ordered (§4.1 condition 5).
+// the call is ordered (a cold index makes a call ineligible).
 func TestIndexNotReady(t *testing.T) {
 	t.Parallel()
 	st := newStore(t)
@@ -176,45 +178,46 @@ func TestShutdown(t *testing.T) {
 	require.NoError(t, <-c.done)
 	c.done <- nil
 	err = m.Stream(ctx, changestream.Request{Topic: "s"}, func(*changestream.Event) error { return nil })
-	var ce *changestream.Error
+	var ce *apierr.Error
 	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, changestream.ReasonUnavailable, ce.Reason)
+	assert.Equal(t, apierr.Unavailable, ce.Reason)
 }
 
 // TestBatchBounds: reads are bounded by BatchRecords / BatchBytes whatever
 // the backlog; events are sent one by one and a blocked send blocks reads.
 func TestBatchBounds(t *testing.T) {
 	t.Parallel()
-	st := newStore(t)
-	_, err := st.CreateTopic(ctx, "b", 1, logstore.TopicConfig{RetentionMs: -1})
-	require.NoError(t, err)
-	var kvs []string
-	for i := range 1000 {
-		kvs = append(kvs, fmt.Sprintf("k%d", i), "v")
-	}
-	appendKV(t, st, "b", kvs...)
-	cs := &countingStore{Store: st}
-	m, err := changestream.New(cs, st, changestream.Config{BatchRecords: 100})
-	require.NoError(t, err)
-	release := make(chan struct{})
-	var sent int
-	done := make(chan error, 1)
-	go func() {
-		done <- m.Stream(ctx, changestream.Request{Topic: "b", EndOffset: ptr(int64(1000))}, func(*changestream.Event) error {
-			sent++
-			if sent == 50 {
-				<-release // a full flow-control window
-			}
-			return nil
-		})
-	}()
-	require.Eventually(t, func() bool { return cs.reads() >= 1 }, time.Second, time.Millisecond)
-	time.Sleep(20 * time.Millisecond)
-	assert.Equal(t, 1, cs.reads(), "nothing is read ahead while a send blocks")
-	close(release)
-	require.NoError(t, <-done)
-	assert.Equal(t, 1+1000+1, sent)
-	assert.LessOrEqual(t, cs.maxBatch(), 100)
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore(t)
+		_, err := st.CreateTopic(ctx, "b", 1, logstore.TopicConfig{RetentionMs: -1})
+		require.NoError(t, err)
+		var kvs []string
+		for i := range 1000 {
+			kvs = append(kvs, fmt.Sprintf("k%d", i), "v")
+		}
+		appendKV(t, st, "b", kvs...)
+		cs := &countingStore{Store: st}
+		m, err := changestream.New(cs, st, changestream.Config{BatchRecords: 100})
+		require.NoError(t, err)
+		release := make(chan struct{})
+		var sent int
+		done := make(chan error, 1)
+		go func() {
+			done <- m.Stream(ctx, changestream.Request{Topic: "b", EndOffset: ptr(int64(1000))}, func(*changestream.Event) error {
+				sent++
+				if sent == 50 {
+					<-release // a full flow-control window
+				}
+				return nil
+			})
+		}()
+		synctest.Wait() // the stream is blocked in its 50th send
+		assert.Equal(t, 1, cs.reads(), "nothing is read ahead while a send blocks")
+		close(release)
+		require.NoError(t, <-done)
+		assert.Equal(t, 1+1000+1, sent)
+		assert.LessOrEqual(t, cs.maxBatch(), 100)
+	})
 }
 
 type countingStore struct {
@@ -265,7 +268,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-// TestEstimate: the auto rule of §4.3 at its boundary.
+// TestEstimate: the auto rule at its boundary.
 func TestEstimate(t *testing.T) {
 	t.Parallel()
 	st := newStore(t)
@@ -336,9 +339,9 @@ func TestPerPrincipalShare(t *testing.T) {
 		closeA = append(closeA, c)
 	}
 	_, err = open("ip:127.0.0.2")
-	var ce *changestream.Error
+	var ce *apierr.Error
 	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, changestream.ReasonThrottlingQuotaExceeded, ce.Reason)
+	assert.Equal(t, apierr.ThrottlingQuotaExceeded, ce.Reason)
 	assert.Contains(t, ce.Message, "--max-change-streams-per-principal")
 	for range 3 {
 		_, err := open("token-1")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/logstore"
 )
 
@@ -125,16 +126,6 @@ type Request struct {
 	Started func()
 }
 
-// Reasons of api.md §7 that change streams return.
-const (
-	ReasonInvalidRequest          = "INVALID_REQUEST"
-	ReasonUnknownTopicOrPartition = "UNKNOWN_TOPIC_OR_PARTITION"
-	ReasonRollbackRequired        = "ROLLBACK_REQUIRED"
-	ReasonOffsetOutOfRange        = "OFFSET_OUT_OF_RANGE"
-	ReasonThrottlingQuotaExceeded = "THROTTLING_QUOTA_EXCEEDED"
-	ReasonUnavailable             = "UNAVAILABLE"
-)
-
 // Rollback causes (metadata "cause" of ROLLBACK_REQUIRED).
 const (
 	CauseTopicRecreated   = "topic_recreated"
@@ -142,16 +133,6 @@ const (
 	CauseTombstonesPurged = "tombstones_purged"
 )
 
-// Error is a request-level error: the call fails before any event.
-// internal/service maps Reason to a gRPC code.
-type Error struct {
-	Reason   string
-	Message  string
-	Metadata map[string]string
-}
-
-func (e *Error) Error() string { return e.Message }
-
-func invalid(format string, args ...any) *Error {
-	return &Error{Reason: ReasonInvalidRequest, Message: fmt.Sprintf(format, args...)}
+func invalid(format string, args ...any) *apierr.Error {
+	return apierr.Invalid(format, args...)
 }

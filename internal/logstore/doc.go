@@ -101,7 +101,7 @@
 // newest timestamp, which time retention and timestamp search use to skip
 // whole segments.
 //
-// # Key index (KeyIndexer, change-stream.md §7)
+// # Key index (KeyIndexer)
 //
 // Every keyed record's (key, offset, tombstone) is indexed, sorted by key:
 // the active segment's entries in an in-memory B-tree (memIndex), filled

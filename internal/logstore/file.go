@@ -21,8 +21,7 @@ import (
 	"github.com/sharelog/sharelog/internal/fsutil"
 )
 
-// FsyncMode says when appended data is forced to stable storage (api.md §8
-// --fsync). The zero value is FsyncAlways, the safe default.
+// FsyncMode says when appended data is forced to stable storage (--fsync). The zero value is FsyncAlways, the safe default.
 type FsyncMode int
 
 const (

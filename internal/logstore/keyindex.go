@@ -306,7 +306,7 @@ func (it *memIter) fill() {
 			return false
 		}
 		if len(k.key) == 0 {
-			return true // an empty key matches no prefix (change-stream.md §1)
+			return true // an empty key matches no prefix
 		}
 		ent, ok := latestBelow(k.offs, it.end)
 		if !ok {

@@ -436,7 +436,7 @@ func (p *partition) writePiece(seg *segment, b []byte, sync bool) error {
 	seg.wpos += int64(len(b))
 	seg.mu.Lock()
 	// The key index learns the records before the high watermark passes
-	// them (change-stream.md §7). Lock order: segment.mu, then memIndex.mu.
+	// them. Lock order: segment.mu, then memIndex.mu.
 	mem := seg.mem
 	if mem != nil {
 		mem.mu.Lock()

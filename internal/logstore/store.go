@@ -6,7 +6,7 @@ import (
 )
 
 // Sentinel errors. Implementations wrap them with %w and context; callers
-// test with errors.Is. internal/service maps each to an api.md reason.
+// test with errors.Is. internal/service maps each to an apierr reason.
 var (
 	// ErrUnknownTopic: no topic of that name, or partition outside [0, partitions).
 	ErrUnknownTopic = errors.New("unknown topic or partition")
@@ -22,7 +22,7 @@ var (
 	ErrClosed = errors.New("store closed")
 )
 
-// Cleanup policies (api.md §2).
+// Cleanup policies.
 const (
 	CleanupDelete        = "delete"
 	CleanupCompact       = "compact"

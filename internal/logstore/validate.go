@@ -10,9 +10,9 @@ import (
 // may use them to validate requests before they reach the store; the store
 // checks them again.
 const (
-	// MaxTopicNameLen is the longest topic name (api.md §2).
+	// MaxTopicNameLen is the longest topic name.
 	MaxTopicNameLen = 249
-	// MaxPartitions is the largest partition count of a topic (api.md §2).
+	// MaxPartitions is the largest partition count of a topic.
 	MaxPartitions = 10000
 	// MinSegmentBytes is the smallest accepted TopicConfig.SegmentBytes. It is
 	// tiny on purpose so tests can roll segments every few records.

@@ -14,10 +14,8 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
+	"github.com/sharelog/sharelog/apierr"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 )
 
 // authenticator checks bearer tokens when --auth-tokens-file is set. The file
@@ -100,11 +98,7 @@ func (a *authenticator) authorize(ctx context.Context) (string, error) {
 			return id, nil
 		}
 	}
-	st := status.New(codes.Unauthenticated, "a valid bearer token is required (authorization: Bearer <token>)")
-	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: "UNAUTHENTICATED", Domain: "sharelog"}); err == nil {
-		st = withInfo
-	}
-	return "", st.Err()
+	return "", apierr.New(apierr.Unauthenticated, "a valid bearer token is required (authorization: Bearer <token>)")
 }
 
 // httpAllowed reports whether a plain HTTP endpoint (not the gateway, whose

@@ -15,11 +15,11 @@ import (
 	"github.com/sharelog/sharelog/internal/server"
 )
 
-// osoEnabled runs the server with --oso-backfill=enabled, as the examples of
-// change-stream.md assume.
+// osoEnabled runs the server with --oso-backfill=enabled, as the examples
+// assume.
 func osoEnabled(c *server.Config) { c.OSOBackfill = "enabled" }
 
-// TestChangesValidation: change-stream.md §2, every check and its order.
+// TestChangesValidation: every request check and its order.
 func TestChangesValidation(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, server.Options{})
@@ -81,7 +81,7 @@ func TestChangesValidation(t *testing.T) {
 	})
 }
 
-// TestChangesOrderedExamples: Ex1 and Ex2 of change-stream.md §3.
+// TestChangesOrderedExamples: ordered snapshots, unfiltered and filtered.
 func TestChangesOrderedExamples(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, server.Options{})
@@ -156,7 +156,7 @@ func TestChangesRecordContent(t *testing.T) {
 	}
 }
 
-// TestChangesOSOExamples: Ex3, Ex4 and Ex5 of change-stream.md §4.
+// TestChangesOSOExamples: OSO snapshots in their three modes.
 func TestChangesOSOExamples(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, server.Options{}, osoEnabled)
@@ -200,7 +200,7 @@ func TestChangesOSOExamples(t *testing.T) {
 	})
 }
 
-// TestChangesOSOEligibility: change-stream.md §4.1, each condition.
+// TestChangesOSOEligibility: each condition that makes a call ordered instead of OSO.
 func TestChangesOSOEligibility(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, server.Options{}, osoEnabled)
@@ -236,7 +236,7 @@ func TestChangesOSOEligibility(t *testing.T) {
 }
 
 // TestChangesOSOFixedPoint: records appended while an OSO snapshot runs are
-// not in it; they follow after END in ordered snapshots from E (§4.2).
+// not in it; they follow after END in ordered snapshots from E.
 func TestChangesOSOFixedPoint(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, server.Options{}, osoEnabled)

@@ -22,7 +22,7 @@ import (
 // evTimeout bounds each wait for an event that must come.
 const evTimeout = 5 * time.Second
 
-// exampleRecords is the partition of change-stream.md §1 (LSO 0, HW 8):
+// exampleRecords is the example partition (LSO 0, HW 8):
 // u/a@0=1 x/z@1=9 u/b@2=2 u/a@3=3 u/b@4=∅ x/y@5=7 u/c@6=5 x/z@7=∅.
 var exampleRecords = []struct{ key, value string }{
 	{"u/a", "1"}, {"x/z", "9"}, {"u/b", "2"}, {"u/a", "3"}, {"u/b", ""}, {"x/y", "7"}, {"u/c", "5"}, {"x/z", ""},
@@ -60,7 +60,7 @@ func (s *stack) exampleTopic(t testing.TB, topic string) string {
 	return info.GetTopicId()
 }
 
-// evString renders an event in the notation of change-stream.md.
+// evString renders an event in the notation of docs/change-streams.md.
 func evString(r *sharelogv1.StreamChangesResponse) string {
 	switch e := r.GetEvent().(type) {
 	case *sharelogv1.StreamChangesResponse_SnapshotMarker:

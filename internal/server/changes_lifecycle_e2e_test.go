@@ -41,7 +41,7 @@ func drainOK(t *testing.T, c *changeCall) []string {
 	return evs
 }
 
-// TestChangesPurgeOvertakes: change-stream.md §6.1.
+// TestChangesPurgeOvertakes: a purge past the reader ends the stream with ROLLBACK.
 func TestChangesPurgeOvertakes(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, server.Options{}, osoEnabled)
@@ -94,7 +94,7 @@ func TestChangesPurgeOvertakes(t *testing.T) {
 	})
 }
 
-// TestChangesTopicDeleted: change-stream.md §6.3.
+// TestChangesTopicDeleted: deleting the topic ends the stream with TOPIC_DELETED.
 func TestChangesTopicDeleted(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, server.Options{}, osoEnabled)
@@ -140,7 +140,7 @@ func TestChangesTopicDeleted(t *testing.T) {
 	})
 }
 
-// TestChangesShutdown: change-stream.md §6.4.
+// TestChangesShutdown: a server shutdown ends the stream with SHUTDOWN.
 func TestChangesShutdown(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, server.Options{}, osoEnabled)
@@ -165,7 +165,7 @@ func TestChangesShutdown(t *testing.T) {
 	assert.Equal(t, codes.Unavailable, statusCode(err), "new calls after shutdown: %v", err)
 }
 
-// TestChangesMaxStreams: --max-change-streams (§7).
+// TestChangesMaxStreams: --max-change-streams.
 func TestChangesMaxStreams(t *testing.T) {
 	t.Parallel()
 	// The global cap, not the per-client share: every call here is one client.
@@ -201,7 +201,7 @@ func TestChangesCorruptData(t *testing.T) {
 	requireReason(t, err, codes.DataLoss, "CORRUPT_MESSAGE")
 }
 
-// TestChangesAutoBackfill: the auto estimate of §4.3 with the default
+// TestChangesAutoBackfill: the auto estimate (OSO iff few keys match) with the default
 // ratios, and its metric.
 func TestChangesAutoBackfill(t *testing.T) {
 	t.Parallel()
@@ -239,7 +239,7 @@ func TestChangesAutoBackfill(t *testing.T) {
 
 // TestChangesOSOInvariant: at END, the key → latest-record map built from
 // the OSO events equals the one from an ordered stream of [L0, E) with the
-// same prefix, and both shapes agree at the end of a later range (§4.2).
+// same prefix, and both shapes agree at the end of a later range.
 func TestChangesOSOInvariant(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, server.Options{}, osoEnabled)

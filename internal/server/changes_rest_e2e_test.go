@@ -74,7 +74,7 @@ func (n *ndjson) all(t *testing.T) []string {
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
-// TestChangesREST: the main rules through the NDJSON route (§2 REST).
+// TestChangesREST: the main rules through the NDJSON route.
 func TestChangesREST(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, server.Options{}, osoEnabled)

@@ -1,16 +1,13 @@
 package server
 
 import (
-	"fmt"
 	"sync"
 
-	"google.golang.org/grpc/codes"
+	"github.com/sharelog/sharelog/apierr"
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto" // registers the codec wrapped below
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/sharelog/sharelog/internal/service"
 )
 
 // requestCodec makes a request body that does not decode an INVALID_REQUEST
@@ -57,6 +54,5 @@ func (c *requestCodec) takeFailure(m any) error {
 	if !ok {
 		return nil
 	}
-	return &service.Error{Code: codes.InvalidArgument, Reason: service.ReasonInvalidRequest,
-		Message: fmt.Sprintf("the request body does not decode as %s: %v", pm.ProtoReflect().Descriptor().FullName(), v)}
+	return apierr.Invalid("the request body does not decode as %s: %v", pm.ProtoReflect().Descriptor().FullName(), v)
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Config is everything the server process is configured with (api.md §8).
+// Config is everything the server process is configured with.
 type Config struct {
 	DataDir  string
 	GRPCAddr string

@@ -5,12 +5,11 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/principal"
-	"github.com/sharelog/sharelog/internal/service"
 )
 
 // mdClientAddr carries the REST client's IP from the gateway to the gRPC
@@ -54,7 +53,7 @@ func (g *gate) admit(ctx context.Context, method string) (context.Context, error
 	ip := g.clientIP(ctx)
 	if strings.HasPrefix(method, healthMethodPrefix) {
 		if !g.health.allow(ip) {
-			return ctx, &service.Error{Code: codes.ResourceExhausted, Reason: reasonThrottled, Message: healthThrottledMsg}
+			return ctx, apierr.New(apierr.ThrottlingQuotaExceeded, "%s", healthThrottledMsg)
 		}
 		return ctx, nil
 	}

@@ -19,7 +19,6 @@ const (
 	healthRate         = rate.Limit(20) // probes per second and IP
 	healthBurst        = 40
 	healthLimiterIPs   = 4096 // limiters kept; the least recently used go first
-	reasonThrottled    = "THROTTLING_QUOTA_EXCEEDED"
 	healthThrottledMsg = "too many health checks from this address; slow down"
 )
 

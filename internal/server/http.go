@@ -23,8 +23,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/gen/openapi"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/service"
 )
 
 type httpDeps struct {
@@ -93,7 +95,7 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 	})
 	mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !d.auth.httpAllowed(r) {
-			writeStatus(w, r, http.StatusUnauthorized, status.New(codes.Unauthenticated, "a valid bearer token is required"), "UNAUTHENTICATED")
+			writeError(w, r, apierr.New(apierr.Unauthenticated, "a valid bearer token is required"))
 			return
 		}
 		d.metrics.ServeHTTP(w, r)
@@ -111,7 +113,7 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 func limitProbes(l *ipLimiter, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !l.allow(hostOf(r.RemoteAddr)) {
-			writeStatus(w, r, http.StatusTooManyRequests, status.New(codes.ResourceExhausted, healthThrottledMsg), reasonThrottled)
+			writeError(w, r, apierr.New(apierr.ThrottlingQuotaExceeded, "%s", healthThrottledMsg))
 			return
 		}
 		h(w, r)
@@ -162,11 +164,11 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 func gatewayError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if hit, _ := r.Context().Value(bodyLimitKey{}).(*bodyLimitHit); hit != nil && hit.hit.Load() {
 		msg := fmt.Sprintf("request body exceeds the limit of %d bytes (--max-request-bytes)", hit.limit)
-		writeStatus(w, r, http.StatusRequestEntityTooLarge, status.New(codes.ResourceExhausted, msg), "INVALID_REQUEST")
+		writeStatus(w, r, http.StatusRequestEntityTooLarge, status.New(codes.ResourceExhausted, msg), apierr.InvalidRequest)
 		return
 	}
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && !hasErrorInfo(st) {
-		if withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: "INVALID_REQUEST", Domain: "sharelog"}); derr == nil {
+		if withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: string(apierr.InvalidRequest), Domain: apierr.Domain}); derr == nil {
 			err = withInfo.Err()
 		}
 	}
@@ -226,7 +228,7 @@ func limitBody(limit int64, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > limit {
 			msg := fmt.Sprintf("request body is %d bytes; the limit is %d (--max-request-bytes)", r.ContentLength, limit)
-			writeStatus(w, r, http.StatusRequestEntityTooLarge, status.New(codes.ResourceExhausted, msg), "INVALID_REQUEST")
+			writeStatus(w, r, http.StatusRequestEntityTooLarge, status.New(codes.ResourceExhausted, msg), apierr.InvalidRequest)
 			return
 		}
 		hit := &bodyLimitHit{limit: limit}
@@ -236,8 +238,17 @@ func limitBody(limit int64, next http.Handler) http.Handler {
 	})
 }
 
-func writeStatus(w http.ResponseWriter, _ *http.Request, httpCode int, st *status.Status, reason string) {
-	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "sharelog"}); err == nil {
+// writeError answers with a request-level error: its gRPC code and HTTP
+// status come from the one reason table (service.StatusOf).
+func writeError(w http.ResponseWriter, r *http.Request, e *apierr.Error) {
+	s, _ := service.StatusOf(e.Reason)
+	writeStatus(w, r, s.HTTP, status.New(s.Code, e.Message), e.Reason)
+}
+
+// writeStatus answers with st and an ErrorInfo of reason, under httpCode
+// (for the one exception to the reason table: a body too large is 413).
+func writeStatus(w http.ResponseWriter, _ *http.Request, httpCode int, st *status.Status, reason apierr.Reason) {
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(reason), Domain: apierr.Domain}); err == nil {
 		st = withInfo
 	}
 	body, err := jsonMarshaler.Marshal(st.Proto())

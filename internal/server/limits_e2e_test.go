@@ -102,9 +102,7 @@ func TestLongPollCap(t *testing.T) {
 			done <- err
 		}()
 	}
-	require.Eventually(t, func() bool {
-		return waitingRE(2).MatchString(s.rest(t, http.MethodGet, "/metrics", "").Raw)
-	}, 5*time.Second, pollTick, "two Fetch calls wait")
+	s.awaitLongPolls(t, 2)
 
 	start := time.Now()
 	resp, err := s.log.Fetch(context.Background(), waitReq)
@@ -116,9 +114,7 @@ func TestLongPollCap(t *testing.T) {
 	for range 2 {
 		assert.Equal(t, codes.Canceled, status.Code(<-done))
 	}
-	require.Eventually(t, func() bool {
-		return waitingRE(0).MatchString(s.rest(t, http.MethodGet, "/metrics", "").Raw)
-	}, 5*time.Second, pollTick, "the server released the cancelled calls' slots")
+	s.awaitLongPolls(t, 0) // the server released the cancelled calls' slots
 	// The slots are free again: a waiting Fetch gets the record produced
 	// while it waits.
 	got := make(chan *sharelogv1.FetchResponse, 1)
@@ -127,9 +123,7 @@ func TestLongPollCap(t *testing.T) {
 		assert.NoError(t, err)
 		got <- r
 	}()
-	require.Eventually(t, func() bool {
-		return waitingRE(1).MatchString(s.rest(t, http.MethodGet, "/metrics", "").Raw)
-	}, 5*time.Second, pollTick)
+	s.awaitLongPolls(t, 1)
 	s.produce(t, "lp", 0, "x")
 	select {
 	case r := <-got:

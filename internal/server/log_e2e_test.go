@@ -309,7 +309,7 @@ func TestFetchLongPoll(t *testing.T) {
 			errs <- err
 			got <- resp
 		}()
-		time.Sleep(50 * time.Millisecond) // let the fetch start waiting
+		s.awaitLongPolls(t, 1)
 		s.produce(t, "t", 0, "late")
 		require.NoError(t, <-errs)
 		resp := <-got

@@ -40,7 +40,7 @@ func fillTopic(tb testing.TB, s *stack, name string, n, segments int) {
 
 // BenchmarkPurge times one Purge RPC (to the high watermark) of a partition
 // holding 10 records in one segment, and of one holding 1M records over ~100
-// segments. purge.md §7: the two must be within 2x of each other.
+// segments. Target: the two within 2x of each other.
 //
 //	go test -run '^$' -bench BenchmarkPurge -benchtime 5x ./internal/server/
 func BenchmarkPurge(b *testing.B) {
@@ -83,7 +83,7 @@ func BenchmarkPurge(b *testing.B) {
 
 // BenchmarkProduceDuringPurge measures the p99 latency of small produces to
 // another topic before a purge of 1M records over 100 segments and while it
-// and the reclamation of its segments run. purge.md §7: within 1.5x.
+// and the reclamation of its segments run. Target: within 1.5x.
 //
 //	go test -run '^$' -bench BenchmarkProduceDuringPurge -benchtime 3x ./internal/server/
 func BenchmarkProduceDuringPurge(b *testing.B) {

@@ -47,6 +47,7 @@ import (
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/changestream"
+	"github.com/sharelog/sharelog/internal/logapi"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/service"
 	"github.com/sharelog/sharelog/internal/sharegroup"
@@ -104,7 +105,7 @@ type Server struct {
 	connLimits   []*limitListener // gRPC, HTTP
 
 	metrics      *serverMetrics
-	longPolls    *service.LongPolls
+	longPolls    *logapi.LongPolls
 	readiness    []ReadinessCheck
 	lastNotReady string         // reasons last logged; refreshHealth's goroutine only
 	stopBG       chan struct{}  // closed by teardown: ends the background loops
@@ -156,7 +157,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	// Options.OnStorageError hook (and the share-state log's) from the
 	// start. The offline gauge is only read at scrape time, when s.store and
 	// s.share are set (the HTTP listener starts after both).
-	s.longPolls = service.NewLongPolls(cfg.MaxLongPolls)
+	s.longPolls = logapi.NewLongPolls(cfg.MaxLongPolls)
 	if s.metrics, err = newServerMetrics(s.tel.Meter, func() int {
 		n := len(s.store.Offline()) + len(s.share.Offline())
 		if o.PartitionsOffline != nil {
@@ -222,9 +223,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}
 
 	s.health = health.NewServer()
-	logSvc := service.NewLogService(store, service.LogConfig{SegmentBytes: cfg.SegmentBytes, OnTopicDeleted: s.share.TopicDeleted,
-		LongPolls: s.longPolls}, log)
-	shareSvc := service.NewShareGroupService(s.share, log, s.longPolls)
+	logAPI := logapi.New(store, logapi.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Logger: log})
+	// Share state bound to a deleted topic goes with it.
+	logAPI.Subscribe(func(ev logapi.TopicEvent) {
+		if ev.Kind == logapi.TopicDeleted {
+			s.share.TopicDeleted(ev.Topic.ID)
+		}
+	})
+	logSvc := service.NewLogService(logAPI)
+	shareSvc := service.NewShareGroupService(s.share, s.longPolls)
 	// Change streams get the traced store and the traced key index, so
 	// their reads are spans of the call, as every other RPC's.
 	keys := telemetry.TraceKeyIndex(s.store, s.tel.Tracer, s.tel.Meter)
@@ -239,8 +246,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}); err != nil {
 		return nil, err
 	}
-	changeSvc := service.NewChangeStreamService(s.streams, log)
+	changeSvc := service.NewChangeStreamService(s.streams)
 	healthLimiter := newIPLimiter(healthRate, healthBurst, healthLimiterIPs)
+	// Inside the call logger (which logs the final status), around
+	// everything else: the one place where errors become gRPC statuses.
+	errs := service.Errors{Log: log}
 	newGRPC := func(creds credentials.TransportCredentials, viaGateway bool) *grpc.Server {
 		codec := newRequestCodec()
 		g := &gate{auth: auth, codec: codec, health: healthLimiter, viaGateway: viaGateway}
@@ -266,11 +276,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			grpc.ChainUnaryInterceptor(
 				recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
 				callLogger{log}.unary,
+				errs.Unary,
 				g.unary,
 			),
 			grpc.ChainStreamInterceptor(
 				recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
 				callLogger{log}.stream,
+				errs.Stream,
 				g.stream,
 			),
 		)

@@ -14,7 +14,7 @@ import (
 	"github.com/sharelog/sharelog/internal/server"
 )
 
-// More rules of share-groups.md §2–6 through the real gRPC server.
+// More share-session, fetch and acknowledgement rules through the real gRPC server.
 
 func TestShareIncrementalSessionAndShaping(t *testing.T) {
 	t.Parallel()

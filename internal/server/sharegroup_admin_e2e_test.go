@@ -18,7 +18,7 @@ import (
 	"github.com/sharelog/sharelog/internal/server"
 )
 
-// Membership (share-groups.md §8) and the admin RPCs (§9) through the real
+// Membership and the admin RPCs through the real
 // server: gRPC over bufconn, REST through the gateway.
 
 const (
@@ -87,7 +87,7 @@ func (s *shareStack) listGroups(t *testing.T, filter sharelogv1.ShareGroupState)
 	return out
 }
 
-// §8 validation and the request-level errors of ShareGroupHeartbeat.
+// Validation and the request-level errors of ShareGroupHeartbeat.
 func TestHeartbeatErrors(t *testing.T) {
 	t.Parallel()
 	s := newShareStack(t, func(c *server.Config) { c.ShareGroupMaxSize = 2 })
@@ -136,7 +136,7 @@ func TestHeartbeatErrors(t *testing.T) {
 	assert.Equal(t, "t:0", assignmentOf(r.GetAssignment()))
 }
 
-// §8 join, heartbeat and leave; epochs; when the assignment is sent.
+// Join, heartbeat and leave; epochs; when the assignment is sent.
 func TestHeartbeatProtocol(t *testing.T) {
 	t.Parallel()
 	s := newShareStack(t)
@@ -202,7 +202,7 @@ func TestHeartbeatProtocol(t *testing.T) {
 	assert.Equal(t, int32(7), s.describeGroup(t, "g").GetGroupEpoch())
 }
 
-// §8 simple assignor through the server: balanced, shared when members
+// Simple assignor through the server: balanced, shared when members
 // outnumber partitions (7 on 3 → 3, 2, 2), sticky.
 func TestAssignorThroughServer(t *testing.T) {
 	t.Parallel()
@@ -241,9 +241,8 @@ func TestAssignorThroughServer(t *testing.T) {
 	assert.LessOrEqual(t, moved, 1)
 }
 
-// §6.2/§8: partitions are initialised before they first appear in an
-// assignment; leaving the group neither ends sessions nor releases records
-// (§2.1).
+// Partitions are initialised before they first appear in an
+// assignment; leaving the group neither ends sessions nor releases records.
 func TestAssignmentInitialisesPartitions(t *testing.T) {
 	t.Parallel()
 	s := newShareStack(t)
@@ -268,7 +267,7 @@ func TestAssignmentInitialisesPartitions(t *testing.T) {
 	assert.Equal(t, map[string][2]int64{"t/0": {8, 0}, "t/1": {0, 0}}, s.groupOffsets(t, "g"), "lag falls to 0")
 }
 
-// §8 session timeout through the server (the one place a real wait of
+// Session timeout through the server (the one place a real wait of
 // about a second is unavoidable: the smallest session_timeout_ms is 1 000).
 func TestMemberExpiryThroughServer(t *testing.T) {
 	t.Parallel()
@@ -299,7 +298,7 @@ func TestMemberExpiryThroughServer(t *testing.T) {
 	requireReason(t, err, codes.NotFound, "UNKNOWN_MEMBER_ID")
 }
 
-// §8: rack_id, client_id (x-client-id metadata) and client_host (peer
+// The rack_id,, client_id (x-client-id metadata) and client_host (peer
 // address; for REST the HTTP client's, via x-forwarded-for) are described.
 func TestMemberClientInfo(t *testing.T) {
 	t.Parallel()
@@ -342,7 +341,7 @@ func TestMemberClientInfo(t *testing.T) {
 	assert.Equal(t, "rack-1", s.describeGroup(t, "g").GetMembers()[0].GetRackId(), "an absent rack_id keeps the stored one")
 }
 
-// §9 ListShareGroups and DescribeShareGroup.
+// ListShareGroups and DescribeShareGroup.
 func TestListAndDescribeShareGroups(t *testing.T) {
 	t.Parallel()
 	s := newShareStack(t)
@@ -380,7 +379,7 @@ func TestListAndDescribeShareGroups(t *testing.T) {
 	assert.Equal(t, "", assignmentOf(d.GetMembers()[0].GetAssignment()), "t does not exist")
 }
 
-// §9 DescribeShareGroupOffsets: start offset (SPSO) and lag.
+// DescribeShareGroupOffsets: start offset (SPSO) and lag.
 func TestDescribeShareGroupOffsets(t *testing.T) {
 	t.Parallel()
 	s := newShareStack(t)
@@ -446,7 +445,7 @@ func (s *shareStack) restart(t *testing.T) *shareStack {
 	return newShareStack(t, func(c *server.Config) { c.DataDir = dir })
 }
 
-// §9 AlterShareGroupOffsets.
+// AlterShareGroupOffsets.
 func TestAlterShareGroupOffsets(t *testing.T) {
 	t.Parallel()
 	s := newShareStack(t)
@@ -495,7 +494,7 @@ func TestAlterShareGroupOffsets(t *testing.T) {
 	assert.Equal(t, map[string][2]int64{"t/0": {8, 2}, "t/1": {0, 0}}, s2.groupOffsets(t, "g"))
 }
 
-// §9 DeleteShareGroupOffsets.
+// DeleteShareGroupOffsets.
 func TestDeleteShareGroupOffsets(t *testing.T) {
 	t.Parallel()
 	s := newShareStack(t)
@@ -534,7 +533,7 @@ func TestDeleteShareGroupOffsets(t *testing.T) {
 	assert.Empty(t, s2.groupOffsets(t, "g"))
 }
 
-// §9 DeleteShareGroup.
+// DeleteShareGroup.
 func TestDeleteShareGroup(t *testing.T) {
 	t.Parallel()
 	s := newShareStack(t)
@@ -574,7 +573,7 @@ func TestDeleteShareGroup(t *testing.T) {
 }
 
 // The admin routes and the heartbeat over REST, with HTTP statuses and
-// reasons (api.md §6, §7).
+// reasons.
 func TestRESTShareGroupAdmin(t *testing.T) {
 	t.Parallel()
 	s := newShareStack(t, func(c *server.Config) { c.ShareGroupMaxSize = 1 })

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -140,4 +141,30 @@ func (s *stack) produce(t testing.TB, topic string, partition int32, values ...s
 	resp, err := s.log.Produce(context.Background(), req)
 	require.NoError(t, err)
 	return resp.GetResults()
+}
+
+// metricsText returns the /metrics page, or "" if it cannot be read. It
+// does not fail the test, so it may run off the test's goroutine (as
+// require.Eventually's condition does).
+func (s *stack) metricsText() string {
+	resp, err := s.http.Client().Get(s.http.URL + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return ""
+	}
+	return string(raw)
+}
+
+// awaitLongPolls waits until n Fetch or ShareFetch calls hold a long-poll
+// slot: a Fetch takes its slot after subscribing to appends, so from then
+// on a produce wakes it.
+func (s *stack) awaitLongPolls(t *testing.T, n int) {
+	t.Helper()
+	re := waitingRE(n)
+	require.Eventually(t, func() bool { return re.MatchString(s.metricsText()) }, 10*time.Second, pollTick,
+		"%d calls wait for records", n)
 }

@@ -1,7 +1,7 @@
 package service
 
-// ChangeStreamService behaviour (change-stream.md):
-//   - StreamChanges validates in the order of §2 (INVALID_REQUEST,
+// ChangeStreamService behaviour (docs/change-streams.md):
+//   - StreamChanges validates in this order (INVALID_REQUEST,
 //     UNKNOWN_TOPIC_OR_PARTITION, ROLLBACK_REQUIRED for a re-created topic,
 //     OFFSET_OUT_OF_RANGE, ROLLBACK_REQUIRED for purged history) before any
 //     event; more calls than --max-change-streams get
@@ -12,8 +12,6 @@ package service
 //     checksum failure, CANCELLED when the client cancels, INTERNAL otherwise.
 
 import (
-	"log/slog"
-
 	"google.golang.org/grpc/metadata"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
@@ -26,15 +24,11 @@ type ChangeStreamService struct {
 	sharelogv1.UnsafeChangeStreamServiceServer // compile error when an RPC is added
 
 	streams *changestream.Manager
-	log     *slog.Logger
 }
 
 // NewChangeStreamService returns the ChangeStreamService handlers.
-func NewChangeStreamService(streams *changestream.Manager, log *slog.Logger) *ChangeStreamService {
-	if log == nil {
-		log = slog.Default()
-	}
-	return &ChangeStreamService{streams: streams, log: log}
+func NewChangeStreamService(streams *changestream.Manager) *ChangeStreamService {
+	return &ChangeStreamService{streams: streams}
 }
 
 func (s *ChangeStreamService) StreamChanges(req *sharelogv1.StreamChangesRequest, stream sharelogv1.ChangeStreamService_StreamChangesServer) error {
@@ -56,7 +50,7 @@ func (s *ChangeStreamService) StreamChanges(req *sharelogv1.StreamChangesRequest
 		eventToProto(ev, &resp)
 		return stream.Send(&resp)
 	})
-	return toStatus(ctx, s.log, err)
+	return err
 }
 
 // eventToProto fills resp with ev (resp is reused: Send marshals at once).

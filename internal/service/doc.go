@@ -1,14 +1,18 @@
 // Package service holds the gRPC handlers of sharelog's three services.
 //
-// A handler validates its request, translates protobuf messages to domain
-// types, calls the domain packages (logstore, and later sharegroup and
-// changestream) and translates the result back. It holds no logic of its own
-// beyond that. Every error leaves through [toStatus], the single place where
-// domain errors become gRPC statuses carrying a google.rpc.ErrorInfo whose
-// reason is the Kafka error name of api.md §7. Internal errors are logged with
-// the trace id and masked: clients never see file paths or stack traces.
+// A handler validates what only the protobuf message can get wrong,
+// translates the message to the domain packages' types (internal/logapi,
+// internal/sharegroup, internal/changestream), calls them and translates
+// the result back. It holds no rule of its own.
 //
-// [LongPolls] bounds the Fetch and ShareFetch calls waiting for records at
-// once (--max-long-polls); it lives here, around the domain calls, so that
-// the domain packages stay unaware of server-wide limits.
+// Handlers return domain errors as they are: [Errors], installed as the
+// unary and stream interceptor, is the single place where they become gRPC
+// statuses carrying a google.rpc.ErrorInfo whose reason is an apierr.Reason
+// (the table from reason to gRPC code and HTTP status is in status.go, and
+// docs/errors.md documents it). Internal errors are logged with the trace
+// id and masked: clients never see file paths or stack traces.
+//
+// A ShareFetch that may wait takes a logapi.LongPolls slot here, around the
+// domain call, so that the share-group domain stays unaware of server-wide
+// limits.
 package service

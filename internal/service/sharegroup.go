@@ -1,7 +1,7 @@
 package service
 
 // ShareGroupService: every RPC translates to internal/sharegroup, which
-// holds every rule of share-groups.md. ShareGroupHeartbeat adds what the
+// holds every share-group rule. ShareGroupHeartbeat adds what the
 // request message does not carry: client_id from the x-client-id metadata
 // (the REST gateway forwards the X-Client-Id header as it) and client_host
 // from the peer address, or from x-forwarded-for when the call came
@@ -15,14 +15,15 @@ package service
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"strings"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/logapi"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
 
@@ -52,22 +53,18 @@ type ShareGroupService struct {
 	sharelogv1.UnimplementedShareGroupServiceServer
 
 	groups    ShareGroups
-	log       *slog.Logger
-	longPolls *LongPolls
+	longPolls *logapi.LongPolls
 }
 
 // NewShareGroupService returns the ShareGroupService handlers; longPolls
 // bounds waiting ShareFetch calls together with Fetch (nil = no bound).
-func NewShareGroupService(groups ShareGroups, log *slog.Logger, longPolls *LongPolls) *ShareGroupService {
-	if log == nil {
-		log = slog.Default()
-	}
-	return &ShareGroupService{groups: groups, log: log, longPolls: longPolls}
+func NewShareGroupService(groups ShareGroups, longPolls *logapi.LongPolls) *ShareGroupService {
+	return &ShareGroupService{groups: groups, longPolls: longPolls}
 }
 
 func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.ShareFetchRequest) (*sharelogv1.ShareFetchResponse, error) {
 	if err := requirePartitions(req.GetTopics()); err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	dreq := sharegroup.FetchRequest{
 		GroupID:    req.GetGroupId(),
@@ -95,7 +92,7 @@ func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.Shar
 	}
 	resp, err := s.groups.ShareFetch(ctx, dreq)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	out := &sharelogv1.ShareFetchResponse{AcquisitionLockTimeoutMs: resp.AcquisitionLockTimeoutMs}
 	byTopic := map[string]*sharelogv1.ShareFetchTopicResponse{}
@@ -128,7 +125,7 @@ func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.Shar
 
 func (s *ShareGroupService) ShareAcknowledge(ctx context.Context, req *sharelogv1.ShareAcknowledgeRequest) (*sharelogv1.ShareAcknowledgeResponse, error) {
 	if err := requirePartitions(req.GetTopics()); err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	resp, err := s.groups.ShareAcknowledge(ctx, sharegroup.AckRequest{
 		GroupID:    req.GetGroupId(),
@@ -138,7 +135,7 @@ func (s *ShareGroupService) ShareAcknowledge(ctx context.Context, req *sharelogv
 		Partitions: entriesFromProto(req.GetTopics()),
 	})
 	if err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	out := &sharelogv1.ShareAcknowledgeResponse{AcquisitionLockTimeoutMs: resp.AcquisitionLockTimeoutMs}
 	byTopic := map[string]*sharelogv1.ShareAcknowledgeTopicResponse{}
@@ -159,7 +156,7 @@ func (s *ShareGroupService) ShareAcknowledge(ctx context.Context, req *sharelogv
 func (s *ShareGroupService) GetShareGroupConfig(ctx context.Context, req *sharelogv1.GetShareGroupConfigRequest) (*sharelogv1.GetShareGroupConfigResponse, error) {
 	cfg, err := s.groups.GetConfig(req.GetGroupId())
 	if err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	return &sharelogv1.GetShareGroupConfigResponse{GroupId: req.GetGroupId(), Config: configToProto(cfg)}, nil
 }
@@ -176,7 +173,7 @@ func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sha
 		DeadLetterTopic:         c.DeadLetterTopic,
 	})
 	if err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	return &sharelogv1.UpdateShareGroupConfigResponse{GroupId: req.GetGroupId(), Config: configToProto(cfg)}, nil
 }
@@ -247,12 +244,12 @@ func codeToProto(c sharegroup.ErrorCode) sharelogv1.ErrorCode {
 	}
 }
 
-// requirePartitions rejects a topics entry without partitions (§3.1): the
+// requirePartitions rejects a topics entry without partitions: the
 // flattened domain request could not tell it from no entry at all.
 func requirePartitions(topics []*sharelogv1.ShareFetchTopic) error {
 	for i, t := range topics {
 		if len(t.GetPartitions()) == 0 {
-			return invalid("topics[%d] (%q) names no partitions", i, t.GetTopic())
+			return apierr.Invalid("topics[%d] (%q) names no partitions", i, t.GetTopic())
 		}
 	}
 	return nil
@@ -270,7 +267,7 @@ func (s *ShareGroupService) ShareGroupHeartbeat(ctx context.Context, req *sharel
 		ClientHost:           clientHost,
 	})
 	if err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	out := &sharelogv1.ShareGroupHeartbeatResponse{
 		MemberId:            resp.MemberID,
@@ -310,11 +307,11 @@ func callerOf(ctx context.Context) (clientID, clientHost string) {
 func (s *ShareGroupService) ListShareGroups(ctx context.Context, req *sharelogv1.ListShareGroupsRequest) (*sharelogv1.ListShareGroupsResponse, error) {
 	filter, ok := stateFromProto(req.GetStateFilter())
 	if !ok {
-		return nil, toStatus(ctx, s.log, invalid("state_filter %d is not a share group state", req.GetStateFilter()))
+		return nil, apierr.Invalid("state_filter %d is not a share group state", req.GetStateFilter())
 	}
 	groups, err := s.groups.ListGroups(filter)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	out := &sharelogv1.ListShareGroupsResponse{Groups: make([]*sharelogv1.ShareGroupListing, len(groups))}
 	for i, g := range groups {
@@ -326,7 +323,7 @@ func (s *ShareGroupService) ListShareGroups(ctx context.Context, req *sharelogv1
 func (s *ShareGroupService) DescribeShareGroup(ctx context.Context, req *sharelogv1.DescribeShareGroupRequest) (*sharelogv1.DescribeShareGroupResponse, error) {
 	d, err := s.groups.DescribeGroup(ctx, req.GetGroupId())
 	if err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	out := &sharelogv1.DescribeShareGroupResponse{
 		GroupId:         d.GroupID,
@@ -360,7 +357,7 @@ func (s *ShareGroupService) DescribeShareGroupOffsets(ctx context.Context, req *
 	}
 	res, err := s.groups.DescribeOffsets(ctx, req.GetGroupId(), topics)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	out := &sharelogv1.DescribeShareGroupOffsetsResponse{Topics: make([]*sharelogv1.ShareGroupOffsetsTopic, len(res))}
 	for i, t := range res {
@@ -386,7 +383,7 @@ func (s *ShareGroupService) AlterShareGroupOffsets(ctx context.Context, req *sha
 	}
 	res, err := s.groups.AlterOffsets(ctx, req.GetGroupId(), topics)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	out := &sharelogv1.AlterShareGroupOffsetsResponse{Topics: make([]*sharelogv1.AlterShareGroupOffsetsTopicResult, len(res))}
 	for i, t := range res {
@@ -404,7 +401,7 @@ func (s *ShareGroupService) AlterShareGroupOffsets(ctx context.Context, req *sha
 func (s *ShareGroupService) DeleteShareGroupOffsets(ctx context.Context, req *sharelogv1.DeleteShareGroupOffsetsRequest) (*sharelogv1.DeleteShareGroupOffsetsResponse, error) {
 	res, err := s.groups.DeleteOffsets(ctx, req.GetGroupId(), req.GetTopics())
 	if err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	out := &sharelogv1.DeleteShareGroupOffsetsResponse{Topics: make([]*sharelogv1.DeleteShareGroupOffsetsTopicResult, len(res))}
 	for i, t := range res {
@@ -415,7 +412,7 @@ func (s *ShareGroupService) DeleteShareGroupOffsets(ctx context.Context, req *sh
 
 func (s *ShareGroupService) DeleteShareGroup(ctx context.Context, req *sharelogv1.DeleteShareGroupRequest) (*sharelogv1.DeleteShareGroupResponse, error) {
 	if err := s.groups.DeleteGroup(ctx, req.GetGroupId()); err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	return &sharelogv1.DeleteShareGroupResponse{}, nil
 }

@@ -1,5 +1,5 @@
-// Package sessioncache is the share session cache of KIP-932 share groups
-// (share-groups.md §2): at most one session per (group, member), a bounded
+// Package sessioncache is the share session cache of KIP-932 share groups:
+// at most one session per (group, member), a bounded
 // number of sessions (in total and per client, so that one client cannot
 // take every slot), the session epoch sequence shared by ShareFetch and
 // ShareAcknowledge, in-flight accounting and idle eviction.
@@ -183,7 +183,7 @@ func (s *Session[T]) Ended() bool {
 func (s *Session[T]) EndedLocked() bool { return s.ended }
 
 // NextFetchIndex counts the session's ShareFetch requests: it returns k for
-// the k-th (0 for the opening one), for partition rotation (§3.3).
+// the k-th (0 for the opening one), for partition rotation.
 func (s *Session[T]) NextFetchIndex() uint64 { return s.fetches.Add(1) - 1 }
 
 // nextEpoch is the epoch after e: MaxInt32 wraps to 1, never 0 or negative.
@@ -253,7 +253,7 @@ func (c *Cache[T]) Open(ctx context.Context, key Key, maxWait time.Duration, ini
 	return s, nil
 }
 
-// waitFull holds a refused epoch-0 request for maxWait (§2.6).
+// waitFull holds a refused epoch-0 request for maxWait.
 func (c *Cache[T]) waitFull(ctx context.Context, maxWait time.Duration) error {
 	if maxWait > 0 {
 		t := time.NewTimer(maxWait)

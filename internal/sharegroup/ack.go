@@ -3,6 +3,7 @@ package sharegroup
 import (
 	"context"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/sessioncache"
 )
 
@@ -13,10 +14,10 @@ type ackOutcome struct {
 	msg  string
 }
 
-// processAcks applies the acknowledgement batches of every entry (§4),
+// processAcks applies the acknowledgement batches of every entry,
 // each partition atomically, and waits once for all their state writes:
 // concurrent requests share the fsync (group commit). A partition whose
-// write failed is rolled back and reports KAFKA_STORAGE_ERROR (§4.4).
+// write failed is rolled back and reports KAFKA_STORAGE_ERROR.
 func (m *Manager) processAcks(s *session, g *group, es []PartitionEntry, named []namedPart) []ackOutcome {
 	out := make([]ackOutcome, len(es))
 	type pending struct {
@@ -61,7 +62,7 @@ func (m *Manager) processAcks(s *session, g *group, es []PartitionEntry, named [
 	return out
 }
 
-// ShareAcknowledge serves ShareAcknowledge (§2.3, §4).
+// ShareAcknowledge serves ShareAcknowledge.
 func (m *Manager) ShareAcknowledge(ctx context.Context, req AckRequest) (AckResponse, error) {
 	if !m.enter() {
 		return AckResponse{}, ErrClosed
@@ -71,7 +72,7 @@ func (m *Manager) ShareAcknowledge(ctx context.Context, req AckRequest) (AckResp
 		return AckResponse{}, err
 	}
 	if req.Epoch == 0 {
-		return AckResponse{}, &Error{Reason: ReasonInvalidShareSessionEpoch, Message: "ShareAcknowledge cannot open a share session (epoch 0)"}
+		return AckResponse{}, &apierr.Error{Reason: apierr.InvalidShareSessionEpoch, Message: "ShareAcknowledge cannot open a share session (epoch 0)"}
 	}
 	named, err := m.resolveAll(ctx, req.Partitions)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/sharelog/sharelog/internal/logstore"
 )
 
-// §4.2: dynamic rules, per partition, atomic, the code of the first
+// Dynamic rules, per partition, atomic, the code of the first
 // failing offset in request order.
 func TestAckDynamicRules(t *testing.T) {
 	// m holds 10..19 and 25..29, o holds 20..24; the high watermark is 30.
@@ -81,7 +81,7 @@ func TestAckPerOffsetTypes(t *testing.T) {
 	assert.Equal(t, "spso=1 [1-1 AVAILABLE(1)] [2-3 ARCHIVED(0)] [4-4 ACKNOWLEDGED(0)] [5-5 ACQUIRED(1)] [6-7 ACQUIRED(1)]", e.state(x), "5 was renewed: another deadline")
 }
 
-// §4.3 RENEW resets the deadline; §5.1 the deadline is authoritative.
+// RENEW resets the deadline; the deadline, not a timer, decides expiry.
 func TestRenewAndExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t, nil)
@@ -108,7 +108,7 @@ func TestRenewAndExpiry(t *testing.T) {
 	})
 }
 
-// §6.1: overtaken ACQUIRED records expire ARCHIVED and are never delivered
+// Overtaken ACQUIRED records expire ARCHIVED and are never delivered
 // again; acks of other sessions for them succeed without effect.
 func TestOvertakenExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -131,7 +131,7 @@ func TestOvertakenExpiry(t *testing.T) {
 	})
 }
 
-// §12 range cost: acknowledging one uniform 10 000-record run costs what a
+// Range cost: acknowledging one uniform 10 000-record run costs what a
 // 10-record one does — no per-record allocation, O(runs) work.
 func TestAckRangeCost(t *testing.T) {
 	e := newEnv(t, func(o *testOpts) { o.Fsync = logstore.FsyncNever })

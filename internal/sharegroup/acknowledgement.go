@@ -7,7 +7,7 @@ import (
 	"github.com/sharelog/sharelog/internal/sharestate"
 )
 
-// Acknowledgement (§4): a share-partition applies one partition entry's
+// Acknowledgement: a share-partition applies one partition entry's
 // acknowledgement batches atomically, and rolls them back if their state
 // write fails. See doc.go "State machine".
 
@@ -27,9 +27,9 @@ type ackResult struct {
 	undo   []undoRec
 }
 
-// ack applies one partition entry's batches atomically (§4.2): every
+// ack applies one partition entry's batches atomically: every
 // targeted offset is checked before anything changes. Validated statically
-// already (§4.1).
+// already.
 func (p *sharePartition) ack(s *session, batches []AckBatch) ackResult {
 	m := p.g.m
 	p.mu.Lock()
@@ -185,7 +185,7 @@ func (p *sharePartition) applyAck(a, z int64, t AckType, sid uint64, now int64, 
 	p.mergeRuns(i-1, j)
 }
 
-// ackBelow archives this session's overtaken records in [a, z] (§6.1).
+// ackBelow archives this session's overtaken records in [a, z].
 func (p *sharePartition) ackBelow(a, z int64, sid uint64, st *ackState) {
 	if len(p.below) == 0 {
 		return
@@ -213,7 +213,7 @@ func (p *sharePartition) ackBelow(a, z int64, sid uint64, st *ackState) {
 	p.below = kept
 }
 
-// rollback undoes an ack whose state write failed (§4.4): each record the
+// rollback undoes an ack whose state write failed: each record the
 // ack changed and nobody changed since returns to ACQUIRED by the session,
 // or to what expiry or the session's end would have made of it.
 func (p *sharePartition) rollback(undo []undoRec, s *session) {

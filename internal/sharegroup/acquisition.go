@@ -9,7 +9,7 @@ import (
 	"github.com/sharelog/sharelog/internal/sharestate"
 )
 
-// Acquisition (§3.3): a share-partition hands records to a fetch. See
+// Acquisition: a share-partition hands records to a fetch. See
 // doc.go "State machine" and "Fetch".
 
 // budget is what is left of one response's limits, shared by its partitions.
@@ -71,7 +71,7 @@ func storeCode(err error) (ErrorCode, string) {
 }
 
 // acquire takes what the partition can give within bud for session s, or
-// with dry only counts it (the long-poll evaluation, §3.4). Partition
+// with dry only counts it (the long-poll evaluation). Partition
 // errors go to out; the returned error is the caller's context ending.
 func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, dry bool, out *partFetch) error {
 	m := p.g.m
@@ -110,7 +110,7 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 		if !dry {
 			// Register ownership before acquiring, atomically with the
 			// "not ended" check: a session end that follows will find
-			// this partition and release what we take (§11).
+			// this partition and release what we take.
 			s.Mu.Lock()
 			ended := s.EndedLocked()
 			if !ended {
@@ -162,7 +162,7 @@ func (p *sharePartition) scan(ctx context.Context, hw int64, bud *budget, dry bo
 		}
 		hi := min(r.last, hw-1)
 		if r.count >= cfg.limit {
-			// Over the limit after it was lowered (§5.2): archived by
+			// Over the limit after it was lowered: archived by
 			// this scan, never delivered.
 			if !dry {
 				out.plan = append(out.plan, planItem{first: r.first, last: hi, count: r.count, kind: planLimit})

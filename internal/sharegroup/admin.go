@@ -7,12 +7,13 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
 	"github.com/sharelog/sharelog/internal/sharestate"
 )
 
-// Admin RPCs (§9). Each runs under the group's op lock, so it is ordered
+// Admin RPCs. Each runs under the group's op lock, so it is ordered
 // with the group's heartbeats and other admin calls, and first applies
 // passed member deadlines (an expired member does not make a group
 // non-empty). Offsets writes (alter, delete) and group deletion hold the
@@ -20,10 +21,10 @@ import (
 // are durable: nobody sees an effect that may still fail, and on failure
 // nothing changes.
 
-func nonEmpty(g *group) *Error {
+func nonEmpty(g *group) *apierr.Error {
 	n := len(g.mem.members)
-	return &Error{
-		Reason:   ReasonNonEmptyGroup,
+	return &apierr.Error{
+		Reason:   apierr.NonEmptyGroup,
 		Message:  fmt.Sprintf("share group %q has %d active member(s); stop its consumers first", g.id, n),
 		Metadata: map[string]string{"members": strconv.Itoa(n)},
 	}
@@ -214,7 +215,7 @@ func (g *group) partitions() []*sharePartition {
 	return out
 }
 
-// offsets returns SPSO and lag (§9): high watermark - SPSO - the terminal
+// offsets returns SPSO and lag: high watermark - SPSO - the terminal
 // offsets at or above SPSO; -1 and -1 when uninitialised.
 func (p *sharePartition) offsets() (spso, lag int64, code ErrorCode, msg string) {
 	m := p.g.m
@@ -259,7 +260,7 @@ func (p *sharePartition) restore(s spSaved) {
 }
 
 // AlterOffsets restarts share-partitions at the given start offsets, with
-// no in-flight state (§9). It creates the group if needed; the group must
+// no in-flight state. It creates the group if needed; the group must
 // have no members. Durable before it returns.
 func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []TopicStartOffsets) ([]TopicPartitionResults, error) {
 	if !m.enter() {
@@ -370,7 +371,7 @@ func duplicateAlter(topics []TopicStartOffsets) *TopicPartition {
 }
 
 // DeleteOffsets makes the group's share-partitions of each topic
-// uninitialised (§9). The group must exist and have no members. Durable
+// uninitialised. The group must exist and have no members. Durable
 // before it returns.
 func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []string) ([]TopicResult, error) {
 	if !m.enter() {
@@ -474,7 +475,7 @@ func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []st
 }
 
 // resetUninit makes the share-partition uninitialised: its next use
-// initialises it from auto_offset_reset (§6.2). mu is held.
+// initialises it from auto_offset_reset. mu is held.
 func (p *sharePartition) resetUninit() {
 	p.status, p.spso, p.speo, p.runs, p.below = spUninit, 0, -1, nil, nil
 	p.nextDeadline = never
@@ -482,7 +483,7 @@ func (p *sharePartition) resetUninit() {
 }
 
 // DeleteGroup deletes a group without members: its config and share state
-// (durably) and its sessions, whose records are released (§9). The ID may
+// (durably) and its sessions, whose records are released. The ID may
 // then be used for a new group.
 func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error {
 	if !m.enter() {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/logstore"
 )
 
@@ -30,7 +31,7 @@ func (e *env) alter(topic string, offs ...PartitionStartOffset) []TopicPartition
 	return out
 }
 
-// §9 ListShareGroups: sorted, filtered by state.
+// ListShareGroups: sorted, filtered by state.
 func TestListGroups(t *testing.T) {
 	e := newEnv(t, nil)
 	for _, g := range []string{"c", "a", "b"} {
@@ -57,13 +58,13 @@ func TestListGroups(t *testing.T) {
 	}
 }
 
-// §9 DescribeShareGroupOffsets: start offset = SPSO, lag = high watermark
+// DescribeShareGroupOffsets: start offset = SPSO, lag = high watermark
 // - SPSO - terminal offsets >= SPSO; -1/-1 uninitialised; unknown topics
 // and partitions flagged.
 func TestDescribeOffsets(t *testing.T) {
 	e := newEnv(t, nil)
 	_, err := e.m.DescribeOffsets(context.Background(), "nope", nil)
-	requireReason(t, err, ReasonGroupIDNotFound)
+	requireReason(t, err, apierr.GroupIDNotFound)
 
 	e.topic("t", 2)
 	e.topic("u", 1)
@@ -110,7 +111,7 @@ func TestDescribeOffsets(t *testing.T) {
 		"a re-created topic starts with no share state")
 }
 
-// §9 AlterShareGroupOffsets.
+// AlterShareGroupOffsets.
 func TestAlterOffsets(t *testing.T) {
 	e := newEnv(t, nil)
 	e.topic("t", 2)
@@ -137,9 +138,9 @@ func TestAlterOffsets(t *testing.T) {
 	assert.Equal(t, CodeUnknownTopicOrPartition, res[0].Partitions[0].ErrorCode)
 
 	_, err = e.m.AlterOffsets(context.Background(), testGroup, []TopicStartOffsets{{Topic: "t", Partitions: []PartitionStartOffset{{0, 2}, {0, 3}}}})
-	requireReason(t, err, ReasonInvalidRequest)
+	requireReason(t, err, apierr.InvalidRequest)
 	_, err = e.m.AlterOffsets(context.Background(), "", nil)
-	requireReason(t, err, ReasonInvalidRequest)
+	requireReason(t, err, apierr.InvalidRequest)
 
 	// The share-partition restarts with no in-flight state: records
 	// acquired by an open session are its no more.
@@ -156,11 +157,11 @@ func TestAlterOffsets(t *testing.T) {
 	// Members present: NON_EMPTY_GROUP, nothing changes.
 	e.mustHB("a", 0, "t")
 	_, err = e.m.AlterOffsets(context.Background(), testGroup, []TopicStartOffsets{{Topic: "t", Partitions: []PartitionStartOffset{{0, 2}}}})
-	info := requireReason(t, err, ReasonNonEmptyGroup)
+	info := requireReason(t, err, apierr.NonEmptyGroup)
 	assert.Equal(t, "1", info.Metadata["members"])
 	assert.Equal(t, "spso=5 [5-9 ACQUIRED(1)]", e.state(x))
 
-	// Durable (§7): survives a restart.
+	// Durable: survives a restart.
 	e.mustHB("a", -1)
 	e.alter("t", PartitionStartOffset{0, 7})
 	require.NoError(t, e.m.Close())
@@ -168,11 +169,11 @@ func TestAlterOffsets(t *testing.T) {
 	assert.Equal(t, []TopicOffsets{{Topic: "t", Partitions: []PartitionOffsets{po(0, 7, 3), po(1, 0, 0)}}}, e2.offsets())
 }
 
-// §9 DeleteShareGroupOffsets.
+// DeleteShareGroupOffsets.
 func TestDeleteOffsets(t *testing.T) {
 	e := newEnv(t, nil)
 	_, err := e.m.DeleteOffsets(context.Background(), "nope", []string{"t"})
-	requireReason(t, err, ReasonGroupIDNotFound)
+	requireReason(t, err, apierr.GroupIDNotFound)
 	e.topic("t", 2)
 	e.topic("u", 1)
 	x := tp("t", 0)
@@ -181,10 +182,10 @@ func TestDeleteOffsets(t *testing.T) {
 	e.open("m", x)
 
 	_, err = e.m.DeleteOffsets(context.Background(), testGroup, []string{"t", "t"})
-	requireReason(t, err, ReasonInvalidRequest)
+	requireReason(t, err, apierr.InvalidRequest)
 	e.mustHB("a", 0, "u")
 	_, err = e.m.DeleteOffsets(context.Background(), testGroup, []string{"t"})
-	requireReason(t, err, ReasonNonEmptyGroup)
+	requireReason(t, err, apierr.NonEmptyGroup)
 	e.mustHB("a", -1)
 
 	res, err := e.m.DeleteOffsets(context.Background(), testGroup, []string{"t", "u", "nope"})
@@ -212,10 +213,10 @@ func TestDeleteOffsets(t *testing.T) {
 	assert.Empty(t, e2.offsets())
 }
 
-// §9 DeleteShareGroup.
+// DeleteShareGroup.
 func TestDeleteGroup(t *testing.T) {
 	e := newEnv(t, nil)
-	requireReason(t, e.m.DeleteGroup(context.Background(), "nope"), ReasonGroupIDNotFound)
+	requireReason(t, e.m.DeleteGroup(context.Background(), "nope"), apierr.GroupIDNotFound)
 	e.topic("t", 1)
 	x := tp("t", 0)
 	e.produce("t", 0, 10, 1)
@@ -223,19 +224,19 @@ func TestDeleteGroup(t *testing.T) {
 	e.open("m", x)
 	e.mustHB("a", 0, "t")
 	err := e.m.DeleteGroup(context.Background(), testGroup)
-	requireReason(t, err, ReasonNonEmptyGroup)
+	requireReason(t, err, apierr.NonEmptyGroup)
 	e.mustHB("a", -1)
 
 	require.NoError(t, e.m.DeleteGroup(context.Background(), testGroup))
 	// Gone: config, state and sessions (whose records are released).
 	_, err = e.m.GetConfig(testGroup)
-	requireReason(t, err, ReasonGroupIDNotFound)
+	requireReason(t, err, apierr.GroupIDNotFound)
 	_, err = e.m.DescribeGroup(context.Background(), testGroup)
-	requireReason(t, err, ReasonGroupIDNotFound)
+	requireReason(t, err, apierr.GroupIDNotFound)
 	groups, _ := e.m.ListGroups(StateUnknown)
 	assert.Empty(t, groups)
 	_, err = e.m.ShareFetch(context.Background(), FetchRequest{GroupID: testGroup, MemberID: "m", Epoch: 1})
-	requireReason(t, err, ReasonShareSessionNotFound)
+	requireReason(t, err, apierr.ShareSessionNotFound)
 	assert.Equal(t, 0, e.m.sessions.Len())
 
 	// The ID may be reused: a new group with the defaults.
@@ -294,7 +295,7 @@ func TestDeleteGroupDeadAndFailure(t *testing.T) {
 	err = e.m.DeleteGroup(context.Background(), testGroup)
 	require.Error(t, err)
 	require.NotNil(t, reqErr(err))
-	assert.Equal(t, ReasonKafkaStorageError, reqErr(err).Reason, "a storage failure: retryable KAFKA_STORAGE_ERROR")
+	assert.Equal(t, apierr.KafkaStorageError, reqErr(err).Reason, "a storage failure: retryable KAFKA_STORAGE_ERROR")
 	groups, _ = e.m.ListGroups(StateUnknown)
 	assert.Equal(t, []GroupListing{{testGroup, StateEmpty}}, groups, "nothing changed")
 	assert.Equal(t, []TopicOffsets{{Topic: "t", Partitions: []PartitionOffsets{po(0, 0, 0)}}}, e.offsets())
@@ -318,7 +319,7 @@ func TestDeleteGroupRacesOpen(t *testing.T) {
 		})
 		wg.Go(func() {
 			if err := e.m.DeleteGroup(context.Background(), testGroup); err != nil {
-				assert.True(t, reqErr(err) != nil && reqErr(err).Reason == ReasonGroupIDNotFound, "%v", err)
+				assert.True(t, reqErr(err) != nil && reqErr(err).Reason == apierr.GroupIDNotFound, "%v", err)
 			}
 		})
 		wg.Wait()
@@ -344,7 +345,7 @@ func TestGroupOpsConcurrent(t *testing.T) {
 	}
 	e.update(GroupConfig{AutoOffsetReset: str("earliest")})
 	ctx := context.Background()
-	allowed := func(err error, reasons ...string) {
+	allowed := func(err error, reasons ...apierr.Reason) {
 		if err == nil {
 			return
 		}
@@ -365,13 +366,13 @@ func TestGroupOpsConcurrent(t *testing.T) {
 				}
 				for range 3 {
 					r2, err := e.m.Heartbeat(ctx, HeartbeatRequest{GroupID: testGroup, MemberID: id, MemberEpoch: r.MemberEpoch})
-					allowed(err, ReasonUnknownMemberID, ReasonGroupIDNotFound)
+					allowed(err, apierr.UnknownMemberID, apierr.GroupIDNotFound)
 					if err == nil {
 						r = r2
 					}
 				}
 				_, err = e.m.Heartbeat(ctx, HeartbeatRequest{GroupID: testGroup, MemberID: id, MemberEpoch: -1})
-				allowed(err, ReasonUnknownMemberID, ReasonGroupIDNotFound)
+				allowed(err, apierr.UnknownMemberID, apierr.GroupIDNotFound)
 			}
 		})
 	}
@@ -393,26 +394,26 @@ func TestGroupOpsConcurrent(t *testing.T) {
 					}
 				}
 				_, err = e.m.ShareAcknowledge(ctx, AckRequest{GroupID: testGroup, MemberID: id, Epoch: -1, Partitions: acks})
-				allowed(err, ReasonShareSessionNotFound)
+				allowed(err, apierr.ShareSessionNotFound)
 			}
 		})
 	}
 	wg.Go(func() { // admin
 		for i := range 40 {
 			_, err := e.m.DescribeGroup(ctx, testGroup)
-			allowed(err, ReasonGroupIDNotFound)
+			allowed(err, apierr.GroupIDNotFound)
 			_, err = e.m.ListGroups(StateUnknown)
 			allowed(err)
 			_, err = e.m.DescribeOffsets(ctx, testGroup, nil)
-			allowed(err, ReasonGroupIDNotFound)
+			allowed(err, apierr.GroupIDNotFound)
 			_, err = e.m.AlterOffsets(ctx, testGroup, []TopicStartOffsets{{Topic: "t", Partitions: []PartitionStartOffset{{0, 10}, {3, 0}}}})
-			allowed(err, ReasonNonEmptyGroup)
+			allowed(err, apierr.NonEmptyGroup)
 			_, err = e.m.DeleteOffsets(ctx, testGroup, []string{"t"})
-			allowed(err, ReasonNonEmptyGroup, ReasonGroupIDNotFound)
+			allowed(err, apierr.NonEmptyGroup, apierr.GroupIDNotFound)
 			_, err = e.m.UpdateConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(int32(2 + i%5))})
 			allowed(err)
 			if i%10 == 9 {
-				allowed(e.m.DeleteGroup(ctx, testGroup), ReasonNonEmptyGroup, ReasonGroupIDNotFound)
+				allowed(e.m.DeleteGroup(ctx, testGroup), apierr.NonEmptyGroup, apierr.GroupIDNotFound)
 			}
 		}
 	})

@@ -2,15 +2,16 @@ package sharegroup
 
 import (
 	"errors"
-	"fmt"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/logstore"
 )
 
-// This file fixes the domain contract between internal/service (which
-// translates protobuf <-> these types and maps errors) and the share-group
-// implementation. Semantics: the share-group specification (docs/share-sessions.md
-// for sessions); section numbers (§) in this package refer to it.
+// This file holds the request and response types of the Manager's methods,
+// which internal/service translates protobuf to and from; the methods
+// themselves are documented where they are defined (go doc sharegroup.Manager
+// lists them), so no copy of their signatures can drift. Request-level
+// errors are *apierr.Error values.
 
 // TopicPartition names one partition of a topic on the wire.
 type TopicPartition struct {
@@ -138,41 +139,17 @@ type GroupConfig struct {
 	DeadLetterTopic *string
 }
 
-// Reasons of request-level errors (api.md §7).
-const (
-	ReasonInvalidRequest           = "INVALID_REQUEST"
-	ReasonShareSessionNotFound     = "SHARE_SESSION_NOT_FOUND"
-	ReasonInvalidShareSessionEpoch = "INVALID_SHARE_SESSION_EPOCH"
-	ReasonShareSessionLimitReached = "SHARE_SESSION_LIMIT_REACHED"
-	ReasonGroupIDNotFound          = "GROUP_ID_NOT_FOUND"
-	ReasonUnknownMemberID          = "UNKNOWN_MEMBER_ID"
-	ReasonFencedMemberEpoch        = "FENCED_MEMBER_EPOCH"
-	ReasonGroupMaxSizeReached      = "GROUP_MAX_SIZE_REACHED"
-	ReasonNonEmptyGroup            = "NON_EMPTY_GROUP"
-	// ReasonKafkaStorageError: the share state could not be written (a
-	// full disk, an I/O error) or is offline after damage; retryable.
-	ReasonKafkaStorageError = "KAFKA_STORAGE_ERROR"
-)
-
-// storageError is a request-level KAFKA_STORAGE_ERROR.
-func storageError(format string, args ...any) *Error {
-	return &Error{Reason: ReasonKafkaStorageError, Message: fmt.Sprintf(format, args...)}
+// storageError is a request-level KAFKA_STORAGE_ERROR: the share state
+// could not be written (a full disk, an I/O error) or is offline after
+// damage; retryable.
+func storageError(format string, args ...any) *apierr.Error {
+	return apierr.New(apierr.KafkaStorageError, format, args...)
 }
-
-// Error is a request-level error: the call changed nothing (unless the spec
-// says otherwise). internal/service maps Reason to the gRPC code of api.md §7.
-type Error struct {
-	Reason   string
-	Message  string
-	Metadata map[string]string // e.g. expected_epoch, max_sessions
-}
-
-func (e *Error) Error() string { return e.Message }
 
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("share groups closed")
 
-// --- Membership (§8) -----------------------------------------------------------
+// --- Membership -----------------------------------------------------------
 
 // HeartbeatRequest is a ShareGroupHeartbeat call. ClientID and ClientHost
 // are not request fields: internal/service takes them from the call's
@@ -207,9 +184,9 @@ type HeartbeatResponse struct {
 	Assignment          *Assignment // nil = not sent (unchanged)
 }
 
-// --- Admin (§9) -----------------------------------------------------------------
+// --- Admin -----------------------------------------------------------------
 
-// GroupState is a share group's state (§8). StateUnknown is no state: as a
+// GroupState is a share group's state. StateUnknown is no state: as a
 // ListGroups filter it means every group.
 type GroupState uint8
 
@@ -309,35 +286,3 @@ type TopicResult struct {
 	ErrorCode    ErrorCode
 	ErrorMessage string
 }
-
-// The implementation provides (in other files of this package):
-//
-//	type Options struct {
-//		Logger *slog.Logger
-//		// Server defaults and bounds (§8, §9):
-//		RecordLockDuration, MinRecordLockDuration, MaxRecordLockDuration time.Duration
-//		DeliveryCountLimit, PartitionMaxRecordLocks                      int
-//		SessionTimeout, HeartbeatInterval                                 time.Duration
-//		MaxShareSessions                                                  int
-//		SessionIdleTimeout                                                time.Duration
-//		GroupMaxSize                                                      int
-//	}
-//	// state: the durable share state (the server opens the file state log,
-//	// internal/sharestate/statelog); the Manager owns and closes it.
-//	func Open(store logstore.Store, state sharestate.Store, opts Options) (*Manager, error)
-//	func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchResponse, error)
-//	func (m *Manager) ShareAcknowledge(ctx context.Context, req AckRequest) (AckResponse, error)
-//	func (m *Manager) GetConfig(groupID string) (GroupConfig, error)
-//	func (m *Manager) UpdateConfig(groupID string, c GroupConfig) (GroupConfig, error)
-//	func (m *Manager) TopicDeleted(topicID string) // drop share state bound to a deleted topic
-//	func (m *Manager) Close() error                // end sessions, wake fetches, close the state store
-//
-// Membership and admin (membership.go, admin.go):
-//
-//	func (m *Manager) Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error)
-//	func (m *Manager) ListGroups(filter GroupState) ([]GroupListing, error)
-//	func (m *Manager) DescribeGroup(ctx context.Context, groupID string) (GroupDescription, error)
-//	func (m *Manager) DescribeOffsets(ctx context.Context, groupID string, topics []TopicPartitions) ([]TopicOffsets, error)
-//	func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []TopicStartOffsets) ([]TopicPartitionResults, error)
-//	func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []string) ([]TopicResult, error)
-//	func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error

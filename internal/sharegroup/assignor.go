@@ -4,7 +4,7 @@ import (
 	"slices"
 )
 
-// The simple assignor (§8). As Kafka's SimpleAssignor: when every member
+// The simple assignor. As Kafka's SimpleAssignor: when every member
 // subscribes to the same topics (homogeneous), the partitions of all those
 // topics form one pool, ordered by (topic name, partition), and are
 // assigned together as if they were one topic's (membership.go,

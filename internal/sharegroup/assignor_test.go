@@ -67,7 +67,7 @@ func TestAssignTopic(t *testing.T) {
 }
 
 // Property: for any members, partition count and previous assignment the
-// result obeys the balance rules of §8, is deterministic, and is stable
+// result obeys the assignor's balance rules, is deterministic, and is stable
 // (assigning again from the result changes nothing).
 func TestAssignTopicProperties(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))

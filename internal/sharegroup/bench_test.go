@@ -187,7 +187,7 @@ func benchFetchAck(b *testing.B, storeKind string, fsync logstore.FsyncMode, con
 }
 
 // BenchmarkAckRange: the server-side cost of ACCEPTing one uniform run of
-// 10 and of 10 000 records (§12 range cost).
+// 10 and of 10 000 records.
 func BenchmarkAckRange(b *testing.B) {
 	for _, size := range []int64{10, 10000} {
 		b.Run(fmt.Sprintf("records=%d", size), func(b *testing.B) {

@@ -30,7 +30,7 @@ func fill(t testing.TB, store logstore.Store, n int) {
 	}
 }
 
-// §11 exclusive acquisition: 16 members, each with its own session, on one
+// Exclusive acquisition: 16 members, each with its own session, on one
 // partition of 100 000 records, all ACCEPTing: every record is delivered
 // exactly once, with delivery count 1.
 func TestConcurrentExactlyOnce(t *testing.T) {
@@ -99,7 +99,7 @@ func TestConcurrentExactlyOnce(t *testing.T) {
 	assert.Equal(t, "spso=100000", e.state(x))
 }
 
-// §11 under failures: random RELEASE/REJECT/GAP, abandoned locks (sessions
+// Under failures: random RELEASE/REJECT/GAP, abandoned locks (sessions
 // that stop acknowledging), sessions that restart. A record is never held
 // by two members at once (checked at acquisition against the holders map,
 // where a holder's lock may have expired), no delivery exceeds the limit,

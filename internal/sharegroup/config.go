@@ -8,22 +8,24 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sharelog/sharelog/apierr"
 )
 
-// Options configures a Manager (api.md §8, share-groups.md §9). A zero
+// Options configures a Manager. A zero
 // field takes the flag's default.
 // Where and how durably share state is kept is the share-state store's
 // business (sharestate.Store, given to Open).
 type Options struct {
 	Logger *slog.Logger // default slog.Default()
-	// Server defaults and bounds (api.md §8, share-groups.md §9):
+	// Server defaults and bounds:
 	RecordLockDuration, MinRecordLockDuration, MaxRecordLockDuration time.Duration
 	DeliveryCountLimit, PartitionMaxRecordLocks                      int
 	SessionTimeout, HeartbeatInterval                                time.Duration
 	MaxShareSessions                                                 int
 	SessionIdleTimeout                                               time.Duration
 	// GroupMaxSize is --share-group-max-size (default 200); it must not
-	// exceed MaxShareSessions. Membership (§8) uses it.
+	// exceed MaxShareSessions. Membership uses it.
 	GroupMaxSize int
 	// Dead-letter topics (docs/dead-letter-topics.md):
 	// DLQAutoCreateTopics (--dlq-auto-create-topics) creates a group's
@@ -45,7 +47,7 @@ type Options struct {
 	dlqManual bool
 }
 
-// Bounds of group config fields that are not flags (§9).
+// Bounds of group config fields that are not flags.
 const (
 	minDeliveryLimit    = 2
 	maxDeliveryLimit    = 10
@@ -66,7 +68,7 @@ const (
 )
 
 // normalize fills defaults and refuses values outside their bounds (the
-// server refuses to start, §9).
+// server refuses to start).
 func (o *Options) normalize() error {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -139,7 +141,7 @@ func (o *Options) normalize() error {
 	return nil
 }
 
-// Auto offset reset kinds (§6.2).
+// Auto offset reset kinds.
 const (
 	resetLatest uint8 = iota
 	resetEarliest
@@ -303,7 +305,7 @@ func (e *effConfig) public() GroupConfig {
 }
 
 // validateUpdate checks every set field of u against its bounds and the
-// timeout/heartbeat relation of the result, before anything applies (§9).
+// timeout/heartbeat relation of the result, before anything applies.
 func (o *Options) validateUpdate(cur *effConfig, u *GroupConfig) error {
 	var errs []string
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
@@ -348,7 +350,7 @@ func (o *Options) validateUpdate(cur *effConfig, u *GroupConfig) error {
 		}
 	}
 	if len(errs) > 0 {
-		return &Error{Reason: ReasonInvalidRequest, Message: "invalid group config: " + strings.Join(errs, "; ")}
+		return &apierr.Error{Reason: apierr.InvalidRequest, Message: "invalid group config: " + strings.Join(errs, "; ")}
 	}
 	return nil
 }

@@ -9,14 +9,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/logstore"
 )
 
-// §9: GetShareGroupConfig and UpdateShareGroupConfig.
+// GetShareGroupConfig and UpdateShareGroupConfig.
 func TestGroupConfig(t *testing.T) {
 	e := newEnv(t, nil)
 	_, err := e.m.GetConfig("nope")
-	assert.Equal(t, ReasonGroupIDNotFound, reqErr(err).Reason)
+	assert.Equal(t, apierr.GroupIDNotFound, reqErr(err).Reason)
 
 	// Update creates the group; unset fields are the defaults.
 	c, err := e.m.UpdateConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(7)})
@@ -59,7 +60,7 @@ func TestGroupConfig(t *testing.T) {
 			_, err := e.m.UpdateConfig(testGroup, tc.c)
 			re := reqErr(err)
 			require.NotNil(t, re, "%v", err)
-			assert.Equal(t, ReasonInvalidRequest, re.Reason)
+			assert.Equal(t, apierr.InvalidRequest, re.Reason)
 			got, err := e.m.GetConfig(testGroup)
 			require.NoError(t, err)
 			assert.Equal(t, want, got, "nothing changed")
@@ -70,7 +71,7 @@ func TestGroupConfig(t *testing.T) {
 	assert.Equal(t, "by_duration:P1DT6H", *c.AutoOffsetReset)
 	assert.Equal(t, int32(7), *c.DeliveryCountLimit, "fields not set keep their value")
 	_, err = e.m.UpdateConfig("", GroupConfig{})
-	assert.Equal(t, ReasonInvalidRequest, reqErr(err).Reason)
+	assert.Equal(t, apierr.InvalidRequest, reqErr(err).Reason)
 }
 
 func TestParseISODuration(t *testing.T) {
@@ -145,7 +146,7 @@ func TestOpenRefusesBadDefaults(t *testing.T) {
 	}
 }
 
-// §6.2: auto_offset_reset at initialisation; changing it affects only
+// The auto_offset_reset at initialisation; changing it affects only
 // uninitialised share-partitions.
 func TestAutoOffsetReset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sharestate"
 )
@@ -362,7 +363,7 @@ func TestDeadLetterConfig(t *testing.T) {
 	for _, bad := range []string{"__x", "a b", "orders.dead", string(make([]byte, 250))} {
 		_, err := e.m.UpdateConfig(testGroup, GroupConfig{DeadLetterTopic: str(bad)})
 		if re := reqErr(err); assert.NotNil(t, re, "%q", bad) {
-			assert.Equal(t, ReasonInvalidRequest, re.Reason)
+			assert.Equal(t, apierr.InvalidRequest, re.Reason)
 			assert.Contains(t, re.Message, "dead_letter_topic")
 		}
 	}

@@ -1,21 +1,21 @@
 // Package sharegroup is the KIP-932 share-group domain of sharelog: share
 // sessions and their epochs, the share-partition state machine, membership
 // and admin, over a durable share-state store (sharestate.Store, given to
-// Open). Section numbers (§) refer to the share-group specification
-// (docs/share-sessions.md covers sessions, docs/errors.md the reasons);
-// api.go is the contract with internal/service, which translates protobuf
-// to these types and maps Error.Reason and the per-partition ErrorCodes.
+// Open). docs/share-sessions.md describes the client-visible behaviour and
+// docs/errors.md the reasons; api.go holds the request and response types
+// internal/service translates protobuf to. Request-level errors are
+// *apierr.Error values; per-partition outcomes are ErrorCodes.
 //
 // # Files
 //
 //	manager.go          Manager, groups, Open/load/Close, topic identity, config, snapshot
 //	partition.go        the share-partition: durable writes, time and the log, initialisation, session end
-//	acquisition.go      acquisition (§3.3): scan, take, commit
-//	acknowledgement.go  acknowledgement (§4): check, apply, roll back
-//	runs.go             the range representation (§12)
-//	fetch.go            ShareFetch (§3.2): sessionStep, steps 3–7, long-poll
+//	acquisition.go      acquisition: scan, take, commit
+//	acknowledgement.go  acknowledgement: check, apply, roll back
+//	runs.go             the range representation
+//	fetch.go            ShareFetch: sessionStep, steps 3–7, long-poll
 //	ack.go              ShareAcknowledge and the acknowledgement step with its group-committed wait
-//	waiters.go          waiting fetches (§3.4)
+//	waiters.go          waiting fetches
 //	deadletter.go       dead-letter topics: the copy worker and its recovery
 //	membership.go, assignor.go, admin.go, config.go, validate.go, reliability.go
 //
@@ -29,7 +29,7 @@
 // (group, member); a session's State is its ordered fetch set and the
 // share-partitions where it may hold records.
 //
-// # State machine (§1, §4, §5)
+// # State machine
 //
 // A share-partition has SPSO (first non-terminal offset) and SPEO (last
 // offset with state). Offsets in [SPSO, SPEO] are AVAILABLE, ACQUIRED,
@@ -51,7 +51,7 @@
 // After every change SPSO moves past leading terminal offsets and their
 // state is dropped. Acknowledgements of one partition entry are checked in
 // full before any applies (atomic per partition). A log start offset
-// passing SPSO (§6.1) makes SPSO jump to it; AVAILABLE and terminal state
+// passing SPSO makes SPSO jump to it; AVAILABLE and terminal state
 // below is dropped, ACQUIRED records move to a "below" list, still owned,
 // until acknowledged (ARCHIVED) or expired. Log start moves and lock
 // expiry are applied lazily at the start of every operation (prepare), so
@@ -88,7 +88,7 @@
 // logged and counted (Stats().DeadLetterSkipped). One worker pass runs at
 // a time (dlqWorker.pass), so no two passes copy the same records.
 //
-// # Range representation (§12)
+// # Range representation
 //
 // [SPSO, SPEO] is a sorted, gap-free slice of runs; a run is a span of
 // offsets with one state, count, owner and deadline (40 bytes). Operations
@@ -100,9 +100,9 @@
 // records it takes (to size them) under the share-partition's lock; the
 // only per-record allocations on the fetch path are the log store's.
 //
-// # Fetch (§3)
+// # Fetch
 //
-// ShareFetch runs the steps of §3.2 in order. The long-poll (§3.4)
+// ShareFetch runs its steps in order (see Manager.ShareFetch). The long-poll
 // evaluates; when short of min_bytes it registers a waiter on each of the
 // session's share-partitions and re-evaluates on every signal (appends and
 // log-start moves via logstore.Watch, releases, expiry, SPSO advance, config
@@ -112,7 +112,7 @@
 // the oldest one chooses first. A record counts at least one byte toward
 // min_bytes.
 //
-// # Durable state (§4.4, §7)
+// # Durable state
 //
 // The Manager persists through a sharestate.Store (the file state log,
 // internal/sharestate/statelog, in the server; sharestate.Mem in tests):
@@ -165,7 +165,7 @@
 // (Stats().UnreadableArchived); acquisition continues after them, so a
 // damaged segment never wedges a share group.
 //
-// # Concurrency (§11) and lock order
+// # Concurrency and lock order
 //
 // Each share-partition operation (an acquisition for one response, one
 // partition entry's acks, an expiry, a session-end release, a log-start
@@ -206,7 +206,7 @@
 // keep others from seeing an effect that may still fail; the store's
 // writer takes no lock of this package.
 //
-// # Membership and admin (§8, §9)
+// # Membership and admin
 //
 // membership.go: a group's members, group_epoch and target assignment live
 // under group.op. Every change (join, leave, expiry, subscription change, a
@@ -217,7 +217,7 @@
 // take the target and its epoch at their next heartbeat. A per-group timer
 // removes members at their session deadline; every call of the group also
 // applies passed deadlines first. Members, epochs of members and
-// assignments are not persisted (§7).
+// assignments are not persisted.
 //
 // admin.go: list, describe, offsets describe/alter/delete and group
 // deletion. DeleteShareGroup marks the group DEAD (no new share-partitions),

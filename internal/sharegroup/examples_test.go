@@ -7,11 +7,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// The worked examples of share-groups.md's appendix, one test each.
+// Worked examples of the share-group rules, one test each.
 
 // Example 1: epochs.
 func TestExample1Epochs(t *testing.T) {
@@ -27,7 +28,7 @@ func TestExample1Epochs(t *testing.T) {
 	_, err = e.m.ShareFetch(ctx, FetchRequest{GroupID: testGroup, MemberID: "m", Epoch: 2})
 	re := reqErr(err)
 	require.NotNil(t, re)
-	assert.Equal(t, ReasonInvalidShareSessionEpoch, re.Reason)
+	assert.Equal(t, apierr.InvalidShareSessionEpoch, re.Reason)
 	assert.Equal(t, "3", re.Metadata["expected_epoch"])
 	_, err = e.m.ShareFetch(ctx, FetchRequest{GroupID: testGroup, MemberID: "m", Epoch: 3})
 	require.NoError(t, err)

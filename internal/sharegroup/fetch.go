@@ -8,10 +8,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/sessioncache"
 )
 
-// namedPart is a topics[] entry after resolution (§3.2 step 3).
+// namedPart is a topics[] entry after resolution (the resolution step).
 type namedPart struct {
 	topicID string
 	ok      bool // the topic and partition exist
@@ -34,16 +35,16 @@ func (m *Manager) sessionError(err error) error {
 	var ee *sessioncache.EpochError
 	switch {
 	case errors.Is(err, sessioncache.ErrNotFound):
-		return &Error{Reason: ReasonShareSessionNotFound, Message: "no share session for this group and member"}
+		return &apierr.Error{Reason: apierr.ShareSessionNotFound, Message: "no share session for this group and member"}
 	case errors.As(err, &ee):
-		return &Error{
-			Reason:   ReasonInvalidShareSessionEpoch,
+		return &apierr.Error{
+			Reason:   apierr.InvalidShareSessionEpoch,
 			Message:  fmt.Sprintf("share session epoch mismatch: expected %d", ee.Expected),
 			Metadata: map[string]string{"expected_epoch": strconv.Itoa(int(ee.Expected))},
 		}
 	case errors.Is(err, sessioncache.ErrLimit):
-		return &Error{
-			Reason:   ReasonShareSessionLimitReached,
+		return &apierr.Error{
+			Reason:   apierr.ShareSessionLimitReached,
 			Message:  fmt.Sprintf("the share session cache is full (%d sessions)", m.opts.MaxShareSessions),
 			Metadata: map[string]string{"max_sessions": strconv.Itoa(m.opts.MaxShareSessions)},
 		}
@@ -53,7 +54,7 @@ func (m *Manager) sessionError(err error) error {
 	return err
 }
 
-// ShareFetch serves ShareFetch in the order of §3.2: static validation,
+// ShareFetch serves ShareFetch in this order: static validation,
 // session step, resolution, acknowledgements, close/renew, acquisition with
 // long-poll, response shaping.
 func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchResponse, error) {
@@ -69,7 +70,7 @@ func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchRespon
 		return FetchResponse{}, err
 	}
 
-	// Session step (§2.2).
+	// Session step.
 	added := make([]bool, len(req.Partitions)) // added to the session by this request
 	s, err := m.sessionStep(ctx, &req, named, added)
 	if err != nil {
@@ -135,7 +136,7 @@ func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchRespon
 
 // sessionParts builds the fetch set of an opening session: the existing
 
-// sessionStep is the session step of ShareFetch (§2.2): epoch 0 opens a
+// sessionStep is the session step of ShareFetch: epoch 0 opens a
 // session (creating the group with it, never for a refused request), a
 // positive epoch is admitted and applies the request's additions to the
 // fetch set and its forgotten partitions, -1 admits the close. added[i]
@@ -273,8 +274,8 @@ func (m *Manager) dropDeleted(ctx context.Context, s *session) ([]TopicPartition
 	return gone, nil
 }
 
-// fetchRecords is steps 6 of §3.2: acquisition (§3.3) with long-poll
-// (§3.4) over the session's partitions.
+// fetchRecords is ShareFetch's acquisition step, with long-poll,
+// over the session's partitions.
 func (m *Manager) fetchRecords(ctx context.Context, s *session, parts []*sessPart, k, seq uint64, admitted time.Time, req *FetchRequest) ([]partFetch, error) {
 	n := len(parts)
 	res := make([]partFetch, n)
@@ -381,7 +382,7 @@ func (m *Manager) fetchRecords(ctx context.Context, s *session, parts []*sessPar
 	}
 }
 
-// shape builds the response (§3.5) and remembers which partitions reported
+// shape builds the response and remembers which partitions reported
 // an error, for the "cleared, reported once with NONE" rule.
 func (m *Manager) shape(s *session, g *group, req *FetchRequest, named []namedPart, added []bool, acks []ackOutcome,
 	gone []TopicPartition, parts []*sessPart, res []partFetch) FetchResponse {
@@ -475,7 +476,7 @@ func namedIndex(es []PartitionEntry) func(TopicPartition) int {
 }
 
 // splitBatches cuts acquired runs longer than batchSize into pieces of
-// batchSize records from their first offset (§3.3).
+// batchSize records from their first offset.
 func splitBatches(rs []AcquiredRange, batchSize int32) []AcquiredRange {
 	if batchSize <= 0 {
 		return rs

@@ -13,7 +13,7 @@ import (
 	"github.com/sharelog/sharelog/internal/logstore"
 )
 
-// §3.3: max_records and max_bytes are strict across the response; the first
+// The max_records and max_bytes are strict across the response; the first
 // record is taken even if larger; a record that does not fit stops the
 // whole response.
 func TestFetchBudget(t *testing.T) {
@@ -140,7 +140,7 @@ func TestRecordLockLimitLowered(t *testing.T) {
 	assert.Equal(t, []AcquiredRange{rng(200, 209, 1)}, acquired(t, e.fetch("b", FetchRequest{}), x), "SPSO 110 + L 100")
 }
 
-// §5.2: RELEASE at the limit archives; an AVAILABLE record over a lowered
+// RELEASE at the limit archives; an AVAILABLE record over a lowered
 // limit is archived by the next scan.
 func TestDeliveryLimit(t *testing.T) {
 	e := newEnv(t, nil)
@@ -189,7 +189,7 @@ func TestCompactedOffsets(t *testing.T) {
 	assert.Equal(t, "spso=1 [1-2 ACQUIRED(1)] [3-4 ARCHIVED(0)] [5-10 ACQUIRED(1)] [11-11 ARCHIVED(0)]", e.state(x))
 }
 
-// §3.4: long-poll.
+// Long-poll.
 func TestLongPoll(t *testing.T) {
 	type env2 struct {
 		*env
@@ -431,7 +431,7 @@ func TestLongPoll(t *testing.T) {
 	})
 }
 
-// §3.5: which partitions an incremental response shows.
+// Which partitions an incremental response shows.
 func TestResponseShaping(t *testing.T) {
 	hs := &hookStore{Store: logstore.NewMem()}
 	defer hs.Close()

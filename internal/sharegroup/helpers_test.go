@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
 	"github.com/sharelog/sharelog/internal/sharestate"
@@ -180,8 +181,8 @@ func opt(v int32) *int32 {
 	return &v
 }
 func str(v string) *string { return &v }
-func reqErr(err error) *Error {
-	var e *Error
+func reqErr(err error) *apierr.Error {
+	var e *apierr.Error
 	if errors.As(err, &e) {
 		return e
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
 	"github.com/sharelog/sharelog/internal/sharestate"
@@ -58,7 +59,7 @@ type group struct {
 	cfg atomic.Pointer[effConfig]
 
 	// op serialises heartbeats, member expiry, config updates and admin
-	// calls of the group (§11); it guards mem and is held across their
+	// calls of the group; it guards mem and is held across their
 	// durable waits. Taken before mu; see doc.go for the lock order.
 	op       sync.Mutex
 	mem      membership   // guarded by op (membership.go)
@@ -68,7 +69,7 @@ type group struct {
 	deleted  bool        // removed from the manager (set with Manager.mu held too)
 	dead     bool        // DeleteShareGroup in progress: no new share-partitions
 	explicit GroupConfig // fields explicitly set (persisted)
-	epoch    int32       // group_epoch (§8); written under op and mu
+	epoch    int32       // group_epoch; written under op and mu
 	parts    map[partKey]*sharePartition
 
 	// Records copied to the dead-letter topic, and archived without a
@@ -83,7 +84,7 @@ type partKey struct {
 
 func (g *group) config() *effConfig { return g.cfg.Load() }
 
-// sessState is what a share session holds besides its epoch (§2.1).
+// sessState is what a share session holds besides its epoch.
 type sessState struct {
 	g     *group
 	parts []*sessPart                  // fetch set, insertion order
@@ -98,7 +99,7 @@ type sessPart struct {
 	tp      TopicPartition
 	topicID string
 	sp      *sharePartition
-	lastErr bool // its last report had a non-NONE error_code (§3.5)
+	lastErr bool // its last report had a non-NONE error_code
 }
 
 func (st *sessState) add(sp *sessPart) {
@@ -298,7 +299,7 @@ func (m *Manager) register(g *group) *group {
 
 func (m *Manager) registerLocked(g *group) {
 	m.groups[g.id] = g
-	// Group creation is written without waiting (§7).
+	// Group creation is written without waiting.
 	_, _ = m.state.Write(sharestate.Entry{Kind: sharestate.KindGroup, Group: g.id, Config: sharestate.GroupConfig(g.explicit)})
 }
 
@@ -435,7 +436,7 @@ func (m *Manager) groupList() []*group {
 	return gs
 }
 
-// GetConfig returns a group's effective configuration (§9).
+// GetConfig returns a group's effective configuration.
 func (m *Manager) GetConfig(groupID string) (GroupConfig, error) {
 	if !m.enter() {
 		return GroupConfig{}, ErrClosed
@@ -443,7 +444,7 @@ func (m *Manager) GetConfig(groupID string) (GroupConfig, error) {
 	defer m.leave()
 	g := m.groupFor(groupID, false)
 	if g == nil {
-		return GroupConfig{}, &Error{Reason: ReasonGroupIDNotFound, Message: fmt.Sprintf("share group %q does not exist", groupID)}
+		return GroupConfig{}, &apierr.Error{Reason: apierr.GroupIDNotFound, Message: fmt.Sprintf("share group %q does not exist", groupID)}
 	}
 	return g.config().public(), nil
 }
@@ -451,7 +452,7 @@ func (m *Manager) GetConfig(groupID string) (GroupConfig, error) {
 // UpdateConfig sets the fields of c that are not nil, creating the group
 // if needed. Every set field is validated first; one bad value fails the
 // call with INVALID_REQUEST and changes nothing. The change is durable
-// before it returns; it applies as §9 says (lock duration to later locks,
+// before it returns; it applies as follows (lock duration to later locks,
 // the limits at the next transition or acquisition, auto_offset_reset to
 // uninitialised share-partitions) and wakes waiting fetches.
 func (m *Manager) UpdateConfig(groupID string, c GroupConfig) (GroupConfig, error) {
@@ -501,7 +502,7 @@ func (m *Manager) UpdateConfig(groupID string, c GroupConfig) (GroupConfig, erro
 }
 
 // endSession is the session cache's OnEnd: it releases every record the
-// session still holds, in every share-partition where it acquired (§2.5).
+// session still holds, in every share-partition where it acquired.
 func (m *Manager) endSession(s *session, _ sessioncache.EndReason) {
 	s.Mu.Lock()
 	held := s.State.held

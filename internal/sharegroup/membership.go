@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/sharelog/sharelog/apierr"
 )
 
-// Membership (§8): ShareGroupHeartbeat, member expiry, group and
+// Membership: ShareGroupHeartbeat, member expiry, group and
 // assignment epochs, and the target assignment.
 //
 // Everything here runs under group.op, which serialises a group's
@@ -18,7 +20,7 @@ import (
 // an expiry, a subscription change, a subscribed topic created, deleted or
 // grown — increments group_epoch once per call and recomputes the target
 // assignment at once (assignment_epoch = group_epoch), initialising
-// (§6.2) every share-partition of the new target, under one fsync, before
+// every share-partition of the new target, under one fsync, before
 // any member can see it. A member behind the target takes it and its epoch
 // at its next heartbeat.
 //
@@ -83,11 +85,11 @@ func (g *group) isDeleted() bool {
 	return g.deleted
 }
 
-func groupNotFound(id string) *Error {
-	return &Error{Reason: ReasonGroupIDNotFound, Message: fmt.Sprintf("share group %q does not exist", id)}
+func groupNotFound(id string) *apierr.Error {
+	return &apierr.Error{Reason: apierr.GroupIDNotFound, Message: fmt.Sprintf("share group %q does not exist", id)}
 }
 
-// validateHeartbeat is the request-level validation of §8.
+// validateHeartbeat is ShareGroupHeartbeat's request-level validation.
 func validateHeartbeat(r *HeartbeatRequest) error {
 	if err := validIDs(r.GroupID, r.MemberID); err != nil {
 		return err
@@ -101,7 +103,7 @@ func validateHeartbeat(r *HeartbeatRequest) error {
 	return nil
 }
 
-// Heartbeat serves ShareGroupHeartbeat (§8): join at epoch 0, heartbeat at
+// Heartbeat serves ShareGroupHeartbeat: join at epoch 0, heartbeat at
 // the member's current or previous epoch, leave at -1.
 func (m *Manager) Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error) {
 	if !m.enter() {
@@ -125,19 +127,19 @@ func (m *Manager) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbea
 	switch {
 	case req.MemberEpoch == 0:
 		if mem == nil && len(g.mem.members) >= m.opts.GroupMaxSize {
-			return HeartbeatResponse{}, &Error{
-				Reason:   ReasonGroupMaxSizeReached,
+			return HeartbeatResponse{}, &apierr.Error{
+				Reason:   apierr.GroupMaxSizeReached,
 				Message:  fmt.Sprintf("share group %q has reached its maximum size of %d members", g.id, m.opts.GroupMaxSize),
 				Metadata: map[string]string{"max_size": strconv.Itoa(m.opts.GroupMaxSize)},
 			}
 		}
 		joining = mem == nil
 	case mem == nil:
-		return HeartbeatResponse{}, &Error{Reason: ReasonUnknownMemberID,
+		return HeartbeatResponse{}, &apierr.Error{Reason: apierr.UnknownMemberID,
 			Message: fmt.Sprintf("member %q is not in share group %q", req.MemberID, g.id)}
 	case req.MemberEpoch > 0 && req.MemberEpoch != mem.epoch && req.MemberEpoch != mem.prev:
-		return HeartbeatResponse{}, &Error{
-			Reason:   ReasonFencedMemberEpoch,
+		return HeartbeatResponse{}, &apierr.Error{
+			Reason:   apierr.FencedMemberEpoch,
 			Message:  fmt.Sprintf("member epoch %d is fenced: the member's epoch is %d", req.MemberEpoch, mem.epoch),
 			Metadata: map[string]string{"expected_epoch": strconv.Itoa(int(mem.epoch))},
 		}
@@ -278,8 +280,8 @@ func (g *group) refreshLocked(ctx context.Context, now int64) error {
 	return nil
 }
 
-// expireLocked removes the members whose deadline has passed (§8 session
-// timeout) and recomputes the assignment if any was.
+// expireLocked removes the members whose deadline has passed (no accepted
+// heartbeat within the session timeout) and recomputes the assignment if any was.
 func (g *group) expireLocked(ctx context.Context, now int64) {
 	var gone []string
 	for id, mem := range g.mem.members {
@@ -304,7 +306,7 @@ func (g *group) expireLocked(ctx context.Context, now int64) {
 	g.bumpLocked(ctx, metas)
 }
 
-// bumpLocked increments group_epoch (written without waiting, §7) and
+// bumpLocked increments group_epoch (written without waiting for the fsync) and
 // recomputes the target assignment over metas, which holds every
 // subscribed topic.
 func (g *group) bumpLocked(ctx context.Context, metas map[string]topicMeta) {
@@ -445,7 +447,7 @@ func (g *group) assignPooledLocked(ids []string, metas map[string]topicMeta, tar
 	return initial, initialIDs
 }
 
-// initPartitions initialises (§6.2) the uninitialised share-partitions
+// initPartitions initialises the uninitialised share-partitions
 // among tps (with their topic IDs) before they appear in an assignment:
 // all under one durability wait, holding their locks (in topic ID,
 // partition order) until it completes so nobody uses an SPSO a crash could

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -43,7 +44,7 @@ func tps(topic string, parts ...int32) TopicPartitions {
 	return TopicPartitions{Topic: topic, Partitions: parts}
 }
 
-func requireReason(t *testing.T, err error, reason string) *Error {
+func requireReason(t *testing.T, err error, reason apierr.Reason) *apierr.Error {
 	t.Helper()
 	e := reqErr(err)
 	require.NotNil(t, e, "want %s, got %v", reason, err)
@@ -51,7 +52,7 @@ func requireReason(t *testing.T, err error, reason string) *Error {
 	return e
 }
 
-// §8 validation.
+// Validation.
 func TestHeartbeatValidation(t *testing.T) {
 	e := newEnv(t, nil)
 	tests := []struct {
@@ -68,7 +69,7 @@ func TestHeartbeatValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := e.m.Heartbeat(context.Background(), tt.req)
-			requireReason(t, err, ReasonInvalidRequest)
+			requireReason(t, err, apierr.InvalidRequest)
 			groups, err := e.m.ListGroups(StateUnknown)
 			require.NoError(t, err)
 			assert.Empty(t, groups, "a refused join creates no group")
@@ -76,15 +77,15 @@ func TestHeartbeatValidation(t *testing.T) {
 	}
 }
 
-// §8: join, heartbeat at the current or previous epoch, leave; the errors.
+// Join, heartbeat at the current or previous epoch, leave; the errors.
 func TestHeartbeatLifecycle(t *testing.T) {
 	e := newEnv(t, nil)
 	e.topic("t", 4)
 
 	_, err := e.hb("a", 1)
-	requireReason(t, err, ReasonGroupIDNotFound)
+	requireReason(t, err, apierr.GroupIDNotFound)
 	_, err = e.hb("a", -1)
-	requireReason(t, err, ReasonGroupIDNotFound)
+	requireReason(t, err, apierr.GroupIDNotFound)
 
 	r := e.mustHB("a", 0, "t")
 	assert.Equal(t, HeartbeatResponse{MemberID: "a", MemberEpoch: 1, HeartbeatIntervalMs: 5000, Assignment: assign(tps("t", 0, 1, 2, 3))}, r)
@@ -97,9 +98,9 @@ func TestHeartbeatLifecycle(t *testing.T) {
 	r = e.mustHB("a", 1)
 	assert.Equal(t, HeartbeatResponse{MemberID: "a", MemberEpoch: 1, HeartbeatIntervalMs: 5000}, r)
 	_, err = e.hb("x", 1)
-	requireReason(t, err, ReasonUnknownMemberID)
+	requireReason(t, err, apierr.UnknownMemberID)
 	_, err = e.hb("x", -1)
-	requireReason(t, err, ReasonUnknownMemberID)
+	requireReason(t, err, apierr.UnknownMemberID)
 
 	// b joins: group epoch 2; a moves to it and gets its new assignment.
 	r = e.mustHB("b", 0, "t")
@@ -119,7 +120,7 @@ func TestHeartbeatLifecycle(t *testing.T) {
 
 	// Neither current nor previous: fenced.
 	_, err = e.hb("a", 3)
-	info := requireReason(t, err, ReasonFencedMemberEpoch)
+	info := requireReason(t, err, apierr.FencedMemberEpoch)
 	assert.Equal(t, "2", info.Metadata["expected_epoch"])
 	r = e.mustHB("b", 2)
 	assert.Nil(t, r.Assignment)
@@ -128,12 +129,12 @@ func TestHeartbeatLifecycle(t *testing.T) {
 	r = e.mustHB("b", -1)
 	assert.Equal(t, HeartbeatResponse{MemberID: "b", MemberEpoch: -1, HeartbeatIntervalMs: 5000}, r)
 	_, err = e.hb("b", 2)
-	requireReason(t, err, ReasonUnknownMemberID)
+	requireReason(t, err, apierr.UnknownMemberID)
 	r = e.mustHB("a", 2)
 	assert.Equal(t, int32(3), r.MemberEpoch)
 	assert.Equal(t, assign(tps("t", 0, 1, 2, 3)), r.Assignment)
 	_, err = e.hb("a", 1)
-	requireReason(t, err, ReasonFencedMemberEpoch)
+	requireReason(t, err, apierr.FencedMemberEpoch)
 
 	// The last member leaves: EMPTY, the epoch survives.
 	e.mustHB("a", -1)
@@ -146,7 +147,7 @@ func TestHeartbeatLifecycle(t *testing.T) {
 	assert.Equal(t, int32(5), r.MemberEpoch)
 }
 
-// §8: epoch 0 from a present member is a rejoin: no size check, the
+// Epoch 0 from a present member is a rejoin: no size check, the
 // subscription is replaced, the full assignment is sent.
 func TestHeartbeatRejoinAndMaxSize(t *testing.T) {
 	e := newEnv(t, func(o *testOpts) { o.GroupMaxSize = 2 })
@@ -155,7 +156,7 @@ func TestHeartbeatRejoinAndMaxSize(t *testing.T) {
 	e.mustHB("a", 0, "t")
 	e.mustHB("b", 0, "t")
 	_, err := e.hb("c", 0, "t")
-	info := requireReason(t, err, ReasonGroupMaxSizeReached)
+	info := requireReason(t, err, apierr.GroupMaxSizeReached)
 	assert.Equal(t, "2", info.Metadata["max_size"])
 	assert.Len(t, e.describe().Members, 2, "nothing changed")
 	assert.Equal(t, int32(2), e.describe().GroupEpoch)
@@ -173,9 +174,9 @@ func TestHeartbeatRejoinAndMaxSize(t *testing.T) {
 	assert.Equal(t, int32(5), r.MemberEpoch, "room again after a leave")
 }
 
-// §8: topics that do not exist yet may be subscribed; their creation (and
+// Topics that do not exist yet may be subscribed; their creation (and
 // deletion) increments the group epoch; partitions are initialised before
-// they first appear in an assignment (§6.2).
+// they first appear in an assignment.
 func TestHeartbeatTopicLifecycle(t *testing.T) {
 	e := newEnv(t, nil)
 	r := e.mustHB("a", 0, "later")
@@ -207,7 +208,7 @@ func TestHeartbeatTopicLifecycle(t *testing.T) {
 	assert.Equal(t, assign(tps("later", 0, 1, 2)), r.Assignment)
 }
 
-// §8 session timeout: a member without an accepted heartbeat for
+// Session timeout: a member without an accepted heartbeat for
 // session_timeout_ms is removed, by the timer and without any call.
 func TestMemberExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -232,7 +233,7 @@ func TestMemberExpiry(t *testing.T) {
 		assert.Equal(t, []*Assignment{assign(tps("t", 0)), nil, assign(tps("t", 0, 1)), nil, nil}, got,
 			"at 0.4s a moves to epoch 2 (b joined); at 1.2s it takes b's partition (b expired at 1s)")
 		_, err := e.hb("b", 2)
-		requireReason(t, err, ReasonUnknownMemberID)
+		requireReason(t, err, apierr.UnknownMemberID)
 
 		// The timer removes the last member without any call: EMPTY.
 		time.Sleep(999 * time.Millisecond)
@@ -247,7 +248,7 @@ func TestMemberExpiry(t *testing.T) {
 	})
 }
 
-// §9: a changed session timeout applies at the next heartbeat.
+// A changed session timeout applies at the next heartbeat.
 func TestSessionTimeoutAppliesAtNextHeartbeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t, nil)
@@ -265,7 +266,7 @@ func TestSessionTimeoutAppliesAtNextHeartbeat(t *testing.T) {
 	})
 }
 
-// §8: rack, client id and host are stored and described.
+// Rack, client id and host are stored and described.
 func TestMemberDescription(t *testing.T) {
 	e := newEnv(t, nil)
 	e.topic("t", 3)
@@ -293,7 +294,7 @@ func TestMemberDescription(t *testing.T) {
 	assert.Equal(t, *assign(tps("t", 0, 1)), d.Members[1].Assignment, "b held most: it keeps the larger quota")
 }
 
-// §7: group_epoch survives a restart; members do not.
+// The group_epoch survives a restart; members do not.
 func TestGroupEpochDurable(t *testing.T) {
 	e := newEnv(t, nil)
 	e.topic("t", 1)
@@ -306,7 +307,7 @@ func TestGroupEpochDurable(t *testing.T) {
 	assert.Equal(t, int32(2), d.GroupEpoch)
 	assert.Equal(t, StateEmpty, d.State)
 	_, err := e2.hb("a", 2)
-	requireReason(t, err, ReasonUnknownMemberID)
+	requireReason(t, err, apierr.UnknownMemberID)
 	assert.Equal(t, int32(3), e2.mustHB("a", 0, "t").MemberEpoch, "epochs never go back")
 }
 

@@ -13,18 +13,18 @@ import (
 
 // Share-partition status.
 const (
-	spUninit  uint8 = iota // no SPSO yet (§6.2)
+	spUninit  uint8 = iota // no SPSO yet
 	spLive                 // initialised
 	spDropped              // its topic was deleted or its group removed; the object is dead
 )
 
 const never = math.MaxInt64
 
-// sharePartition is the state of one (group, topic_id, partition) (§1).
+// sharePartition is the state of one (group, topic_id, partition).
 //
 // [SPSO, SPEO] is covered by runs, sorted and gap-free; offsets in
 // (SPEO, high watermark) are implicitly AVAILABLE with count 0. below holds
-// the ACQUIRED records overtaken by a log-start move (§6.1), the only state
+// the ACQUIRED records overtaken by a log-start move, the only state
 // kept under SPSO, until their owner acknowledges them or their lock
 // expires. Every operation runs under mu and first applies what time and
 // the log have done meanwhile (prepare): a log start past SPSO and expired
@@ -175,7 +175,7 @@ func (p *sharePartition) prepare(ls, now int64) {
 	}
 }
 
-// moveLogStart is §6.1: SPSO := log start; AVAILABLE and terminal records
+// moveLogStart follows a log start move past SPSO: SPSO := log start; AVAILABLE and terminal records
 // below it are dropped (ARCHIVED), ACQUIRED ones move to below, still owned.
 func (p *sharePartition) moveLogStart(ls int64) {
 	k := 0
@@ -200,7 +200,7 @@ func (p *sharePartition) moveLogStart(ls int64) {
 	p.signal()
 }
 
-// expire applies lock expiry (§5.1) to every ACQUIRED record whose deadline
+// expire applies lock expiry to every ACQUIRED record whose deadline
 // has passed, and re-arms the timer. mu is held.
 func (p *sharePartition) expire(now int64) {
 	cfg := p.g.config()
@@ -290,7 +290,7 @@ func (p *sharePartition) onTimer() {
 	}
 }
 
-// --- initialisation (§6.2) ------------------------------------------------------
+// --- initialisation ------------------------------------------------------
 
 // initialize sets SPSO from the group's auto_offset_reset and makes it
 // durable before returning (mu is held throughout: nobody may use a SPSO
@@ -333,7 +333,7 @@ func (p *sharePartition) initStart(ctx context.Context, ls, hw int64) (uint64, e
 	return p.writeFull()
 }
 
-// --- session end (§2.5) ---------------------------------------------------------
+// --- session end ---------------------------------------------------------
 
 // releaseSession makes every record still ACQUIRED by session sid AVAILABLE
 // with its count decreased by one — the durable state already says so, so

@@ -6,7 +6,7 @@ import (
 	"github.com/sharelog/sharelog/internal/sharestate"
 )
 
-// recState is a record's state (share-groups.md §1). The durable ones
+// recState is a record's state. The durable ones
 // have the values of sharestate.RecState.
 type recState uint8
 
@@ -41,7 +41,7 @@ func (s recState) String() string {
 // run is a maximal-or-not sequence of consecutive offsets in one uniform
 // state: same state, delivery count, owner and deadline. A share-partition
 // keeps [SPSO, SPEO] as a sorted, gap-free list of runs, so a uniform range
-// of any length costs one run (§12 range cost). Neighbours that become equal
+// of any length costs one run. Neighbours that become equal
 // are merged after every change.
 type run struct {
 	first, last int64
@@ -55,7 +55,7 @@ func (r *run) same(o *run) bool {
 	return r.state == o.state && r.count == o.count && r.owner == o.owner && r.deadline == o.deadline
 }
 
-// durable is the run's durable image (§7): ACQUIRED is not persisted, so an
+// durable is the run's durable image: ACQUIRED is not persisted, so an
 // ACQUIRED record is durably AVAILABLE without the acquisition's +1.
 func (r *run) durable() sharestate.Range {
 	switch r.state {
@@ -154,7 +154,7 @@ func (p *sharePartition) setRange(a, b int64, v run) {
 	p.mergeRuns(i-1, i+1)
 }
 
-// advance moves SPSO past leading terminal runs (§5.3) and drops them; it
+// advance moves SPSO past leading terminal runs and drops them; it
 // reports whether SPSO moved.
 func (p *sharePartition) advance() bool {
 	i := 0

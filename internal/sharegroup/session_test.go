@@ -9,11 +9,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// §3.1 / §4.1: static validation fails the whole request with
+// Static validation fails the whole request with
 // INVALID_REQUEST, changes nothing and does not consume the epoch.
 func TestFetchStaticValidation(t *testing.T) {
 	e := newEnv(t, nil)
@@ -79,7 +80,7 @@ func TestFetchStaticValidation(t *testing.T) {
 			_, err := e.m.ShareFetch(context.Background(), req)
 			re := reqErr(err)
 			require.NotNil(t, re, "%v", err)
-			assert.Equal(t, ReasonInvalidRequest, re.Reason)
+			assert.Equal(t, apierr.InvalidRequest, re.Reason)
 			_, next, ok := e.m.sessions.Lookup(keyOf("m"))
 			require.True(t, ok, "the session is untouched")
 			assert.Equal(t, int32(1), next, "the epoch is not consumed")
@@ -100,19 +101,19 @@ func TestAckStaticValidation(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		req    AckRequest
-		reason string
+		reason apierr.Reason
 	}{
-		{"bad member", AckRequest{GroupID: testGroup, Epoch: 1}, ReasonInvalidRequest},
-		{"epoch below -1", AckRequest{GroupID: testGroup, MemberID: "m", Epoch: -5}, ReasonInvalidRequest},
-		{"duplicate partition", AckRequest{GroupID: testGroup, MemberID: "m", Epoch: 1, Partitions: entries(x, x)}, ReasonInvalidRequest},
-		{"malformed batch", AckRequest{GroupID: testGroup, MemberID: "m", Epoch: 1, Partitions: []PartitionEntry{ackEntry(x, batch(2, 1, AckAccept))}}, ReasonInvalidRequest},
-		{"renew without flag", AckRequest{GroupID: testGroup, MemberID: "m", Epoch: 1, Partitions: []PartitionEntry{ackEntry(x, batch(1, 1, AckRenew))}}, ReasonInvalidRequest},
+		{"bad member", AckRequest{GroupID: testGroup, Epoch: 1}, apierr.InvalidRequest},
+		{"epoch below -1", AckRequest{GroupID: testGroup, MemberID: "m", Epoch: -5}, apierr.InvalidRequest},
+		{"duplicate partition", AckRequest{GroupID: testGroup, MemberID: "m", Epoch: 1, Partitions: entries(x, x)}, apierr.InvalidRequest},
+		{"malformed batch", AckRequest{GroupID: testGroup, MemberID: "m", Epoch: 1, Partitions: []PartitionEntry{ackEntry(x, batch(2, 1, AckAccept))}}, apierr.InvalidRequest},
+		{"renew without flag", AckRequest{GroupID: testGroup, MemberID: "m", Epoch: 1, Partitions: []PartitionEntry{ackEntry(x, batch(1, 1, AckRenew))}}, apierr.InvalidRequest},
 		// Epoch 0 never opens a session, and is refused before any lookup.
-		{"epoch 0", AckRequest{GroupID: testGroup, MemberID: "m", Epoch: 0}, ReasonInvalidShareSessionEpoch},
-		{"epoch 0 without session", AckRequest{GroupID: testGroup, MemberID: "nobody", Epoch: 0}, ReasonInvalidShareSessionEpoch},
-		{"no session", AckRequest{GroupID: testGroup, MemberID: "nobody", Epoch: 1}, ReasonShareSessionNotFound},
-		{"no session to close", AckRequest{GroupID: testGroup, MemberID: "nobody", Epoch: -1}, ReasonShareSessionNotFound},
-		{"wrong epoch", AckRequest{GroupID: testGroup, MemberID: "m", Epoch: 7}, ReasonInvalidShareSessionEpoch},
+		{"epoch 0", AckRequest{GroupID: testGroup, MemberID: "m", Epoch: 0}, apierr.InvalidShareSessionEpoch},
+		{"epoch 0 without session", AckRequest{GroupID: testGroup, MemberID: "nobody", Epoch: 0}, apierr.InvalidShareSessionEpoch},
+		{"no session", AckRequest{GroupID: testGroup, MemberID: "nobody", Epoch: 1}, apierr.ShareSessionNotFound},
+		{"no session to close", AckRequest{GroupID: testGroup, MemberID: "nobody", Epoch: -1}, apierr.ShareSessionNotFound},
+		{"wrong epoch", AckRequest{GroupID: testGroup, MemberID: "m", Epoch: 7}, apierr.InvalidShareSessionEpoch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := e.m.ShareAcknowledge(ctx, tc.req)
@@ -127,15 +128,15 @@ func TestAckStaticValidation(t *testing.T) {
 	}
 }
 
-// §2.2: the session step by epoch.
+// The session step by epoch.
 func TestSessionStep(t *testing.T) {
 	ctx := context.Background()
 	t.Run("incremental without session", func(t *testing.T) {
 		e := newEnv(t, nil)
 		_, err := e.m.ShareFetch(ctx, FetchRequest{GroupID: testGroup, MemberID: "m", Epoch: 1})
-		assert.Equal(t, ReasonShareSessionNotFound, reqErr(err).Reason)
+		assert.Equal(t, apierr.ShareSessionNotFound, reqErr(err).Reason)
 		_, err = e.m.ShareFetch(ctx, FetchRequest{GroupID: testGroup, MemberID: "m", Epoch: -1})
-		assert.Equal(t, ReasonShareSessionNotFound, reqErr(err).Reason)
+		assert.Equal(t, apierr.ShareSessionNotFound, reqErr(err).Reason)
 	})
 	t.Run("epoch 0 with acks leaves the existing session untouched", func(t *testing.T) {
 		e := newEnv(t, func(o *testOpts) {})
@@ -145,7 +146,7 @@ func TestSessionStep(t *testing.T) {
 		e.produce("t", 0, 3, 1)
 		e.fetch("m", FetchRequest{})
 		_, err := e.m.ShareFetch(ctx, FetchRequest{GroupID: testGroup, MemberID: "m", Partitions: []PartitionEntry{ackEntry(x, batch(0, 2, AckAccept))}})
-		assert.Equal(t, ReasonInvalidRequest, reqErr(err).Reason)
+		assert.Equal(t, apierr.InvalidRequest, reqErr(err).Reason)
 		assert.Equal(t, "spso=0 [0-2 ACQUIRED(1)]", e.state(x))
 		_, next, _ := e.m.sessions.Lookup(keyOf("m"))
 		assert.Equal(t, int32(2), next)
@@ -170,7 +171,7 @@ func TestSessionStep(t *testing.T) {
 		_, _, ok := e.m.sessions.Lookup(keyOf("m"))
 		assert.False(t, ok)
 		_, err = e.m.ShareFetch(ctx, FetchRequest{GroupID: testGroup, MemberID: "m", Epoch: 2})
-		assert.Equal(t, ReasonShareSessionNotFound, reqErr(err).Reason)
+		assert.Equal(t, apierr.ShareSessionNotFound, reqErr(err).Reason)
 	})
 	t.Run("ShareAcknowledge epoch -1 closes", func(t *testing.T) {
 		e := newEnv(t, nil)
@@ -219,7 +220,7 @@ func TestConcurrentSameEpoch(t *testing.T) {
 			_, err := e.m.ShareFetch(context.Background(), FetchRequest{GroupID: testGroup, MemberID: "m", Epoch: 1})
 			if err == nil {
 				ok.Add(1)
-			} else if reqErr(err).Reason == ReasonInvalidShareSessionEpoch {
+			} else if reqErr(err).Reason == apierr.InvalidShareSessionEpoch {
 				stale.Add(1)
 			}
 		})
@@ -229,7 +230,7 @@ func TestConcurrentSameEpoch(t *testing.T) {
 	assert.Equal(t, int32(15), stale.Load())
 }
 
-// §2.3/§2.4: ShareFetch and ShareAcknowledge share the sequence; the
+// ShareFetch and ShareAcknowledge share the sequence; the
 // acknowledged partition need not be in the session.
 func TestAckOutsideSession(t *testing.T) {
 	e := newEnv(t, nil)
@@ -247,7 +248,7 @@ func TestAckOutsideSession(t *testing.T) {
 	assert.Equal(t, "spso=4", e.state(y))
 }
 
-// §2.5: a session's end releases what it holds in every share-partition
+// A session's end releases what it holds in every share-partition
 // of the group (count - 1), even partitions no longer in its set.
 func TestSessionEndReleasesEverywhere(t *testing.T) {
 	e := newEnv(t, nil)
@@ -267,7 +268,7 @@ func TestSessionEndReleasesEverywhere(t *testing.T) {
 	assert.Equal(t, CodeInvalidRecordState, r.Partitions[0].ErrorCode)
 }
 
-// §2.6: the cache holds --max-share-sessions; a full cache evicts idle
+// The cache holds --max-share-sessions; a full cache evicts idle
 // sessions, else holds the request max_wait_ms and refuses it.
 func TestSessionLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -286,14 +287,14 @@ func TestSessionLimit(t *testing.T) {
 		_, err := e.m.ShareFetch(context.Background(), FetchRequest{GroupID: testGroup, MemberID: "c", MaxWaitMs: 250, Partitions: entries(x)})
 		re := reqErr(err)
 		require.NotNil(t, re)
-		assert.Equal(t, ReasonShareSessionLimitReached, re.Reason)
+		assert.Equal(t, apierr.ShareSessionLimitReached, re.Reason)
 		assert.Equal(t, "2", re.Metadata["max_sessions"])
 		assert.Equal(t, 250*time.Millisecond, time.Since(start))
 		// A refused request changes nothing: no group is created.
 		_, err = e.m.ShareFetch(context.Background(), FetchRequest{GroupID: "other", MemberID: "c", Partitions: entries(x)})
-		assert.Equal(t, ReasonShareSessionLimitReached, reqErr(err).Reason)
+		assert.Equal(t, apierr.ShareSessionLimitReached, reqErr(err).Reason)
 		_, err = e.m.GetConfig("other")
-		assert.Equal(t, ReasonGroupIDNotFound, reqErr(err).Reason)
+		assert.Equal(t, apierr.GroupIDNotFound, reqErr(err).Reason)
 		// Replacing needs no slot.
 		e.open("b", x)
 		time.Sleep(time.Minute)
@@ -337,7 +338,7 @@ func TestIdleEviction(t *testing.T) {
 	})
 }
 
-// §2.4: a long-polling request keeps running while the next epoch is
+// A long-polling request keeps running while the next epoch is
 // admitted; a close of the session completes it with no records.
 func TestOverlappingRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -3,10 +3,12 @@ package sharegroup
 import (
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/sharelog/sharelog/apierr"
 )
 
-func invalidRequest(format string, args ...any) *Error {
-	return &Error{Reason: ReasonInvalidRequest, Message: fmt.Sprintf(format, args...)}
+func invalidRequest(format string, args ...any) *apierr.Error {
+	return &apierr.Error{Reason: apierr.InvalidRequest, Message: fmt.Sprintf(format, args...)}
 }
 
 func validGroupID(id string) error {
@@ -26,7 +28,7 @@ func validIDs(group, member string) error {
 	return nil
 }
 
-// validateFetch is §3.1: request-level INVALID_REQUEST before the session
+// validateFetch is ShareFetch's static validation: request-level INVALID_REQUEST before the session
 // step; nothing changes and the epoch is not consumed.
 // deref is *v, 0 for nil.
 func deref(v *int32) int32 {
@@ -85,7 +87,7 @@ func validateFetch(r *FetchRequest) error {
 	return nil
 }
 
-// validateAck is §4.1 and the id/epoch rules for ShareAcknowledge.
+// validateAck is the batch validation and the id/epoch rules for ShareAcknowledge.
 func validateAck(r *AckRequest) error {
 	if err := validIDs(r.GroupID, r.MemberID); err != nil {
 		return err
@@ -96,7 +98,7 @@ func validateAck(r *AckRequest) error {
 	return validateEntries(r.Partitions, r.IsRenewAck)
 }
 
-// validateEntries checks duplicates and every acknowledgement batch (§4.1).
+// validateEntries checks duplicates and every acknowledgement batch.
 func validateEntries(es []PartitionEntry, renew bool) error {
 	if dup := duplicate(len(es), func(i int) TopicPartition { return es[i].TopicPartition }); dup != nil {
 		return invalidRequest("%s/%d appears twice in topics", dup.Topic, dup.Partition)

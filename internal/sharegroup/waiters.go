@@ -2,7 +2,7 @@ package sharegroup
 
 import "slices"
 
-// Long-poll wake-ups (§3.4).
+// Long-poll wake-ups.
 //
 // A fetch that has to wait registers a waiter on each share-partition of
 // its session, in arrival (admission) order. A change that may let a

@@ -1,4 +1,4 @@
-// Command bench runs sharelog's benchmark suite (shared/spec/benchmarks.md)
+// Command bench runs sharelog's benchmark suite (bench/README.md)
 // against NATS JetStream on loopback and writes results/latest.md and
 // results/latest.png.
 //
@@ -462,7 +462,7 @@ func moduleVersion(path string) string {
 
 func methods(e *env) []string {
 	return []string{
-		"Both servers are child processes on 127.0.0.1, started fresh (new data directory) for every run of a scenario group; the harness drives them over loopback TCP with one connection per producer/consumer. sharelog: `--fsync never` vs JetStream's default `sync_interval` (2 min); `--fsync always` vs JetStream `sync_interval: always`. Nothing else of the peer is configured: stream and consumer settings are the documented defaults except the per-scenario values the scenario itself names (MaxAckPending = 500 × consumers as share-groups.md §12, AckWait = lock duration and MaxDeliver = delivery limit in C4).",
+		"Both servers are child processes on 127.0.0.1, started fresh (new data directory) for every run of a scenario group; the harness drives them over loopback TCP with one connection per producer/consumer. sharelog: `--fsync never` vs JetStream's default `sync_interval` (2 min); `--fsync always` vs JetStream `sync_interval: always`. Nothing else of the peer is configured: stream and consumer settings are the documented defaults except the per-scenario values the scenario itself names (MaxAckPending = 500 × consumers, AckWait = lock duration and MaxDeliver = delivery limit in C4).",
 		"CPU-seconds per 1M records: server-process CPU (utime+stime from /proc/<pid>/stat, USER_HZ 100) during the measured phase only, divided by the records of that phase. The client's CPU is not included; the client shares the 2 cores with the server.",
 		"Peak RSS: VmHWM of /proc/<pid>/status at the end of the phase, after resetting it at the phase start (`echo 5 > /proc/<pid>/clear_refs`).",
 		"Throughput rows: records acknowledged (or consumed) divided by the wall time of the phase. Latency rows: per-call wall time in the client. p50/p99 by nearest rank.",

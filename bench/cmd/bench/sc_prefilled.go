@@ -13,7 +13,7 @@ import (
 // The C1, C2, S1 and S2 scenarios share one partition of `prefill` records
 // of 1 KiB with distinct keys. Record i has key "<g>/<i as 10 digits>" where
 // the group letter g is chosen by i mod 1000 so every key prefix is spread
-// evenly over the offsets (change-stream.md 8): "a/" holds 0.1% of the
+// evenly over the offsets (benchmark S2): "a/" holds 0.1% of the
 // records, "b/" 1%, "c/" 5%, "d/" 50%, "e/" the remaining 43.9%; the empty
 // prefix is 100%.
 func keyGroup(i int64) byte {
@@ -318,7 +318,7 @@ func prefilledOurs(ctx context.Context, e *env, rep int, o *runOut) error {
 				return err
 			}
 			if !ores.hash.Equal(&rres.hash) {
-				return fmt.Errorf("prefix %s: OSO and ordered give different key→offset maps (invariant of change-stream.md 4.2)", f.name)
+				return fmt.Errorf("prefix %s: OSO and ordered give different key→offset maps (both must agree on the latest offset of every key)", f.name)
 			}
 			s2[f.name] = &s2m{oso: ot, ord: rt, hash: [3]*streamResult{ores, rres}}
 			m := newMeas(ot)

@@ -86,7 +86,7 @@ func d1Group(e *env) group {
 	g.rows = []rowSpec{
 		{key: "d1-rpc", id: "D1", name: fmt.Sprintf("purge RPC latency, %s of %s records (~100 segments)", report.Human(float64(e.sz.d1Purge)), report.Human(float64(e.sz.d1Total))), unit: "ms",
 			dir: report.PeerOverOurs, peer: true, bar: report.AtLeastBar(1, "purge RPC ≤ JetStream purge-to-sequence")},
-		{key: "d1-small", id: "D1", name: "purge of many records vs purge of 1 record (purge.md §7)", unit: "ms",
+		{key: "d1-small", id: "D1", name: "purge of many records vs purge of 1 record", unit: "ms",
 			dir: report.Custom, peer: true, ratioLabel: "large/small purge time", bar: report.AtMostBar(2, "large purge within 2× of a small one")},
 		{key: "d1-p99", id: "D1", name: "produce p99 during purge vs baseline (20k rec/s, 10 per call)", unit: "ms p99",
 			dir: report.Custom, peer: true, ratioLabel: "during/baseline p99", bar: report.AtMostBar(1.5, "produce p99 during purge ≤ 1.5× baseline")},

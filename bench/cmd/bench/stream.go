@@ -24,7 +24,7 @@ type streamResult struct {
 }
 
 // streamChanges runs one StreamChanges call to its stream_end{OK} and checks
-// the grammar of change-stream.md 1 and 3: an optional OSO snapshot first,
+// the event grammar: an optional OSO snapshot first,
 // then ordered snapshots whose items ascend inside their marker ranges. Every
 // item's key must start with prefix. onItem (optional) sees each item.
 func streamChanges(ctx context.Context, c *client, req *sharelogv1.StreamChangesRequest, onItem func(off int64, key []byte)) (*streamResult, error) {

@@ -231,6 +231,17 @@ func (StreamEndReason) EnumDescriptor() ([]byte, []int) {
 	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{3}
 }
 
+// To resume, a client keeps a checkpoint {topic_id, partition, next}, persists
+// it together with the state it built, and sends start_offset = next and
+// topic_id. Outside an OSO snapshot a mutation, deletion or offset_advanced at
+// offset o sets next = o + 1 and stream_end{OK} sets next = end_offset. Inside
+// an OSO snapshot the checkpoint does not move until END, which sets next to
+// one past the greatest offset seen (items and offset_advanced) or to the
+// snapshot's start, whichever is greater. Events after the last persisted
+// checkpoint come again on resume: apply them idempotently per (key, offset).
+// On ROLLBACK_REQUIRED or stream_end{ROLLBACK} drop all state derived from the
+// partition and restart from offset 0 with the current topic_id.
+// docs/change-streams.md has the details and examples.
 type StreamChangesRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`

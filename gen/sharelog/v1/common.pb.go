@@ -27,7 +27,7 @@ type ErrorCode int32
 
 const (
 	// buf:lint:ignore ENUM_ZERO_VALUE_SUFFIX
-	ErrorCode_ERROR_CODE_NONE                       ErrorCode = 0 // api.md: the zero value means success
+	ErrorCode_ERROR_CODE_NONE                       ErrorCode = 0 // the zero value means success
 	ErrorCode_ERROR_CODE_UNKNOWN_SERVER_ERROR       ErrorCode = -1
 	ErrorCode_ERROR_CODE_OFFSET_OUT_OF_RANGE        ErrorCode = 1
 	ErrorCode_ERROR_CODE_CORRUPT_MESSAGE            ErrorCode = 2

@@ -614,7 +614,11 @@ func (x *DescribeTopicRequest) GetName() string {
 type ProduceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
-	// Unset: each record is routed by murmur2(key) % partitions, keyless records round-robin.
+	// Unset: each record is routed by murmur2(key) % partitions (the partition a
+	// Kafka producer's default partitioner picks), keyless records round-robin.
+	// The records of one partition are appended atomically and contiguously.
+	// After a transport failure the outcome is unknown; a resend may append
+	// the records twice (there is no idempotent producer).
 	Partition     *int32    `protobuf:"varint,2,opt,name=partition,proto3,oneof" json:"partition,omitempty"`
 	Records       []*Record `protobuf:"bytes,3,rep,name=records,proto3" json:"records,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -783,6 +787,12 @@ type FetchRequest struct {
 	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
 	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
 	// First offset wanted; must be within [log_start_offset, high_watermark].
+	// Outside it the call fails with OFFSET_OUT_OF_RANGE, whose metadata carries
+	// log_start_offset and high_watermark: below the log start the records were
+	// purged (continue from log_start_offset); above the high watermark the
+	// offset has not been assigned yet. To read on, send the offset
+	// after the last record received; an empty answer at the high watermark
+	// means "nothing new yet".
 	Offset int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
 	// At most this many records (0 = 500, max 10000).
 	MaxRecords int32 `protobuf:"varint,4,opt,name=max_records,json=maxRecords,proto3" json:"max_records,omitempty"`

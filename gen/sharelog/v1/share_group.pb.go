@@ -495,7 +495,9 @@ type AcknowledgementBatch struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	FirstOffset int64                  `protobuf:"varint,1,opt,name=first_offset,json=firstOffset,proto3" json:"first_offset,omitempty"`
 	LastOffset  int64                  `protobuf:"varint,2,opt,name=last_offset,json=lastOffset,proto3" json:"last_offset,omitempty"`
-	// One type for the whole range, or exactly one per offset.
+	// One type for the whole range, or exactly one per offset. All batches of
+	// one partition entry apply together or not at all; the batches of an
+	// entry must ascend without overlapping.
 	AcknowledgeTypes []AcknowledgeType `protobuf:"varint,3,rep,packed,name=acknowledge_types,json=acknowledgeTypes,proto3,enum=sharelog.v1.AcknowledgeType" json:"acknowledge_types,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
@@ -556,10 +558,20 @@ type ShareFetchRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	GroupId  string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	MemberId string                 `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	// 0 opens a session, 1..2147483647 continues it, -1 closes it.
+	// 0 opens a session (replacing this member's previous one, whose records
+	// are released) and the next expected epoch becomes 1; 1..2147483647
+	// continues it; -1 closes it. ShareFetch and ShareAcknowledge share one
+	// sequence per session: every admitted request consumes its epoch and the
+	// next expected one is epoch + 1 (after 2147483647 comes 1). A refused
+	// request consumes nothing: resend it with the same epoch. After a
+	// transport failure resend the identical request with the same epoch; an
+	// INVALID_SHARE_SESSION_EPOCH answer then means the first attempt was
+	// admitted: close (-1) or reopen (0) the session to get its records back.
+	// On SHARE_SESSION_NOT_FOUND open a new session with epoch 0.
 	ShareSessionEpoch int32 `protobuf:"varint,3,opt,name=share_session_epoch,json=shareSessionEpoch,proto3" json:"share_session_epoch,omitempty"`
-	MaxWaitMs         int32 `protobuf:"varint,4,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
-	MinBytes          int32 `protobuf:"varint,5,opt,name=min_bytes,json=minBytes,proto3" json:"min_bytes,omitempty"`
+	// Wait up to this long when less than min_bytes can be acquired; 0 answers at once.
+	MaxWaitMs int32 `protobuf:"varint,4,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	MinBytes  int32 `protobuf:"varint,5,opt,name=min_bytes,json=minBytes,proto3" json:"min_bytes,omitempty"`
 	// Unset = 1 MiB. 0 = acquire nothing (as Kafka): the request only applies
 	// its acknowledgements and session changes and answers at once.
 	MaxBytes *int32 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3,oneof" json:"max_bytes,omitempty"`
@@ -570,8 +582,13 @@ type ShareFetchRequest struct {
 	BatchSize  int32 `protobuf:"varint,8,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
 	IsRenewAck bool  `protobuf:"varint,9,opt,name=is_renew_ack,json=isRenewAck,proto3" json:"is_renew_ack,omitempty"`
 	// Partitions to add to the session, each with optional acknowledgements.
+	// With epoch 0 name every partition wanted. An incremental fetch fetches
+	// from every partition of the session, so it names a partition only to add
+	// it or to carry acknowledgements for it; an empty list is the usual
+	// steady-state request.
 	Topics []*ShareFetchTopic `protobuf:"bytes,10,rep,name=topics,proto3" json:"topics,omitempty"`
-	// Partitions to remove from the session.
+	// Partitions to remove from the session (ignored with epoch 0). Records
+	// still held there stay acquired until acknowledged or expired.
 	ForgottenTopicsData []*TopicPartitions `protobuf:"bytes,11,rep,name=forgotten_topics_data,json=forgottenTopicsData,proto3" json:"forgotten_topics_data,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
@@ -789,11 +806,16 @@ func (x *ShareFetchPartition) GetAcknowledgementBatches() []*AcknowledgementBatc
 }
 
 type ShareFetchResponse struct {
-	state                    protoimpl.MessageState     `protogen:"open.v1"`
-	AcquisitionLockTimeoutMs int32                      `protobuf:"varint,1,opt,name=acquisition_lock_timeout_ms,json=acquisitionLockTimeoutMs,proto3" json:"acquisition_lock_timeout_ms,omitempty"`
-	Responses                []*ShareFetchTopicResponse `protobuf:"bytes,2,rep,name=responses,proto3" json:"responses,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lock duration: acknowledge (or RENEW) every acquired record within
+	// this long of receiving it, or it is delivered again.
+	AcquisitionLockTimeoutMs int32 `protobuf:"varint,1,opt,name=acquisition_lock_timeout_ms,json=acquisitionLockTimeoutMs,proto3" json:"acquisition_lock_timeout_ms,omitempty"`
+	// With epoch 0, every partition named; on an incremental fetch only the
+	// partitions with something new. A partition missing from an incremental
+	// response means "nothing new", not "removed".
+	Responses     []*ShareFetchTopicResponse `protobuf:"bytes,2,rep,name=responses,proto3" json:"responses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShareFetchResponse) Reset() {
@@ -901,8 +923,13 @@ type ShareFetchPartitionResponse struct {
 	// About this request's acknowledgements for this partition.
 	AcknowledgeErrorCode    ErrorCode `protobuf:"varint,4,opt,name=acknowledge_error_code,json=acknowledgeErrorCode,proto3,enum=sharelog.v1.ErrorCode" json:"acknowledge_error_code,omitempty"`
 	AcknowledgeErrorMessage string    `protobuf:"bytes,5,opt,name=acknowledge_error_message,json=acknowledgeErrorMessage,proto3" json:"acknowledge_error_message,omitempty"`
-	// Exactly one record per offset covered by `acquired_records`, ascending.
-	Records         []*Record          `protobuf:"bytes,6,rep,name=records,proto3" json:"records,omitempty"`
+	// Exactly one record per offset covered by `acquired_records`, ascending,
+	// and nothing else: walk both lists together; there are no gaps to
+	// acknowledge.
+	Records []*Record `protobuf:"bytes,6,rep,name=records,proto3" json:"records,omitempty"`
+	// Runs of offsets acquired by this response, ascending, never overlapping.
+	// Acknowledge each offset once: ACCEPT when processed, RELEASE to give it
+	// back, REJECT to archive it.
 	AcquiredRecords []*AcquiredRecords `protobuf:"bytes,7,rep,name=acquired_records,json=acquiredRecords,proto3" json:"acquired_records,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
@@ -1052,7 +1079,10 @@ type ShareAcknowledgeRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	GroupId  string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	MemberId string                 `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	// 1..2147483647 continues the session, -1 closes it; 0 is rejected.
+	// 1..2147483647 continues the session and consumes the epoch, exactly as
+	// a ShareFetch does (the two share one sequence); -1 applies the
+	// acknowledgements and closes the session; 0 is rejected with
+	// INVALID_SHARE_SESSION_EPOCH.
 	ShareSessionEpoch int32              `protobuf:"varint,3,opt,name=share_session_epoch,json=shareSessionEpoch,proto3" json:"share_session_epoch,omitempty"`
 	IsRenewAck        bool               `protobuf:"varint,4,opt,name=is_renew_ack,json=isRenewAck,proto3" json:"is_renew_ack,omitempty"`
 	Topics            []*ShareFetchTopic `protobuf:"bytes,5,rep,name=topics,proto3" json:"topics,omitempty"`

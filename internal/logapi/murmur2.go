@@ -1,4 +1,4 @@
-package service
+package logapi
 
 // murmur2 is Kafka's murmur2 hash (org.apache.kafka.common.utils.Utils.murmur2),
 // so that keyed records land on the partition a Kafka producer would pick.

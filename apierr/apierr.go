@@ -1,0 +1,102 @@
+// Package apierr is sharelog's one error vocabulary: the reasons a
+// request-level error carries (google.rpc.ErrorInfo.reason, domain
+// [Domain]) and the [Error] every domain package returns.
+//
+// It is a leaf package with no dependencies outside the standard library,
+// so that the server's domain packages and the public clients share the
+// same names. The server's gRPC layer turns an [Error] into a gRPC status
+// (the reason decides the code; docs/errors.md lists them); clients read
+// the reason back from the status's ErrorInfo and compare it with these
+// constants. Branch on the reason, never on the message.
+package apierr
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Domain is google.rpc.ErrorInfo.domain of every sharelog error.
+const Domain = "sharelog"
+
+// Reason is a request-level error's name: Kafka's error name where Kafka
+// has one.
+type Reason string
+
+// Reasons; docs/errors.md says what each means and what a client does.
+const (
+	InvalidRequest           Reason = "INVALID_REQUEST"
+	UnknownTopicOrPartition  Reason = "UNKNOWN_TOPIC_OR_PARTITION"
+	TopicAlreadyExists       Reason = "TOPIC_ALREADY_EXISTS"
+	OffsetOutOfRange         Reason = "OFFSET_OUT_OF_RANGE"
+	CorruptMessage           Reason = "CORRUPT_MESSAGE"
+	ShareSessionNotFound     Reason = "SHARE_SESSION_NOT_FOUND"
+	InvalidShareSessionEpoch Reason = "INVALID_SHARE_SESSION_EPOCH"
+	ShareSessionLimitReached Reason = "SHARE_SESSION_LIMIT_REACHED"
+	GroupIDNotFound          Reason = "GROUP_ID_NOT_FOUND"
+	UnknownMemberID          Reason = "UNKNOWN_MEMBER_ID"
+	FencedMemberEpoch        Reason = "FENCED_MEMBER_EPOCH"
+	GroupMaxSizeReached      Reason = "GROUP_MAX_SIZE_REACHED"
+	NonEmptyGroup            Reason = "NON_EMPTY_GROUP"
+	RollbackRequired         Reason = "ROLLBACK_REQUIRED"
+	ThrottlingQuotaExceeded  Reason = "THROTTLING_QUOTA_EXCEEDED"
+	// Unavailable: the server is shutting down; retry elsewhere or later.
+	Unavailable Reason = "UNAVAILABLE"
+	// Internal: an unexpected failure; the message is generic (the server
+	// log has the detail) and the outcome of the call is unknown.
+	Internal        Reason = "INTERNAL"
+	Unauthenticated Reason = "UNAUTHENTICATED"
+	// KafkaStorageError: the server could not write, sync or read its disk
+	// (or the partition is offline after damage); nothing was applied and a
+	// retry may succeed once the cause is gone.
+	KafkaStorageError          Reason = "KAFKA_STORAGE_ERROR"
+	TopicAuthorizationFailed   Reason = "TOPIC_AUTHORIZATION_FAILED"
+	GroupAuthorizationFailed   Reason = "GROUP_AUTHORIZATION_FAILED"
+	ClusterAuthorizationFailed Reason = "CLUSTER_AUTHORIZATION_FAILED"
+	// NotOwner: in a multi-instance deployment this instance does not own
+	// the partition or group and could not forward the call.
+	NotOwner Reason = "NOT_OWNER"
+	// OwnerUnreachable: the owning instance did not answer in time.
+	OwnerUnreachable Reason = "OWNER_UNREACHABLE"
+)
+
+// Reasons lists every reason, in the order of the constants.
+func Reasons() []Reason {
+	return []Reason{
+		InvalidRequest, UnknownTopicOrPartition, TopicAlreadyExists, OffsetOutOfRange,
+		CorruptMessage, ShareSessionNotFound, InvalidShareSessionEpoch, ShareSessionLimitReached,
+		GroupIDNotFound, UnknownMemberID, FencedMemberEpoch, GroupMaxSizeReached, NonEmptyGroup,
+		RollbackRequired, ThrottlingQuotaExceeded, Unavailable, Internal, Unauthenticated,
+		KafkaStorageError, TopicAuthorizationFailed, GroupAuthorizationFailed,
+		ClusterAuthorizationFailed, NotOwner, OwnerUnreachable,
+	}
+}
+
+// Error is a request-level error: the call failed as a whole and, unless
+// its reason's documentation says otherwise, changed nothing.
+type Error struct {
+	Reason  Reason
+	Message string
+	// Metadata carries values a client can act on (expected_epoch,
+	// log_start_offset, …); every value is a string on the wire.
+	Metadata map[string]string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// New returns an Error with a formatted message and no metadata.
+func New(r Reason, format string, args ...any) *Error {
+	return &Error{Reason: r, Message: fmt.Sprintf(format, args...)}
+}
+
+// Invalid returns an INVALID_REQUEST error.
+func Invalid(format string, args ...any) *Error {
+	return New(InvalidRequest, format, args...)
+}
+
+// ReasonOf returns the reason of the first *Error in err's chain, or "".
+func ReasonOf(err error) Reason {
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e.Reason
+	}
+	return ""
+}

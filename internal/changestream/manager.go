@@ -251,7 +251,7 @@ func (s *stream) start() (ls, hw int64, err error) {
 		return 0, 0, rollbackRequired(CauseHistoryPurged, info.ID, ls, hw,
 			fmt.Sprintf("offsets below %d were purged; start_offset %d is no longer readable", ls, req.StartOffset))
 	}
-	// P, the greatest tombstone compaction removed (§6.2), from the same
+	// P, the greatest tombstone compaction removed (docs/compaction.md), from the same
 	// read of the partition as LSO and HW.
 	s.compacted = info.Config.Compacts()
 	s.purgedBelow = parts[req.Partition].PurgedTombstonesBelow

@@ -26,11 +26,11 @@ type stream struct {
 	watch   <-chan struct{} // closed at the partition's next change
 	ls, hw  int64           // bounds as of the last change seen
 
-	// Compaction (§6.2): compacted says the topic's policy includes
+	// Compaction (docs/compaction.md): compacted says the topic's policy includes
 	// compact, so P is re-read at each change; purgedBelow is P+1 (0: no
 	// tombstone removed), purgedAtStart its value when the call began
 	// (the request check covers those). next is the client's committed
-	// next offset (§5.1; 0: it holds nothing yet): a tombstone removed
+	// next offset (its checkpoint, docs/change-streams.md; 0: it holds nothing yet): a tombstone removed
 	// during the call at or after it is a deletion the client misses.
 	// inOSO pauses the check while an OSO snapshot reads its pinned
 	// segment versions.
@@ -127,7 +127,7 @@ func (s *stream) interrupted(next int64) error {
 	if !s.inOSO && s.purgedBelow > s.purgedAtStart && s.next > 0 && s.next < s.purgedBelow {
 		// Since the call began, compaction removed a tombstone (at P) at or
 		// after the client's next offset: the client would never see that
-		// deletion (§6.2). Tombstones removed before the call began are
+		// deletion (docs/change-streams.md). Tombstones removed before the call began are
 		// covered by the request check, and a client from 0 never held
 		// what they deleted.
 		return s.finish(EndRollback)

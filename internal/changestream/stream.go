@@ -45,6 +45,10 @@ type stream struct {
 	scanned int64 // [pos, scanned) is known to hold no match (held back)
 	heldAt  time.Time
 	ev      Event
+
+	// A full backfill in progress, for its duration metric (metrics.go).
+	backfillKind string
+	backfillAt   time.Time
 }
 
 // errEnded stops the loops once stream_end was sent.
@@ -270,6 +274,7 @@ func (s *stream) ordered() error {
 		}
 		if s.pos >= s.hw {
 			s.memory = true // what comes next was appended after the stream reached the HW
+			s.caughtUp()
 		}
 		if err := s.interrupted(-1); err != nil {
 			return err

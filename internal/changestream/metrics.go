@@ -26,7 +26,7 @@ func (s *stream) backfillStarted(kind string) {
 }
 
 // caughtUp records the backfill's duration the first time the stream
-// reaches the high watermark.
+// reaches the high watermark (or its end_offset, at or above it).
 func (s *stream) caughtUp() {
 	if s.backfillKind == "" {
 		return

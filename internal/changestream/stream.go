@@ -270,6 +270,7 @@ func (s *stream) readEntry(ent logstore.KeyEntry) (logstore.Record, error) {
 func (s *stream) ordered() error {
 	for {
 		if s.hasEnd && s.pos >= s.end {
+			s.caughtUp()
 			return s.finish(EndOK)
 		}
 		if s.pos >= s.hw {

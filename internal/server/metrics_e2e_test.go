@@ -105,74 +105,7 @@ func labelValues(fams map[string]*dto.MetricFamily, name, label string) []string
 // topic deleted) and checks the value of each metric it should move.
 func TestMetricsAfterWorkload(t *testing.T) {
 	t.Parallel()
-	s := newShareStack(t)
-	ctx := context.Background()
-
-	// Share consumption on q: 10 records, lock 400 ms, delivery limit 2.
-	s.createTopic(t, "q", 1, nil)
-	s.earliestGroup(t, "g", &sharelogv1.ShareGroupConfig{RecordLockDurationMs: proto.Int32(400), DeliveryCountLimit: proto.Int32(2)})
-	s.hb(t, "g", "m1", 0, "q")
-	s.produceN(t, "q", 0, 10)
-	r := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m1", Topics: topicReq("q", part(0))})
-	require.Equal(t, []rng{{0, 9, 1}}, acquired(partitionOf(r, "q", 0)))
-	ack := func(member string, epoch int32, batches ...*sharelogv1.AcknowledgementBatch) {
-		t.Helper()
-		resp, err := s.sg.ShareAcknowledge(ctx, &sharelogv1.ShareAcknowledgeRequest{GroupId: "g", MemberId: member, ShareSessionEpoch: epoch,
-			Topics: topicReq("q", part(0, batches...))})
-		require.NoError(t, err)
-		require.Equal(t, none, resp.GetResponses()[0].GetPartitions()[0].GetErrorCode())
-	}
-	// 0-4 ACCEPT, 5 RELEASE, 6 REJECT; 7-9 are left to expire.
-	ack("m1", 1, batch(0, 4, accept), batch(5, 5, release), batch(6, 6, reject))
-	require.Eventually(t, func() bool {
-		v, _ := series(t, scrapeMetrics(t, s.stack), "sharelog_share_lock_expiries_total", map[string]string{"group": "g", "topic": "q", "partition": "0"})
-		return v == 3
-	}, 10*time.Second, 20*time.Millisecond, "the three locks of 7-9 expire")
-	// From here locks last a minute: nothing else expires during the test.
-	s.earliestGroup(t, "g", &sharelogv1.ShareGroupConfig{RecordLockDurationMs: proto.Int32(60_000), DeliveryCountLimit: proto.Int32(2)})
-	// m2 gets 5 and 7-9 for their second delivery: RELEASE of 5 at the
-	// limit archives it; 7-9 ACCEPT.
-	r = s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m2", Topics: topicReq("q", part(0))})
-	require.Equal(t, []rng{{5, 5, 2}, {7, 9, 2}}, acquired(partitionOf(r, "q", 0)))
-	ack("m2", 1, batch(5, 5, release), batch(7, 9, accept))
-	// Two more records, acquired and held: in flight, and the lag.
-	s.produceN(t, "q", 0, 2)
-	r = s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m2", ShareSessionEpoch: 2})
-	require.Equal(t, []rng{{10, 11, 1}}, acquired(partitionOf(r, "q", 0)))
-
-	// A purge of p below 3.
-	s.createTopic(t, "p", 1, nil)
-	s.produceN(t, "p", 0, 5)
-	purgeOne(t, s.stack, "p", 0, 3)
-
-	// A change stream over p to its end asking for an OSO snapshot (a
-	// full backfill from the log start), and one left tailing q.
-	s.streamAll(t, streamReq("p", 0, withEnd(5), withOSO(sharelogv1.OsoMode_OSO_MODE_ON)))
-	tail := s.openChanges(t, streamReq("q", 12))
-	_ = tail
-
-	// A compacted topic: its dirty ratio is not measured yet.
-	s.createTopic(t, "c", 1, &sharelogv1.TopicConfig{CleanupPolicy: proto.String("compact")})
-
-	// A topic consumed by g and then deleted: its series go.
-	s.createTopic(t, "gone", 1, nil)
-	s.produceN(t, "gone", 0, 3)
-	s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m3", Topics: topicReq("gone", part(0))})
-	_, err := s.log.DeleteTopic(ctx, &sharelogv1.DeleteTopicRequest{Name: "gone"})
-	require.NoError(t, err)
-
-	// REST calls, for the route label.
-	require.Equal(t, http.StatusOK, s.rest(t, http.MethodGet, "/v1/topics/q", "").Status)
-	require.Equal(t, http.StatusOK, s.rest(t, http.MethodGet, "/v1/topics/p", "").Status)
-	require.Equal(t, http.StatusOK, s.rest(t, http.MethodGet, "/v1/topics/q/partitions/0/records?offset=11&maxRecords=1", "").Status)
-
-	var fams map[string]*dto.MetricFamily
-	require.Eventually(t, func() bool {
-		fams = scrapeMetrics(t, s.stack)
-		v, _ := series(t, fams, "sharelog_change_streams_open", nil)
-		return v == 1
-	}, 10*time.Second, 20*time.Millisecond, "the tail is open")
-
+	fams := metricsWorkload(t)
 	qp := map[string]string{"group": "g", "topic": "q", "partition": "0"}
 	with := func(m map[string]string, k, v string) map[string]string {
 		out := map[string]string{k: v}
@@ -244,4 +177,79 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	assert.NotContains(t, routes, "/")
 	requireSeries(t, fams, "http_server_request_duration_seconds",
 		map[string]string{"http_route": "/v1/topics/{name}", "http_request_method": "GET"}, 2)
+}
+
+// metricsWorkload runs the scripted workload on a fresh server and returns
+// its scrape (once the tailing change stream is counted open).
+func metricsWorkload(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	s := newShareStack(t)
+	ctx := context.Background()
+
+	// Share consumption on q: 10 records, lock 400 ms, delivery limit 2.
+	s.createTopic(t, "q", 1, nil)
+	s.earliestGroup(t, "g", &sharelogv1.ShareGroupConfig{RecordLockDurationMs: proto.Int32(400), DeliveryCountLimit: proto.Int32(2)})
+	s.hb(t, "g", "m1", 0, "q")
+	s.produceN(t, "q", 0, 10)
+	r := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m1", Topics: topicReq("q", part(0))})
+	require.Equal(t, []rng{{0, 9, 1}}, acquired(partitionOf(r, "q", 0)))
+	ack := func(member string, epoch int32, batches ...*sharelogv1.AcknowledgementBatch) {
+		t.Helper()
+		resp, err := s.sg.ShareAcknowledge(ctx, &sharelogv1.ShareAcknowledgeRequest{GroupId: "g", MemberId: member, ShareSessionEpoch: epoch,
+			Topics: topicReq("q", part(0, batches...))})
+		require.NoError(t, err)
+		require.Equal(t, none, resp.GetResponses()[0].GetPartitions()[0].GetErrorCode())
+	}
+	// 0-4 ACCEPT, 5 RELEASE, 6 REJECT; 7-9 are left to expire.
+	ack("m1", 1, batch(0, 4, accept), batch(5, 5, release), batch(6, 6, reject))
+	require.Eventually(t, func() bool {
+		v, _ := series(t, scrapeMetrics(t, s.stack), "sharelog_share_lock_expiries_total", map[string]string{"group": "g", "topic": "q", "partition": "0"})
+		return v == 3
+	}, 10*time.Second, 20*time.Millisecond, "the three locks of 7-9 expire")
+	// From here locks last a minute: nothing else expires during the test.
+	s.earliestGroup(t, "g", &sharelogv1.ShareGroupConfig{RecordLockDurationMs: proto.Int32(60_000), DeliveryCountLimit: proto.Int32(2)})
+	// m2 gets 5 and 7-9 for their second delivery: RELEASE of 5 at the
+	// limit archives it; 7-9 ACCEPT.
+	r = s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m2", Topics: topicReq("q", part(0))})
+	require.Equal(t, []rng{{5, 5, 2}, {7, 9, 2}}, acquired(partitionOf(r, "q", 0)))
+	ack("m2", 1, batch(5, 5, release), batch(7, 9, accept))
+	// Two more records, acquired and held: in flight, and the lag.
+	s.produceN(t, "q", 0, 2)
+	r = s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m2", ShareSessionEpoch: 2})
+	require.Equal(t, []rng{{10, 11, 1}}, acquired(partitionOf(r, "q", 0)))
+
+	// A purge of p below 3.
+	s.createTopic(t, "p", 1, nil)
+	s.produceN(t, "p", 0, 5)
+	purgeOne(t, s.stack, "p", 0, 3)
+
+	// A change stream over p to its end asking for an OSO snapshot (a
+	// full backfill from the log start), and one left tailing q.
+	s.streamAll(t, streamReq("p", 0, withEnd(5), withOSO(sharelogv1.OsoMode_OSO_MODE_ON)))
+	tail := s.openChanges(t, streamReq("q", 12))
+	_ = tail
+
+	// A compacted topic: its dirty ratio is not measured yet.
+	s.createTopic(t, "c", 1, &sharelogv1.TopicConfig{CleanupPolicy: proto.String("compact")})
+
+	// A topic consumed by g and then deleted: its series go.
+	s.createTopic(t, "gone", 1, nil)
+	s.produceN(t, "gone", 0, 3)
+	s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m3", Topics: topicReq("gone", part(0))})
+	_, err := s.log.DeleteTopic(ctx, &sharelogv1.DeleteTopicRequest{Name: "gone"})
+	require.NoError(t, err)
+
+	// REST calls, for the route label.
+	require.Equal(t, http.StatusOK, s.rest(t, http.MethodGet, "/v1/topics/q", "").Status)
+	require.Equal(t, http.StatusOK, s.rest(t, http.MethodGet, "/v1/topics/p", "").Status)
+	require.Equal(t, http.StatusOK, s.rest(t, http.MethodGet, "/v1/topics/q/partitions/0/records?offset=11&maxRecords=1", "").Status)
+
+	var fams map[string]*dto.MetricFamily
+	require.Eventually(t, func() bool {
+		fams = scrapeMetrics(t, s.stack)
+		v, _ := series(t, fams, "sharelog_change_streams_open", nil)
+		return v == 1
+	}, 10*time.Second, 20*time.Millisecond, "the tail is open")
+
+	return fams
 }

@@ -186,9 +186,11 @@ func metricsWorkload(t *testing.T) map[string]*dto.MetricFamily {
 	s := newShareStack(t)
 	ctx := context.Background()
 
-	// Share consumption on q: 10 records, lock 400 ms, delivery limit 2.
+	// Share consumption on q: 10 records, lock 1 s (the acknowledgement
+	// below must come before it ends, on a loaded CI machine too), delivery
+	// limit 2.
 	s.createTopic(t, "q", 1, nil)
-	s.earliestGroup(t, "g", &sharelogv1.ShareGroupConfig{RecordLockDurationMs: proto.Int32(400), DeliveryCountLimit: proto.Int32(2)})
+	s.earliestGroup(t, "g", &sharelogv1.ShareGroupConfig{RecordLockDurationMs: proto.Int32(1000), DeliveryCountLimit: proto.Int32(2)})
 	s.hb(t, "g", "m1", 0, "q")
 	s.produceN(t, "q", 0, 10)
 	r := s.fetch(t, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m1", Topics: topicReq("q", part(0))})

@@ -10,7 +10,9 @@ import (
 // spCounters are a share-partition's event counters since it was loaded
 // (or created), for metrics. They live on the share-partition, so a group
 // or topic that goes takes its counters with it and its series disappear
-// from the next scrape instead of staying forever.
+// from the next scrape instead of staying forever. They count what was
+// applied: an acknowledgement undone because its state write failed stays
+// counted (sharelog_share_state_write_failures_total shows those).
 type spCounters struct {
 	expired   atomic.Int64               // records whose acquisition lock expired
 	limitArch atomic.Int64               // records archived at the delivery-count limit

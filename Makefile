@@ -25,9 +25,10 @@ soak:
 test-node:
 	bash .ci/node-test
 
-## build: build bin/sharelog-server and bin/sharelogctl
+## build: build bin/sharelog-server (version from git describe; see README "Build") and bin/sharelogctl
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 build:
-	$(GO) build -o bin/sharelog-server ./cmd/server
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/sharelog-server ./cmd/server
 	$(GO) build -o bin/sharelogctl ./cmd/sharelogctl
 
 ## generate: regenerate gen/ from proto/ with the pinned local plugins (offline)

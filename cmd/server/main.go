@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -22,11 +23,18 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 0 && os.Args[0] != "" {
+		progName = filepath.Base(os.Args[0])
+	}
 	if err := run(os.Args[1:], os.Getenv, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			os.Exit(0)
+		case errors.Is(err, errShowVersion):
+			fmt.Println(progName, versionString())
 			os.Exit(0)
 		}
-		fmt.Fprintln(os.Stderr, "sharelog:", err)
+		fmt.Fprintln(os.Stderr, progName+":", err)
 		os.Exit(1)
 	}
 }
@@ -68,10 +76,11 @@ type logConfig struct{ level, format string }
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (server.Config, logConfig, error) {
 	cfg := server.DefaultConfig()
 	var lc logConfig
-	fs := flag.NewFlagSet("sharelog", flag.ContinueOnError)
+	fs := flag.NewFlagSet(progName, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sharelog [flags]")
+		fmt.Fprintf(stderr, "Usage: %s [flags]\n", progName)
+		fmt.Fprintln(stderr, "Runs the sharelog server: the log, share groups and change streams over gRPC and a REST gateway.")
 		fmt.Fprintln(stderr, "Every flag can also be set by the environment variable SHARELOG_<FLAG>")
 		fmt.Fprintln(stderr, "(upper case, dashes as underscores, e.g. SHARELOG_MAX_CONNECTIONS); a flag wins over its variable.")
 		fs.PrintDefaults()
@@ -119,9 +128,13 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long shutdown waits for in-flight calls")
 	fs.StringVar(&lc.level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&lc.format, "log-format", "text", "text or json")
+	showVersion := fs.Bool("version", false, "print the version and exit (no environment variable)")
 
 	if err := fs.Parse(args); err != nil {
 		return cfg, lc, err
+	}
+	if *showVersion {
+		return cfg, lc, errShowVersion
 	}
 	if fs.NArg() > 0 {
 		return cfg, lc, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
@@ -131,7 +144,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || envErr != nil {
+		if set[f.Name] || envErr != nil || f.Name == "version" {
 			return
 		}
 		name := "SHARELOG_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))

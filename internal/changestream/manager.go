@@ -68,6 +68,8 @@ type Manager struct {
 	stop      chan struct{}
 	stopOnce  sync.Once
 	backfills metric.Int64Counter
+	// backfillTime is the backfill-duration histogram (metrics.go).
+	backfillTime metric.Float64Histogram
 }
 
 // New returns a Manager reading store. idx is the store's key index, handed
@@ -110,6 +112,9 @@ func New(store logstore.Store, idx logstore.KeyIndexer, cfg Config) (*Manager, e
 		metric.WithDescription("Full backfills of change streams by the shape chosen (kind=oso or ordered)."),
 		metric.WithUnit("{backfill}"))
 	if err != nil {
+		return nil, err
+	}
+	if m.backfillTime, err = newBackfillHistogram(cfg.Meter); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -283,6 +288,7 @@ func (s *stream) chooseOSO(l0, e int64) (logstore.KeyCursor, error) {
 	span := trace.SpanFromContext(s.ctx)
 	defer func() {
 		m.backfills.Add(s.ctx, 1, metric.WithAttributes(attribute.String("kind", kind)))
+		s.backfillStarted(kind)
 		span.SetAttributes(attribute.String("sharelog.change_stream.backfill", kind))
 	}()
 	switch m.cfg.Backfill {

@@ -45,6 +45,10 @@ type stream struct {
 	scanned int64 // [pos, scanned) is known to hold no match (held back)
 	heldAt  time.Time
 	ev      Event
+
+	// A full backfill in progress, for its duration metric (metrics.go).
+	backfillKind string
+	backfillAt   time.Time
 }
 
 // errEnded stops the loops once stream_end was sent.
@@ -266,10 +270,12 @@ func (s *stream) readEntry(ent logstore.KeyEntry) (logstore.Record, error) {
 func (s *stream) ordered() error {
 	for {
 		if s.hasEnd && s.pos >= s.end {
+			s.caughtUp()
 			return s.finish(EndOK)
 		}
 		if s.pos >= s.hw {
 			s.memory = true // what comes next was appended after the stream reached the HW
+			s.caughtUp()
 		}
 		if err := s.interrupted(-1); err != nil {
 			return err

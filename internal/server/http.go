@@ -48,13 +48,27 @@ var jsonMarshaler = &runtime.JSONPb{
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 }
 
+// ndjsonStreams is the gateway's marshaler; a server-streaming call (the
+// change stream) is newline-delimited JSON, one message per line, and is
+// labelled so.
+type ndjsonStreams struct{ *runtime.HTTPBodyMarshaler }
+
+// StreamContentType implements runtime.StreamContentType.
+func (ndjsonStreams) StreamContentType(any) string { return "application/x-ndjson" }
+
 // newHTTPHandler builds the HTTP surface: the gateway (over conn, a real gRPC
 // client connection, so server streaming works), /openapi.json, /healthz,
 // /readyz and /metrics, all traced by otelhttp.
 func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (http.Handler, error) {
 	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{Marshaler: jsonMarshaler}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, ndjsonStreams{&runtime.HTTPBodyMarshaler{Marshaler: jsonMarshaler}}),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		// gRPC response metadata (content-type and the like) is the
+		// transport's business, not the REST client's: no Grpc-Metadata-*
+		// response headers.
+		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithMiddlewares(restRouteTable.checkQuery),
+		runtime.WithRoutingErrorHandler(restRouteTable.routingError),
 		// The gRPC server behind the gateway sees the gateway as its peer:
 		// the real client's IP travels in metadata only the gateway sets.
 		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
@@ -102,10 +116,10 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 	}))
 	mux.Handle("/", limitBody(d.maxRequestBytes, gw))
 
-	return bodyDeadline(d.readTimeout, otelhttp.NewHandler(mux, "http",
+	return bodyDeadline(d.readTimeout, otelhttp.NewHandler(labelRoutes(mux), "http",
 		otelhttp.WithTracerProvider(d.tracer),
 		otelhttp.WithMeterProvider(d.meter),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path }),
+		otelhttp.WithSpanNameFormatter(spanName),
 	)), nil
 }
 

@@ -14,7 +14,10 @@
 //   - exposure.go: the refusal to serve beyond loopback in the clear;
 //   - health.go: readiness checks behind /readyz and gRPC health;
 //   - metrics.go: connection refusals, storage errors, offline partitions,
-//     waiting long polls.
+//     waiting long polls; domainmetrics.go and purgemetrics.go: the log,
+//     share groups, change streams, compaction and purges;
+//   - restroutes.go, httproute.go: the REST route table (405, unknown
+//     query parameters) and the http_route label.
 package server
 
 import (
@@ -223,7 +226,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}
 
 	s.health = health.NewServer()
-	logAPI := logapi.New(store, logapi.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Logger: log})
+	purges, err := newPurgeCounting(store, s.tel.Meter)
+	if err != nil {
+		return nil, err
+	}
+	logAPI := logapi.New(purges, logapi.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Logger: log})
 	// Share state bound to a deleted topic goes with it.
 	logAPI.Subscribe(func(ev logapi.TopicEvent) {
 		if ev.Kind == logapi.TopicDeleted {
@@ -243,6 +250,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		MaxStreams:             cfg.MaxChangeStreams,
 		MaxStreamsPerPrincipal: cfg.MaxChangeStreamsPerPrincipal,
 		Meter:                  s.tel.Meter,
+	}); err != nil {
+		return nil, err
+	}
+	if err := registerDomainMetrics(s.tel.Meter, func() domainSources {
+		return domainSources{store: s.store, share: s.share, streams: s.streams}
 	}); err != nil {
 		return nil, err
 	}

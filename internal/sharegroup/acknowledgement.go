@@ -143,6 +143,7 @@ func (p *sharePartition) checkAck(batches []AckBatch, sid uint64, hw int64) (Err
 
 // applyAck applies one type to [a, z] (validated). mu is held.
 func (p *sharePartition) applyAck(a, z int64, t AckType, sid uint64, now int64, cfg *effConfig, st *ackState) {
+	p.counters.countAck(t, z-a+1)
 	if a < p.spso {
 		if t != AckRenew {
 			p.ackBelow(a, min(z, p.spso-1), sid, st)
@@ -168,6 +169,7 @@ func (p *sharePartition) applyAck(a, z int64, t AckType, sid uint64, now int64, 
 			*r = terminalRun(r.first, r.last, stArchived)
 		case AckRelease:
 			if r.count >= cfg.limit {
+				p.counters.limitArch.Add(r.last - r.first + 1)
 				*r = archivedRun(r.first, r.last, r.count, cfg)
 				st.deadLetter = st.deadLetter || r.state == stArchiving
 			} else {

@@ -18,6 +18,7 @@
 //	waiters.go          waiting fetches
 //	deadletter.go       dead-letter topics: the copy worker and its recovery
 //	membership.go, assignor.go, admin.go, config.go, validate.go, reliability.go
+//	metrics.go          per-share-partition counters and the scrape-time Metrics snapshot
 //
 // # Model
 //

@@ -63,6 +63,8 @@ type sharePartition struct {
 	baton    *waiter
 	restart  bool
 	watching bool
+
+	counters spCounters // for metrics (metrics.go)
 }
 
 func newSharePartition(g *group, topic, topicID string, part int32) *sharePartition {
@@ -216,7 +218,9 @@ func (p *sharePartition) expire(now int64) {
 			next = min(next, r.deadline)
 			continue
 		}
+		p.counters.expired.Add(r.last - r.first + 1)
 		if r.count >= cfg.limit {
+			p.counters.limitArch.Add(r.last - r.first + 1)
 			*r = archivedRun(r.first, r.last, r.count, cfg)
 			deadLetter = deadLetter || r.state == stArchiving
 		} else {
@@ -233,6 +237,8 @@ func (p *sharePartition) expire(now int64) {
 			next = min(next, r.deadline)
 			p.below[w] = r
 			w++
+		} else {
+			p.counters.expired.Add(r.last - r.first + 1)
 		}
 	}
 	p.below = p.below[:w]

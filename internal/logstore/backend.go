@@ -73,3 +73,17 @@ func (x *MemKeyIndex) Scan(prefix []byte, end int64) KeyCursor {
 func (x *MemKeyIndex) Count(prefix []byte, end, limit int64) int64 {
 	return x.m.count(prefix, end, limit)
 }
+
+// Notifier is the broadcast-by-close signal behind Watch, for other Store
+// implementations: Wait returns a channel the next Notify closes; after
+// Shutdown, Wait fails with its error. The zero value is ready to use.
+type Notifier struct{ n notifier }
+
+// Wait returns the channel closed by the next Notify, or the shutdown error.
+func (n *Notifier) Wait() (<-chan struct{}, error) { return n.n.wait() }
+
+// Notify wakes every current waiter.
+func (n *Notifier) Notify() { n.n.notify() }
+
+// Shutdown wakes every waiter for the last time; later waits return err.
+func (n *Notifier) Shutdown(err error) { n.n.shutdown(err) }

@@ -26,7 +26,7 @@ type partition struct {
 	stream  string
 	subject string
 	keys    *logstore.MemKeyIndex
-	watch   notifier
+	watch   logstore.Notifier
 
 	openMu   sync.Mutex // serialises load
 	appendMu sync.Mutex // one append at a time: each expects the previous one's end
@@ -137,7 +137,7 @@ func (p *partition) onMsg(msg njs.Msg) {
 	}
 	p.mu.Unlock()
 	if moved {
-		p.watch.notify()
+		p.watch.Notify()
 	}
 }
 
@@ -152,7 +152,7 @@ func (p *partition) shutdown(err error) {
 	if cc != nil {
 		cc.Stop()
 	}
-	p.watch.shutdown(err)
+	p.watch.Shutdown(err)
 }
 
 func (p *partition) bounds() (int64, int64, error) {
@@ -262,7 +262,7 @@ func (s *Store) Append(ctx context.Context, topic string, partition int32, recs 
 	p.hw = max(p.hw, end)
 	p.mu.Unlock()
 	if moved {
-		p.watch.notify()
+		p.watch.Notify()
 	}
 	return base, nil
 }
@@ -293,7 +293,7 @@ func (p *partition) resyncTail(ctx context.Context) error {
 	p.resync = false
 	p.mu.Unlock()
 	if moved {
-		p.watch.notify()
+		p.watch.Notify()
 	}
 	return nil
 }
@@ -475,7 +475,7 @@ func (p *partition) raiseLogStart(ls int64) {
 	}
 	p.mu.Unlock()
 	if moved {
-		p.watch.notify()
+		p.watch.Notify()
 	}
 }
 
@@ -536,7 +536,7 @@ func (s *Store) Watch(topic string, partition int32) (<-chan struct{}, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p.watch.wait()
+	return p.watch.Wait()
 }
 
 // DeleteRecordsBefore implements logstore.Store: an offset above the high

@@ -117,6 +117,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", cfg.HTTPIdleTimeout, "close an idle keep-alive HTTP connection after this")
 	fs.DurationVar(&cfg.HTTPReadTimeout, "http-read-timeout", cfg.HTTPReadTimeout, "a REST request body must arrive within this")
 	fs.IntVar(&cfg.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", cfg.GRPCMaxConcurrentStreams, "concurrent calls per gRPC connection")
+	fs.IntVar(&cfg.HealthProbesPerSec, "health-probes-per-sec", cfg.HealthProbesPerSec, "unauthenticated health probes (/healthz, /readyz, gRPC health) per second and client IP, burst twice that; 0 = no limit")
 	fs.IntVar(&cfg.MaxLongPolls, "max-long-polls", cfg.MaxLongPolls, "Fetch/ShareFetch calls waiting for records at once; beyond it they return at once, empty")
 	fs.IntVar(&cfg.MaxShareSessionsPerPrincipal, "max-share-sessions-per-principal", 0, "share sessions one client may hold (0 = half of --max-share-sessions)")
 	fs.IntVar(&cfg.MaxChangeStreamsPerPrincipal, "max-change-streams-per-principal", 0, "change streams one client may have open (0 = half of --max-change-streams)")

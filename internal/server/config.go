@@ -58,6 +58,7 @@ type Config struct {
 	HTTPReadTimeout              time.Duration // a request body must arrive within this
 	GRPCMaxConcurrentStreams     int           // concurrent calls per gRPC connection
 	MaxLongPolls                 int           // Fetch/ShareFetch calls waiting at once, server-wide
+	HealthProbesPerSec           int           // health probes per second and client IP; 0 = no limit
 	MaxShareSessionsPerPrincipal int           // 0 = half of MaxShareSessions
 	MaxChangeStreamsPerPrincipal int           // 0 = half of MaxChangeStreams
 	// InsecureAllowRemote lets a listener bind a non-loopback address
@@ -108,6 +109,7 @@ func DefaultConfig() Config {
 		HTTPReadTimeout:              time.Minute,
 		GRPCMaxConcurrentStreams:     1000,
 		MaxLongPolls:                 10000,
+		HealthProbesPerSec:           20,
 		ShutdownTimeout:              10 * time.Second,
 	}
 }
@@ -201,6 +203,9 @@ func (c Config) Validate() error {
 	}
 	if c.GRPCMaxConcurrentStreams < 1 || c.GRPCMaxConcurrentStreams > 100_000 {
 		bad("--grpc-max-concurrent-streams must be between 1 and 100000, got %d", c.GRPCMaxConcurrentStreams)
+	}
+	if c.HealthProbesPerSec < 0 {
+		bad("--health-probes-per-sec must be 0 (no limit) or more, got %d", c.HealthProbesPerSec)
 	}
 	if c.MaxLongPolls < 0 || c.MaxLongPolls > 1_000_000 {
 		bad("--max-long-polls must be between 0 and 1000000, got %d", c.MaxLongPolls)

@@ -16,8 +16,6 @@ import (
 // Health probes need no token, so they are rate-limited per client IP: a
 // probe costs nearly nothing, but a flood of them should not.
 const (
-	healthRate         = rate.Limit(20) // probes per second and IP
-	healthBurst        = 40
 	healthLimiterIPs   = 4096 // limiters kept; the least recently used go first
 	healthThrottledMsg = "too many health checks from this address; slow down"
 )

@@ -308,6 +308,18 @@ func TestHealthRateLimited(t *testing.T) {
 	assert.Positive(t, http429)
 }
 
+// --health-probes-per-sec 0 lifts the limit (benchmarks use health.Check
+// as their null call).
+func TestHealthRateUnlimited(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, server.Options{}, func(c *server.Config) { c.HealthProbesPerSec = 0 })
+	hc := healthpb.NewHealthClient(s.conn)
+	for i := range 200 {
+		_, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		require.NoError(t, err, "probe %d", i)
+	}
+}
+
 // Over the real HTTP listener: a body that does not arrive within
 // --http-read-timeout is cut, while a long poll longer than that timeout
 // (whose body arrived at once) is answered normally.

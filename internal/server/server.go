@@ -37,6 +37,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -259,7 +260,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		return nil, err
 	}
 	changeSvc := service.NewChangeStreamService(s.streams)
-	healthLimiter := newIPLimiter(healthRate, healthBurst, healthLimiterIPs)
+	healthLimit, healthBurst := rate.Limit(cfg.HealthProbesPerSec), 2*cfg.HealthProbesPerSec
+	if cfg.HealthProbesPerSec == 0 {
+		healthLimit = rate.Inf
+	}
+	healthLimiter := newIPLimiter(healthLimit, healthBurst, healthLimiterIPs)
 	// Inside the call logger (which logs the final status), around
 	// everything else: the one place where errors become gRPC statuses.
 	errs := service.Errors{Log: log}

@@ -117,6 +117,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates signed by it (mTLS)")
 	fs.StringVar(&cfg.AuthTokensFile, "auth-tokens-file", "", "file with one bearer token per line: require 'authorization: Bearer <token>'")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long shutdown waits for in-flight calls")
+	fs.StringVar(&cfg.KafkaAddr, "kafka-addr", cfg.KafkaAddr, "Kafka wire-protocol listen address, e.g. 127.0.0.1:9092 (empty = off)")
+	fs.StringVar(&cfg.KafkaAdvertisedAddr, "kafka-advertised-addr", cfg.KafkaAdvertisedAddr, "host:port Kafka clients are told to connect to (default: the listen address)")
+	fs.BoolVar(&cfg.KafkaAutoCreateTopics, "kafka-auto-create-topics", cfg.KafkaAutoCreateTopics, "create unknown topics named by Kafka Metadata or Produce requests")
+	fs.IntVar(&cfg.KafkaDefaultPartitions, "kafka-default-partitions", cfg.KafkaDefaultPartitions, "partitions of topics created by Kafka clients without a count")
+	fs.IntVar(&cfg.KafkaMaxRequestBytes, "kafka-max-request-bytes", cfg.KafkaMaxRequestBytes, "largest Kafka request frame, and largest decompressed record data in one request")
 	fs.StringVar(&lc.level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&lc.format, "log-format", "text", "text or json")
 

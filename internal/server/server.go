@@ -47,6 +47,7 @@ import (
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/changestream"
+	"github.com/sharelog/sharelog/internal/kafka"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/service"
 	"github.com/sharelog/sharelog/internal/sharegroup"
@@ -105,6 +106,7 @@ type Server struct {
 
 	metrics      *serverMetrics
 	longPolls    *service.LongPolls
+	kafka        *kafka.Listener
 	readiness    []ReadinessCheck
 	lastNotReady string         // reasons last logged; refreshHealth's goroutine only
 	stopBG       chan struct{}  // closed by teardown: ends the background loops
@@ -225,6 +227,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	logSvc := service.NewLogService(store, service.LogConfig{SegmentBytes: cfg.SegmentBytes, OnTopicDeleted: s.share.TopicDeleted,
 		LongPolls: s.longPolls}, log)
 	shareSvc := service.NewShareGroupService(s.share, log, s.longPolls)
+	if cfg.KafkaAddr != "" {
+		if s.kafka, err = kafka.Listen(kafka.Config{
+			Addr: cfg.KafkaAddr, AdvertisedAddr: cfg.KafkaAdvertisedAddr,
+			AutoCreateTopics: cfg.KafkaAutoCreateTopics, DefaultPartitions: int32(cfg.KafkaDefaultPartitions),
+			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes,
+			OnTopicDeleted: s.share.TopicDeleted, LongPolls: s.longPolls, Share: s.share, Logger: log,
+		}, store); err != nil {
+			return nil, fmt.Errorf("listen on --kafka-addr %s: %w", cfg.KafkaAddr, err)
+		}
+	}
 	// Change streams get the traced store and the traced key index, so
 	// their reads are spans of the call, as every other RPC's.
 	keys := telemetry.TraceKeyIndex(s.store, s.tel.Tracer, s.tel.Meter)
@@ -353,7 +365,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		return s.httpServer.Serve(httpLimit)
 	})
 	s.ready.Store(true)
-	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(),
+	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "kafka_addr", s.KafkaAddr(),
 		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled(),
 		"max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls)
 	return s, nil
@@ -381,6 +393,14 @@ func (s *Server) HTTPHandler() http.Handler { return s.httpServer.Handler }
 
 // GRPCAddr is the bound gRPC address (useful with port 0).
 func (s *Server) GRPCAddr() string { return s.grpcListener.Addr().String() }
+
+// KafkaAddr is the bound Kafka listener address, empty when it is off.
+func (s *Server) KafkaAddr() string {
+	if s.kafka == nil {
+		return ""
+	}
+	return s.kafka.Addr().String()
+}
 
 // HTTPAddr is the bound HTTP address (useful with port 0).
 func (s *Server) HTTPAddr() string { return s.httpListener.Addr().String() }
@@ -439,6 +459,13 @@ func (s *Server) teardown(ctx context.Context) error {
 	}
 	if s.gatewayConn != nil {
 		s.gatewayConn.Close()
+	}
+	// The Kafka listener ends its connections' share sessions: before the
+	// share groups close.
+	if s.kafka != nil {
+		if err := s.kafka.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close kafka listener: %w", err))
+		}
 	}
 	// Share groups end their sessions through the store: close them first.
 	if s.share != nil {

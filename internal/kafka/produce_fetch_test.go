@@ -92,6 +92,8 @@ func TestConsumeFromLatestAndTimestamp(t *testing.T) {
 	if got[0].Offset != 7 {
 		t.Fatalf("by timestamp: first offset %d, want 7", got[0].Offset)
 	}
+	byTime.Close() // its long-poll must not be mistaken for the next consumer's
+	waitFor(t, func() bool { return f.l.waitingFetches.Load() == 0 })
 
 	latest := f.client(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"t": {0: kgo.NewOffset().AtEnd()}}))
 	done := make(chan []*kgo.Record, 1)

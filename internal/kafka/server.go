@@ -190,25 +190,45 @@ type conn struct {
 
 func (c *conn) serve() {
 	defer c.l.wg.Done()
+	// The reader reads at most one frame ahead of the handler, and cancels
+	// ctx as soon as the client goes away, so that a long-polling fetch or
+	// the share sessions of a closed connection end at once.
+	ctx, cancel := context.WithCancel(c.l.ctx)
+	frames := make(chan []byte)
+	go func() {
+		defer close(frames)
+		defer cancel()
+		r := bufio.NewReaderSize(c.nc, 64<<10)
+		for {
+			var in bytes.Buffer
+			frame, err := readFrame(r, &in, c.l.cfg.MaxRequestBytes)
+			if err != nil {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
+					c.l.log.Info("kafka connection closed", "remote", c.nc.RemoteAddr().String(), "reason", err)
+				}
+				return
+			}
+			select {
+			case frames <- frame:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	defer func() {
+		cancel()
 		c.nc.Close()
+		for range frames { // wait for the reader to stop
+		}
 		c.endShareSessions()
 		c.l.mu.Lock()
 		delete(c.l.conns, c)
 		c.l.mu.Unlock()
 	}()
-	r := bufio.NewReaderSize(c.nc, 64<<10)
-	var in bytes.Buffer
 	var out []byte
-	for {
-		frame, err := readFrame(r, &in, c.l.cfg.MaxRequestBytes)
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				c.l.log.Info("kafka connection closed", "remote", c.nc.RemoteAddr().String(), "reason", err)
-			}
-			return
-		}
-		out, err = c.handle(frame, out[:0])
+	for frame := range frames {
+		var err error
+		out, err = c.handle(ctx, frame, out[:0])
 		if err != nil {
 			c.l.log.Info("kafka connection closed", "remote", c.nc.RemoteAddr().String(), "reason", err)
 			return
@@ -218,18 +238,15 @@ func (c *conn) serve() {
 				return
 			}
 		}
-		if in.Cap() > 1<<20 {
-			in = bytes.Buffer{} // do not pin a large request's buffer
-		}
 		if cap(out) > 1<<20 {
-			out = nil
+			out = nil // do not pin a large response's buffer
 		}
 	}
 }
 
 // handle decodes and serves one request and appends its response frame to
 // out (nothing for acks=0 produce). An error closes the connection.
-func (c *conn) handle(frame, out []byte) (_ []byte, err error) {
+func (c *conn) handle(ctx context.Context, frame, out []byte) (_ []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.l.log.Error("kafka handler panic", "panic", p, "stack", string(debug.Stack()))
@@ -253,7 +270,7 @@ func (c *conn) handle(frame, out []byte) (_ []byte, err error) {
 	if err := req.ReadFrom(body); err != nil {
 		return nil, fmt.Errorf("%w: %s v%d body: %w", errFrame, apiName(h.key), h.version, err)
 	}
-	resp, err := hd.fn(c.l, c.l.ctx, c, req)
+	resp, err := hd.fn(c.l, ctx, c, req)
 	if err != nil {
 		return nil, err
 	}

@@ -87,7 +87,7 @@ func (d *batchDecoder) decodeBatches(raw []byte, now int64) ([]logstore.Record, 
 		if b.Magic != 2 {
 			return nil, fmt.Errorf("%w: magic %d, only 2 is accepted", errCorruptBatch, b.Magic)
 		}
-		if crc32.Checksum(one[batchCRCStart:], crc32c) != uint32(b.CRC) {
+		if crc32Checksum(one[batchCRCStart:]) != uint32(b.CRC) {
 			return nil, fmt.Errorf("%w: CRC-32C mismatch", errCorruptBatch)
 		}
 		if b.Attributes&attrControl != 0 {
@@ -283,7 +283,7 @@ func appendBatch(dst []byte, recs []logstore.Record) []byte {
 		dst = appendRecord(dst, &recs[i], base, firstTs)
 	}
 	binary.BigEndian.PutUint32(dst[start+8:], uint32(len(dst)-start-12))
-	binary.BigEndian.PutUint32(dst[start+17:], crc32.Checksum(dst[start+batchCRCStart:], crc32c))
+	binary.BigEndian.PutUint32(dst[start+17:], crc32Checksum(dst[start+batchCRCStart:]))
 	return dst
 }
 
@@ -315,3 +315,5 @@ func varintBytesLen(b []byte) int {
 	}
 	return kbin.VarintLen(int32(len(b))) + len(b)
 }
+
+func crc32Checksum(b []byte) uint32 { return crc32.Checksum(b, crc32c) }

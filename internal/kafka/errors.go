@@ -7,7 +7,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/sharegroup"
 )
+
+// shareReasons maps the share-group request-level reasons (which already
+// carry Kafka's names) to Kafka error codes.
+var shareReasons = map[string]*kerr.Error{
+	sharegroup.ReasonInvalidRequest:           kerr.InvalidRequest,
+	sharegroup.ReasonShareSessionNotFound:     kerr.ShareSessionNotFound,
+	sharegroup.ReasonInvalidShareSessionEpoch: kerr.InvalidShareSessionEpoch,
+	sharegroup.ReasonShareSessionLimitReached: kerr.ShareSessionLimitReached,
+	sharegroup.ReasonGroupIDNotFound:          kerr.GroupIDNotFound,
+	sharegroup.ReasonUnknownMemberID:          kerr.UnknownMemberID,
+	sharegroup.ReasonFencedMemberEpoch:        kerr.FencedMemberEpoch,
+	sharegroup.ReasonGroupMaxSizeReached:      kerr.GroupMaxSizeReached,
+	sharegroup.ReasonNonEmptyGroup:            kerr.NonEmptyGroup,
+	sharegroup.ReasonKafkaStorageError:        kerr.KafkaStorageError,
+}
 
 // errorCode is the one translation point from a sharelog error to a Kafka
 // error code. Context errors become REQUEST_TIMED_OUT; anything not named
@@ -15,6 +31,16 @@ import (
 func errorCode(err error) int16 {
 	if err == nil {
 		return 0
+	}
+	var se *sharegroup.Error
+	if errors.As(err, &se) {
+		if e, ok := shareReasons[se.Reason]; ok {
+			return e.Code
+		}
+		return kerr.UnknownServerError.Code
+	}
+	if errors.Is(err, sharegroup.ErrClosed) {
+		return kerr.CoordinatorNotAvailable.Code
 	}
 	for _, m := range errorTable {
 		if errors.Is(err, m.err) {

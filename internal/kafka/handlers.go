@@ -36,6 +36,8 @@ func (l *Listener) handlerTable() map[int16]handler {
 		19:             {2, 7, (*Listener).handleCreateTopics},
 		20:             {1, 6, (*Listener).handleDeleteTopics},
 		21:             {0, 2, (*Listener).handleDeleteRecords},
+		32:             {1, 4, (*Listener).handleDescribeConfigs},
+		44:             {0, 1, (*Listener).handleIncrementalAlterConfigs},
 	}
 	if l.cfg.Share != nil {
 		for k, h := range shareHandlers {

@@ -80,9 +80,13 @@ type Listener struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	conns  map[*conn]struct{}
-	closed bool
+	// idNames caches Kafka topic id → name (checked against the store on use).
+	idNames sync.Map
+
+	mu          sync.Mutex
+	conns       map[*conn]struct{}
+	shareOwners map[shareSessionKey]*conn // the connection that opened each share session
+	closed      bool
 }
 
 // Listen opens the listener and starts accepting connections.
@@ -186,6 +190,8 @@ type conn struct {
 	// connection; they end when it closes. Only the serving goroutine
 	// touches it.
 	shareSessions map[shareSessionKey]struct{}
+	// clientID is the client id of the request being handled.
+	clientID *string
 }
 
 func (c *conn) serve() {
@@ -257,6 +263,7 @@ func (c *conn) handle(ctx context.Context, frame, out []byte) (_ []byte, err err
 	if err != nil {
 		return nil, err
 	}
+	c.clientID = h.clientID
 	hd, ok := c.l.handlers[h.key]
 	if !ok {
 		return nil, fmt.Errorf("%w: api key %d is not served", errFrame, h.key)

@@ -166,4 +166,3 @@ func (l *Listener) handleDeleteShareGroupOffsets(ctx context.Context, _ *conn, k
 	}
 	return resp, nil
 }
-

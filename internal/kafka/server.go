@@ -75,6 +75,8 @@ type Listener struct {
 
 	// waitingFetches counts fetches in their long-poll (tests wait on it).
 	waitingFetches atomic.Int64
+	// panics counts recovered handler panics (each closed its connection).
+	panics atomic.Int64
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -255,6 +257,7 @@ func (c *conn) serve() {
 func (c *conn) handle(ctx context.Context, frame, out []byte) (_ []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
+			c.l.panics.Add(1)
 			c.l.log.Error("kafka handler panic", "panic", p, "stack", string(debug.Stack()))
 			err = fmt.Errorf("internal error")
 		}

@@ -113,6 +113,8 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 		for _, p := range t.Partitions {
 			rp := kmsg.NewFetchResponseTopicPartition()
 			rp.Partition = p.Partition
+			// Empty, not null: librdkafka cannot parse a null record set.
+			rp.RecordBatches = []byte{}
 			rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
 			logStart, hw, err := l.store.Bounds(t.Topic, p.Partition)
 			switch {
@@ -136,7 +138,7 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 				case err != nil:
 					rp.ErrorCode = errorCode(err)
 				default:
-					rp.RecordBatches = appendBatch(nil, recs)
+					rp.RecordBatches = appendBatch(rp.RecordBatches, recs)
 					total += len(rp.RecordBatches)
 					budget -= len(rp.RecordBatches)
 				}

@@ -111,6 +111,16 @@ func TestDeleteRecordsThenConsumeAndListOffsets(t *testing.T) {
 	if rp := resp.Topics[0].Partitions[0]; rp.ErrorCode != kerr.OffsetOutOfRange.Code || rp.LogStartOffset != 4 || rp.HighWatermark != 10 {
 		t.Fatalf("fetch below the log start: %+v", rp)
 	}
+	// At the high watermark: no records, sent as an empty (not null) set,
+	// which librdkafka needs.
+	fr.Topics[0].Partitions[0].FetchOffset = 10
+	resp, err = fr.RequestWith(ctx, f.client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rp := resp.Topics[0].Partitions[0]; rp.ErrorCode != 0 || rp.RecordBatches == nil || len(rp.RecordBatches) != 0 || rp.HighWatermark != 10 {
+		t.Fatalf("fetch at the high watermark: %+v", rp)
+	}
 }
 
 // TestCreateDeleteTopics creates topics with configs through kadm, checks

@@ -321,7 +321,7 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 // encodeAcquired encodes records (one per acquired offset, ascending) as
 // one batch per acquired range.
 func encodeAcquired(recs []logstore.Record, acquired []sharegroup.AcquiredRange) []byte {
-	var out []byte
+	out := []byte{} // empty, not null, as for Fetch
 	i := 0
 	for _, a := range acquired {
 		j := i

@@ -31,8 +31,6 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 			switch {
 			case req.Acks != 0 && req.Acks != 1 && req.Acks != -1:
 				rp.ErrorCode = kerr.InvalidRequiredAcks.Code
-			case req.TransactionID != nil:
-				rp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
 			case terr != nil:
 				err = terr
 			case p.Partition < 0 || p.Partition >= info.Partitions:

@@ -67,6 +67,8 @@ func (l *Listener) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTo
 	if err != nil {
 		code := errorCode(err)
 		if errors.Is(err, logstore.ErrInvalidArgument) {
+			// Configs and the partition count were checked above: what
+			// the store refuses is the name.
 			code = kerr.InvalidTopicException.Code
 		}
 		return code, err.Error()
@@ -100,8 +102,8 @@ func setTopicConfig(cfg *logstore.TopicConfig, name, value string) error {
 		cfg.RetentionMs = v
 	case cfgSegmentBytes:
 		v, err := strconv.ParseInt(value, 10, 64)
-		if err != nil || v <= 0 {
-			return fmt.Errorf("%s must be a positive integer, got %q", name, value)
+		if err != nil || v < logstore.MinSegmentBytes || v > logstore.MaxSegmentBytes {
+			return fmt.Errorf("%s must be an integer in [%d, %d], got %q", name, logstore.MinSegmentBytes, logstore.MaxSegmentBytes, value)
 		}
 		cfg.SegmentBytes = v
 	case cfgCleanupPolicy:

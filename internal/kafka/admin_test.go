@@ -153,6 +153,11 @@ func TestCreateDeleteTopics(t *testing.T) {
 	if !errors.Is(res.Err, kerr.InvalidConfig) {
 		t.Fatalf("unsupported config: %+v", res)
 	}
+	tiny := "10"
+	res, _ = adm.CreateTopic(ctx, 1, 1, map[string]*string{"segment.bytes": &tiny}, "other")
+	if !errors.Is(res.Err, kerr.InvalidConfig) {
+		t.Fatalf("segment.bytes 10: %+v", res)
+	}
 	res, _ = adm.CreateTopic(ctx, 1, 3, nil, "other")
 	if !errors.Is(res.Err, kerr.InvalidReplicationFactor) {
 		t.Fatalf("replication factor 3: %+v", res)

@@ -108,25 +108,32 @@ func TestDecodeEveryCodecAndXerial(t *testing.T) {
 // MESSAGE_TOO_LARGE for every codec, and nothing is returned.
 func TestCompressionBombsAreCapped(t *testing.T) {
 	const limit = 64 << 10
-	d := newBatchDecoder(limit)
 	for name, c := range map[string]kgo.CompressionCodec{"gzip": kgo.GzipCompression(), "snappy": kgo.SnappyCompression(),
 		"lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression()} {
 		bomb := bombBatch(t, c, 1<<20) // 16 times the cap
 		if len(bomb) > limit {
 			t.Fatalf("%s: the bomb itself is %d bytes", name, len(bomb))
 		}
-		recs, err := d.decodeBatches(bomb, 0)
+		recs, err := newBatchDecoder(limit).decodeBatches(bomb, 0)
 		if !errors.Is(err, errRecordTooLarge) || recs != nil {
 			t.Fatalf("%s: %d records, %v; want errRecordTooLarge", name, len(recs), err)
 		}
 	}
 	// Two batches each under the cap but together over it.
 	half := compressedBatch(t, kgo.GzipCompression(), []logstore.Record{{Timestamp: 1, Value: make([]byte, limit/2)}})
-	if _, err := d.decodeBatches(half, 0); err != nil {
+	if _, err := newBatchDecoder(limit).decodeBatches(half, 0); err != nil {
 		t.Fatalf("one half: %v", err)
 	}
-	if _, err := d.decodeBatches(append(append([]byte(nil), half...), half...), 0); !errors.Is(err, errRecordTooLarge) {
-		t.Fatalf("two halves: %v", err)
+	if _, err := newBatchDecoder(limit).decodeBatches(append(append([]byte(nil), half...), half...), 0); !errors.Is(err, errRecordTooLarge) {
+		t.Fatalf("two halves in one partition: %v", err)
+	}
+	// Two partitions of one request share the budget too.
+	one := newBatchDecoder(limit)
+	if _, err := one.decodeBatches(half, 0); err != nil {
+		t.Fatalf("first partition: %v", err)
+	}
+	if _, err := one.decodeBatches(half, 0); !errors.Is(err, errRecordTooLarge) {
+		t.Fatalf("second partition of the same request: %v", err)
 	}
 }
 

@@ -49,16 +49,17 @@ const (
 )
 
 // batchDecoder decodes client record batches into log records, capping the
-// decompressed bytes of one request at max.
+// decompressed bytes of one request at max: one decoder serves one
+// request, and every partition's batches draw from the same budget.
 type batchDecoder struct {
-	max int
+	max, budget int
 
 	zstdOnce sync.Once
 	zstd     *zstd.Decoder
 	zstdErr  error
 }
 
-func newBatchDecoder(max int) *batchDecoder { return &batchDecoder{max: max} }
+func newBatchDecoder(max int) *batchDecoder { return &batchDecoder{max: max, budget: max} }
 
 // decodeBatches validates every batch in raw (one partition's records of a
 // Produce) and returns their records, timestamps resolved (a batch without
@@ -69,7 +70,7 @@ func (d *batchDecoder) decodeBatches(raw []byte, now int64) ([]logstore.Record, 
 		return nil, fmt.Errorf("%w: no record batch", errCorruptBatch)
 	}
 	var out []logstore.Record
-	budget := d.max
+	budget := d.budget
 	for len(raw) > 0 {
 		if len(raw) < batchHeaderLen {
 			return nil, fmt.Errorf("%w: %d bytes, shorter than a batch header", errCorruptBatch, len(raw))
@@ -110,6 +111,7 @@ func (d *batchDecoder) decodeBatches(raw []byte, now int64) ([]logstore.Record, 
 			return nil, err
 		}
 	}
+	d.budget = budget
 	return out, nil
 }
 

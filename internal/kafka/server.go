@@ -35,8 +35,11 @@ type LongPolls interface {
 
 // Config configures a Listener.
 type Config struct {
-	// Addr is the address to listen on (host:port).
+	// Addr is the address to listen on (host:port), unless Listener is set.
 	Addr string
+	// Listener, if set, is served instead of listening on Addr (the server
+	// passes one that enforces its connection limits); Close closes it.
+	Listener net.Listener
 	// AdvertisedAddr is the host:port Metadata returns; empty = the
 	// listening address.
 	AdvertisedAddr string
@@ -106,9 +109,11 @@ func Listen(cfg Config, store logstore.Store) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("kafka listener: %w", err)
+	ln := cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return nil, fmt.Errorf("kafka listener: %w", err)
+		}
 	}
 	adv := cfg.AdvertisedAddr
 	if adv == "" {

@@ -75,3 +75,26 @@ func TestKafkaListenerExposure(t *testing.T) {
 	_, err := server.Start(context.Background(), cfg, nil)
 	require.ErrorContains(t, err, "--kafka-addr")
 }
+
+// TestKafkaListenerConnectionLimit: --max-connections applies to the Kafka
+// listener too; a connection over it is closed at once.
+func TestKafkaListenerConnectionLimit(t *testing.T) {
+	st := newStack(t, server.Options{}, func(c *server.Config) { c.KafkaAddr, c.MaxConnections = "127.0.0.1:0", 1 })
+	first, err := net.Dial("tcp", st.srv.KafkaAddr())
+	require.NoError(t, err)
+	defer first.Close()
+	// ApiVersions v0 on the first connection is answered.
+	_, err = first.Write([]byte{0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 1, 0xff, 0xff})
+	require.NoError(t, err)
+	require.NoError(t, first.SetDeadline(time.Now().Add(10*time.Second)))
+	var size [4]byte
+	_, err = first.Read(size[:])
+	require.NoError(t, err)
+
+	second, err := net.Dial("tcp", st.srv.KafkaAddr())
+	require.NoError(t, err)
+	defer second.Close()
+	require.NoError(t, second.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = second.Read(size[:])
+	require.Error(t, err, "a connection over --max-connections must be closed")
+}

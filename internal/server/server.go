@@ -228,13 +228,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		LongPolls: s.longPolls}, log)
 	shareSvc := service.NewShareGroupService(s.share, log, s.longPolls)
 	if cfg.KafkaAddr != "" {
+		kln, err := net.Listen("tcp", cfg.KafkaAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on --kafka-addr %s: %w", cfg.KafkaAddr, err)
+		}
 		if s.kafka, err = kafka.Listen(kafka.Config{
-			Addr: cfg.KafkaAddr, AdvertisedAddr: cfg.KafkaAdvertisedAddr,
+			Listener:         newLimitListener(kln, "kafka", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused),
+			AdvertisedAddr:   cfg.KafkaAdvertisedAddr,
 			AutoCreateTopics: cfg.KafkaAutoCreateTopics, DefaultPartitions: int32(cfg.KafkaDefaultPartitions),
 			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes,
 			OnTopicDeleted: s.share.TopicDeleted, LongPolls: s.longPolls, Share: s.share, Logger: log,
 		}, store); err != nil {
-			return nil, fmt.Errorf("listen on --kafka-addr %s: %w", cfg.KafkaAddr, err)
+			kln.Close()
+			return nil, fmt.Errorf("kafka listener on --kafka-addr %s: %w", cfg.KafkaAddr, err)
 		}
 	}
 	// Change streams get the traced store and the traced key index, so

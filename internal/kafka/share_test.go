@@ -358,3 +358,69 @@ func TestGroupConfigDescribeAndInvalid(t *testing.T) {
 		t.Fatalf("a refused alter changed the config: %v %v", fmt.Sprint(cfg.DeliveryCountLimit), err)
 	}
 }
+
+// ack sends a ShareAcknowledge of partition 0 at the member's epoch.
+func (s *rawShare) ack(renew bool, first, last int64, typ int8) *kmsg.ShareAcknowledgeResponse {
+	s.c.t.Helper()
+	req := kmsg.NewPtrShareAcknowledgeRequest()
+	req.SetVersion(2)
+	g, m := "g", s.member
+	req.GroupID, req.MemberID, req.ShareSessionEpoch, req.IsRenewAck = &g, &m, s.epoch, renew
+	t := kmsg.NewShareAcknowledgeRequestTopic()
+	t.TopicID = s.topicID
+	p := kmsg.NewShareAcknowledgeRequestTopicPartition()
+	b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
+	b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = first, last, []int8{typ}
+	p.AcknowledgementBatches = append(p.AcknowledgementBatches, b)
+	t.Partitions = append(t.Partitions, p)
+	req.Topics = append(req.Topics, t)
+	s.c.send(req)
+	resp := kmsg.NewPtrShareAcknowledgeResponse()
+	resp.SetVersion(2)
+	s.c.recv(resp)
+	if resp.ErrorCode == 0 && s.epoch > 0 {
+		s.epoch++
+	}
+	return resp
+}
+
+// TestShareAcknowledgeTypes maps Kafka's acknowledge types: RENEW only
+// with IsRenewAck, ACCEPT archives for good, GAP and unknown types.
+func TestShareAcknowledgeTypes(t *testing.T) {
+	f := newShareFixture(t)
+	f.createTopic("q", 1)
+	produceN(t, f.client(), "q", 0, 3, time.Now())
+	f.setGroupConfig("g", "share.auto.offset.reset", "earliest")
+	a := f.rawMember("a", "q")
+	if got := acquired(a.fetch(time.Second)); len(got) != 1 || got[0] != [3]int64{0, 2, 1} {
+		t.Fatalf("acquired %v", got)
+	}
+	if resp := a.ack(false, 0, 0, kafkaAckRenew); resp.ErrorCode != kerr.InvalidRequest.Code {
+		t.Fatalf("RENEW without IsRenewAck: %v", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	if resp := a.ack(true, 0, 0, kafkaAckRenew); resp.ErrorCode != 0 || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("RENEW: %+v", resp)
+	}
+	if resp := a.ack(false, 0, 1, kafkaAckAccept); resp.ErrorCode != 0 || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("ACCEPT: %+v", resp)
+	}
+	if resp := a.ack(false, 2, 2, kafkaAckRelease); resp.ErrorCode != 0 || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("RELEASE: %+v", resp)
+	}
+	// Offset 2 is no longer acquired: releasing it again is INVALID_RECORD_STATE.
+	if resp := a.ack(false, 2, 2, kafkaAckRelease); resp.Topics[0].Partitions[0].ErrorCode != kerr.InvalidRecordState.Code {
+		t.Fatalf("RELEASE of a released record: %v", kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode))
+	}
+	if resp := a.ack(false, 2, 2, 7); resp.ErrorCode != kerr.InvalidRequest.Code {
+		t.Fatalf("acknowledge type 7: %v", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	// Close the session with ShareAcknowledge epoch -1.
+	a.epoch = -1
+	if resp := a.ack(false, 2, 2, kafkaAckRelease); resp.ErrorCode != 0 {
+		t.Fatalf("close: %v", kerr.ErrorForCode(resp.ErrorCode))
+	}
+	offsets, err := f.l.cfg.Share.DescribeOffsets(testCtx(t), "g", []sharegroup.TopicPartitions{{Topic: "q", Partitions: []int32{0}}})
+	if err != nil || offsets[0].Partitions[0].StartOffset != 2 {
+		t.Fatalf("start offset after accept 0-1: %+v %v", offsets, err)
+	}
+}

@@ -237,11 +237,26 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{"--share-min-record-lock-duration", "2h"},
 		{"--oso-backfill", "maybe"},
 		{"--tls-cert", "x.pem"},
+		{"--kafka-default-partitions", "0"},
+		{"--kafka-addr", "127.0.0.1:9092", "--auth-tokens-file", "t"},
 		{"extra-arg"},
 	} {
 		_, _, err := parseFlags(bad, func(string) string { return "" }, io.Discard)
 		assert.Error(t, err, "%v must be refused", bad)
 	}
+	kenv := map[string]string{"SHARELOG_KAFKA_ADDR": "127.0.0.1:9092", "SHARELOG_KAFKA_AUTO_CREATE_TOPICS": "true",
+		"SHARELOG_KAFKA_DEFAULT_PARTITIONS": "3", "SHARELOG_KAFKA_MAX_REQUEST_BYTES": "2048", "SHARELOG_KAFKA_ADVERTISED_ADDR": "b:9092"}
+	cfg, _, err = parseFlags(nil, func(k string) string { return kenv[k] }, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:9092", cfg.KafkaAddr)
+	assert.Equal(t, "b:9092", cfg.KafkaAdvertisedAddr)
+	assert.True(t, cfg.KafkaAutoCreateTopics)
+	assert.Equal(t, 3, cfg.KafkaDefaultPartitions)
+	assert.Equal(t, 2048, cfg.KafkaMaxRequestBytes)
+	cfg, _, err = parseFlags(nil, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	assert.Empty(t, cfg.KafkaAddr, "the Kafka listener is off by default")
+	assert.Equal(t, 100<<20, cfg.KafkaMaxRequestBytes)
 	_, _, err = parseFlags(nil, func(k string) string { return map[string]string{"SHARELOG_SEGMENT_BYTES": "lots"}[k] }, io.Discard)
 	assert.ErrorContains(t, err, "SHARELOG_SEGMENT_BYTES")
 }

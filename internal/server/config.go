@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 )
@@ -73,6 +74,13 @@ type Config struct {
 
 	// ShutdownTimeout bounds the wait for in-flight calls on shutdown.
 	ShutdownTimeout time.Duration
+
+	// Kafka wire-protocol listener (docs/kafka.md); off when KafkaAddr is empty.
+	KafkaAddr              string
+	KafkaAdvertisedAddr    string // what Metadata returns; empty = the bound address
+	KafkaAutoCreateTopics  bool
+	KafkaDefaultPartitions int
+	KafkaMaxRequestBytes   int // frame size and decompressed batch size cap
 }
 
 // DefaultConfig is the embedded default: data in ./data, gRPC on
@@ -111,6 +119,8 @@ func DefaultConfig() Config {
 		MaxLongPolls:                 10000,
 		HealthProbesPerSec:           20,
 		ShutdownTimeout:              10 * time.Second,
+		KafkaDefaultPartitions:       1,
+		KafkaMaxRequestBytes:         100 << 20,
 	}
 }
 
@@ -226,6 +236,24 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown timeout must be positive")
+	}
+	if c.KafkaDefaultPartitions < 1 || c.KafkaDefaultPartitions > 10000 {
+		bad("--kafka-default-partitions must be between 1 and 10000, got %d", c.KafkaDefaultPartitions)
+	}
+	if c.KafkaMaxRequestBytes < 1024 || c.KafkaMaxRequestBytes > 1<<30 {
+		bad("--kafka-max-request-bytes must be between 1024 and 1073741824, got %d", c.KafkaMaxRequestBytes)
+	}
+	if c.KafkaAdvertisedAddr != "" {
+		if c.KafkaAddr == "" {
+			bad("--kafka-advertised-addr needs --kafka-addr")
+		} else if _, port, err := net.SplitHostPort(c.KafkaAdvertisedAddr); err != nil || port == "" || port == "0" {
+			bad("--kafka-advertised-addr must be host:port with a non-zero port, got %q", c.KafkaAdvertisedAddr)
+		}
+	}
+	// The Kafka listener has neither TLS nor SASL yet: beside them it would
+	// be a way around both.
+	if c.KafkaAddr != "" && (c.TLSCert != "" || c.AuthTokensFile != "") {
+		bad("--kafka-addr cannot be combined with --tls-cert or --auth-tokens-file yet: the Kafka listener has no TLS or SASL")
 	}
 	return errors.Join(errs...)
 }

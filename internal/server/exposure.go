@@ -49,7 +49,7 @@ func exposedListeners(ctx context.Context, cfg Config, grpcOverridden bool) ([]s
 	for _, l := range []struct {
 		flag, addr string
 		skip       bool
-	}{{"--grpc-addr", cfg.GRPCAddr, grpcOverridden}, {"--http-addr", cfg.HTTPAddr, false}} {
+	}{{"--grpc-addr", cfg.GRPCAddr, grpcOverridden}, {"--http-addr", cfg.HTTPAddr, false}, {"--kafka-addr", cfg.KafkaAddr, cfg.KafkaAddr == ""}} {
 		if l.skip {
 			continue
 		}

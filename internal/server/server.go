@@ -51,6 +51,7 @@ import (
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/changestream"
+	"github.com/sharelog/sharelog/internal/kafka"
 	"github.com/sharelog/sharelog/internal/logapi"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/service"
@@ -110,6 +111,7 @@ type Server struct {
 
 	metrics      *serverMetrics
 	longPolls    *logapi.LongPolls
+	kafka        *kafka.Listener
 	readiness    []ReadinessCheck
 	lastNotReady string         // reasons last logged; refreshHealth's goroutine only
 	stopBG       chan struct{}  // closed by teardown: ends the background loops
@@ -240,6 +242,22 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	})
 	logSvc := service.NewLogService(logAPI)
 	shareSvc := service.NewShareGroupService(s.share, s.longPolls)
+	if cfg.KafkaAddr != "" {
+		kln, err := net.Listen("tcp", cfg.KafkaAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on --kafka-addr %s: %w", cfg.KafkaAddr, err)
+		}
+		if s.kafka, err = kafka.Listen(kafka.Config{
+			Listener:         newLimitListener(kln, "kafka", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused),
+			AdvertisedAddr:   cfg.KafkaAdvertisedAddr,
+			AutoCreateTopics: cfg.KafkaAutoCreateTopics, DefaultPartitions: int32(cfg.KafkaDefaultPartitions),
+			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes,
+			OnTopicDeleted: s.share.TopicDeleted, LongPolls: s.longPolls, Share: s.share, Logger: log,
+		}, purges); err != nil {
+			kln.Close()
+			return nil, fmt.Errorf("kafka listener on --kafka-addr %s: %w", cfg.KafkaAddr, err)
+		}
+	}
 	// Change streams get the traced store and the traced key index, so
 	// their reads are spans of the call, as every other RPC's.
 	keys := telemetry.TraceKeyIndex(s.store, s.tel.Tracer, s.tel.Meter)
@@ -382,7 +400,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		return s.httpServer.Serve(httpLimit)
 	})
 	s.ready.Store(true)
-	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(),
+	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "kafka_addr", s.KafkaAddr(),
 		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled(),
 		"max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls)
 	return s, nil
@@ -410,6 +428,14 @@ func (s *Server) HTTPHandler() http.Handler { return s.httpServer.Handler }
 
 // GRPCAddr is the bound gRPC address (useful with port 0).
 func (s *Server) GRPCAddr() string { return s.grpcListener.Addr().String() }
+
+// KafkaAddr is the bound Kafka listener address, empty when it is off.
+func (s *Server) KafkaAddr() string {
+	if s.kafka == nil {
+		return ""
+	}
+	return s.kafka.Addr().String()
+}
 
 // HTTPAddr is the bound HTTP address (useful with port 0).
 func (s *Server) HTTPAddr() string { return s.httpListener.Addr().String() }
@@ -468,6 +494,13 @@ func (s *Server) teardown(ctx context.Context) error {
 	}
 	if s.gatewayConn != nil {
 		s.gatewayConn.Close()
+	}
+	// The Kafka listener ends its connections' share sessions: before the
+	// share groups close.
+	if s.kafka != nil {
+		if err := s.kafka.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close kafka listener: %w", err))
+		}
 	}
 	// Share groups end their sessions through the store: close them first.
 	if s.share != nil {

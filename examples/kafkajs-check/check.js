@@ -1,0 +1,75 @@
+// Black-box check of sharelog's Kafka listener with kafkajs 2.2.4 (an
+// independent, pure-JavaScript Kafka client): createTopics, produce (plain
+// and gzip), fetchTopicOffsets, deleteTopicRecords. The broker address comes
+// from KAFKA_BROKER; any mismatch exits non-zero.
+import assert from 'node:assert/strict';
+import { Kafka, CompressionTypes, logLevel } from 'kafkajs';
+
+const broker = process.env.KAFKA_BROKER;
+if (!broker) {
+  console.error('KAFKA_BROKER is not set');
+  process.exit(2);
+}
+const kafka = new Kafka({ clientId: 'kafkajs-check', brokers: [broker], logLevel: logLevel.WARN, retry: { retries: 2 } });
+const admin = kafka.admin();
+const producer = kafka.producer({ allowAutoTopicCreation: false });
+const topic = 'kafkajs-check';
+
+async function main() {
+  await admin.connect();
+  await producer.connect();
+
+  const created = await admin.createTopics({ topics: [{ topic, numPartitions: 2 }], waitForLeaders: true });
+  assert.equal(created, true, 'createTopics should report a new topic');
+  const again = await admin.createTopics({ topics: [{ topic, numPartitions: 2 }] });
+  assert.equal(again, false, 'creating an existing topic reports false');
+
+  const plain = await producer.send({
+    topic, acks: -1,
+    messages: [0, 1, 2].map((i) => ({ partition: 0, key: `k${i}`, value: `v${i}` })),
+  });
+  assert.equal(plain.length, 1);
+  assert.equal(plain[0].errorCode, 0);
+  assert.equal(plain[0].baseOffset, '0');
+  const gz = await producer.send({
+    topic, acks: -1, compression: CompressionTypes.GZIP,
+    messages: [3, 4].map((i) => ({ partition: 0, key: `k${i}`, value: `v${i}`, headers: { h: 'x' } })),
+  });
+  assert.equal(gz[0].baseOffset, '3');
+  await producer.send({ topic, acks: 1, messages: [{ partition: 1, value: 'p1' }] });
+
+  let offsets = await admin.fetchTopicOffsets(topic);
+  const byPartition = (os) => Object.fromEntries(os.map((o) => [o.partition, o]));
+  let p = byPartition(offsets);
+  assert.equal(p[0].low, '0');
+  assert.equal(p[0].high, '5');
+  assert.equal(p[1].high, '1');
+
+  // kafkajs needs the topic's metadata before deleteTopicRecords.
+  await admin.fetchTopicMetadata({ topics: [topic] });
+  await admin.deleteTopicRecords({ topic, partitions: [{ partition: 0, offset: '2' }, { partition: 1, offset: '-1' }] });
+  offsets = await admin.fetchTopicOffsets(topic);
+  p = byPartition(offsets);
+  assert.equal(p[0].low, '2', 'log start after deleteTopicRecords');
+  assert.equal(p[0].high, '5');
+  assert.equal(p[1].low, '1', '-1 purges up to the high watermark');
+
+  const byTime = await admin.fetchTopicOffsetsByTimestamp(topic, 0);
+  assert.equal(byPartition(byTime)[0].offset, '2', 'the first offset at or after timestamp 0 is the log start');
+
+  await admin.deleteTopics({ topics: [topic] });
+  const topics = await admin.listTopics();
+  assert.ok(!topics.includes(topic), 'deleted topic is still listed');
+  console.log('kafkajs-check: ok (createTopics, produce none+gzip, fetchTopicOffsets, deleteTopicRecords, by timestamp, deleteTopics)');
+}
+
+main()
+  .then(async () => {
+    await producer.disconnect();
+    await admin.disconnect();
+  })
+  .catch(async (err) => {
+    console.error('kafkajs-check: FAILED:', err);
+    try { await producer.disconnect(); await admin.disconnect(); } catch { /* already failing */ }
+    process.exit(1);
+  });

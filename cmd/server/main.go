@@ -117,6 +117,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates signed by it (mTLS)")
 	fs.StringVar(&cfg.AuthTokensFile, "auth-tokens-file", "", "file with one bearer token per line: require 'authorization: Bearer <token>'")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long shutdown waits for in-flight calls")
+	clusterFlags(fs, &cfg.Cluster)
 	fs.StringVar(&lc.level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&lc.format, "log-format", "text", "text or json")
 

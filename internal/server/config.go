@@ -72,6 +72,9 @@ type Config struct {
 
 	// ShutdownTimeout bounds the wait for in-flight calls on shutdown.
 	ShutdownTimeout time.Duration
+
+	// Cluster mode: --store and the NATS and lease settings.
+	Cluster ClusterConfig
 }
 
 // DefaultConfig is the embedded default: data in ./data, gRPC on
@@ -109,6 +112,7 @@ func DefaultConfig() Config {
 		GRPCMaxConcurrentStreams:     1000,
 		MaxLongPolls:                 10000,
 		ShutdownTimeout:              10 * time.Second,
+		Cluster:                      DefaultClusterConfig(),
 	}
 }
 
@@ -222,5 +226,6 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown timeout must be positive")
 	}
+	c.Cluster.validate(bad)
 	return errors.Join(errs...)
 }

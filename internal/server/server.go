@@ -93,6 +93,9 @@ type Server struct {
 	share *sharegroup.Manager
 	// streams runs StreamChanges calls; Close ends them with SHUTDOWN first.
 	streams *changestream.Manager
+	// cluster is the cluster mode's ownership and forwarding (nil with the
+	// file store; then store, share and streams are set instead).
+	cluster *clusterNode
 
 	grpcServer   *grpc.Server // public listener
 	gatewayGRPC  *grpc.Server // in-memory listener the gateway dials
@@ -158,7 +161,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	// s.share are set (the HTTP listener starts after both).
 	s.longPolls = service.NewLongPolls(cfg.MaxLongPolls)
 	if s.metrics, err = newServerMetrics(s.tel.Meter, func() int {
-		n := len(s.store.Offline()) + len(s.share.Offline())
+		n := s.offlineCount()
 		if o.PartitionsOffline != nil {
 			n += o.PartitionsOffline()
 		}
@@ -166,17 +169,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}, s.longPolls.Waiting); err != nil {
 		return nil, err
 	}
-	mode, err := logstore.ParseFsyncMode(cfg.Fsync)
-	if err != nil {
-		return nil, err
-	}
-	if s.store, err = logstore.Open(cfg.DataDir, logstore.Options{Fsync: mode, FsyncInterval: cfg.FsyncInterval, Logger: log,
-		OnStorageError:     s.recordStorageError,
-		CompactionInterval: cfg.CompactionInterval, CompactionMaxBytesPerSec: cfg.CompactionMaxBytesPerSec}); err != nil {
-		return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
-	}
-	store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)
-
 	var tlsCfg *tls.Config
 	if cfg.TLSCert != "" {
 		if tlsCfg, err = loadTLS(cfg); err != nil {
@@ -188,58 +180,52 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		return nil, err
 	}
 
-	// Share state lives in the file state log under the data directory; the
-	// share-group manager sees it only as a sharestate.Store (and owns it).
-	shareState, err := statelog.Open(statelog.Options{
-		Dir:              filepath.Join(cfg.DataDir, "sharegroups"),
-		Fsync:            mode,
-		FsyncInterval:    cfg.FsyncInterval,
-		Logger:           log,
-		RepairShareState: cfg.RepairShareState,
-		OnStorageError:   s.recordStorageError,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("open share-group state: %w", err)
+	var (
+		logSvc    sharelogv1.LogServiceServer
+		shareSvc  sharelogv1.ShareGroupServiceServer
+		changeSvc sharelogv1.ChangeStreamServiceServer
+	)
+	if cfg.Cluster.Store == StoreJetStream {
+		// Cluster mode: the stores open when this instance becomes active;
+		// until then, and whenever it is not, calls are forwarded
+		// (cluster.go). The registered services are never called.
+		if s.cluster, err = s.newClusterNode(ctx, o, tlsCfg); err != nil {
+			return nil, err
+		}
+		logSvc, shareSvc, changeSvc = sharelogv1.UnimplementedLogServiceServer{},
+			sharelogv1.UnimplementedShareGroupServiceServer{}, sharelogv1.UnimplementedChangeStreamServiceServer{}
+	} else {
+		mode, err := logstore.ParseFsyncMode(cfg.Fsync)
+		if err != nil {
+			return nil, err
+		}
+		if s.store, err = logstore.Open(cfg.DataDir, logstore.Options{Fsync: mode, FsyncInterval: cfg.FsyncInterval, Logger: log,
+			OnStorageError:     s.recordStorageError,
+			CompactionInterval: cfg.CompactionInterval, CompactionMaxBytesPerSec: cfg.CompactionMaxBytesPerSec}); err != nil {
+			return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
+		}
+		store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)
+		// Share state lives in the file state log under the data directory; the
+		// share-group manager sees it only as a sharestate.Store (and owns it).
+		shareState, err := statelog.Open(statelog.Options{
+			Dir:              filepath.Join(cfg.DataDir, "sharegroups"),
+			Fsync:            mode,
+			FsyncInterval:    cfg.FsyncInterval,
+			Logger:           log,
+			RepairShareState: cfg.RepairShareState,
+			OnStorageError:   s.recordStorageError,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open share-group state: %w", err)
+		}
+		b, err := s.openBackend(store, s.store, shareState, o)
+		if err != nil {
+			return nil, err
+		}
+		s.share, s.streams = b.share, b.streams
+		logSvc, shareSvc, changeSvc = b.logSvc, b.shareSv, b.change
 	}
-	if s.share, err = sharegroup.Open(store, shareState, sharegroup.Options{
-		Logger:                  log,
-		RecordLockDuration:      cfg.ShareRecordLockDuration,
-		MinRecordLockDuration:   cfg.ShareMinRecordLockDuration,
-		MaxRecordLockDuration:   cfg.ShareMaxRecordLockDuration,
-		DeliveryCountLimit:      cfg.ShareDeliveryCountLimit,
-		PartitionMaxRecordLocks: cfg.SharePartitionMaxRecordLocks,
-		SessionTimeout:          cfg.ShareSessionTimeout,
-		HeartbeatInterval:       cfg.ShareHeartbeatInterval,
-		MaxShareSessions:        cfg.MaxShareSessions,
-		SessionIdleTimeout:      cfg.ShareSessionIdleTimeout,
-		GroupMaxSize:            cfg.ShareGroupMaxSize,
-		DLQAutoCreateTopics:     cfg.DLQAutoCreateTopics,
-		DLQTopicPrefix:          cfg.DLQTopicPrefix,
-		DeadLetterAfterAppend:   o.DeadLetterAfterAppend,
-		MaxSessionsPerPrincipal: cfg.MaxShareSessionsPerPrincipal,
-	}); err != nil {
-		return nil, fmt.Errorf("open share-group state: %w", err)
-	}
-
 	s.health = health.NewServer()
-	logSvc := service.NewLogService(store, service.LogConfig{SegmentBytes: cfg.SegmentBytes, OnTopicDeleted: s.share.TopicDeleted,
-		LongPolls: s.longPolls}, log)
-	shareSvc := service.NewShareGroupService(s.share, log, s.longPolls)
-	// Change streams get the traced store and the traced key index, so
-	// their reads are spans of the call, as every other RPC's.
-	keys := telemetry.TraceKeyIndex(s.store, s.tel.Tracer, s.tel.Meter)
-	if s.streams, err = changestream.New(store, keys, changestream.Config{
-		Backfill:               changestream.Backfill(cfg.OSOBackfill),
-		AutoSmallRatio:         cfg.OSOAutoSmallRatio,
-		AutoLargeRatio:         cfg.OSOAutoLargeRatio,
-		AutoSmallRecordBytes:   cfg.OSOAutoSmallRecordBytes,
-		MaxStreams:             cfg.MaxChangeStreams,
-		MaxStreamsPerPrincipal: cfg.MaxChangeStreamsPerPrincipal,
-		Meter:                  s.tel.Meter,
-	}); err != nil {
-		return nil, err
-	}
-	changeSvc := service.NewChangeStreamService(s.streams, log)
 	healthLimiter := newIPLimiter(healthRate, healthBurst, healthLimiterIPs)
 	newGRPC := func(creds credentials.TransportCredentials, viaGateway bool) *grpc.Server {
 		codec := newRequestCodec()
@@ -263,16 +249,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: grpcMaxConnectionIdle,
 				Time: grpcKeepaliveTime, Timeout: grpcKeepaliveTimeout}),
 			grpc.MaxConcurrentStreams(uint32(cfg.GRPCMaxConcurrentStreams)),
-			grpc.ChainUnaryInterceptor(
+			grpc.ChainUnaryInterceptor(s.withCluster([]grpc.UnaryServerInterceptor{
 				recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
 				callLogger{log}.unary,
 				g.unary,
-			),
-			grpc.ChainStreamInterceptor(
+			})...),
+			grpc.ChainStreamInterceptor(s.withClusterStream([]grpc.StreamServerInterceptor{
 				recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
 				callLogger{log}.stream,
 				g.stream,
-			),
+			})...),
 		)
 		sharelogv1.RegisterLogServiceServer(gs, logSvc)
 		sharelogv1.RegisterShareGroupServiceServer(gs, shareSvc)
@@ -290,9 +276,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	// handlers and interceptors, but no TLS to terminate twice and no
 	// dependence on the public address being dialable.
 	s.gatewayGRPC = newGRPC(insecure.NewCredentials(), true)
-	s.readiness = append(s.readiness,
-		ReadinessCheck{Service: sharelogv1.LogService_ServiceDesc.ServiceName, Check: s.partitionsOnline},
-		ReadinessCheck{Service: sharelogv1.ShareGroupService_ServiceDesc.ServiceName, Check: s.sharePartitionsOnline})
+	if s.cluster != nil {
+		s.readiness = append(s.readiness, s.cluster.readinessChecks()...)
+	} else {
+		s.readiness = append(s.readiness,
+			ReadinessCheck{Service: sharelogv1.LogService_ServiceDesc.ServiceName, Check: s.partitionsOnline},
+			ReadinessCheck{Service: sharelogv1.ShareGroupService_ServiceDesc.ServiceName, Check: s.sharePartitionsOnline})
+	}
 	s.readiness = append(s.readiness, o.ReadinessChecks...)
 	s.refreshHealth()
 
@@ -352,6 +342,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		}
 		return s.httpServer.Serve(httpLimit)
 	})
+	if s.cluster != nil {
+		s.cluster.start(s.GRPCAddr())
+	}
 	s.ready.Store(true)
 	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(),
 		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled(),
@@ -418,6 +411,9 @@ func (s *Server) teardown(ctx context.Context) error {
 		// tails (an NDJSON tail would hold the HTTP shutdown too).
 		s.streams.Shutdown()
 	}
+	if s.cluster != nil {
+		s.cluster.beginShutdown()
+	}
 	if s.health != nil {
 		s.health.Shutdown()
 	}
@@ -439,6 +435,11 @@ func (s *Server) teardown(ctx context.Context) error {
 	}
 	if s.gatewayConn != nil {
 		s.gatewayConn.Close()
+	}
+	if s.cluster != nil {
+		if err := s.cluster.close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	// Share groups end their sessions through the store: close them first.
 	if s.share != nil {

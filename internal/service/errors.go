@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sharelog/sharelog/internal/changestream"
+	sljs "github.com/sharelog/sharelog/internal/jetstream"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
@@ -52,7 +53,24 @@ const (
 	ReasonInvalidShareSessionEpoch = "INVALID_SHARE_SESSION_EPOCH"
 	ReasonUnavailable              = "UNAVAILABLE"
 	ReasonInternal                 = "INTERNAL"
+	// Cluster mode (docs/cluster.md): this instance is not the owner and
+	// cannot name one that takes the call (retry, possibly elsewhere), or
+	// the owner it forwarded to did not answer. Both are UNAVAILABLE.
+	ReasonNotOwner         = "NOT_OWNER"
+	ReasonOwnerUnreachable = "OWNER_UNREACHABLE"
 )
+
+// NotOwner is the retryable error of a call this instance cannot serve or
+// forward because no owner is known to it (or it was just deposed).
+func NotOwner(msg string) *Error {
+	return &Error{Code: codes.Unavailable, Reason: ReasonNotOwner, Message: msg}
+}
+
+// OwnerUnreachable is the retryable error of a call forwarded to an owner
+// that did not answer, or of an instance cut off from the cluster.
+func OwnerUnreachable(msg string) *Error {
+	return &Error{Code: codes.Unavailable, Reason: ReasonOwnerUnreachable, Message: msg}
+}
 
 // ErrorDomain is ErrorInfo.domain for every sharelog error.
 const ErrorDomain = "sharelog"
@@ -141,6 +159,9 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		return &Error{Code: codes.InvalidArgument, Reason: ReasonInvalidRequest, Message: err.Error()}
 	case errors.Is(err, logstore.ErrOffsetOutOfRange):
 		return &Error{Code: codes.OutOfRange, Reason: ReasonOffsetOutOfRange, Message: err.Error()}
+	case errors.Is(err, sljs.ErrFenced):
+		// Another instance wrote the partition: this one was deposed.
+		return NotOwner("this instance is no longer the owner of the partition; retry")
 	case errors.Is(err, logstore.ErrStorage), errors.Is(err, logstore.ErrOffline):
 		// Retryable: the disk is full or damaged; the partition recovers
 		// once the cause is gone (or an operator repairs it).

@@ -1,0 +1,153 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/jetstream/jstest"
+	"github.com/sharelog/sharelog/internal/server"
+)
+
+// clusterInstance is one sharelog instance in cluster mode, in-process,
+// on real loopback listeners.
+type clusterInstance struct {
+	id   string
+	srv  *server.Server
+	conn *grpc.ClientConn
+	log  sharelogv1.LogServiceClient
+}
+
+func startClusterInstance(t *testing.T, js *jstest.Cluster, prefix, id string) *clusterInstance {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Cluster.Store = server.StoreJetStream
+	cfg.Cluster.NATSURL = js.URL()
+	cfg.Cluster.NATSPrefix = prefix
+	cfg.Cluster.InstanceID = id
+	cfg.Cluster.LeaseTTL = time.Second
+	cfg.ShutdownTimeout = 5 * time.Second
+	srv, err := server.Start(context.Background(), cfg, nil, server.Options{ReadinessInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	in := &clusterInstance{id: id, srv: srv, conn: conn, log: sharelogv1.NewLogServiceClient(conn)}
+	t.Cleanup(func() {
+		conn.Close()
+		_ = srv.Close()
+	})
+	return in
+}
+
+// readyz is the instance's /readyz status and body.
+func (c *clusterInstance) readyz(t *testing.T) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + c.srv.HTTPAddr() + "/readyz")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+// waitReadyz polls /readyz until its body contains want.
+func (c *clusterInstance) waitReadyz(t *testing.T, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		code, body := c.readyz(t)
+		if code == http.StatusOK && strings.Contains(body, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: /readyz %d %q after %v, want %q", c.id, code, body, within, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestClusterStandbyForwardsAndTakesOver(t *testing.T) {
+	js, err := jstest.Start(jstest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(js.Shutdown)
+	prefix := js.Prefix()
+	a := startClusterInstance(t, js, prefix, "a")
+	a.waitReadyz(t, "cluster: active", 10*time.Second)
+	b := startClusterInstance(t, js, prefix, "b")
+	b.waitReadyz(t, "cluster: standby, forwarding to a", 10*time.Second)
+
+	ctx := context.Background()
+	// Everything through the standby: forwarded to a.
+	_, err = b.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 1})
+	require.NoError(t, err)
+	p := int32(0)
+	for i := range 3 {
+		resp, err := b.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Partition: &p,
+			Records: []*sharelogv1.Record{{Value: fmt.Appendf(nil, "v%d", i)}}})
+		require.NoError(t, err)
+		require.Equal(t, int64(i), resp.GetResults()[0].GetOffset())
+	}
+	// REST through the standby's gateway is forwarded too.
+	resp, err := http.Get("http://" + b.srv.HTTPAddr() + "/v1/topics/t")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+
+	// The active instance goes away (released lease): b takes over.
+	start := time.Now()
+	require.NoError(t, a.srv.Close())
+	b.waitReadyz(t, "cluster: active", 3*time.Second)
+	t.Logf("takeover after %v", time.Since(start))
+	for i := 3; i < 5; i++ {
+		var resp *sharelogv1.ProduceResponse
+		require.Eventually(t, func() bool {
+			resp, err = b.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Partition: &p,
+				Records: []*sharelogv1.Record{{Value: fmt.Appendf(nil, "v%d", i)}}})
+			return err == nil
+		}, 5*time.Second, 50*time.Millisecond, "produce after takeover: %v", err)
+		require.Equal(t, int64(i), resp.GetResults()[0].GetOffset())
+	}
+	fr, err := b.log.Fetch(ctx, &sharelogv1.FetchRequest{Topic: "t", Partition: 0, Offset: 0})
+	require.NoError(t, err)
+	var got []string
+	for _, r := range fr.GetRecords() {
+		got = append(got, string(r.GetValue()))
+	}
+	require.Equal(t, []string{"v0", "v1", "v2", "v3", "v4"}, got)
+}
+
+func TestClusterDisconnectedAnswersOwnerUnreachable(t *testing.T) {
+	cfg := server.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Cluster.Store = server.StoreJetStream
+	cfg.Cluster.NATSURL = "nats://127.0.0.1:1" // nothing listens there
+	cfg.Cluster.InstanceID = "lonely"
+	cfg.Cluster.LeaseTTL = time.Second
+	srv, err := server.Start(context.Background(), cfg, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = sharelogv1.NewLogServiceClient(conn).ListTopics(ctx, &sharelogv1.ListTopicsRequest{})
+	requireReason(t, err, codes.Unavailable, "OWNER_UNREACHABLE")
+	in := &clusterInstance{id: "lonely", srv: srv}
+	code, body := in.readyz(t)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "cluster: disconnected")
+}

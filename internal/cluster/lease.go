@@ -204,17 +204,34 @@ func (l *Lease) margin() time.Duration { return l.o.TTL / 5 }
 // is active, it releases the lease so a standby can take over without
 // waiting for the TTL.
 func (l *Lease) Run(ctx context.Context) {
-	t := time.NewTicker(l.interval())
-	defer t.Stop()
 	for {
 		l.Step(ctx)
+		// An active instance wakes at its stop deadline too, so that it
+		// stops serving then even if a renewal is slow to fail.
+		wait := l.interval()
+		if d, ok := l.untilStop(); ok && d < wait {
+			wait = max(d, 0)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			l.release()
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// untilStop is how long an active instance may still serve without a
+// renewal (false when not active).
+func (l *Lease) untilStop() (time.Duration, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.st.Role != Active {
+		return 0, false
+	}
+	return l.renewed.Add(l.o.TTL - l.margin()).Sub(l.o.Now()), true
 }
 
 // Step does one round of the lease: renew when active, else read the key
@@ -224,7 +241,20 @@ func (l *Lease) Step(ctx context.Context) {
 	defer cancel()
 	st := l.Status()
 	if st.Role == Active {
-		l.renew(ctx, st.Epoch)
+		d, _ := l.untilStop()
+		if d <= 0 {
+			l.mu.Lock()
+			if l.st.Role == Active && l.st.Epoch == st.Epoch {
+				l.o.Logger.Warn("lease not renewed in time: stop serving", "epoch", st.Epoch)
+				l.set(Status{Role: Disconnected})
+			}
+			l.mu.Unlock()
+			return
+		}
+		// A renewal that answers after the stop deadline is no use.
+		rctx, rcancel := context.WithTimeout(ctx, d)
+		defer rcancel()
+		l.renew(rctx, st.Epoch)
 		return
 	}
 	l.follow(ctx)

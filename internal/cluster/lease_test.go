@@ -78,12 +78,29 @@ func TestExpiredLeaseIsTakenAndOldHolderDeposed(t *testing.T) {
 	sb := waitRole(t, b, Active, 5*time.Second)
 	require.Less(t, time.Since(start), 3*time.Second, "takeover after TTL")
 	require.Greater(t, sb.Epoch, old.Epoch)
-	// a wakes up: its renewal is a CAS on a stale revision and fails.
+	// a wakes up past its stop deadline: it stops serving without trying,
+	// then follows b.
 	a.Step(context.Background())
-	st := a.Status()
-	require.Equal(t, Standby, st.Role)
+	require.Equal(t, Disconnected, a.Status().Role)
 	a.Step(context.Background())
-	require.Equal(t, Holder{ID: "b", Addr: "b:9090"}, a.Status().Holder)
+	require.Equal(t, Status{Role: Standby, Holder: Holder{ID: "b", Addr: "b:9090"}}, a.Status())
+}
+
+func TestStaleRenewalIsRefused(t *testing.T) {
+	prefix := testCluster.Prefix()
+	a, b := openLease(t, prefix, "a"), openLease(t, prefix, "b")
+	old := waitRole(t, a, Active, 5*time.Second)
+	waitRole(t, b, Active, 5*time.Second) // after a's lease expired
+	// a renews with its old revision (a process whose clock says it still
+	// holds the lease): the compare-and-set refuses it.
+	a.mu.Lock()
+	a.renewed = a.o.Now()
+	a.mu.Unlock()
+	a.Step(context.Background())
+	require.Equal(t, Standby, a.Status().Role)
+	require.NotEqual(t, old.Epoch, b.Status().Epoch)
+	b.Step(context.Background())
+	require.Equal(t, Active, b.Status().Role, "b keeps the lease")
 }
 
 func TestFencedDropsActiveAtOnce(t *testing.T) {

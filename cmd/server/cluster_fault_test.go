@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,9 +14,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/jetstream/jstest"
@@ -90,6 +95,7 @@ type workload struct {
 	delivered map[int64]int32  // last delivery count seen
 	redeliv   map[int64][2]int32
 	afterAck  []int64 // offsets delivered again after a successful ACCEPT
+	lowWater  int64   // highest low watermark a purge answered
 }
 
 func newWorkload(t *testing.T, c *child, topic string) *workload {
@@ -136,6 +142,52 @@ func (w *workload) fetch(ctx context.Context, client int, off int64) {
 			vals = append(vals, string(r.GetValue()))
 		}
 		return partOut{values: vals}
+	})
+}
+
+func (w *workload) purge(ctx context.Context, client int, off int64) {
+	w.hist.call(client, partIn{kind: opPurge, offset: off}, func() partOut {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		resp, err := w.logc.Purge(cctx, &sharelogv1.PurgeRequest{Topics: []*sharelogv1.PurgeTopic{{Topic: w.topic,
+			Partitions: []*sharelogv1.PurgePartition{{Partition: 0, Offset: off}}}}})
+		if err != nil {
+			return partOut{unknown: true}
+		}
+		pr := resp.GetTopics()[0].GetPartitions()[0]
+		switch pr.GetErrorCode() {
+		case sharelogv1.ErrorCode_ERROR_CODE_NONE:
+			w.mu.Lock()
+			w.lowWater = max(w.lowWater, pr.GetLowWatermark())
+			w.mu.Unlock()
+			return partOut{lowWater: pr.GetLowWatermark()}
+		case sharelogv1.ErrorCode_ERROR_CODE_OFFSET_OUT_OF_RANGE:
+			return partOut{outOfRange: true}
+		}
+		return partOut{unknown: true}
+	})
+}
+
+// runPurger purges every 400 ms up to 30 offsets below the highest
+// acknowledged one, until stop closes.
+func (w *workload) runPurger(ctx context.Context, stop <-chan struct{}, client int, wg *sync.WaitGroup) {
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(400 * time.Millisecond):
+			}
+			w.mu.Lock()
+			top := int64(-1)
+			for off := range w.produced {
+				top = max(top, off)
+			}
+			w.mu.Unlock()
+			if top > 30 {
+				w.purge(ctx, client, top-30)
+			}
+		}
 	})
 }
 
@@ -237,7 +289,7 @@ func (w *workload) verify(t *testing.T) {
 	require.NotEmpty(t, w.produced)
 	var missing []int64
 	for off := range w.produced {
-		if w.accepted[off] == 0 && !w.unknown[off] {
+		if w.accepted[off] == 0 && !w.unknown[off] && off >= w.lowWater {
 			missing = append(missing, off)
 		}
 		require.LessOrEqual(t, w.accepted[off], 1, "offset %d ACCEPTed more than once", off)
@@ -258,8 +310,19 @@ func (w *workload) verify(t *testing.T) {
 // unknown outcome with it and checks the history.
 func (w *workload) resolveAndCheck(t *testing.T) {
 	final := map[string]int64{}
+	logStart := int64(0)
 	for off := int64(0); ; {
 		resp, err := w.logc.Fetch(context.Background(), &sharelogv1.FetchRequest{Topic: w.topic, Partition: 0, Offset: off, MaxRecords: 1000})
+		if st := status.Convert(err); st.Code() == codes.OutOfRange && off == 0 {
+			for _, d := range st.Details() {
+				if info, ok := d.(*errdetails.ErrorInfo); ok {
+					logStart, _ = strconv.ParseInt(info.GetMetadata()["log_start_offset"], 10, 64)
+				}
+			}
+			require.NotZero(t, logStart, "%v", err)
+			off = logStart
+			continue
+		}
 		require.NoError(t, err)
 		if len(resp.GetRecords()) == 0 {
 			break
@@ -271,10 +334,13 @@ func (w *workload) resolveAndCheck(t *testing.T) {
 	}
 	w.mu.Lock()
 	for off, v := range w.produced {
-		require.Equal(t, off, final[v], "acknowledged record %q is not at its offset", v)
+		if off >= logStart {
+			require.Equal(t, off, final[v], "acknowledged record %q is not at its offset", v)
+		}
 	}
+	require.GreaterOrEqual(t, logStart, w.lowWater, "an acknowledged purge was lost")
 	w.mu.Unlock()
-	w.hist.resolve(final)
+	w.hist.resolve(final, logStart)
 	w.hist.check(t)
 }
 
@@ -464,4 +530,72 @@ func TestClusterCutFromNATS(t *testing.T) {
 	}
 	wa.fetch(ctx, 2, 0)
 	wb.resolveAndCheck(t)
+}
+
+// (a) SIGKILL of the NATS node leading the partition's stream, under
+// produce, fetch, purge and share-ack load: no acknowledged record, ACCEPT
+// or purge is lost, and writes resume.
+func TestClusterKillNATSStreamLeader(t *testing.T) {
+	np := startNATSProcs(t)
+	prefix := "FA"
+	a := startMember(t, np.url(), prefix, "a")
+	a.waitReadyz(t, "cluster: active", 20*time.Second)
+	b := startMember(t, np.url(), prefix, "b")
+	b.waitReadyz(t, "forwarding to a", 10*time.Second)
+
+	w := newWorkload(t, b, "orders")
+	w.setup(t)
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	w.runProducers(ctx, stop, 2, &wg)
+	w.runPurger(ctx, stop, 10, &wg)
+	wg.Go(func() { w.consume(ctx, "m1", stop) })
+	time.Sleep(1500 * time.Millisecond)
+
+	leader := streamLeader(t, np, prefix)
+	t.Logf("killing NATS node %s, leader of the partition stream", leader)
+	np.kill(t, leader)
+	killed := time.Now()
+	// Writes resume: an acknowledged produce after the kill.
+	w.mu.Lock()
+	before := len(w.produced)
+	w.mu.Unlock()
+	require.Eventually(t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.produced) > before+20
+	}, 30*time.Second, 50*time.Millisecond, "writes did not resume")
+	t.Logf("writes resumed within %v of the kill", time.Since(killed))
+	close(stop)
+	wg.Wait()
+	w.drain(ctx, "m2", 20*time.Second)
+	w.verify(t)
+}
+
+// streamLeader is the NATS server leading the one partition stream of
+// prefix.
+func streamLeader(t *testing.T, np *natsProcs, prefix string) string {
+	t.Helper()
+	nc, err := nats.Connect(np.url())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := njs.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		if !strings.HasPrefix(name, prefix+"_") || strings.HasSuffix(name, "_META") || strings.HasSuffix(name, "_SHARE") {
+			continue
+		}
+		s, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		info, err := s.Info(ctx)
+		require.NoError(t, err)
+		require.NotNil(t, info.Cluster)
+		return info.Cluster.Leader
+	}
+	t.Fatal("no partition stream found")
+	return ""
 }

@@ -123,8 +123,9 @@ func (h *history) call(client int, in partIn, fn func() partOut) partOut {
 // resolve settles produces of unknown outcome with the final content of
 // the partition (value → offset, read after the run; nothing purged): a
 // value found there was appended at that offset, at some time after its
-// call; a value not found never was, so the operation is dropped.
-func (h *history) resolve(final map[string]int64) {
+// call; a value not found never was (when nothing was purged, logStart 0),
+// so the operation is dropped.
+func (h *history) resolve(final map[string]int64, logStart int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	kept := h.ops[:0]
@@ -132,10 +133,12 @@ func (h *history) resolve(final map[string]int64) {
 		in, out := op.Input.(partIn), op.Output.(partOut)
 		if in.kind == opProduce && out.unknown {
 			off, ok := final[in.value]
-			if !ok {
+			switch {
+			case ok:
+				op.Output = partOut{offset: off}
+			case logStart == 0:
 				continue
 			}
-			op.Output = partOut{offset: off}
 		}
 		kept = append(kept, op)
 	}

@@ -31,6 +31,10 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
+	if conf := os.Getenv("SHARELOG_TEST_NATS_CONF"); conf != "" {
+		runNATSChild(conf) // a NATS node for the cluster fault tests
+		return
+	}
 	os.Exit(m.Run())
 }
 

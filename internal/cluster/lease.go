@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -87,6 +88,7 @@ type Status struct {
 // Lease takes, renews and follows the phase-1 lease. Run drives it.
 type Lease struct {
 	o      Options
+	nc     *nats.Conn
 	js     njs.JetStream
 	kv     njs.KeyValue
 	bucket string
@@ -130,7 +132,7 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lease{o: o, js: js, bucket: LeaseBucket(o.Prefix), self: Holder{ID: o.InstanceID, Addr: o.AdvertiseAddr},
+	l := &Lease{o: o, nc: nc, js: js, bucket: LeaseBucket(o.Prefix), self: Holder{ID: o.InstanceID, Addr: o.AdvertiseAddr},
 		changed: make(chan struct{})}
 	if l.value, err = json.Marshal(l.self); err != nil {
 		return nil, err
@@ -289,8 +291,8 @@ func (l *Lease) renew(ctx context.Context, epoch uint64) {
 }
 
 func (l *Lease) follow(ctx context.Context) {
-	e, err := l.kv.Get(ctx, leaseKey)
-	if errors.Is(err, njs.ErrKeyNotFound) || (err == nil && e.Operation() != njs.KeyValuePut) {
+	val, err := l.read(ctx)
+	if errors.Is(err, njs.ErrKeyNotFound) {
 		l.take(ctx)
 		return
 	}
@@ -302,8 +304,8 @@ func (l *Lease) follow(ctx context.Context) {
 	}
 	l.lastSeen = l.o.Now()
 	var h Holder
-	if jerr := json.Unmarshal(e.Value(), &h); jerr != nil || h.ID == "" {
-		l.o.Logger.Warn("undecodable lease value; waiting for it to expire", "value", string(e.Value()))
+	if jerr := json.Unmarshal(val, &h); jerr != nil || h.ID == "" {
+		l.o.Logger.Warn("undecodable lease value; waiting for it to expire", "value", string(val))
 		l.set(Status{Role: Disconnected})
 		return
 	}
@@ -317,6 +319,37 @@ func (l *Lease) follow(ctx context.Context) {
 	l.set(Status{Role: Standby, Holder: h})
 }
 
+// read reads the lease key from the stream leader (a direct get may be
+// answered by a replica that lags, which would keep an instance trying to
+// create a key that exists). An absent, deleted or expired key is
+// ErrKeyNotFound.
+func (l *Lease) read(ctx context.Context) ([]byte, error) {
+	var resp struct {
+		Message *struct {
+			Data []byte `json:"data"`
+			Hdrs []byte `json:"hdrs"`
+		} `json:"message"`
+	}
+	err := sljs.Request(ctx, l.nc, "STREAM.MSG.GET.KV_"+l.bucket, map[string]string{"last_by_subj": "$KV." + l.bucket + "." + leaseKey}, &resp)
+	if sljs.APICode(err) == sljs.CodeNoMessageFound {
+		return nil, njs.ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if resp.Message == nil {
+		return nil, errors.New("JetStream answered a lease read without a message")
+	}
+	if len(resp.Message.Hdrs) > 0 {
+		h := string(resp.Message.Hdrs)
+		// A delete, a purge or an expiry marker: the key is absent.
+		if strings.Contains(h, "KV-Operation") || strings.Contains(h, "Nats-Marker-Reason") {
+			return nil, njs.ErrKeyNotFound
+		}
+	}
+	return resp.Message.Data, nil
+}
+
 // take tries to create the lease key.
 func (l *Lease) take(ctx context.Context) {
 	sent := l.o.Now()
@@ -328,6 +361,7 @@ func (l *Lease) take(ctx context.Context) {
 		l.renewed, l.lastSeen = sent, sent
 		l.set(Status{Role: Active, Holder: l.self, Epoch: rev})
 	case errors.Is(err, njs.ErrKeyExists):
+		l.o.Logger.Debug("lease taken by another instance first", "err", err)
 		l.lastSeen = l.o.Now() // another instance won; the next read names it
 	default:
 		l.unreachable(err)
@@ -336,6 +370,7 @@ func (l *Lease) take(ctx context.Context) {
 
 // unreachable handles a failed read or create; l.mu is held.
 func (l *Lease) unreachable(err error) {
+	l.o.Logger.Debug("lease read or create failed", "err", err)
 	if l.o.Now().Sub(l.lastSeen) >= l.o.TTL {
 		if l.st.Role != Disconnected {
 			l.o.Logger.Warn("the lease cannot be read: disconnected", "err", err)

@@ -50,6 +50,12 @@ up() {
 		echo $! >"$dir/sharelog$i.pid"
 		wait_port 127.0.0.1 "808$i" "sharelog$i"
 	done
+	# A fresh NATS cluster elects its JetStream meta leader first: wait
+	# until one instance is active (at most 60 s).
+	for _ in $(seq 1 300); do
+		if curl -s http://127.0.0.1:8081/readyz http://127.0.0.1:8082/readyz 2>/dev/null | grep -q "cluster: active"; then break; fi
+		sleep 0.2
+	done
 	cat <<INFO
 sharelog cluster up (files in $dir):
   NATS       nats://127.0.0.1:4222,4223,4224   (monitoring http://127.0.0.1:8222..8224)

@@ -177,7 +177,9 @@ func (l *Lease) set(st Status) {
 	if st == l.st {
 		return
 	}
-	l.o.Logger.Info("cluster role", "role", st.Role.String(), "holder", st.Holder.ID, "holder_addr", st.Holder.Addr, "epoch", st.Epoch)
+	if st.Role != l.st.Role || st.Holder != l.st.Holder { // not every renewal
+		l.o.Logger.Info("cluster role", "role", st.Role.String(), "holder", st.Holder.ID, "holder_addr", st.Holder.Addr, "epoch", st.Epoch)
+	}
 	l.st = st
 	close(l.changed)
 	l.changed = make(chan struct{})

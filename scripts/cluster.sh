@@ -31,6 +31,7 @@ up() {
 	cd "$root"
 	$GO build -o "$dir/bin/nats-server" github.com/nats-io/nats-server/v2
 	$GO build -o "$dir/bin/sharelog" ./cmd/server
+	$GO build -o "$dir/bin/sharelogctl" ./cmd/sharelogctl
 	for i in 1 2 3; do
 		if running "$dir/n$i.pid"; then continue; fi
 		mkdir -p "$dir/n$i"
@@ -62,6 +63,7 @@ sharelog cluster up (files in $dir):
   sharelog1  gRPC 127.0.0.1:9091  HTTP http://127.0.0.1:8081   log $dir/sharelog1.log
   sharelog2  gRPC 127.0.0.1:9092  HTTP http://127.0.0.1:8082   log $dir/sharelog2.log
 Either instance takes any call (the standby forwards to the active one).
+CLI:     $dir/bin/sharelogctl --addr 127.0.0.1:9092 topics list
 Roles:   curl -s http://127.0.0.1:8081/readyz http://127.0.0.1:8082/readyz
 Fail:    scripts/cluster.sh kill 1    (SIGKILL of sharelog1)
 Stop:    make cluster-down

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/jetstream/jstest"
@@ -104,6 +105,46 @@ func TestClusterStandbyForwardsAndTakesOver(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+
+	// A server-streaming call through the standby: the change stream of
+	// the (keyless) records up to offset 3 — a snapshot marker, then the
+	// end.
+	end := int64(3)
+	cs, err := sharelogv1.NewChangeStreamServiceClient(b.conn).StreamChanges(ctx, &sharelogv1.StreamChangesRequest{Topic: "t", EndOffset: &end})
+	require.NoError(t, err)
+	var events []string
+	for {
+		ev, err := cs.Recv()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		switch {
+		case ev.GetSnapshotMarker() != nil:
+			events = append(events, "snapshot_marker")
+		case ev.GetStreamEnd() != nil:
+			events = append(events, ev.GetStreamEnd().GetReason().String())
+		}
+	}
+	require.Equal(t, []string{"snapshot_marker", "STREAM_END_REASON_OK"}, events)
+
+	// gRPC health names the roles.
+	for _, c := range []struct {
+		in            *clusterInstance
+		active, stdby healthpb.HealthCheckResponse_ServingStatus
+	}{
+		{a, healthpb.HealthCheckResponse_SERVING, healthpb.HealthCheckResponse_NOT_SERVING},
+		{b, healthpb.HealthCheckResponse_NOT_SERVING, healthpb.HealthCheckResponse_SERVING},
+	} {
+		hc := healthpb.NewHealthClient(c.in.conn)
+		for name, want := range map[string]healthpb.HealthCheckResponse_ServingStatus{
+			server.HealthClusterActive: c.active, server.HealthClusterStandby: c.stdby, "": healthpb.HealthCheckResponse_SERVING} {
+			require.Eventually(t, func() bool {
+				r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: name})
+				return err == nil && r.GetStatus() == want
+			}, 2*time.Second, 20*time.Millisecond, "%s: health %q want %v", c.in.id, name, want)
+		}
+	}
 
 	// The active instance goes away (released lease): b takes over.
 	start := time.Now()

@@ -95,11 +95,12 @@ type Lease struct {
 	self   Holder
 	value  []byte
 
-	mu       sync.Mutex
-	st       Status
-	renewed  time.Time // when the last successful renewal or create was sent
-	lastSeen time.Time // when NATS last answered a lease read
-	changed  chan struct{}
+	mu        sync.Mutex
+	st        Status
+	renewed   time.Time // when the last successful renewal or create was sent
+	termStart uint64    // the revision this instance's current term began at
+	lastSeen  time.Time // when NATS last answered a lease read
+	changed   chan struct{}
 }
 
 // Open creates the lease bucket if it is absent. It takes nothing yet.
@@ -185,13 +186,15 @@ func (l *Lease) set(st Status) {
 	l.changed = make(chan struct{})
 }
 
-// Fenced reports that a write made under epoch was refused because another
-// writer wrote: this instance is no longer the owner. If epoch is still
-// the active one, the instance stops being active at once.
+// Fenced reports that a write of the term that began at epoch (the
+// revision the lease had when this instance became active) was refused
+// because another writer wrote: this instance is no longer the owner. If
+// that term is still the current one (renewals only raise the revision),
+// the instance stops being active at once.
 func (l *Lease) Fenced(epoch uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.st.Role == Active && l.st.Epoch == epoch {
+	if l.st.Role == Active && l.st.Epoch >= epoch && l.termStart <= epoch {
 		l.o.Logger.Warn("a write was fenced: another instance owns the log", "epoch", epoch)
 		l.set(Status{Role: Standby})
 	}
@@ -360,7 +363,7 @@ func (l *Lease) take(ctx context.Context) {
 	defer l.mu.Unlock()
 	switch {
 	case err == nil:
-		l.renewed, l.lastSeen = sent, sent
+		l.renewed, l.lastSeen, l.termStart = sent, sent, rev
 		l.set(Status{Role: Active, Holder: l.self, Epoch: rev})
 	case errors.Is(err, njs.ErrKeyExists):
 		l.o.Logger.Debug("lease taken by another instance first", "err", err)

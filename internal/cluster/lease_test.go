@@ -107,8 +107,11 @@ func TestFencedDropsActiveAtOnce(t *testing.T) {
 	prefix := testCluster.Prefix()
 	a := openLease(t, prefix, "a")
 	st := waitRole(t, a, Active, 5*time.Second)
-	a.Fenced(st.Epoch + 1) // another epoch's fence: ignored
+	a.Fenced(st.Epoch + 1) // a later term's fence: ignored
+	a.Fenced(st.Epoch - 1) // an earlier term's fence: ignored
 	require.Equal(t, Active, a.Status().Role)
+	a.Step(context.Background()) // a renewal raises the revision, not the term
+	require.Greater(t, a.Status().Epoch, st.Epoch)
 	ch := a.Changed()
 	a.Fenced(st.Epoch)
 	<-ch

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/cluster"
 	sljs "github.com/sharelog/sharelog/internal/jetstream"
 	"github.com/sharelog/sharelog/internal/jetstream/jslog"
@@ -51,6 +49,7 @@ type clusterNode struct {
 	conns   map[string]*grpc.ClientConn
 	closing bool
 	lease   *cluster.Lease // set once opened
+	closers sync.WaitGroup // backends being closed
 }
 
 // activeBackend is the backend of one term as active instance.
@@ -165,7 +164,7 @@ func (n *clusterNode) apply(ctx context.Context, st cluster.Status) {
 	stillOld := n.active == old && old != nil
 	n.mu.Unlock()
 	if old != nil && !stillOld {
-		n.closeBackend(old)
+		n.closeAsync(old)
 	}
 	if st.Role != cluster.Active || stillOld || closing {
 		return
@@ -179,7 +178,7 @@ func (n *clusterNode) apply(ctx context.Context, st cluster.Status) {
 	n.mu.Lock()
 	if n.role != cluster.Active || n.closing {
 		n.mu.Unlock()
-		n.closeBackend(b)
+		n.closeAsync(b)
 		return
 	}
 	n.active = b
@@ -222,22 +221,28 @@ func (n *clusterNode) fenced(epoch uint64) {
 	}
 	n.active = nil
 	n.role = cluster.Standby
-	lease, cur := n.lease, n.epoch
+	lease := n.lease
 	n.mu.Unlock()
 	n.s.log.Warn("deposed: a write was fenced by another instance", "epoch", epoch)
 	if lease != nil {
-		lease.Fenced(cur)
+		lease.Fenced(epoch)
 	}
-	go n.closeBackend(b)
+	n.closeAsync(b)
 }
 
-// closeBackend waits for the calls the backend is serving (their writes
-// fail once another instance owns the log) and closes it.
+// closeAsync closes b without blocking the caller; close waits for it.
+func (n *clusterNode) closeAsync(b *activeBackend) {
+	n.closers.Go(func() { n.closeBackend(b) })
+}
+
+// closeBackend ends the backend's change streams, sessions and waiting
+// fetches, closes its stores (calls still running on them fail as
+// retryable) and waits for those calls to return.
 func (n *clusterNode) closeBackend(b *activeBackend) {
 	b.streams.Shutdown()
-	b.calls.Wait()
 	_ = b.close(n.s.log)
 	_ = b.store.Close()
+	b.calls.Wait()
 }
 
 // beginShutdown ends change streams at once, as the file mode does.
@@ -267,8 +272,9 @@ func (n *clusterNode) close() error {
 	n.conns = map[string]*grpc.ClientConn{}
 	n.mu.Unlock()
 	if b != nil {
-		n.closeBackend(b)
+		n.closeAsync(b)
 	}
+	n.closers.Wait()
 	for _, cc := range conns {
 		_ = cc.Close()
 	}
@@ -281,8 +287,8 @@ func (n *clusterNode) close() error {
 func (n *clusterNode) route(ctx context.Context) (b *activeBackend, cc *grpc.ClientConn, err error) {
 	n.mu.RLock()
 	role, holder, active, closing := n.role, n.holder, n.active, n.closing
-	if active != nil {
-		active.calls.Add(1)
+	if active != nil && !closing {
+		active.calls.Add(1) // under n.mu: closeBackend cannot have started waiting
 	}
 	n.mu.RUnlock()
 	switch {
@@ -423,17 +429,4 @@ func (f fencedState) Wait(ticket uint64) error {
 		f.fenced()
 	}
 	return err
-}
-
-// clusterServices are the services a cluster node routes; health and
-// reflection are always answered locally.
-var clusterServices = map[string]bool{
-	sharelogv1.LogService_ServiceDesc.ServiceName:          true,
-	sharelogv1.ShareGroupService_ServiceDesc.ServiceName:   true,
-	sharelogv1.ChangeStreamService_ServiceDesc.ServiceName: true,
-}
-
-func routed(fullMethod string) bool {
-	svc, _, ok := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
-	return ok && clusterServices[svc]
 }

@@ -16,7 +16,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/jetstream/jslog"
 	"github.com/sharelog/sharelog/internal/jetstream/jstest"
+	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/server"
 )
 
@@ -191,4 +193,47 @@ func TestClusterDisconnectedAnswersOwnerUnreachable(t *testing.T) {
 	code, body := in.readyz(t)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "cluster: disconnected")
+}
+
+// A write by another writer fences the active instance: its next produce
+// answers NOT_OWNER and it stops serving at once; it serves again only
+// under a new lease, after reloading what the other writer wrote.
+func TestClusterFencedWriteDeposes(t *testing.T) {
+	js, err := jstest.Start(jstest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(js.Shutdown)
+	prefix := js.Prefix()
+	a := startClusterInstance(t, js, prefix, "a")
+	a.waitReadyz(t, "cluster: active", 10*time.Second)
+	ctx := context.Background()
+	_, err = a.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 1})
+	require.NoError(t, err)
+	p := int32(0)
+	produce := func() (*sharelogv1.ProduceResponse, error) {
+		return a.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Partition: &p, Records: []*sharelogv1.Record{{Value: []byte("a")}}})
+	}
+	_, err = produce()
+	require.NoError(t, err)
+
+	// Another writer (a second store on the same streams) appends.
+	nc := js.Connect(t)
+	other, err := jslog.Open(ctx, nc, jslog.Options{Prefix: prefix, Replicas: 3})
+	require.NoError(t, err)
+	defer other.Close()
+	_, err = other.Append(ctx, "t", 0, []logstore.Record{{Value: []byte("other")}})
+	require.NoError(t, err)
+
+	_, err = produce()
+	requireReason(t, err, codes.Unavailable, "NOT_OWNER")
+	code, body := a.readyz(t)
+	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	_, err = a.log.ListTopics(ctx, &sharelogv1.ListTopicsRequest{})
+	requireReason(t, err, codes.Unavailable, "NOT_OWNER")
+
+	// Its own lease expires; it takes a new one and serves after the
+	// other writer's record.
+	a.waitReadyz(t, "cluster: active", 5*time.Second)
+	var resp *sharelogv1.ProduceResponse
+	require.Eventually(t, func() bool { resp, err = produce(); return err == nil }, 5*time.Second, 50*time.Millisecond)
+	require.Equal(t, int64(2), resp.GetResults()[0].GetOffset())
 }

@@ -193,6 +193,13 @@ func TestClusterDisconnectedAnswersOwnerUnreachable(t *testing.T) {
 	code, body := in.readyz(t)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "cluster: disconnected")
+	// REST: 503 with the same reason.
+	resp, err := http.Get("http://" + srv.HTTPAddr() + "/v1/topics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", raw)
+	require.Contains(t, string(raw), `"reason":"OWNER_UNREACHABLE"`)
 }
 
 // A write by another writer fences the active instance: its next produce

@@ -15,6 +15,12 @@
 //   - health.go: readiness checks behind /readyz and gRPC health;
 //   - metrics.go: connection refusals, storage errors, offline partitions,
 //     waiting long polls.
+//
+// Cluster mode (--store jetstream, docs/cluster.md) is in cluster.go (the
+// lease-driven active backend, fencing, roles in readiness) and forward.go
+// (standbys forward every routed call to the active instance); backend.go
+// builds the services over a log store and a share-state store, for both
+// modes.
 package server
 
 import (

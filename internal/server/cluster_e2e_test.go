@@ -17,6 +17,7 @@ import (
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/jetstream/jslog"
+	"github.com/sharelog/sharelog/internal/jetstream/jsstate"
 	"github.com/sharelog/sharelog/internal/jetstream/jstest"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/server"
@@ -243,4 +244,52 @@ func TestClusterFencedWriteDeposes(t *testing.T) {
 	var resp *sharelogv1.ProduceResponse
 	require.Eventually(t, func() bool { resp, err = produce(); return err == nil }, 5*time.Second, 50*time.Millisecond)
 	require.Equal(t, int64(2), resp.GetResults()[0].GetOffset())
+}
+
+// A share-state write refused by its compare-and-set (another writer
+// changed the snapshot) fences the active instance as an append does.
+func TestClusterShareStateConflictDeposes(t *testing.T) {
+	js, err := jstest.Start(jstest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(js.Shutdown)
+	prefix := js.Prefix()
+	a := startClusterInstance(t, js, prefix, "a")
+	a.waitReadyz(t, "cluster: active", 10*time.Second)
+	ctx := context.Background()
+	_, err = a.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 1})
+	require.NoError(t, err)
+	p := int32(0)
+	_, err = a.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Partition: &p,
+		Records: []*sharelogv1.Record{{Value: []byte("1")}, {Value: []byte("2")}}})
+	require.NoError(t, err)
+	sg := sharelogv1.NewShareGroupServiceClient(a.conn)
+	earliest := "earliest"
+	_, err = sg.UpdateShareGroupConfig(ctx, &sharelogv1.UpdateShareGroupConfigRequest{GroupId: "g",
+		Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: &earliest}})
+	require.NoError(t, err)
+	fetch := func(epoch int32, acks ...*sharelogv1.AcknowledgementBatch) (*sharelogv1.ShareFetchResponse, error) {
+		return sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: epoch,
+			Topics: []*sharelogv1.ShareFetchTopic{{Topic: "t", Partitions: []*sharelogv1.ShareFetchPartition{{Partition: 0, AcknowledgementBatches: acks}}}}})
+	}
+	resp, err := fetch(0)
+	require.NoError(t, err)
+	require.NotEmpty(t, resp.GetResponses()[0].GetPartitions()[0].GetAcquiredRecords())
+
+	// Another writer replaces the share state (an empty startup snapshot
+	// deletes every key a writes).
+	nc := js.Connect(t)
+	other, err := jsstate.Open(ctx, nc, jsstate.Options{Prefix: prefix, Replicas: 3})
+	require.NoError(t, err)
+	require.NoError(t, other.Start(func() error { return nil }))
+	require.NoError(t, other.Close())
+
+	accept := &sharelogv1.AcknowledgementBatch{FirstOffset: 0, LastOffset: 0,
+		AcknowledgeTypes: []sharelogv1.AcknowledgeType{sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_ACCEPT}}
+	resp, err = fetch(1, accept)
+	if err == nil {
+		require.NotEqual(t, sharelogv1.ErrorCode_ERROR_CODE_NONE, resp.GetResponses()[0].GetPartitions()[0].GetAcknowledgeErrorCode(),
+			"the acknowledgement's write conflicted: it must not be confirmed")
+	}
+	_, err = a.log.ListTopics(ctx, &sharelogv1.ListTopicsRequest{})
+	requireReason(t, err, codes.Unavailable, "NOT_OWNER")
 }

@@ -367,7 +367,7 @@ func (w *workload) drain(ctx context.Context, member string, within time.Duratio
 		w.mu.Lock()
 		left := 0
 		for off := range w.produced {
-			if w.accepted[off] == 0 && !w.unknown[off] {
+			if w.accepted[off] == 0 && !w.unknown[off] && off >= w.lowWater {
 				left++
 			}
 		}
@@ -400,6 +400,16 @@ func TestClusterKillActiveInstance(t *testing.T) {
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			close(stop)
+			wg.Wait()
+		}
+		if t.Failed() {
+			t.Logf("last log lines of the standby:\n%s", strings.Join(b.logs.Tail(40), "\n"))
+		}
+	})
 	w.runProducers(ctx, stop, 3, &wg)
 	wg.Go(func() { w.consume(ctx, "m1", stop) })
 	time.Sleep(1500 * time.Millisecond)
@@ -420,6 +430,7 @@ func TestClusterKillActiveInstance(t *testing.T) {
 	require.True(t, served.Load(), "the standby did not serve within --lease-ttl + 2s: %v", lastErr)
 	time.Sleep(1500 * time.Millisecond) // load goes on after the failover
 	close(stop)
+	stopped = true
 	wg.Wait()
 	w.drain(ctx, "m2", 15*time.Second)
 	w.verify(t)
@@ -548,6 +559,18 @@ func TestClusterKillNATSStreamLeader(t *testing.T) {
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			close(stop)
+			wg.Wait()
+		}
+		if t.Failed() {
+			for _, c := range []*child{a, b} {
+				t.Logf("last log lines of %s:\n%s", c.grpcAddr, strings.Join(c.logs.Tail(40), "\n"))
+			}
+		}
+	})
 	w.runProducers(ctx, stop, 2, &wg)
 	w.runPurger(ctx, stop, 10, &wg)
 	wg.Go(func() { w.consume(ctx, "m1", stop) })
@@ -568,6 +591,7 @@ func TestClusterKillNATSStreamLeader(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "writes did not resume")
 	t.Logf("writes resumed within %v of the kill", time.Since(killed))
 	close(stop)
+	stopped = true
 	wg.Wait()
 	w.drain(ctx, "m2", 20*time.Second)
 	w.verify(t)

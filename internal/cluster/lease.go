@@ -99,6 +99,8 @@ type Lease struct {
 	st        Status
 	renewed   time.Time // when the last successful renewal or create was sent
 	termStart uint64    // the revision this instance's current term began at
+	seenRev   uint64    // the lease revision last read by follow
+	seenAt    time.Time // when follow first read seenRev
 	lastSeen  time.Time // when NATS last answered a lease read
 	changed   chan struct{}
 }
@@ -296,10 +298,22 @@ func (l *Lease) renew(ctx context.Context, epoch uint64) {
 }
 
 func (l *Lease) follow(ctx context.Context) {
-	val, err := l.read(ctx)
+	val, rev, err := l.read(ctx)
 	if errors.Is(err, njs.ErrKeyNotFound) {
 		l.take(ctx)
 		return
+	}
+	if err == nil && l.stale(rev) {
+		// The holder has not renewed for twice the TTL and the key has not
+		// expired (expiry is the stream leader's job; one that just took
+		// over might not have it scheduled). Delete exactly that revision
+		// and take the lease: fencing protects the data if the holder is
+		// somehow still writing.
+		l.o.Logger.Warn("the lease holder stopped renewing and its key did not expire; taking it over", "revision", rev)
+		if derr := l.kv.Delete(ctx, leaseKey, njs.LastRevision(rev)); derr == nil {
+			l.take(ctx)
+			return
+		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -328,31 +342,45 @@ func (l *Lease) follow(ctx context.Context) {
 // answered by a replica that lags, which would keep an instance trying to
 // create a key that exists). An absent, deleted or expired key is
 // ErrKeyNotFound.
-func (l *Lease) read(ctx context.Context) ([]byte, error) {
+func (l *Lease) read(ctx context.Context) ([]byte, uint64, error) {
 	var resp struct {
 		Message *struct {
+			Seq  uint64 `json:"seq"`
 			Data []byte `json:"data"`
 			Hdrs []byte `json:"hdrs"`
 		} `json:"message"`
 	}
 	err := sljs.Request(ctx, l.nc, "STREAM.MSG.GET.KV_"+l.bucket, map[string]string{"last_by_subj": "$KV." + l.bucket + "." + leaseKey}, &resp)
 	if sljs.APICode(err) == sljs.CodeNoMessageFound {
-		return nil, njs.ErrKeyNotFound
+		return nil, 0, njs.ErrKeyNotFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if resp.Message == nil {
-		return nil, errors.New("JetStream answered a lease read without a message")
+		return nil, 0, errors.New("JetStream answered a lease read without a message")
 	}
 	if len(resp.Message.Hdrs) > 0 {
 		h := string(resp.Message.Hdrs)
 		// A delete, a purge or an expiry marker: the key is absent.
 		if strings.Contains(h, "KV-Operation") || strings.Contains(h, "Nats-Marker-Reason") {
-			return nil, njs.ErrKeyNotFound
+			return nil, 0, njs.ErrKeyNotFound
 		}
 	}
-	return resp.Message.Data, nil
+	return resp.Message.Data, resp.Message.Seq, nil
+}
+
+// stale reports whether the lease key has stayed at revision rev for more
+// than twice the TTL (as this instance has seen it).
+func (l *Lease) stale(rev uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.o.Now()
+	if rev != l.seenRev {
+		l.seenRev, l.seenAt = rev, now
+		return false
+	}
+	return now.Sub(l.seenAt) > 2*l.o.TTL
 }
 
 // take tries to create the lease key.

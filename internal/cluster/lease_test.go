@@ -164,3 +164,25 @@ func TestOptionsRefused(t *testing.T) {
 	_, err = Open(context.Background(), nc, Options{Prefix: "P"})
 	require.ErrorContains(t, err, "instance ID")
 }
+
+// A key that outlives its TTL (its holder stopped renewing but no expiry
+// came) is taken over after twice the TTL without a new revision.
+func TestStaleKeyIsTakenOver(t *testing.T) {
+	prefix := testCluster.Prefix()
+	nc := testCluster.Connect(t)
+	now := time.Now()
+	b, err := Open(context.Background(), nc, Options{Prefix: prefix, TTL: time.Minute, InstanceID: "b", AdvertiseAddr: "b:1",
+		Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	// A holder's key with no TTL at all: it never expires by itself.
+	_, err = b.kv.Create(context.Background(), leaseKey, []byte(`{"id":"a","addr":"a:1"}`))
+	require.NoError(t, err)
+	b.Step(context.Background())
+	require.Equal(t, Status{Role: Standby, Holder: Holder{ID: "a", Addr: "a:1"}}, b.Status())
+	now = now.Add(119 * time.Second)
+	b.Step(context.Background())
+	require.Equal(t, Standby, b.Status().Role, "not yet twice the TTL")
+	now = now.Add(2 * time.Second)
+	b.Step(context.Background())
+	require.Equal(t, Active, b.Status().Role)
+}

@@ -16,6 +16,9 @@
 // holder there makes it a standby that forwards to the holder's address;
 // no key (never created, expired, or released) makes it try to create the
 // key, and the one create that succeeds makes its instance active.
+// A key whose revision has not changed for twice the TTL (its holder stopped
+// renewing, and the expiry did not come) is deleted at exactly that
+// revision and taken.
 //
 // # What the lease does not decide
 //

@@ -16,9 +16,20 @@ test:
 	$(GO) test $(GOFLAGS_TEST) ./...
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 
-## soak: the crash-loop test with 200 SIGKILLs (override with SHARELOG_CRASH_KILLS; replay a failure with its logged SHARELOG_CRASH_SEED)
+## soak: the crash-loop test with 200 SIGKILLs (override with SHARELOG_CRASH_KILLS; replay a failure with its logged SHARELOG_CRASH_SEED),
+## then the cluster fault tests (kill the active instance, cut one from NATS, kill the NATS stream leader) SHARELOG_CLUSTER_ROUNDS times (default 10)
 soak:
 	SHARELOG_CRASH_KILLS=$${SHARELOG_CRASH_KILLS:-200} $(GO) test -race -count=1 -timeout 60m -run '^TestCrashLoop$$' -v ./cmd/server/
+	$(GO) test -race -count=$${SHARELOG_CLUSTER_ROUNDS:-10} -timeout 60m -run '^TestCluster(KillActiveInstance|CutFromNATS|KillNATSStreamLeader)$$' -v ./cmd/server/
+
+## cluster: start a local cluster on loopback (3 NATS nodes from the pinned module, 2 sharelog instances) and print how to reach it
+.PHONY: cluster cluster-down
+cluster:
+	GO=$(GO) bash scripts/cluster.sh up
+
+## cluster-down: stop the local cluster (its data stays in .cluster/)
+cluster-down:
+	bash scripts/cluster.sh down
 
 ## test-node: the Node.js client example's tests against a freshly built server (needs node >= 18 and npm)
 .PHONY: test-node

@@ -132,6 +132,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.BoolVar(&cfg.KafkaAutoCreateTopics, "kafka-auto-create-topics", cfg.KafkaAutoCreateTopics, "create unknown topics named by Kafka Metadata or Produce requests")
 	fs.IntVar(&cfg.KafkaDefaultPartitions, "kafka-default-partitions", cfg.KafkaDefaultPartitions, "partitions of topics created by Kafka clients without a count")
 	fs.IntVar(&cfg.KafkaMaxRequestBytes, "kafka-max-request-bytes", cfg.KafkaMaxRequestBytes, "largest Kafka request frame, and largest decompressed record data in one request")
+	clusterFlags(fs, &cfg.Cluster)
 	fs.StringVar(&lc.level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&lc.format, "log-format", "text", "text or json")
 	showVersion := fs.Bool("version", false, "print the version and exit (no environment variable)")

@@ -31,6 +31,10 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
+	if conf := os.Getenv("SHARELOG_TEST_NATS_CONF"); conf != "" {
+		runNATSChild(conf) // a NATS node for the cluster fault tests
+		return
+	}
 	os.Exit(m.Run())
 }
 
@@ -42,6 +46,30 @@ type child struct {
 	exited   chan error
 	// startup is the log up to and including "sharelog serving".
 	startup []map[string]any
+	// logs keeps the last log lines after startup (for failure reports).
+	logs tailLog
+}
+
+// tailLog keeps the last lines written to it.
+type tailLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *tailLog) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+	if len(l.lines) > 200 {
+		l.lines = l.lines[len(l.lines)-200:]
+	}
+}
+
+// Tail returns the last n lines.
+func (l *tailLog) Tail(n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines[max(0, len(l.lines)-n):]...)
 }
 
 // startChild runs the server in a child process and waits until it serves.
@@ -59,7 +87,11 @@ func startChild(t *testing.T, dataDir string, args ...string) *child {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) != nil || c.grpcAddr != "" {
+			if c.grpcAddr != "" {
+				c.logs.add(sc.Text())
+				continue
+			}
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
 				continue
 			}
 			c.startup = append(c.startup, line)

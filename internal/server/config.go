@@ -81,6 +81,8 @@ type Config struct {
 	KafkaAutoCreateTopics  bool
 	KafkaDefaultPartitions int
 	KafkaMaxRequestBytes   int // frame size and decompressed batch size cap
+	// Cluster mode: --store and the NATS and lease settings.
+	Cluster ClusterConfig
 }
 
 // DefaultConfig is the embedded default: data in ./data, gRPC on
@@ -121,6 +123,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout:              10 * time.Second,
 		KafkaDefaultPartitions:       1,
 		KafkaMaxRequestBytes:         100 << 20,
+		Cluster:                      DefaultClusterConfig(),
 	}
 }
 
@@ -255,5 +258,6 @@ func (c Config) Validate() error {
 	if c.KafkaAddr != "" && (c.TLSCert != "" || c.AuthTokensFile != "") {
 		bad("--kafka-addr cannot be combined with --tls-cert or --auth-tokens-file yet: the Kafka listener has no TLS or SASL")
 	}
+	c.Cluster.validate(bad)
 	return errors.Join(errs...)
 }

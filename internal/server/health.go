@@ -107,7 +107,12 @@ func (s *Server) readyz() (reasons []string, ok bool) {
 		return []string{"the server is starting or shutting down"}, false
 	}
 	reasons, _ = s.notReady()
-	return reasons, len(reasons) == 0
+	ok = len(reasons) == 0
+	if s.cluster != nil {
+		// The cluster role is shown whether ready or not.
+		reasons = append([]string{s.cluster.roleLine()}, reasons...)
+	}
+	return reasons, ok
 }
 
 // refreshHealth sets every gRPC health status from the readiness checks and

@@ -93,9 +93,14 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 	}))
 	mux.Handle("GET /readyz", limitProbes(d.health, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if reasons, ok := d.readyz(); !ok {
+		reasons, ok := d.readyz()
+		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "not ready:", strings.Join(reasons, "; "))
+			return
+		}
+		if len(reasons) > 0 { // a ready server's notes (the cluster role)
+			fmt.Fprintln(w, "ready:", strings.Join(reasons, "; "))
 			return
 		}
 		fmt.Fprintln(w, "ready")

@@ -18,6 +18,12 @@
 //     share groups, change streams, compaction and purges;
 //   - restroutes.go, httproute.go: the REST route table (405, unknown
 //     query parameters) and the http_route label.
+//
+// Cluster mode (--store jetstream, docs/cluster.md) is in cluster.go (the
+// lease-driven active backend, fencing, roles in readiness) and forward.go
+// (standbys forward every routed call to the active instance); backend.go
+// builds the services over a log store and a share-state store, for both
+// modes.
 package server
 
 import (
@@ -99,6 +105,9 @@ type Server struct {
 	share *sharegroup.Manager
 	// streams runs StreamChanges calls; Close ends them with SHUTDOWN first.
 	streams *changestream.Manager
+	// cluster is the cluster mode's ownership and forwarding (nil with the
+	// file store; then store, share and streams are set instead).
+	cluster *clusterNode
 
 	grpcServer   *grpc.Server // public listener
 	gatewayGRPC  *grpc.Server // in-memory listener the gateway dials
@@ -112,6 +121,7 @@ type Server struct {
 	metrics      *serverMetrics
 	longPolls    *logapi.LongPolls
 	kafka        *kafka.Listener
+	fileBackend  *backend // the file store's backend (nil in cluster mode)
 	readiness    []ReadinessCheck
 	lastNotReady string         // reasons last logged; refreshHealth's goroutine only
 	stopBG       chan struct{}  // closed by teardown: ends the background loops
@@ -165,7 +175,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	// s.share are set (the HTTP listener starts after both).
 	s.longPolls = logapi.NewLongPolls(cfg.MaxLongPolls)
 	if s.metrics, err = newServerMetrics(s.tel.Meter, func() int {
-		n := len(s.store.Offline()) + len(s.share.Offline())
+		n := s.offlineCount()
 		if o.PartitionsOffline != nil {
 			n += o.PartitionsOffline()
 		}
@@ -173,17 +183,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}, s.longPolls.Waiting); err != nil {
 		return nil, err
 	}
-	mode, err := logstore.ParseFsyncMode(cfg.Fsync)
-	if err != nil {
-		return nil, err
-	}
-	if s.store, err = logstore.Open(cfg.DataDir, logstore.Options{Fsync: mode, FsyncInterval: cfg.FsyncInterval, Logger: log,
-		OnStorageError:     s.recordStorageError,
-		CompactionInterval: cfg.CompactionInterval, CompactionMaxBytesPerSec: cfg.CompactionMaxBytesPerSec}); err != nil {
-		return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
-	}
-	store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)
-
 	var tlsCfg *tls.Config
 	if cfg.TLSCert != "" {
 		if tlsCfg, err = loadTLS(cfg); err != nil {
@@ -195,54 +194,56 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		return nil, err
 	}
 
-	// Share state lives in the file state log under the data directory; the
-	// share-group manager sees it only as a sharestate.Store (and owns it).
-	shareState, err := statelog.Open(statelog.Options{
-		Dir:              filepath.Join(cfg.DataDir, "sharegroups"),
-		Fsync:            mode,
-		FsyncInterval:    cfg.FsyncInterval,
-		Logger:           log,
-		RepairShareState: cfg.RepairShareState,
-		OnStorageError:   s.recordStorageError,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("open share-group state: %w", err)
-	}
-	if s.share, err = sharegroup.Open(store, shareState, sharegroup.Options{
-		Logger:                  log,
-		RecordLockDuration:      cfg.ShareRecordLockDuration,
-		MinRecordLockDuration:   cfg.ShareMinRecordLockDuration,
-		MaxRecordLockDuration:   cfg.ShareMaxRecordLockDuration,
-		DeliveryCountLimit:      cfg.ShareDeliveryCountLimit,
-		PartitionMaxRecordLocks: cfg.SharePartitionMaxRecordLocks,
-		SessionTimeout:          cfg.ShareSessionTimeout,
-		HeartbeatInterval:       cfg.ShareHeartbeatInterval,
-		MaxShareSessions:        cfg.MaxShareSessions,
-		SessionIdleTimeout:      cfg.ShareSessionIdleTimeout,
-		GroupMaxSize:            cfg.ShareGroupMaxSize,
-		DLQAutoCreateTopics:     cfg.DLQAutoCreateTopics,
-		DLQTopicPrefix:          cfg.DLQTopicPrefix,
-		DeadLetterAfterAppend:   o.DeadLetterAfterAppend,
-		MaxSessionsPerPrincipal: cfg.MaxShareSessionsPerPrincipal,
-	}); err != nil {
-		return nil, fmt.Errorf("open share-group state: %w", err)
-	}
-
-	s.health = health.NewServer()
-	purges, err := newPurgeCounting(store, s.tel.Meter)
-	if err != nil {
-		return nil, err
-	}
-	logAPI := logapi.New(purges, logapi.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Logger: log})
-	// Share state bound to a deleted topic goes with it.
-	logAPI.Subscribe(func(ev logapi.TopicEvent) {
-		if ev.Kind == logapi.TopicDeleted {
-			s.share.TopicDeleted(ev.Topic.ID)
+	var (
+		logSvc    sharelogv1.LogServiceServer
+		shareSvc  sharelogv1.ShareGroupServiceServer
+		changeSvc sharelogv1.ChangeStreamServiceServer
+	)
+	if cfg.Cluster.Store == StoreJetStream {
+		// Cluster mode: the stores open when this instance becomes active;
+		// until then, and whenever it is not, calls are forwarded
+		// (cluster.go). The registered services are never called.
+		if s.cluster, err = s.newClusterNode(ctx, o, tlsCfg); err != nil {
+			return nil, err
 		}
-	})
-	logSvc := service.NewLogService(logAPI)
-	shareSvc := service.NewShareGroupService(s.share, s.longPolls)
+		logSvc, shareSvc, changeSvc = sharelogv1.UnimplementedLogServiceServer{},
+			sharelogv1.UnimplementedShareGroupServiceServer{}, sharelogv1.UnimplementedChangeStreamServiceServer{}
+	} else {
+		mode, err := logstore.ParseFsyncMode(cfg.Fsync)
+		if err != nil {
+			return nil, err
+		}
+		if s.store, err = logstore.Open(cfg.DataDir, logstore.Options{Fsync: mode, FsyncInterval: cfg.FsyncInterval, Logger: log,
+			OnStorageError:     s.recordStorageError,
+			CompactionInterval: cfg.CompactionInterval, CompactionMaxBytesPerSec: cfg.CompactionMaxBytesPerSec}); err != nil {
+			return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
+		}
+		store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)
+		// Share state lives in the file state log under the data directory; the
+		// share-group manager sees it only as a sharestate.Store (and owns it).
+		shareState, err := statelog.Open(statelog.Options{
+			Dir:              filepath.Join(cfg.DataDir, "sharegroups"),
+			Fsync:            mode,
+			FsyncInterval:    cfg.FsyncInterval,
+			Logger:           log,
+			RepairShareState: cfg.RepairShareState,
+			OnStorageError:   s.recordStorageError,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open share-group state: %w", err)
+		}
+		b, err := s.openBackend(store, s.store, shareState, o)
+		if err != nil {
+			return nil, err
+		}
+		s.share, s.streams, s.fileBackend = b.share, b.streams, b
+		logSvc, shareSvc, changeSvc = b.logSvc, b.shareSv, b.change
+	}
+	s.health = health.NewServer()
 	if cfg.KafkaAddr != "" {
+		if s.share == nil {
+			return nil, fmt.Errorf("--kafka-addr is not supported with --store %s yet: the Kafka listener serves the local store only", cfg.Cluster.Store)
+		}
 		kln, err := net.Listen("tcp", cfg.KafkaAddr)
 		if err != nil {
 			return nil, fmt.Errorf("listen on --kafka-addr %s: %w", cfg.KafkaAddr, err)
@@ -253,31 +254,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			AutoCreateTopics: cfg.KafkaAutoCreateTopics, DefaultPartitions: int32(cfg.KafkaDefaultPartitions),
 			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes,
 			OnTopicDeleted: s.share.TopicDeleted, LongPolls: s.longPolls, Share: s.share, Logger: log,
-		}, purges); err != nil {
+		}, s.fileBackend.log); err != nil {
 			kln.Close()
 			return nil, fmt.Errorf("kafka listener on --kafka-addr %s: %w", cfg.KafkaAddr, err)
 		}
-	}
-	// Change streams get the traced store and the traced key index, so
-	// their reads are spans of the call, as every other RPC's.
-	keys := telemetry.TraceKeyIndex(s.store, s.tel.Tracer, s.tel.Meter)
-	if s.streams, err = changestream.New(store, keys, changestream.Config{
-		Backfill:               changestream.Backfill(cfg.OSOBackfill),
-		AutoSmallRatio:         cfg.OSOAutoSmallRatio,
-		AutoLargeRatio:         cfg.OSOAutoLargeRatio,
-		AutoSmallRecordBytes:   cfg.OSOAutoSmallRecordBytes,
-		MaxStreams:             cfg.MaxChangeStreams,
-		MaxStreamsPerPrincipal: cfg.MaxChangeStreamsPerPrincipal,
-		Meter:                  s.tel.Meter,
-	}); err != nil {
-		return nil, err
 	}
 	if err := registerDomainMetrics(s.tel.Meter, func() domainSources {
 		return domainSources{store: s.store, share: s.share, streams: s.streams}
 	}); err != nil {
 		return nil, err
 	}
-	changeSvc := service.NewChangeStreamService(s.streams)
 	healthLimit, healthBurst := rate.Limit(cfg.HealthProbesPerSec), 2*cfg.HealthProbesPerSec
 	if cfg.HealthProbesPerSec == 0 {
 		healthLimit = rate.Inf
@@ -308,18 +294,18 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: grpcMaxConnectionIdle,
 				Time: grpcKeepaliveTime, Timeout: grpcKeepaliveTimeout}),
 			grpc.MaxConcurrentStreams(uint32(cfg.GRPCMaxConcurrentStreams)),
-			grpc.ChainUnaryInterceptor(
+			grpc.ChainUnaryInterceptor(s.withCluster([]grpc.UnaryServerInterceptor{
 				recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
 				callLogger{log}.unary,
 				errs.Unary,
 				g.unary,
-			),
-			grpc.ChainStreamInterceptor(
+			})...),
+			grpc.ChainStreamInterceptor(s.withClusterStream([]grpc.StreamServerInterceptor{
 				recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
 				callLogger{log}.stream,
 				errs.Stream,
 				g.stream,
-			),
+			})...),
 		)
 		sharelogv1.RegisterLogServiceServer(gs, logSvc)
 		sharelogv1.RegisterShareGroupServiceServer(gs, shareSvc)
@@ -337,9 +323,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	// handlers and interceptors, but no TLS to terminate twice and no
 	// dependence on the public address being dialable.
 	s.gatewayGRPC = newGRPC(insecure.NewCredentials(), true)
-	s.readiness = append(s.readiness,
-		ReadinessCheck{Service: sharelogv1.LogService_ServiceDesc.ServiceName, Check: s.partitionsOnline},
-		ReadinessCheck{Service: sharelogv1.ShareGroupService_ServiceDesc.ServiceName, Check: s.sharePartitionsOnline})
+	if s.cluster != nil {
+		s.readiness = append(s.readiness, s.cluster.readinessChecks()...)
+	} else {
+		s.readiness = append(s.readiness,
+			ReadinessCheck{Service: sharelogv1.LogService_ServiceDesc.ServiceName, Check: s.partitionsOnline},
+			ReadinessCheck{Service: sharelogv1.ShareGroupService_ServiceDesc.ServiceName, Check: s.sharePartitionsOnline})
+	}
 	s.readiness = append(s.readiness, o.ReadinessChecks...)
 	s.refreshHealth()
 
@@ -399,6 +389,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		}
 		return s.httpServer.Serve(httpLimit)
 	})
+	if s.cluster != nil {
+		s.cluster.start(s.GRPCAddr())
+	}
 	s.ready.Store(true)
 	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "kafka_addr", s.KafkaAddr(),
 		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled(),
@@ -473,6 +466,9 @@ func (s *Server) teardown(ctx context.Context) error {
 		// tails (an NDJSON tail would hold the HTTP shutdown too).
 		s.streams.Shutdown()
 	}
+	if s.cluster != nil {
+		s.cluster.beginShutdown()
+	}
 	if s.health != nil {
 		s.health.Shutdown()
 	}
@@ -500,6 +496,11 @@ func (s *Server) teardown(ctx context.Context) error {
 	if s.kafka != nil {
 		if err := s.kafka.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close kafka listener: %w", err))
+		}
+	}
+	if s.cluster != nil {
+		if err := s.cluster.close(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	// Share groups end their sessions through the store: close them first.

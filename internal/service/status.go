@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sharelog/sharelog/apierr"
+	sljs "github.com/sharelog/sharelog/internal/jetstream"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
@@ -134,6 +135,10 @@ func (x Errors) toStatus(ctx context.Context, err error) error {
 		return Status(apierr.Invalid("%s", err)).Err()
 	case errors.Is(err, logstore.ErrOffsetOutOfRange):
 		return Status(apierr.New(apierr.OffsetOutOfRange, "%s", err)).Err()
+	case errors.Is(err, sljs.ErrFenced):
+		// Cluster mode: another instance took the partition over; this one
+		// has stopped serving it (docs/cluster.md).
+		return Status(apierr.New(apierr.NotOwner, "this instance is no longer the owner of the partition; retry")).Err()
 	case errors.Is(err, logstore.ErrStorage), errors.Is(err, logstore.ErrOffline):
 		// Retryable: the disk is full or damaged; the partition recovers
 		// once the cause is gone (or an operator repairs it).

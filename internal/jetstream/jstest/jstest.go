@@ -39,6 +39,10 @@ type Options struct {
 	// ReadyTimeout bounds the wait for a JetStream meta leader with every
 	// node as a peer (default 30 s).
 	ReadyTimeout time.Duration
+	// NoAdvertise keeps the servers from telling clients the other nodes'
+	// addresses, so a client reconnects only to the URLs it was given
+	// (tests that cut a client off through a proxy need this).
+	NoAdvertise bool
 }
 
 // Cluster is a running test cluster.
@@ -101,9 +105,10 @@ func start(o Options) (*Cluster, error) {
 			StoreDir:   fmt.Sprintf("%s/n%d", c.dir, i+1),
 			SyncAlways: o.SyncAlways,
 			Cluster: server.ClusterOpts{
-				Name: "sharelog-test",
-				Host: "127.0.0.1",
-				Port: ports[i],
+				Name:        "sharelog-test",
+				Host:        "127.0.0.1",
+				Port:        ports[i],
+				NoAdvertise: o.NoAdvertise,
 			},
 			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
 			NoLog:  true,

@@ -258,7 +258,6 @@ func TestConsoleBrowser(t *testing.T) {
 	b.run(t, "open topics", chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(css("#create-topic")),
 		setValue("#create-topic input[name=name]", "orders"), setValue("#create-topic input[name=partitions]", "2"),
 		chromedp.Click(css("#create-topic button")), waitText("main table", "orders"), waitText("#status", "Topic orders created"))
-	shots.shoot(t, b, "topics", waitText("main table", "orders"))
 
 	// Produce through the topic page's form: keyed JSON values to partition 0.
 	b.run(t, "open topic", chromedp.Click(css(`main table a[href="#/topics/orders"]`)), chromedp.WaitVisible(css("#produce")))
@@ -279,6 +278,9 @@ func TestConsoleBrowser(t *testing.T) {
 	require.NoError(t, err)
 	b.run(t, "reload topic", chromedp.Reload(), waitText("main table", "10"))
 	shots.shoot(t, b, "topic", waitText("main table", "10"))
+	b.run(t, "topics again", chromedp.Click(css(`a[data-nav=topics]`)), waitText("main table", "13"))
+	shots.shoot(t, b, "topics", waitText("main table", "13"))
+	b.run(t, "back to the topic", chromedp.Click(css(`main table a[href="#/topics/orders"]`)), waitText("main table", "10"))
 
 	// Browse records from offset 0, then as JSON, then from a timestamp.
 	b.run(t, "browse", chromedp.Click(css(`main table a[href^="#/records"]`)), chromedp.WaitVisible(css("#browse")),
@@ -321,6 +323,8 @@ func TestConsoleBrowser(t *testing.T) {
 		poll(`[...document.querySelectorAll('#inflight tbody tr')].some(r => r.innerText.includes('2–3') && r.innerText.includes('ACQUIRED') && r.cells[4].innerText === '2')`),
 		waitText("main", "SPSO"))
 	shots.shoot(t, b, "share-group", waitText("#inflight", "ACQUIRED"))
+	shots.shoot(t, b, "share-group-inflight", chromedp.Steps(waitText("#inflight", "ACQUIRED"),
+		void(evaluate[bool](`(document.getElementById('inflight').previousElementSibling.scrollIntoView(), true)`))))
 	b.run(t, "groups list", chromedp.Navigate(base+"/ui/#/groups"), waitText("main table", "billing"))
 	shots.shoot(t, b, "share-groups", waitText("main table", "billing"))
 

@@ -25,8 +25,10 @@ export function changesPage(q) {
   let events = 0;
 
   const row = (kind, cls, off, ts, key, value) => {
-    tbody.append(h('tr', { class: cls }, h('td', {}, kind), h('td', { class: 'num' }, off ?? ''), h('td', {}, ts ? fmtTime(ts) : ''),
-      h('td', { class: 'payload' }, key !== undefined ? showBytes(key, fmt.value) : ''), h('td', { class: 'payload' }, value !== undefined ? showBytes(value, fmt.value) : '')));
+    tbody.append(h('tr', { class: cls }, h('td', { 'data-label': 'Event' }, kind), h('td', { class: 'num', 'data-label': 'Offset' }, off ?? ''),
+      h('td', { 'data-label': 'Timestamp' }, ts ? fmtTime(ts) : ''),
+      h('td', { class: 'payload', 'data-label': 'Key' }, key !== undefined ? showBytes(key, fmt.value === 'json' ? 'json?' : fmt.value) : ''),
+      h('td', { class: 'payload', 'data-label': 'Value' }, value !== undefined ? showBytes(value, fmt.value) : '')));
     while (tbody.children.length > MAX_ROWS) tbody.firstChild.remove();
     const box = tableEl;
     if (box.scrollHeight - box.scrollTop - box.clientHeight < 80) box.scrollTop = box.scrollHeight;

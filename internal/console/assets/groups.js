@@ -44,16 +44,22 @@ export function groupPage(group) {
   let stopped = false;
   let configShown = false;
 
+  // The charts follow their boxes' width (desktop: two side by side,
+  // phone: one above the other).
+  const resize = new ResizeObserver(() => {
+    for (const p of plots || []) p.setSize({ width: Math.max(200, p.root.parentElement.clientWidth - 14), height: 200 });
+  });
   const drawCharts = () => {
-    const w = Math.max(280, Math.min(charts.clientWidth || 600, 1240) / (innerWidth > 900 ? 2 : 1) - 24);
     const data = [hist.t, hist.lag];
     const data2 = [hist.t, hist.rate];
     if (!plots) {
       const mk = (title, label, stroke, d) => {
         const box = h('figure', { class: 'chart', 'aria-label': title });
         charts.append(box);
-        return new uPlot({ title, width: w, height: 200, series: [{}, { label, stroke, width: 2 }],
-          axes: [{}, { size: 60 }], scales: { x: { time: true } } }, d, box);
+        const p = new uPlot({ title, width: Math.max(200, box.clientWidth - 14), height: 200, legend: { live: false },
+          series: [{}, { label, stroke, width: 2 }], axes: [{}, { size: 60 }], scales: { x: { time: true } } }, d, box);
+        resize.observe(box);
+        return p;
       };
       plots = [mk('Lag (records)', 'lag', '#0b57d0', data), mk('Settled per second', 'records/s', '#146c2e', data2)];
     } else {
@@ -82,13 +88,15 @@ export function groupPage(group) {
       for (const p of t.partitions || []) {
         const s = stateByKey[t.topic + '/' + p.partition] || {};
         const err = p.errorCode && p.errorCode !== 'ERROR_CODE_NONE' ? `${p.errorCode} ${p.errorMessage || ''}` : '';
-        rows.push([t.topic, p.partition, n(p.startOffset) < 0 ? '–' : p.startOffset, s.endOffset === undefined || n(s.endOffset) < 0 ? '–' : s.endOffset,
+        const speo = n(p.startOffset) < 0 || s.endOffset === undefined ? '–' : n(s.endOffset) < n(s.startOffset) ? 'none' : s.endOffset;
+        rows.push([t.topic, p.partition, n(p.startOffset) < 0 ? '–' : p.startOffset, speo,
           n(p.lag) < 0 ? '–' : p.lag, err]);
         if (n(p.lag) > 0) lag += n(p.lag);
         if (n(p.startOffset) > 0) settled += n(p.startOffset);
       }
     }
-    parts.replaceChildren(table('Share-partitions', ['Topic', 'Partition', 'SPSO', 'SPEO', 'Lag', 'Error'], rows, [1, 2, 3, 4]));
+    parts.replaceChildren(table('Share-partitions', ['Topic', 'Partition', 'SPSO', 'SPEO', 'Lag', 'Error'], rows, [1, 2, 3, 4]),
+      h('p', { class: 'muted' }, 'SPSO: first offset not yet settled; SPEO: last offset with state (none: every offset from SPSO on is available); –: not initialised yet.'));
     // in-flight ranges
     const now = Date.now();
     const ir = [];
@@ -181,6 +189,6 @@ export function groupPage(group) {
   return {
     title: group, el,
     load: async () => { await poll(); timer = setTimeout(tick, POLL_MS); },
-    stop: () => { stopped = true; clearTimeout(timer); plots?.forEach((p) => p.destroy()); },
+    stop: () => { stopped = true; clearTimeout(timer); resize.disconnect(); plots?.forEach((p) => p.destroy()); },
   };
 }

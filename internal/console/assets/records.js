@@ -22,7 +22,7 @@ export function recordsPage(q) {
     const { records, hw, ls } = last;
     out.replaceChildren(h('p', { class: 'muted' }, `Log start ${ls}, high watermark ${hw}.`),
       table(`Records of ${topic.value}/${part.value}`, ['Offset', 'Timestamp', 'Key', 'Value', 'Headers'],
-        records.map((r) => [r.offset, fmtTime(r.timestamp), h('span', { class: 'payload' }, showBytes(r.key, mode.value)),
+        records.map((r) => [r.offset, fmtTime(r.timestamp), h('span', { class: 'payload' }, showBytes(r.key, mode.value === 'json' ? 'json?' : mode.value)),
           h('div', { class: 'payload' }, showBytes(r.value, mode.value)),
           (r.headers || []).map((x) => `${x.key}=${showBytes(x.value, 'text')}`).join(', ')]), [0]));
     for (const td of out.querySelectorAll('tbody td:nth-child(3), tbody td:nth-child(4)')) td.classList.add('payload');

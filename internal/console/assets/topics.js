@@ -52,7 +52,7 @@ export function topicPage(topic) {
       h('dl', { class: 'kv' }, h('dt', {}, 'Topic ID'), h('dd', {}, h('code', {}, t.topicId)),
         h('dt', {}, 'Cleanup policy'), h('dd', {}, t.config?.cleanupPolicy || 'delete'),
         h('dt', {}, 'Retention'), h('dd', {}, t.config?.retentionMs && n(t.config.retentionMs) >= 0 ? `${n(t.config.retentionMs) / 1000} s` : 'unlimited')),
-      table('Partitions', ['Partition', 'Log start', 'High watermark', 'Records', 'Size', 'Segments', 'Records'], rows, [0, 1, 2, 3, 4, 5]),
+      table('Partitions', ['Partition', 'Log start', 'High watermark', 'Records', 'Size', 'Segments', 'Browse'], rows, [0, 1, 2, 3, 4, 5]),
       h('h2', {}, 'Produce'), produce, h('h2', {}, 'Purge'), purgeForm(ps), h('h2', {}, 'Delete'), del);
   };
   const purgeForm = (ps) => {

@@ -28,7 +28,7 @@ export function table(caption, heads, rows, num = []) {
   return h('div', { class: 'table-wrap' }, h('table', {},
     h('caption', {}, caption),
     h('thead', {}, h('tr', {}, heads.map((t, i) => h('th', { scope: 'col', class: num.includes(i) ? 'num' : null }, t)))),
-    h('tbody', {}, rows.length ? rows.map((r) => h('tr', {}, r.map((c, i) => h('td', { class: num.includes(i) ? 'num' : null }, c))))
+    h('tbody', {}, rows.length ? rows.map((r) => h('tr', {}, r.map((c, i) => h('td', { class: num.includes(i) ? 'num' : null, 'data-label': heads[i] }, c))))
       : h('tr', {}, h('td', { colspan: heads.length, class: 'muted' }, 'None.')))));
 }
 
@@ -64,7 +64,8 @@ export const n = (v) => (v === undefined || v === null ? 0 : Number(v));
 export const fmtBytes = (b) => { b = n(b); const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB']; let i = 0; while (b >= 1024 && i < u.length - 1) { b /= 1024; i++; } return (i ? b.toFixed(1) : b) + ' ' + u[i]; };
 export const fmtTime = (ms) => (n(ms) ? new Date(n(ms)).toISOString().replace('T', ' ').replace('Z', ' UTC') : '');
 
-// Bytes arrive base64-encoded (protobuf JSON); show them as text, JSON or hex.
+// Bytes arrive base64-encoded (protobuf JSON); show them as text, JSON or hex
+// ('json?' is JSON where it parses, plain text otherwise, for keys).
 export function b64bytes(s) { const bin = atob(s || ''); const out = new Uint8Array(bin.length); for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i); return out; }
 export function textToB64(t) { const b = new TextEncoder().encode(t); let s = ''; for (const x of b) s += String.fromCharCode(x); return btoa(s); }
 export function showBytes(s, mode) {
@@ -73,6 +74,8 @@ export function showBytes(s, mode) {
   if (mode === 'hex') return Array.from(b, (x) => x.toString(16).padStart(2, '0')).join(' ');
   let t;
   try { t = new TextDecoder('utf-8', { fatal: true }).decode(b); } catch { return Array.from(b, (x) => x.toString(16).padStart(2, '0')).join(' ') + ' (not UTF-8: hex)'; }
-  if (mode === 'json') { try { return JSON.stringify(JSON.parse(t), null, 2); } catch { return t + ' (not JSON)'; } }
+  if (mode === 'json' || mode === 'json?') {
+    try { return JSON.stringify(JSON.parse(t), null, 2); } catch { return mode === 'json' ? t + ' (not JSON)' : t; }
+  }
   return t;
 }

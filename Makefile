@@ -25,6 +25,11 @@ soak:
 test-node:
 	bash .ci/node-test
 
+## console-screenshots: the web console's browser tests, writing docs/console/*.png (needs chromium)
+.PHONY: console-screenshots
+console-screenshots:
+	SHARELOG_CONSOLE_SCREENSHOTS=1 $(GO) test -count=1 -run '^TestConsoleBrowser' ./cmd/server/
+
 ## build: build bin/sharelog-server and bin/sharelogctl
 build:
 	$(GO) build -o bin/sharelog-server ./cmd/server

@@ -322,6 +322,18 @@ func TestConsoleBrowser(t *testing.T) {
 	b.run(t, "in-flight changes", waitText("#inflight", "2–3"), waitNoText("#inflight", "0–3"),
 		poll(`[...document.querySelectorAll('#inflight tbody tr')].some(r => r.innerText.includes('2–3') && r.innerText.includes('ACQUIRED') && r.cells[4].innerText === '2')`),
 		waitText("main", "SPSO"))
+	// Edit the configuration: only the changed field is sent.
+	b.run(t, "edit config", setValue("#group-config input[name=deliveryCountLimit]", "7"), chromedp.Click(css("#group-config button")),
+		waitText("#status", "Configuration saved: deliveryCountLimit."))
+	cfg, err := groups.GetShareGroupConfig(ctx, &sharelogv1.GetShareGroupConfigRequest{GroupId: "billing"})
+	require.NoError(t, err)
+	assert.Equal(t, int32(7), cfg.GetConfig().GetDeliveryCountLimit())
+	assert.Equal(t, "earliest", cfg.GetConfig().GetAutoOffsetReset())
+	// A reset is previewed first; cancelled, nothing is sent.
+	b.run(t, "reset preview", setValue("#reset-offsets input[name=start_offset]", "0"), chromedp.Click(css("#reset-offsets button")),
+		chromedp.WaitVisible(css("#confirm-cancel")), waitText("#confirm-text", "Dry run: orders/0 start offset 2 → 0"),
+		waitText("#confirm-text", "The group has members"), chromedp.Click(css("#confirm-cancel")), chromedp.WaitNotVisible(css("#confirm")))
+	b.run(t, "chart text", waitText("#main figure figcaption", "records behind"))
 	shots.shoot(t, b, "share-group", waitText("#inflight", "ACQUIRED"))
 	shots.shoot(t, b, "share-group-inflight", chromedp.Steps(waitText("#inflight", "ACQUIRED"),
 		void(evaluate[bool](`(document.getElementById('inflight').previousElementSibling.scrollIntoView(), true)`))))
@@ -369,7 +381,7 @@ func TestConsoleBrowserAuth(t *testing.T) {
 	_, err := sharelogv1.NewLogServiceClient(c.conn).CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "secret-topic", Partitions: 1})
 	require.NoError(t, err)
 
-	for _, page := range []string{"#/topics", "#/topics/secret-topic", "#/groups", "#/records?topic=secret-topic"} {
+	for _, page := range []string{"#/topics", "#/topics/secret-topic", "#/groups", "#/groups/g", "#/records?topic=secret-topic"} {
 		b.run(t, "open "+page, chromedp.Navigate(base+"/ui/"+page), chromedp.WaitVisible(css("#login")),
 			waitNoText("main", "secret-topic"))
 	}

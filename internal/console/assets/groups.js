@@ -43,19 +43,23 @@ export function groupPage(group) {
   let timer = null;
   let stopped = false;
   let configShown = false;
+  let latest = null; // the last poll's offsets and description
 
   // The charts follow their boxes' width (desktop: two side by side,
   // phone: one above the other).
   const resize = new ResizeObserver(() => {
     for (const p of plots || []) p.setSize({ width: Math.max(200, p.root.parentElement.clientWidth - 14), height: 200 });
   });
+  const captions = []; // [figcaption, unit]: the latest value as text, for everyone who cannot read the canvas
   const drawCharts = () => {
     const data = [hist.t, hist.lag];
     const data2 = [hist.t, hist.rate];
     if (!plots) {
       const mk = (title, label, stroke, d) => {
-        const box = h('figure', { class: 'chart', 'aria-label': title });
+        const cap = h('figcaption', { class: 'muted' });
+        const box = h('figure', { class: 'chart', 'aria-label': title }, cap);
         charts.append(box);
+        captions.push([cap, label]);
         const p = new uPlot({ title, width: Math.max(200, box.clientWidth - 14), height: 200, legend: { live: false },
           series: [{}, { label, stroke, width: 2 }], axes: [{}, { size: 60 }], scales: { x: { time: true } } }, d, box);
         resize.observe(box);
@@ -66,6 +70,9 @@ export function groupPage(group) {
       plots[0].setData(data);
       plots[1].setData(data2);
     }
+    const last = hist.t.length - 1;
+    captions[0][0].textContent = `Now: ${hist.lag[last]} records behind (${hist.t.length} samples).`;
+    captions[1][0].textContent = `Now: ${hist.rate[last]} records settled per second.`;
   };
 
   const poll = async () => {
@@ -121,7 +128,8 @@ export function groupPage(group) {
     hist.t.push(t); hist.lag.push(lag); hist.rate.push(Math.round(rate * 10) / 10);
     if (hist.t.length > HISTORY) { hist.t.shift(); hist.lag.shift(); hist.rate.shift(); }
     drawCharts();
-    if (!configShown) { configShown = true; showConfig(d.config); showReset(offs, d); }
+    latest = { offs, d };
+    if (!configShown) { configShown = true; showConfig(d.config); showReset(offs); }
   };
 
   const showConfig = (c) => {
@@ -151,7 +159,7 @@ export function groupPage(group) {
     config.replaceChildren(form);
   };
 
-  const showReset = (offs, d) => {
+  const showReset = (offs) => {
     const opts = [];
     for (const t of offs.topics || []) for (const p of t.partitions || []) opts.push([t.topic, p.partition, p.startOffset]);
     if (!opts.length) { reset.replaceChildren(h('p', { class: 'muted' }, 'No share-partition has state yet.')); return; }
@@ -162,7 +170,10 @@ export function groupPage(group) {
       field('Share-partition', which), field('New start offset', off), h('button', { type: 'submit', class: 'danger' }, 'Preview and reset…'));
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
-      const [topic, partition, cur] = opts[Number(which.value)];
+      const [topic, partition] = opts[Number(which.value)];
+      const d = latest.d;
+      const curP = (latest.offs.topics || []).find((t) => t.topic === topic)?.partitions?.find((p) => p.partition === partition);
+      const cur = curP ? curP.startOffset : '?';
       // The API has no dry run: the preview is this page's, and the server
       // refuses the reset while the group has members.
       const text = `Dry run: ${topic}/${partition} start offset ${cur} → ${off.value}; its in-flight state is dropped. ` +

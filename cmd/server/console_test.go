@@ -189,7 +189,7 @@ func (s *shooter) shoot(t *testing.T, b *browser, name string, ready chromedp.Ac
 			vp = chromedp.EmulateViewport(v.width, v.height, chromedp.EmulateMobile)
 		}
 		// Wait for the page, then for layout at the new size (two frames).
-		b.run(t, "screenshot "+name+" "+v.name, vp, ready,
+		b.run(t, "screenshot "+name+" "+v.name, vp, void(evaluate[bool](`(window.scrollTo(0, 0), true)`)), ready,
 			void(chromedp.Evaluate[bool](`new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`, chromedp.EvalAwaitPromise)))
 		png := value(t, b, "capture "+name, chromedp.CaptureScreenshot())
 		require.NoError(t, os.WriteFile(filepath.Join(s.dir, name+"-"+v.name+".png"), png, 0o644))

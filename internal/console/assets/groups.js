@@ -57,11 +57,12 @@ export function groupPage(group) {
     if (!plots) {
       const mk = (title, label, stroke, d) => {
         const cap = h('figcaption', { class: 'muted' });
-        const box = h('figure', { class: 'chart', 'aria-label': title }, cap);
+        const box = h('figure', { class: 'chart', 'aria-label': title });
         charts.append(box);
         captions.push([cap, label]);
         const p = new uPlot({ title, width: Math.max(200, box.clientWidth - 14), height: 200, legend: { live: false },
           series: [{}, { label, stroke, width: 2 }], axes: [{}, { size: 60 }], scales: { x: { time: true } } }, d, box);
+        box.append(cap); // under the chart
         resize.observe(box);
         return p;
       };

@@ -181,8 +181,44 @@ var viewports = []struct {
 	mobile        bool
 }{{"desktop", 1280, 800, false}, {"phone", 390, 844, true}}
 
+// a11yProblems lists what a screen-reader or keyboard user would miss on
+// the page shown: form controls without a label, buttons and links without
+// a name, a page without exactly one h1 (an open dialog without a heading),
+// tables without a caption or column headers, charts without a label and a
+// text caption.
+const a11yProblems = `(() => {
+  const out = [];
+  const visible = (e) => !e.closest('[hidden]') && !e.closest('dialog:not([open])');
+  for (const e of document.querySelectorAll('input, select, textarea')) {
+    if (visible(e) && e.type !== 'hidden' && !e.labels.length && !e.getAttribute('aria-label')) out.push('unlabelled ' + e.outerHTML.slice(0, 80));
+  }
+  for (const e of document.querySelectorAll('button, a[href]')) {
+    if (visible(e) && !e.innerText.trim() && !e.getAttribute('aria-label')) out.push('nameless ' + e.outerHTML.slice(0, 80));
+  }
+  const h1 = [...document.querySelectorAll('main h1')].length;
+  const modal = document.querySelector('dialog[open]');
+  if (modal && !modal.querySelector('h1, h2')) out.push('dialog without heading');
+  if (!modal && h1 !== 1) out.push(h1 + ' h1 elements in main');
+  for (const t of document.querySelectorAll('main table')) {
+    if (t.closest('[aria-hidden=true]')) continue;
+    if (!t.caption || !t.caption.innerText.trim()) out.push('table without caption');
+    if (!t.querySelector('thead th[scope=col]')) out.push('table without column headers');
+  }
+  for (const f of document.querySelectorAll('main figure')) if (!f.getAttribute('aria-label') || !f.querySelector('figcaption')) out.push('figure without label or caption');
+  return out;
+})()`
+
+// checkA11y fails the test for each problem a11yProblems finds on the page.
+func checkA11y(t *testing.T, b *browser, page string) {
+	t.Helper()
+	problems := value(t, b, "accessibility of "+page, evaluate[[]string](a11yProblems))
+	assert.Empty(t, problems, "accessibility problems on %s", page)
+}
+
 func (s *shooter) shoot(t *testing.T, b *browser, name string, ready chromedp.Action[chromedp.Void]) {
 	t.Helper()
+	b.run(t, "ready "+name, ready)
+	checkA11y(t, b, name)
 	for _, v := range viewports {
 		vp := chromedp.EmulateViewport(v.width, v.height)
 		if v.mobile {
@@ -365,6 +401,14 @@ func TestConsoleBrowser(t *testing.T) {
 	b.run(t, "live change", waitText("#events", "Barbara"))
 	shots.shoot(t, b, "change-stream", waitText("#events", "Barbara"))
 	b.run(t, "stop", chromedp.Click(css("#stop")), waitText("#stream-state", "Stopped"))
+
+	// The keyboard alone: Tab reaches the skip link first, then the
+	// navigation; a form submits with Enter.
+	b.run(t, "keyboard", chromedp.Navigate(base+"/ui/#/topics"), chromedp.WaitVisible(css("#create-topic")),
+		chromedp.Reload(), chromedp.WaitVisible(css("#create-topic")), chromedp.KeyEvent("\t"),
+		poll(`document.activeElement.innerText === 'Skip to content'`), chromedp.KeyEvent("\t\t"),
+		poll(`document.activeElement.innerText === 'Topics'`),
+		chromedp.Focus(css("#create-topic input[name=name]")), chromedp.KeyEvent("typed\r"), waitText("main table", "typed"))
 
 	checkOnlyPublic(t, b, base, 20)
 }

@@ -62,6 +62,9 @@ export function groupPage(group) {
         captions.push([cap, label]);
         const p = new uPlot({ title, width: Math.max(200, box.clientWidth - 14), height: 200, legend: { live: false },
           series: [{}, { label, stroke, width: 2 }], axes: [{}, { size: 60 }], scales: { x: { time: true } } }, d, box);
+        // The canvas and its legend say nothing to a screen reader: the
+        // figure's label and caption (the latest value) stand for them.
+        p.root.setAttribute('aria-hidden', 'true');
         box.append(cap); // under the chart
         resize.observe(box);
         return p;

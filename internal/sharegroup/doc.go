@@ -18,6 +18,7 @@
 //	waiters.go          waiting fetches (§3.4)
 //	deadletter.go       dead-letter topics: the copy worker and its recovery
 //	membership.go, assignor.go, admin.go, config.go, validate.go, reliability.go
+//	inflight.go         DescribePartitionState: the in-flight ranges, for admins and the console
 //
 // # Model
 //

@@ -94,11 +94,16 @@ func newBrowser(t *testing.T) *browser {
 	return b
 }
 
+// stepTimeout bounds one step: generous, since CI runs every package's
+// tests with -race on two cores while Chromium renders; a step that
+// succeeds takes well under a second.
+const stepTimeout = 30 * time.Second
+
 // run runs actions with a deadline, so a page that never shows what a step
 // waits for fails the test instead of hanging it.
 func (b *browser) run(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
 	defer cancel()
 	if err := chromedp.Do(ctx, actions...); err != nil {
 		tctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
@@ -111,7 +116,7 @@ func (b *browser) run(t *testing.T, what string, actions ...chromedp.Action[chro
 // value runs a that returns a value, within the same deadline.
 func value[T any](t *testing.T, b *browser, what string, a chromedp.Action[T]) T {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
 	defer cancel()
 	v, err := chromedp.Run(ctx, a)
 	require.NoError(t, err, what)
@@ -309,7 +314,7 @@ func TestConsoleBrowser(t *testing.T) {
 	c := startChild(t, t.TempDir(), "--fsync", "never")
 	base := "http://" + c.httpAddr
 	shots := newShooter(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	logs := sharelogv1.NewLogServiceClient(c.conn)
 	groups := sharelogv1.NewShareGroupServiceClient(c.conn)

@@ -443,6 +443,16 @@ func TestConsoleBrowser(t *testing.T) {
 		poll(`document.activeElement.innerText === 'Topics'`),
 		chromedp.Focus(css("#create-topic input[name=name]")), chromedp.KeyEvent("typed\r"), waitText("main table", "typed"))
 
+	// Delete that topic: the button stays disabled until its name is typed.
+	b.run(t, "delete topic", chromedp.Click(css(`main table a[href="#/topics/typed"]`)), chromedp.WaitVisible(css("#delete-topic")),
+		chromedp.Click(css("#delete-topic")), chromedp.WaitVisible(css("#confirm-input")),
+		poll(`document.getElementById('confirm-ok').disabled`), setValue("#confirm-input", "type"),
+		poll(`document.getElementById('confirm-ok').disabled`), setValue("#confirm-input", "typed"),
+		poll(`!document.getElementById('confirm-ok').disabled`), chromedp.Click(css("#confirm-ok")),
+		waitText("#status", "Topic typed deleted."), waitText("main table", "orders"), waitNoText("main table", "typed"))
+	_, err = logs.DescribeTopic(ctx, &sharelogv1.DescribeTopicRequest{Name: "typed"})
+	require.Error(t, err, "the topic is gone")
+
 	checkOnlyPublic(t, b, base, 20)
 }
 

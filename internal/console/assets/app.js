@@ -5,7 +5,7 @@ import { topicsPage, topicPage } from './topics.js';
 import { recordsPage } from './records.js';
 import { groupsPage, groupPage } from './groups.js';
 import { changesPage } from './changes.js';
-import { setStatus } from './ui.js';
+import { setStatus, takeFlash } from './ui.js';
 
 const main = document.getElementById('main');
 const login = document.getElementById('login');
@@ -44,7 +44,7 @@ const routes = [
 
 async function render() {
   if (page) { page.stop?.(); page = null; }
-  setStatus('');
+  setStatus(takeFlash());
   signout.hidden = !api.token();
   const hash = location.hash || '#/topics';
   let found = routes.find(([re]) => re.test(hash));

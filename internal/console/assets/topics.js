@@ -1,6 +1,6 @@
 // Topics: list, create, delete, and per topic its partitions, produce and purge.
 import * as api from './api.js';
-import { h, table, field, setStatus, confirmDialog, n, fmtBytes, textToB64 } from './ui.js';
+import { h, table, field, setStatus, flash, confirmDialog, n, fmtBytes, textToB64 } from './ui.js';
 
 export function topicsPage() {
   const list = h('div', {});
@@ -45,7 +45,7 @@ export function topicPage(topic) {
     const produce = produceForm(topic, t.partitionCount, load);
     const del = h('button', { type: 'button', class: 'danger', id: 'delete-topic', onclick: async () => {
       if (!(await confirmDialog(`Delete topic ${topic} and all its records? This cannot be undone.`, topic))) return;
-      try { await api.del('/v1/topics/' + api.enc(topic)); setStatus(`Topic ${topic} deleted.`); location.hash = '#/topics'; }
+      try { await api.del('/v1/topics/' + api.enc(topic)); flash(`Topic ${topic} deleted.`); location.hash = '#/topics'; }
       catch (e) { if (e.status !== 401) setStatus('Delete failed: ' + e.message, true); }
     } }, 'Delete topic…');
     body.replaceChildren(

@@ -16,6 +16,12 @@ export function h(tag, attrs, ...kids) {
   return el;
 }
 
+// flash keeps a notice for the page the app shows next (a page change
+// clears the status line otherwise).
+let pending = '';
+export function flash(msg) { pending = msg; }
+export function takeFlash() { const m = pending; pending = ''; return m; }
+
 export function setStatus(msg, isError) {
   const s = document.getElementById('status');
   s.textContent = msg || '';

@@ -36,6 +36,12 @@ cluster-down:
 test-node:
 	bash .ci/node-test
 
+## console-screenshots: the web console's browser tests, writing docs/console/*.png (needs chromium)
+.PHONY: console-screenshots
+console-screenshots:
+	SHARELOG_CONSOLE_SCREENSHOTS=1 $(GO) test -count=1 -run '^TestConsoleBrowser' ./cmd/server/
+
+
 ## build: build bin/sharelog-server (version from git describe; see README "Build") and bin/sharelogctl
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 build:

@@ -26,6 +26,7 @@ import (
 	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/gen/openapi"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/console"
 	"github.com/sharelog/sharelog/internal/service"
 )
 
@@ -119,6 +120,10 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 		}
 		d.metrics.ServeHTTP(w, r)
 	}))
+	// The web console (docs/console.md): static files, public like
+	// /openapi.json; its pages call the API above with the user's token.
+	mux.Handle("GET /ui/", console.Handler("/ui/"))
+	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	mux.Handle("/", limitBody(d.maxRequestBytes, gw))
 
 	return bodyDeadline(d.readTimeout, otelhttp.NewHandler(labelRoutes(mux), "http",

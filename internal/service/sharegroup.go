@@ -37,6 +37,7 @@ type ShareGroups interface {
 	ListGroups(filter sharegroup.GroupState) ([]sharegroup.GroupListing, error)
 	DescribeGroup(ctx context.Context, groupID string) (sharegroup.GroupDescription, error)
 	DescribeOffsets(ctx context.Context, groupID string, topics []sharegroup.TopicPartitions) ([]sharegroup.TopicOffsets, error)
+	DescribePartitionState(ctx context.Context, groupID string, topics []sharegroup.TopicPartitions, maxRanges int) ([]sharegroup.TopicState, error)
 	AlterOffsets(ctx context.Context, groupID string, topics []sharegroup.TopicStartOffsets) ([]sharegroup.TopicPartitionResults, error)
 	DeleteOffsets(ctx context.Context, groupID string, topics []string) ([]sharegroup.TopicResult, error)
 	DeleteGroup(ctx context.Context, groupID string) error
@@ -450,4 +451,39 @@ func stateFromProto(st sharelogv1.ShareGroupState) (sharegroup.GroupState, bool)
 		return sharegroup.StateDead, true
 	}
 	return 0, false
+}
+
+func (s *ShareGroupService) DescribeSharePartitionState(ctx context.Context, req *sharelogv1.DescribeSharePartitionStateRequest) (*sharelogv1.DescribeSharePartitionStateResponse, error) {
+	topics := make([]sharegroup.TopicPartitions, len(req.GetTopics()))
+	for i, t := range req.GetTopics() {
+		topics[i] = sharegroup.TopicPartitions{Topic: t.GetTopic(), Partitions: t.GetPartitions()}
+	}
+	res, err := s.groups.DescribePartitionState(ctx, req.GetGroupId(), topics, int(req.GetMaxRanges()))
+	if err != nil {
+		return nil, err
+	}
+	out := &sharelogv1.DescribeSharePartitionStateResponse{Topics: make([]*sharelogv1.SharePartitionStateTopic, len(res))}
+	for i, t := range res {
+		ot := &sharelogv1.SharePartitionStateTopic{Topic: t.Topic, Partitions: make([]*sharelogv1.SharePartitionState, len(t.Partitions))}
+		for j, p := range t.Partitions {
+			op := &sharelogv1.SharePartitionState{
+				Partition: p.Partition, StartOffset: p.StartOffset, EndOffset: p.EndOffset, Lag: p.Lag,
+				Truncated: p.Truncated, ErrorCode: codeToProto(p.ErrorCode), ErrorMessage: p.ErrorMessage,
+			}
+			for _, r := range p.Ranges {
+				ir := &sharelogv1.InFlightRange{
+					FirstOffset: r.FirstOffset, LastOffset: r.LastOffset, DeliveryCount: r.DeliveryCount,
+					State:         sharelogv1.InFlightState(sharelogv1.InFlightState_value["IN_FLIGHT_STATE_"+r.State]),
+					OwnerMemberId: r.Owner,
+				}
+				if !r.LockDeadline.IsZero() {
+					ir.LockDeadlineUnixMs = r.LockDeadline.UnixMilli()
+				}
+				op.Ranges = append(op.Ranges, ir)
+			}
+			ot.Partitions[j] = op
+		}
+		out.Topics[i] = ot
+	}
+	return out, nil
 }

@@ -19,6 +19,7 @@
 //	deadletter.go       dead-letter topics: the copy worker and its recovery
 //	membership.go, assignor.go, admin.go, config.go, validate.go, reliability.go
 //	metrics.go          per-share-partition counters and the scrape-time Metrics snapshot
+//	inflight.go         DescribePartitionState: the in-flight ranges, for admins and the console
 //
 // # Model
 //

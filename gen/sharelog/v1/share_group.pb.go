@@ -143,6 +143,65 @@ func (AcknowledgeType) EnumDescriptor() ([]byte, []int) {
 	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{1}
 }
 
+// State of a record range in a share-partition.
+type InFlightState int32
+
+const (
+	InFlightState_IN_FLIGHT_STATE_UNSPECIFIED  InFlightState = 0
+	InFlightState_IN_FLIGHT_STATE_AVAILABLE    InFlightState = 1
+	InFlightState_IN_FLIGHT_STATE_ACQUIRED     InFlightState = 2
+	InFlightState_IN_FLIGHT_STATE_ACKNOWLEDGED InFlightState = 3
+	InFlightState_IN_FLIGHT_STATE_ARCHIVING    InFlightState = 4
+	InFlightState_IN_FLIGHT_STATE_ARCHIVED     InFlightState = 5
+)
+
+// Enum value maps for InFlightState.
+var (
+	InFlightState_name = map[int32]string{
+		0: "IN_FLIGHT_STATE_UNSPECIFIED",
+		1: "IN_FLIGHT_STATE_AVAILABLE",
+		2: "IN_FLIGHT_STATE_ACQUIRED",
+		3: "IN_FLIGHT_STATE_ACKNOWLEDGED",
+		4: "IN_FLIGHT_STATE_ARCHIVING",
+		5: "IN_FLIGHT_STATE_ARCHIVED",
+	}
+	InFlightState_value = map[string]int32{
+		"IN_FLIGHT_STATE_UNSPECIFIED":  0,
+		"IN_FLIGHT_STATE_AVAILABLE":    1,
+		"IN_FLIGHT_STATE_ACQUIRED":     2,
+		"IN_FLIGHT_STATE_ACKNOWLEDGED": 3,
+		"IN_FLIGHT_STATE_ARCHIVING":    4,
+		"IN_FLIGHT_STATE_ARCHIVED":     5,
+	}
+)
+
+func (x InFlightState) Enum() *InFlightState {
+	p := new(InFlightState)
+	*p = x
+	return p
+}
+
+func (x InFlightState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (InFlightState) Descriptor() protoreflect.EnumDescriptor {
+	return file_sharelog_v1_share_group_proto_enumTypes[2].Descriptor()
+}
+
+func (InFlightState) Type() protoreflect.EnumType {
+	return &file_sharelog_v1_share_group_proto_enumTypes[2]
+}
+
+func (x InFlightState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use InFlightState.Descriptor instead.
+func (InFlightState) EnumDescriptor() ([]byte, []int) {
+	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{2}
+}
+
 // Share-group configuration. In UpdateShareGroupConfig unset fields keep their
 // value; in responses every field holds the effective value.
 type ShareGroupConfig struct {
@@ -2675,6 +2734,361 @@ func (x *UpdateShareGroupConfigResponse) GetConfig() *ShareGroupConfig {
 	return nil
 }
 
+type DescribeSharePartitionStateRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// Unset = every topic with share state; a topic without partitions = all of them.
+	Topics []*TopicPartitions `protobuf:"bytes,2,rep,name=topics,proto3" json:"topics,omitempty"`
+	// Most ranges returned per share-partition, from its start offset on:
+	// 0 means 100; more than 1000 is INVALID_REQUEST.
+	MaxRanges     int32 `protobuf:"varint,3,opt,name=max_ranges,json=maxRanges,proto3" json:"max_ranges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeSharePartitionStateRequest) Reset() {
+	*x = DescribeSharePartitionStateRequest{}
+	mi := &file_sharelog_v1_share_group_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeSharePartitionStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeSharePartitionStateRequest) ProtoMessage() {}
+
+func (x *DescribeSharePartitionStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_share_group_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeSharePartitionStateRequest.ProtoReflect.Descriptor instead.
+func (*DescribeSharePartitionStateRequest) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *DescribeSharePartitionStateRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *DescribeSharePartitionStateRequest) GetTopics() []*TopicPartitions {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *DescribeSharePartitionStateRequest) GetMaxRanges() int32 {
+	if x != nil {
+		return x.MaxRanges
+	}
+	return 0
+}
+
+type DescribeSharePartitionStateResponse struct {
+	state         protoimpl.MessageState      `protogen:"open.v1"`
+	Topics        []*SharePartitionStateTopic `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeSharePartitionStateResponse) Reset() {
+	*x = DescribeSharePartitionStateResponse{}
+	mi := &file_sharelog_v1_share_group_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeSharePartitionStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeSharePartitionStateResponse) ProtoMessage() {}
+
+func (x *DescribeSharePartitionStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_share_group_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeSharePartitionStateResponse.ProtoReflect.Descriptor instead.
+func (*DescribeSharePartitionStateResponse) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *DescribeSharePartitionStateResponse) GetTopics() []*SharePartitionStateTopic {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+type SharePartitionStateTopic struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partitions    []*SharePartitionState `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SharePartitionStateTopic) Reset() {
+	*x = SharePartitionStateTopic{}
+	mi := &file_sharelog_v1_share_group_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SharePartitionStateTopic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SharePartitionStateTopic) ProtoMessage() {}
+
+func (x *SharePartitionStateTopic) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_share_group_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SharePartitionStateTopic.ProtoReflect.Descriptor instead.
+func (*SharePartitionStateTopic) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SharePartitionStateTopic) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SharePartitionStateTopic) GetPartitions() []*SharePartitionState {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type SharePartitionState struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Share-partition start offset (SPSO); -1 when not initialised.
+	StartOffset int64 `protobuf:"varint,2,opt,name=start_offset,json=startOffset,proto3" json:"start_offset,omitempty"`
+	// Last offset with state (SPEO); offsets after it are AVAILABLE with
+	// delivery count 0. -1 when not initialised; start_offset - 1 when no
+	// offset has state.
+	EndOffset int64 `protobuf:"varint,3,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
+	// As in DescribeShareGroupOffsets; -1 when not initialised.
+	Lag int64 `protobuf:"varint,4,opt,name=lag,proto3" json:"lag,omitempty"`
+	// [start_offset, end_offset] as ranges of uniform state, in offset
+	// order, then the ACQUIRED ranges below start_offset (the log start
+	// passed them while they were held).
+	Ranges []*InFlightRange `protobuf:"bytes,5,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	// True when ranges stopped at max_ranges.
+	Truncated     bool      `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	ErrorCode     ErrorCode `protobuf:"varint,7,opt,name=error_code,json=errorCode,proto3,enum=sharelog.v1.ErrorCode" json:"error_code,omitempty"`
+	ErrorMessage  string    `protobuf:"bytes,8,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SharePartitionState) Reset() {
+	*x = SharePartitionState{}
+	mi := &file_sharelog_v1_share_group_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SharePartitionState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SharePartitionState) ProtoMessage() {}
+
+func (x *SharePartitionState) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_share_group_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SharePartitionState.ProtoReflect.Descriptor instead.
+func (*SharePartitionState) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SharePartitionState) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *SharePartitionState) GetStartOffset() int64 {
+	if x != nil {
+		return x.StartOffset
+	}
+	return 0
+}
+
+func (x *SharePartitionState) GetEndOffset() int64 {
+	if x != nil {
+		return x.EndOffset
+	}
+	return 0
+}
+
+func (x *SharePartitionState) GetLag() int64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *SharePartitionState) GetRanges() []*InFlightRange {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+func (x *SharePartitionState) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *SharePartitionState) GetErrorCode() ErrorCode {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ErrorCode_ERROR_CODE_NONE
+}
+
+func (x *SharePartitionState) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+type InFlightRange struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	FirstOffset int64                  `protobuf:"varint,1,opt,name=first_offset,json=firstOffset,proto3" json:"first_offset,omitempty"`
+	LastOffset  int64                  `protobuf:"varint,2,opt,name=last_offset,json=lastOffset,proto3" json:"last_offset,omitempty"`
+	State       InFlightState          `protobuf:"varint,3,opt,name=state,proto3,enum=sharelog.v1.InFlightState" json:"state,omitempty"`
+	// Deliveries so far (0 for ACKNOWLEDGED and ARCHIVED).
+	DeliveryCount int32 `protobuf:"varint,4,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
+	// ACQUIRED: the member whose share session holds the records; "" otherwise.
+	OwnerMemberId string `protobuf:"bytes,5,opt,name=owner_member_id,json=ownerMemberId,proto3" json:"owner_member_id,omitempty"`
+	// ACQUIRED: when the lock expires, Unix milliseconds; 0 otherwise.
+	LockDeadlineUnixMs int64 `protobuf:"varint,6,opt,name=lock_deadline_unix_ms,json=lockDeadlineUnixMs,proto3" json:"lock_deadline_unix_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *InFlightRange) Reset() {
+	*x = InFlightRange{}
+	mi := &file_sharelog_v1_share_group_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InFlightRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InFlightRange) ProtoMessage() {}
+
+func (x *InFlightRange) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_share_group_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InFlightRange.ProtoReflect.Descriptor instead.
+func (*InFlightRange) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *InFlightRange) GetFirstOffset() int64 {
+	if x != nil {
+		return x.FirstOffset
+	}
+	return 0
+}
+
+func (x *InFlightRange) GetLastOffset() int64 {
+	if x != nil {
+		return x.LastOffset
+	}
+	return 0
+}
+
+func (x *InFlightRange) GetState() InFlightState {
+	if x != nil {
+		return x.State
+	}
+	return InFlightState_IN_FLIGHT_STATE_UNSPECIFIED
+}
+
+func (x *InFlightRange) GetDeliveryCount() int32 {
+	if x != nil {
+		return x.DeliveryCount
+	}
+	return 0
+}
+
+func (x *InFlightRange) GetOwnerMemberId() string {
+	if x != nil {
+		return x.OwnerMemberId
+	}
+	return ""
+}
+
+func (x *InFlightRange) GetLockDeadlineUnixMs() int64 {
+	if x != nil {
+		return x.LockDeadlineUnixMs
+	}
+	return 0
+}
+
 var File_sharelog_v1_share_group_proto protoreflect.FileDescriptor
 
 const file_sharelog_v1_share_group_proto_rawDesc = "" +
@@ -2886,7 +3300,38 @@ const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\x06config\x18\x02 \x01(\v2\x1d.sharelog.v1.ShareGroupConfigR\x06config\"r\n" +
 	"\x1eUpdateShareGroupConfigResponse\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x125\n" +
-	"\x06config\x18\x02 \x01(\v2\x1d.sharelog.v1.ShareGroupConfigR\x06config*\x8b\x01\n" +
+	"\x06config\x18\x02 \x01(\v2\x1d.sharelog.v1.ShareGroupConfigR\x06config\"\x94\x01\n" +
+	"\"DescribeSharePartitionStateRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x124\n" +
+	"\x06topics\x18\x02 \x03(\v2\x1c.sharelog.v1.TopicPartitionsR\x06topics\x12\x1d\n" +
+	"\n" +
+	"max_ranges\x18\x03 \x01(\x05R\tmaxRanges\"d\n" +
+	"#DescribeSharePartitionStateResponse\x12=\n" +
+	"\x06topics\x18\x01 \x03(\v2%.sharelog.v1.SharePartitionStateTopicR\x06topics\"r\n" +
+	"\x18SharePartitionStateTopic\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12@\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2 .sharelog.v1.SharePartitionStateR\n" +
+	"partitions\"\xb5\x02\n" +
+	"\x13SharePartitionState\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12!\n" +
+	"\fstart_offset\x18\x02 \x01(\x03R\vstartOffset\x12\x1d\n" +
+	"\n" +
+	"end_offset\x18\x03 \x01(\x03R\tendOffset\x12\x10\n" +
+	"\x03lag\x18\x04 \x01(\x03R\x03lag\x122\n" +
+	"\x06ranges\x18\x05 \x03(\v2\x1a.sharelog.v1.InFlightRangeR\x06ranges\x12\x1c\n" +
+	"\ttruncated\x18\x06 \x01(\bR\ttruncated\x125\n" +
+	"\n" +
+	"error_code\x18\a \x01(\x0e2\x16.sharelog.v1.ErrorCodeR\terrorCode\x12#\n" +
+	"\rerror_message\x18\b \x01(\tR\ferrorMessage\"\x87\x02\n" +
+	"\rInFlightRange\x12!\n" +
+	"\ffirst_offset\x18\x01 \x01(\x03R\vfirstOffset\x12\x1f\n" +
+	"\vlast_offset\x18\x02 \x01(\x03R\n" +
+	"lastOffset\x120\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x1a.sharelog.v1.InFlightStateR\x05state\x12%\n" +
+	"\x0edelivery_count\x18\x04 \x01(\x05R\rdeliveryCount\x12&\n" +
+	"\x0fowner_member_id\x18\x05 \x01(\tR\rownerMemberId\x121\n" +
+	"\x15lock_deadline_unix_ms\x18\x06 \x01(\x03R\x12lockDeadlineUnixMs*\x8b\x01\n" +
 	"\x0fShareGroupState\x12!\n" +
 	"\x1dSHARE_GROUP_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17SHARE_GROUP_STATE_EMPTY\x10\x01\x12\x1c\n" +
@@ -2898,7 +3343,15 @@ const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\x18ACKNOWLEDGE_TYPE_RELEASE\x10\x02\x12\x1b\n" +
 	"\x17ACKNOWLEDGE_TYPE_REJECT\x10\x03\x12\x18\n" +
 	"\x14ACKNOWLEDGE_TYPE_GAP\x10\x04\x12\x1a\n" +
-	"\x16ACKNOWLEDGE_TYPE_RENEW\x10\x052\x95\t\n" +
+	"\x16ACKNOWLEDGE_TYPE_RENEW\x10\x05*\xcc\x01\n" +
+	"\rInFlightState\x12\x1f\n" +
+	"\x1bIN_FLIGHT_STATE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19IN_FLIGHT_STATE_AVAILABLE\x10\x01\x12\x1c\n" +
+	"\x18IN_FLIGHT_STATE_ACQUIRED\x10\x02\x12 \n" +
+	"\x1cIN_FLIGHT_STATE_ACKNOWLEDGED\x10\x03\x12\x1d\n" +
+	"\x19IN_FLIGHT_STATE_ARCHIVING\x10\x04\x12\x1c\n" +
+	"\x18IN_FLIGHT_STATE_ARCHIVED\x10\x052\x98\n" +
+	"\n" +
 	"\x11ShareGroupService\x12h\n" +
 	"\x13ShareGroupHeartbeat\x12'.sharelog.v1.ShareGroupHeartbeatRequest\x1a(.sharelog.v1.ShareGroupHeartbeatResponse\x12M\n" +
 	"\n" +
@@ -2911,7 +3364,8 @@ const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\x17DeleteShareGroupOffsets\x12+.sharelog.v1.DeleteShareGroupOffsetsRequest\x1a,.sharelog.v1.DeleteShareGroupOffsetsResponse\x12_\n" +
 	"\x10DeleteShareGroup\x12$.sharelog.v1.DeleteShareGroupRequest\x1a%.sharelog.v1.DeleteShareGroupResponse\x12h\n" +
 	"\x13GetShareGroupConfig\x12'.sharelog.v1.GetShareGroupConfigRequest\x1a(.sharelog.v1.GetShareGroupConfigResponse\x12q\n" +
-	"\x16UpdateShareGroupConfig\x12*.sharelog.v1.UpdateShareGroupConfigRequest\x1a+.sharelog.v1.UpdateShareGroupConfigResponseB9Z7github.com/sharelog/sharelog/gen/sharelog/v1;sharelogv1b\x06proto3"
+	"\x16UpdateShareGroupConfig\x12*.sharelog.v1.UpdateShareGroupConfigRequest\x1a+.sharelog.v1.UpdateShareGroupConfigResponse\x12\x80\x01\n" +
+	"\x1bDescribeSharePartitionState\x12/.sharelog.v1.DescribeSharePartitionStateRequest\x1a0.sharelog.v1.DescribeSharePartitionStateResponseB9Z7github.com/sharelog/sharelog/gen/sharelog/v1;sharelogv1b\x06proto3"
 
 var (
 	file_sharelog_v1_share_group_proto_rawDescOnce sync.Once
@@ -2925,122 +3379,136 @@ func file_sharelog_v1_share_group_proto_rawDescGZIP() []byte {
 	return file_sharelog_v1_share_group_proto_rawDescData
 }
 
-var file_sharelog_v1_share_group_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sharelog_v1_share_group_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_sharelog_v1_share_group_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_sharelog_v1_share_group_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_sharelog_v1_share_group_proto_goTypes = []any{
 	(ShareGroupState)(0),                          // 0: sharelog.v1.ShareGroupState
 	(AcknowledgeType)(0),                          // 1: sharelog.v1.AcknowledgeType
-	(*ShareGroupConfig)(nil),                      // 2: sharelog.v1.ShareGroupConfig
-	(*TopicPartitions)(nil),                       // 3: sharelog.v1.TopicPartitions
-	(*Assignment)(nil),                            // 4: sharelog.v1.Assignment
-	(*ShareGroupHeartbeatRequest)(nil),            // 5: sharelog.v1.ShareGroupHeartbeatRequest
-	(*ShareGroupHeartbeatResponse)(nil),           // 6: sharelog.v1.ShareGroupHeartbeatResponse
-	(*AcknowledgementBatch)(nil),                  // 7: sharelog.v1.AcknowledgementBatch
-	(*ShareFetchRequest)(nil),                     // 8: sharelog.v1.ShareFetchRequest
-	(*ShareFetchTopic)(nil),                       // 9: sharelog.v1.ShareFetchTopic
-	(*ShareFetchPartition)(nil),                   // 10: sharelog.v1.ShareFetchPartition
-	(*ShareFetchResponse)(nil),                    // 11: sharelog.v1.ShareFetchResponse
-	(*ShareFetchTopicResponse)(nil),               // 12: sharelog.v1.ShareFetchTopicResponse
-	(*ShareFetchPartitionResponse)(nil),           // 13: sharelog.v1.ShareFetchPartitionResponse
-	(*AcquiredRecords)(nil),                       // 14: sharelog.v1.AcquiredRecords
-	(*ShareAcknowledgeRequest)(nil),               // 15: sharelog.v1.ShareAcknowledgeRequest
-	(*ShareAcknowledgeResponse)(nil),              // 16: sharelog.v1.ShareAcknowledgeResponse
-	(*ShareAcknowledgeTopicResponse)(nil),         // 17: sharelog.v1.ShareAcknowledgeTopicResponse
-	(*ShareAcknowledgePartitionResponse)(nil),     // 18: sharelog.v1.ShareAcknowledgePartitionResponse
-	(*ListShareGroupsRequest)(nil),                // 19: sharelog.v1.ListShareGroupsRequest
-	(*ListShareGroupsResponse)(nil),               // 20: sharelog.v1.ListShareGroupsResponse
-	(*ShareGroupListing)(nil),                     // 21: sharelog.v1.ShareGroupListing
-	(*DescribeShareGroupRequest)(nil),             // 22: sharelog.v1.DescribeShareGroupRequest
-	(*DescribeShareGroupResponse)(nil),            // 23: sharelog.v1.DescribeShareGroupResponse
-	(*ShareGroupMember)(nil),                      // 24: sharelog.v1.ShareGroupMember
-	(*DescribeShareGroupOffsetsRequest)(nil),      // 25: sharelog.v1.DescribeShareGroupOffsetsRequest
-	(*DescribeShareGroupOffsetsResponse)(nil),     // 26: sharelog.v1.DescribeShareGroupOffsetsResponse
-	(*ShareGroupOffsetsTopic)(nil),                // 27: sharelog.v1.ShareGroupOffsetsTopic
-	(*ShareGroupOffsetsPartition)(nil),            // 28: sharelog.v1.ShareGroupOffsetsPartition
-	(*AlterShareGroupOffsetsRequest)(nil),         // 29: sharelog.v1.AlterShareGroupOffsetsRequest
-	(*AlterShareGroupOffsetsTopic)(nil),           // 30: sharelog.v1.AlterShareGroupOffsetsTopic
-	(*AlterShareGroupOffsetsPartition)(nil),       // 31: sharelog.v1.AlterShareGroupOffsetsPartition
-	(*AlterShareGroupOffsetsResponse)(nil),        // 32: sharelog.v1.AlterShareGroupOffsetsResponse
-	(*AlterShareGroupOffsetsTopicResult)(nil),     // 33: sharelog.v1.AlterShareGroupOffsetsTopicResult
-	(*AlterShareGroupOffsetsPartitionResult)(nil), // 34: sharelog.v1.AlterShareGroupOffsetsPartitionResult
-	(*DeleteShareGroupOffsetsRequest)(nil),        // 35: sharelog.v1.DeleteShareGroupOffsetsRequest
-	(*DeleteShareGroupOffsetsResponse)(nil),       // 36: sharelog.v1.DeleteShareGroupOffsetsResponse
-	(*DeleteShareGroupOffsetsTopicResult)(nil),    // 37: sharelog.v1.DeleteShareGroupOffsetsTopicResult
-	(*DeleteShareGroupRequest)(nil),               // 38: sharelog.v1.DeleteShareGroupRequest
-	(*DeleteShareGroupResponse)(nil),              // 39: sharelog.v1.DeleteShareGroupResponse
-	(*GetShareGroupConfigRequest)(nil),            // 40: sharelog.v1.GetShareGroupConfigRequest
-	(*GetShareGroupConfigResponse)(nil),           // 41: sharelog.v1.GetShareGroupConfigResponse
-	(*UpdateShareGroupConfigRequest)(nil),         // 42: sharelog.v1.UpdateShareGroupConfigRequest
-	(*UpdateShareGroupConfigResponse)(nil),        // 43: sharelog.v1.UpdateShareGroupConfigResponse
-	(ErrorCode)(0),                                // 44: sharelog.v1.ErrorCode
-	(*Record)(nil),                                // 45: sharelog.v1.Record
+	(InFlightState)(0),                            // 2: sharelog.v1.InFlightState
+	(*ShareGroupConfig)(nil),                      // 3: sharelog.v1.ShareGroupConfig
+	(*TopicPartitions)(nil),                       // 4: sharelog.v1.TopicPartitions
+	(*Assignment)(nil),                            // 5: sharelog.v1.Assignment
+	(*ShareGroupHeartbeatRequest)(nil),            // 6: sharelog.v1.ShareGroupHeartbeatRequest
+	(*ShareGroupHeartbeatResponse)(nil),           // 7: sharelog.v1.ShareGroupHeartbeatResponse
+	(*AcknowledgementBatch)(nil),                  // 8: sharelog.v1.AcknowledgementBatch
+	(*ShareFetchRequest)(nil),                     // 9: sharelog.v1.ShareFetchRequest
+	(*ShareFetchTopic)(nil),                       // 10: sharelog.v1.ShareFetchTopic
+	(*ShareFetchPartition)(nil),                   // 11: sharelog.v1.ShareFetchPartition
+	(*ShareFetchResponse)(nil),                    // 12: sharelog.v1.ShareFetchResponse
+	(*ShareFetchTopicResponse)(nil),               // 13: sharelog.v1.ShareFetchTopicResponse
+	(*ShareFetchPartitionResponse)(nil),           // 14: sharelog.v1.ShareFetchPartitionResponse
+	(*AcquiredRecords)(nil),                       // 15: sharelog.v1.AcquiredRecords
+	(*ShareAcknowledgeRequest)(nil),               // 16: sharelog.v1.ShareAcknowledgeRequest
+	(*ShareAcknowledgeResponse)(nil),              // 17: sharelog.v1.ShareAcknowledgeResponse
+	(*ShareAcknowledgeTopicResponse)(nil),         // 18: sharelog.v1.ShareAcknowledgeTopicResponse
+	(*ShareAcknowledgePartitionResponse)(nil),     // 19: sharelog.v1.ShareAcknowledgePartitionResponse
+	(*ListShareGroupsRequest)(nil),                // 20: sharelog.v1.ListShareGroupsRequest
+	(*ListShareGroupsResponse)(nil),               // 21: sharelog.v1.ListShareGroupsResponse
+	(*ShareGroupListing)(nil),                     // 22: sharelog.v1.ShareGroupListing
+	(*DescribeShareGroupRequest)(nil),             // 23: sharelog.v1.DescribeShareGroupRequest
+	(*DescribeShareGroupResponse)(nil),            // 24: sharelog.v1.DescribeShareGroupResponse
+	(*ShareGroupMember)(nil),                      // 25: sharelog.v1.ShareGroupMember
+	(*DescribeShareGroupOffsetsRequest)(nil),      // 26: sharelog.v1.DescribeShareGroupOffsetsRequest
+	(*DescribeShareGroupOffsetsResponse)(nil),     // 27: sharelog.v1.DescribeShareGroupOffsetsResponse
+	(*ShareGroupOffsetsTopic)(nil),                // 28: sharelog.v1.ShareGroupOffsetsTopic
+	(*ShareGroupOffsetsPartition)(nil),            // 29: sharelog.v1.ShareGroupOffsetsPartition
+	(*AlterShareGroupOffsetsRequest)(nil),         // 30: sharelog.v1.AlterShareGroupOffsetsRequest
+	(*AlterShareGroupOffsetsTopic)(nil),           // 31: sharelog.v1.AlterShareGroupOffsetsTopic
+	(*AlterShareGroupOffsetsPartition)(nil),       // 32: sharelog.v1.AlterShareGroupOffsetsPartition
+	(*AlterShareGroupOffsetsResponse)(nil),        // 33: sharelog.v1.AlterShareGroupOffsetsResponse
+	(*AlterShareGroupOffsetsTopicResult)(nil),     // 34: sharelog.v1.AlterShareGroupOffsetsTopicResult
+	(*AlterShareGroupOffsetsPartitionResult)(nil), // 35: sharelog.v1.AlterShareGroupOffsetsPartitionResult
+	(*DeleteShareGroupOffsetsRequest)(nil),        // 36: sharelog.v1.DeleteShareGroupOffsetsRequest
+	(*DeleteShareGroupOffsetsResponse)(nil),       // 37: sharelog.v1.DeleteShareGroupOffsetsResponse
+	(*DeleteShareGroupOffsetsTopicResult)(nil),    // 38: sharelog.v1.DeleteShareGroupOffsetsTopicResult
+	(*DeleteShareGroupRequest)(nil),               // 39: sharelog.v1.DeleteShareGroupRequest
+	(*DeleteShareGroupResponse)(nil),              // 40: sharelog.v1.DeleteShareGroupResponse
+	(*GetShareGroupConfigRequest)(nil),            // 41: sharelog.v1.GetShareGroupConfigRequest
+	(*GetShareGroupConfigResponse)(nil),           // 42: sharelog.v1.GetShareGroupConfigResponse
+	(*UpdateShareGroupConfigRequest)(nil),         // 43: sharelog.v1.UpdateShareGroupConfigRequest
+	(*UpdateShareGroupConfigResponse)(nil),        // 44: sharelog.v1.UpdateShareGroupConfigResponse
+	(*DescribeSharePartitionStateRequest)(nil),    // 45: sharelog.v1.DescribeSharePartitionStateRequest
+	(*DescribeSharePartitionStateResponse)(nil),   // 46: sharelog.v1.DescribeSharePartitionStateResponse
+	(*SharePartitionStateTopic)(nil),              // 47: sharelog.v1.SharePartitionStateTopic
+	(*SharePartitionState)(nil),                   // 48: sharelog.v1.SharePartitionState
+	(*InFlightRange)(nil),                         // 49: sharelog.v1.InFlightRange
+	(ErrorCode)(0),                                // 50: sharelog.v1.ErrorCode
+	(*Record)(nil),                                // 51: sharelog.v1.Record
 }
 var file_sharelog_v1_share_group_proto_depIdxs = []int32{
-	3,  // 0: sharelog.v1.Assignment.topic_partitions:type_name -> sharelog.v1.TopicPartitions
-	4,  // 1: sharelog.v1.ShareGroupHeartbeatResponse.assignment:type_name -> sharelog.v1.Assignment
+	4,  // 0: sharelog.v1.Assignment.topic_partitions:type_name -> sharelog.v1.TopicPartitions
+	5,  // 1: sharelog.v1.ShareGroupHeartbeatResponse.assignment:type_name -> sharelog.v1.Assignment
 	1,  // 2: sharelog.v1.AcknowledgementBatch.acknowledge_types:type_name -> sharelog.v1.AcknowledgeType
-	9,  // 3: sharelog.v1.ShareFetchRequest.topics:type_name -> sharelog.v1.ShareFetchTopic
-	3,  // 4: sharelog.v1.ShareFetchRequest.forgotten_topics_data:type_name -> sharelog.v1.TopicPartitions
-	10, // 5: sharelog.v1.ShareFetchTopic.partitions:type_name -> sharelog.v1.ShareFetchPartition
-	7,  // 6: sharelog.v1.ShareFetchPartition.acknowledgement_batches:type_name -> sharelog.v1.AcknowledgementBatch
-	12, // 7: sharelog.v1.ShareFetchResponse.responses:type_name -> sharelog.v1.ShareFetchTopicResponse
-	13, // 8: sharelog.v1.ShareFetchTopicResponse.partitions:type_name -> sharelog.v1.ShareFetchPartitionResponse
-	44, // 9: sharelog.v1.ShareFetchPartitionResponse.error_code:type_name -> sharelog.v1.ErrorCode
-	44, // 10: sharelog.v1.ShareFetchPartitionResponse.acknowledge_error_code:type_name -> sharelog.v1.ErrorCode
-	45, // 11: sharelog.v1.ShareFetchPartitionResponse.records:type_name -> sharelog.v1.Record
-	14, // 12: sharelog.v1.ShareFetchPartitionResponse.acquired_records:type_name -> sharelog.v1.AcquiredRecords
-	9,  // 13: sharelog.v1.ShareAcknowledgeRequest.topics:type_name -> sharelog.v1.ShareFetchTopic
-	17, // 14: sharelog.v1.ShareAcknowledgeResponse.responses:type_name -> sharelog.v1.ShareAcknowledgeTopicResponse
-	18, // 15: sharelog.v1.ShareAcknowledgeTopicResponse.partitions:type_name -> sharelog.v1.ShareAcknowledgePartitionResponse
-	44, // 16: sharelog.v1.ShareAcknowledgePartitionResponse.error_code:type_name -> sharelog.v1.ErrorCode
+	10, // 3: sharelog.v1.ShareFetchRequest.topics:type_name -> sharelog.v1.ShareFetchTopic
+	4,  // 4: sharelog.v1.ShareFetchRequest.forgotten_topics_data:type_name -> sharelog.v1.TopicPartitions
+	11, // 5: sharelog.v1.ShareFetchTopic.partitions:type_name -> sharelog.v1.ShareFetchPartition
+	8,  // 6: sharelog.v1.ShareFetchPartition.acknowledgement_batches:type_name -> sharelog.v1.AcknowledgementBatch
+	13, // 7: sharelog.v1.ShareFetchResponse.responses:type_name -> sharelog.v1.ShareFetchTopicResponse
+	14, // 8: sharelog.v1.ShareFetchTopicResponse.partitions:type_name -> sharelog.v1.ShareFetchPartitionResponse
+	50, // 9: sharelog.v1.ShareFetchPartitionResponse.error_code:type_name -> sharelog.v1.ErrorCode
+	50, // 10: sharelog.v1.ShareFetchPartitionResponse.acknowledge_error_code:type_name -> sharelog.v1.ErrorCode
+	51, // 11: sharelog.v1.ShareFetchPartitionResponse.records:type_name -> sharelog.v1.Record
+	15, // 12: sharelog.v1.ShareFetchPartitionResponse.acquired_records:type_name -> sharelog.v1.AcquiredRecords
+	10, // 13: sharelog.v1.ShareAcknowledgeRequest.topics:type_name -> sharelog.v1.ShareFetchTopic
+	18, // 14: sharelog.v1.ShareAcknowledgeResponse.responses:type_name -> sharelog.v1.ShareAcknowledgeTopicResponse
+	19, // 15: sharelog.v1.ShareAcknowledgeTopicResponse.partitions:type_name -> sharelog.v1.ShareAcknowledgePartitionResponse
+	50, // 16: sharelog.v1.ShareAcknowledgePartitionResponse.error_code:type_name -> sharelog.v1.ErrorCode
 	0,  // 17: sharelog.v1.ListShareGroupsRequest.state_filter:type_name -> sharelog.v1.ShareGroupState
-	21, // 18: sharelog.v1.ListShareGroupsResponse.groups:type_name -> sharelog.v1.ShareGroupListing
+	22, // 18: sharelog.v1.ListShareGroupsResponse.groups:type_name -> sharelog.v1.ShareGroupListing
 	0,  // 19: sharelog.v1.ShareGroupListing.state:type_name -> sharelog.v1.ShareGroupState
 	0,  // 20: sharelog.v1.DescribeShareGroupResponse.state:type_name -> sharelog.v1.ShareGroupState
-	2,  // 21: sharelog.v1.DescribeShareGroupResponse.config:type_name -> sharelog.v1.ShareGroupConfig
-	24, // 22: sharelog.v1.DescribeShareGroupResponse.members:type_name -> sharelog.v1.ShareGroupMember
-	4,  // 23: sharelog.v1.ShareGroupMember.assignment:type_name -> sharelog.v1.Assignment
-	3,  // 24: sharelog.v1.DescribeShareGroupOffsetsRequest.topics:type_name -> sharelog.v1.TopicPartitions
-	27, // 25: sharelog.v1.DescribeShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.ShareGroupOffsetsTopic
-	28, // 26: sharelog.v1.ShareGroupOffsetsTopic.partitions:type_name -> sharelog.v1.ShareGroupOffsetsPartition
-	44, // 27: sharelog.v1.ShareGroupOffsetsPartition.error_code:type_name -> sharelog.v1.ErrorCode
-	30, // 28: sharelog.v1.AlterShareGroupOffsetsRequest.topics:type_name -> sharelog.v1.AlterShareGroupOffsetsTopic
-	31, // 29: sharelog.v1.AlterShareGroupOffsetsTopic.partitions:type_name -> sharelog.v1.AlterShareGroupOffsetsPartition
-	33, // 30: sharelog.v1.AlterShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.AlterShareGroupOffsetsTopicResult
-	34, // 31: sharelog.v1.AlterShareGroupOffsetsTopicResult.partitions:type_name -> sharelog.v1.AlterShareGroupOffsetsPartitionResult
-	44, // 32: sharelog.v1.AlterShareGroupOffsetsPartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
-	37, // 33: sharelog.v1.DeleteShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.DeleteShareGroupOffsetsTopicResult
-	44, // 34: sharelog.v1.DeleteShareGroupOffsetsTopicResult.error_code:type_name -> sharelog.v1.ErrorCode
-	2,  // 35: sharelog.v1.GetShareGroupConfigResponse.config:type_name -> sharelog.v1.ShareGroupConfig
-	2,  // 36: sharelog.v1.UpdateShareGroupConfigRequest.config:type_name -> sharelog.v1.ShareGroupConfig
-	2,  // 37: sharelog.v1.UpdateShareGroupConfigResponse.config:type_name -> sharelog.v1.ShareGroupConfig
-	5,  // 38: sharelog.v1.ShareGroupService.ShareGroupHeartbeat:input_type -> sharelog.v1.ShareGroupHeartbeatRequest
-	8,  // 39: sharelog.v1.ShareGroupService.ShareFetch:input_type -> sharelog.v1.ShareFetchRequest
-	15, // 40: sharelog.v1.ShareGroupService.ShareAcknowledge:input_type -> sharelog.v1.ShareAcknowledgeRequest
-	19, // 41: sharelog.v1.ShareGroupService.ListShareGroups:input_type -> sharelog.v1.ListShareGroupsRequest
-	22, // 42: sharelog.v1.ShareGroupService.DescribeShareGroup:input_type -> sharelog.v1.DescribeShareGroupRequest
-	25, // 43: sharelog.v1.ShareGroupService.DescribeShareGroupOffsets:input_type -> sharelog.v1.DescribeShareGroupOffsetsRequest
-	29, // 44: sharelog.v1.ShareGroupService.AlterShareGroupOffsets:input_type -> sharelog.v1.AlterShareGroupOffsetsRequest
-	35, // 45: sharelog.v1.ShareGroupService.DeleteShareGroupOffsets:input_type -> sharelog.v1.DeleteShareGroupOffsetsRequest
-	38, // 46: sharelog.v1.ShareGroupService.DeleteShareGroup:input_type -> sharelog.v1.DeleteShareGroupRequest
-	40, // 47: sharelog.v1.ShareGroupService.GetShareGroupConfig:input_type -> sharelog.v1.GetShareGroupConfigRequest
-	42, // 48: sharelog.v1.ShareGroupService.UpdateShareGroupConfig:input_type -> sharelog.v1.UpdateShareGroupConfigRequest
-	6,  // 49: sharelog.v1.ShareGroupService.ShareGroupHeartbeat:output_type -> sharelog.v1.ShareGroupHeartbeatResponse
-	11, // 50: sharelog.v1.ShareGroupService.ShareFetch:output_type -> sharelog.v1.ShareFetchResponse
-	16, // 51: sharelog.v1.ShareGroupService.ShareAcknowledge:output_type -> sharelog.v1.ShareAcknowledgeResponse
-	20, // 52: sharelog.v1.ShareGroupService.ListShareGroups:output_type -> sharelog.v1.ListShareGroupsResponse
-	23, // 53: sharelog.v1.ShareGroupService.DescribeShareGroup:output_type -> sharelog.v1.DescribeShareGroupResponse
-	26, // 54: sharelog.v1.ShareGroupService.DescribeShareGroupOffsets:output_type -> sharelog.v1.DescribeShareGroupOffsetsResponse
-	32, // 55: sharelog.v1.ShareGroupService.AlterShareGroupOffsets:output_type -> sharelog.v1.AlterShareGroupOffsetsResponse
-	36, // 56: sharelog.v1.ShareGroupService.DeleteShareGroupOffsets:output_type -> sharelog.v1.DeleteShareGroupOffsetsResponse
-	39, // 57: sharelog.v1.ShareGroupService.DeleteShareGroup:output_type -> sharelog.v1.DeleteShareGroupResponse
-	41, // 58: sharelog.v1.ShareGroupService.GetShareGroupConfig:output_type -> sharelog.v1.GetShareGroupConfigResponse
-	43, // 59: sharelog.v1.ShareGroupService.UpdateShareGroupConfig:output_type -> sharelog.v1.UpdateShareGroupConfigResponse
-	49, // [49:60] is the sub-list for method output_type
-	38, // [38:49] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	3,  // 21: sharelog.v1.DescribeShareGroupResponse.config:type_name -> sharelog.v1.ShareGroupConfig
+	25, // 22: sharelog.v1.DescribeShareGroupResponse.members:type_name -> sharelog.v1.ShareGroupMember
+	5,  // 23: sharelog.v1.ShareGroupMember.assignment:type_name -> sharelog.v1.Assignment
+	4,  // 24: sharelog.v1.DescribeShareGroupOffsetsRequest.topics:type_name -> sharelog.v1.TopicPartitions
+	28, // 25: sharelog.v1.DescribeShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.ShareGroupOffsetsTopic
+	29, // 26: sharelog.v1.ShareGroupOffsetsTopic.partitions:type_name -> sharelog.v1.ShareGroupOffsetsPartition
+	50, // 27: sharelog.v1.ShareGroupOffsetsPartition.error_code:type_name -> sharelog.v1.ErrorCode
+	31, // 28: sharelog.v1.AlterShareGroupOffsetsRequest.topics:type_name -> sharelog.v1.AlterShareGroupOffsetsTopic
+	32, // 29: sharelog.v1.AlterShareGroupOffsetsTopic.partitions:type_name -> sharelog.v1.AlterShareGroupOffsetsPartition
+	34, // 30: sharelog.v1.AlterShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.AlterShareGroupOffsetsTopicResult
+	35, // 31: sharelog.v1.AlterShareGroupOffsetsTopicResult.partitions:type_name -> sharelog.v1.AlterShareGroupOffsetsPartitionResult
+	50, // 32: sharelog.v1.AlterShareGroupOffsetsPartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
+	38, // 33: sharelog.v1.DeleteShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.DeleteShareGroupOffsetsTopicResult
+	50, // 34: sharelog.v1.DeleteShareGroupOffsetsTopicResult.error_code:type_name -> sharelog.v1.ErrorCode
+	3,  // 35: sharelog.v1.GetShareGroupConfigResponse.config:type_name -> sharelog.v1.ShareGroupConfig
+	3,  // 36: sharelog.v1.UpdateShareGroupConfigRequest.config:type_name -> sharelog.v1.ShareGroupConfig
+	3,  // 37: sharelog.v1.UpdateShareGroupConfigResponse.config:type_name -> sharelog.v1.ShareGroupConfig
+	4,  // 38: sharelog.v1.DescribeSharePartitionStateRequest.topics:type_name -> sharelog.v1.TopicPartitions
+	47, // 39: sharelog.v1.DescribeSharePartitionStateResponse.topics:type_name -> sharelog.v1.SharePartitionStateTopic
+	48, // 40: sharelog.v1.SharePartitionStateTopic.partitions:type_name -> sharelog.v1.SharePartitionState
+	49, // 41: sharelog.v1.SharePartitionState.ranges:type_name -> sharelog.v1.InFlightRange
+	50, // 42: sharelog.v1.SharePartitionState.error_code:type_name -> sharelog.v1.ErrorCode
+	2,  // 43: sharelog.v1.InFlightRange.state:type_name -> sharelog.v1.InFlightState
+	6,  // 44: sharelog.v1.ShareGroupService.ShareGroupHeartbeat:input_type -> sharelog.v1.ShareGroupHeartbeatRequest
+	9,  // 45: sharelog.v1.ShareGroupService.ShareFetch:input_type -> sharelog.v1.ShareFetchRequest
+	16, // 46: sharelog.v1.ShareGroupService.ShareAcknowledge:input_type -> sharelog.v1.ShareAcknowledgeRequest
+	20, // 47: sharelog.v1.ShareGroupService.ListShareGroups:input_type -> sharelog.v1.ListShareGroupsRequest
+	23, // 48: sharelog.v1.ShareGroupService.DescribeShareGroup:input_type -> sharelog.v1.DescribeShareGroupRequest
+	26, // 49: sharelog.v1.ShareGroupService.DescribeShareGroupOffsets:input_type -> sharelog.v1.DescribeShareGroupOffsetsRequest
+	30, // 50: sharelog.v1.ShareGroupService.AlterShareGroupOffsets:input_type -> sharelog.v1.AlterShareGroupOffsetsRequest
+	36, // 51: sharelog.v1.ShareGroupService.DeleteShareGroupOffsets:input_type -> sharelog.v1.DeleteShareGroupOffsetsRequest
+	39, // 52: sharelog.v1.ShareGroupService.DeleteShareGroup:input_type -> sharelog.v1.DeleteShareGroupRequest
+	41, // 53: sharelog.v1.ShareGroupService.GetShareGroupConfig:input_type -> sharelog.v1.GetShareGroupConfigRequest
+	43, // 54: sharelog.v1.ShareGroupService.UpdateShareGroupConfig:input_type -> sharelog.v1.UpdateShareGroupConfigRequest
+	45, // 55: sharelog.v1.ShareGroupService.DescribeSharePartitionState:input_type -> sharelog.v1.DescribeSharePartitionStateRequest
+	7,  // 56: sharelog.v1.ShareGroupService.ShareGroupHeartbeat:output_type -> sharelog.v1.ShareGroupHeartbeatResponse
+	12, // 57: sharelog.v1.ShareGroupService.ShareFetch:output_type -> sharelog.v1.ShareFetchResponse
+	17, // 58: sharelog.v1.ShareGroupService.ShareAcknowledge:output_type -> sharelog.v1.ShareAcknowledgeResponse
+	21, // 59: sharelog.v1.ShareGroupService.ListShareGroups:output_type -> sharelog.v1.ListShareGroupsResponse
+	24, // 60: sharelog.v1.ShareGroupService.DescribeShareGroup:output_type -> sharelog.v1.DescribeShareGroupResponse
+	27, // 61: sharelog.v1.ShareGroupService.DescribeShareGroupOffsets:output_type -> sharelog.v1.DescribeShareGroupOffsetsResponse
+	33, // 62: sharelog.v1.ShareGroupService.AlterShareGroupOffsets:output_type -> sharelog.v1.AlterShareGroupOffsetsResponse
+	37, // 63: sharelog.v1.ShareGroupService.DeleteShareGroupOffsets:output_type -> sharelog.v1.DeleteShareGroupOffsetsResponse
+	40, // 64: sharelog.v1.ShareGroupService.DeleteShareGroup:output_type -> sharelog.v1.DeleteShareGroupResponse
+	42, // 65: sharelog.v1.ShareGroupService.GetShareGroupConfig:output_type -> sharelog.v1.GetShareGroupConfigResponse
+	44, // 66: sharelog.v1.ShareGroupService.UpdateShareGroupConfig:output_type -> sharelog.v1.UpdateShareGroupConfigResponse
+	46, // 67: sharelog.v1.ShareGroupService.DescribeSharePartitionState:output_type -> sharelog.v1.DescribeSharePartitionStateResponse
+	56, // [56:68] is the sub-list for method output_type
+	44, // [44:56] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_sharelog_v1_share_group_proto_init() }
@@ -3058,8 +3526,8 @@ func file_sharelog_v1_share_group_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sharelog_v1_share_group_proto_rawDesc), len(file_sharelog_v1_share_group_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   42,
+			NumEnums:      3,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -510,6 +510,59 @@ func local_request_ShareGroupService_UpdateShareGroupConfig_0(ctx context.Contex
 	return msg, metadata, err
 }
 
+var filter_ShareGroupService_DescribeSharePartitionState_0 = &utilities.DoubleArray{Encoding: map[string]int{"group_id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
+func request_ShareGroupService_DescribeSharePartitionState_0(ctx context.Context, marshaler runtime.Marshaler, client ShareGroupServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq DescribeSharePartitionStateRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["group_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "group_id")
+	}
+	protoReq.GroupId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "group_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ShareGroupService_DescribeSharePartitionState_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.DescribeSharePartitionState(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_ShareGroupService_DescribeSharePartitionState_0(ctx context.Context, marshaler runtime.Marshaler, server ShareGroupServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq DescribeSharePartitionStateRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["group_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "group_id")
+	}
+	protoReq.GroupId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "group_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ShareGroupService_DescribeSharePartitionState_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.DescribeSharePartitionState(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterShareGroupServiceHandlerServer registers the http handlers for service ShareGroupService to "mux".
 // UnaryRPC     :call ShareGroupServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -735,6 +788,26 @@ func RegisterShareGroupServiceHandlerServer(ctx context.Context, mux *runtime.Se
 			return
 		}
 		forward_ShareGroupService_UpdateShareGroupConfig_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_ShareGroupService_DescribeSharePartitionState_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/sharelog.v1.ShareGroupService/DescribeSharePartitionState", runtime.WithHTTPPathPattern("/v1/share-groups/{group_id}/partitions:state"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_ShareGroupService_DescribeSharePartitionState_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ShareGroupService_DescribeSharePartitionState_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -963,33 +1036,52 @@ func RegisterShareGroupServiceHandlerClient(ctx context.Context, mux *runtime.Se
 		}
 		forward_ShareGroupService_UpdateShareGroupConfig_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_ShareGroupService_DescribeSharePartitionState_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/sharelog.v1.ShareGroupService/DescribeSharePartitionState", runtime.WithHTTPPathPattern("/v1/share-groups/{group_id}/partitions:state"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_ShareGroupService_DescribeSharePartitionState_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ShareGroupService_DescribeSharePartitionState_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_ShareGroupService_ShareGroupHeartbeat_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "share-groups", "group_id"}, "heartbeat"))
-	pattern_ShareGroupService_ShareFetch_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "share-groups", "group_id"}, "fetch"))
-	pattern_ShareGroupService_ShareAcknowledge_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "share-groups", "group_id"}, "acknowledge"))
-	pattern_ShareGroupService_ListShareGroups_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "share-groups"}, ""))
-	pattern_ShareGroupService_DescribeShareGroup_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "share-groups", "group_id"}, ""))
-	pattern_ShareGroupService_DescribeShareGroupOffsets_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "share-groups", "group_id", "offsets"}, ""))
-	pattern_ShareGroupService_AlterShareGroupOffsets_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "share-groups", "group_id", "offsets"}, "alter"))
-	pattern_ShareGroupService_DeleteShareGroupOffsets_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "share-groups", "group_id", "offsets"}, "delete"))
-	pattern_ShareGroupService_DeleteShareGroup_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "share-groups", "group_id"}, ""))
-	pattern_ShareGroupService_GetShareGroupConfig_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "share-groups", "group_id", "config"}, ""))
-	pattern_ShareGroupService_UpdateShareGroupConfig_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "share-groups", "group_id", "config"}, ""))
+	pattern_ShareGroupService_ShareGroupHeartbeat_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "share-groups", "group_id"}, "heartbeat"))
+	pattern_ShareGroupService_ShareFetch_0                  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "share-groups", "group_id"}, "fetch"))
+	pattern_ShareGroupService_ShareAcknowledge_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "share-groups", "group_id"}, "acknowledge"))
+	pattern_ShareGroupService_ListShareGroups_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "share-groups"}, ""))
+	pattern_ShareGroupService_DescribeShareGroup_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "share-groups", "group_id"}, ""))
+	pattern_ShareGroupService_DescribeShareGroupOffsets_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "share-groups", "group_id", "offsets"}, ""))
+	pattern_ShareGroupService_AlterShareGroupOffsets_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "share-groups", "group_id", "offsets"}, "alter"))
+	pattern_ShareGroupService_DeleteShareGroupOffsets_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "share-groups", "group_id", "offsets"}, "delete"))
+	pattern_ShareGroupService_DeleteShareGroup_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "share-groups", "group_id"}, ""))
+	pattern_ShareGroupService_GetShareGroupConfig_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "share-groups", "group_id", "config"}, ""))
+	pattern_ShareGroupService_UpdateShareGroupConfig_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "share-groups", "group_id", "config"}, ""))
+	pattern_ShareGroupService_DescribeSharePartitionState_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "share-groups", "group_id", "partitions"}, "state"))
 )
 
 var (
-	forward_ShareGroupService_ShareGroupHeartbeat_0       = runtime.ForwardResponseMessage
-	forward_ShareGroupService_ShareFetch_0                = runtime.ForwardResponseMessage
-	forward_ShareGroupService_ShareAcknowledge_0          = runtime.ForwardResponseMessage
-	forward_ShareGroupService_ListShareGroups_0           = runtime.ForwardResponseMessage
-	forward_ShareGroupService_DescribeShareGroup_0        = runtime.ForwardResponseMessage
-	forward_ShareGroupService_DescribeShareGroupOffsets_0 = runtime.ForwardResponseMessage
-	forward_ShareGroupService_AlterShareGroupOffsets_0    = runtime.ForwardResponseMessage
-	forward_ShareGroupService_DeleteShareGroupOffsets_0   = runtime.ForwardResponseMessage
-	forward_ShareGroupService_DeleteShareGroup_0          = runtime.ForwardResponseMessage
-	forward_ShareGroupService_GetShareGroupConfig_0       = runtime.ForwardResponseMessage
-	forward_ShareGroupService_UpdateShareGroupConfig_0    = runtime.ForwardResponseMessage
+	forward_ShareGroupService_ShareGroupHeartbeat_0         = runtime.ForwardResponseMessage
+	forward_ShareGroupService_ShareFetch_0                  = runtime.ForwardResponseMessage
+	forward_ShareGroupService_ShareAcknowledge_0            = runtime.ForwardResponseMessage
+	forward_ShareGroupService_ListShareGroups_0             = runtime.ForwardResponseMessage
+	forward_ShareGroupService_DescribeShareGroup_0          = runtime.ForwardResponseMessage
+	forward_ShareGroupService_DescribeShareGroupOffsets_0   = runtime.ForwardResponseMessage
+	forward_ShareGroupService_AlterShareGroupOffsets_0      = runtime.ForwardResponseMessage
+	forward_ShareGroupService_DeleteShareGroupOffsets_0     = runtime.ForwardResponseMessage
+	forward_ShareGroupService_DeleteShareGroup_0            = runtime.ForwardResponseMessage
+	forward_ShareGroupService_GetShareGroupConfig_0         = runtime.ForwardResponseMessage
+	forward_ShareGroupService_UpdateShareGroupConfig_0      = runtime.ForwardResponseMessage
+	forward_ShareGroupService_DescribeSharePartitionState_0 = runtime.ForwardResponseMessage
 )

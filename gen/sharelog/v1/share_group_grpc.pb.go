@@ -19,17 +19,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ShareGroupService_ShareGroupHeartbeat_FullMethodName       = "/sharelog.v1.ShareGroupService/ShareGroupHeartbeat"
-	ShareGroupService_ShareFetch_FullMethodName                = "/sharelog.v1.ShareGroupService/ShareFetch"
-	ShareGroupService_ShareAcknowledge_FullMethodName          = "/sharelog.v1.ShareGroupService/ShareAcknowledge"
-	ShareGroupService_ListShareGroups_FullMethodName           = "/sharelog.v1.ShareGroupService/ListShareGroups"
-	ShareGroupService_DescribeShareGroup_FullMethodName        = "/sharelog.v1.ShareGroupService/DescribeShareGroup"
-	ShareGroupService_DescribeShareGroupOffsets_FullMethodName = "/sharelog.v1.ShareGroupService/DescribeShareGroupOffsets"
-	ShareGroupService_AlterShareGroupOffsets_FullMethodName    = "/sharelog.v1.ShareGroupService/AlterShareGroupOffsets"
-	ShareGroupService_DeleteShareGroupOffsets_FullMethodName   = "/sharelog.v1.ShareGroupService/DeleteShareGroupOffsets"
-	ShareGroupService_DeleteShareGroup_FullMethodName          = "/sharelog.v1.ShareGroupService/DeleteShareGroup"
-	ShareGroupService_GetShareGroupConfig_FullMethodName       = "/sharelog.v1.ShareGroupService/GetShareGroupConfig"
-	ShareGroupService_UpdateShareGroupConfig_FullMethodName    = "/sharelog.v1.ShareGroupService/UpdateShareGroupConfig"
+	ShareGroupService_ShareGroupHeartbeat_FullMethodName         = "/sharelog.v1.ShareGroupService/ShareGroupHeartbeat"
+	ShareGroupService_ShareFetch_FullMethodName                  = "/sharelog.v1.ShareGroupService/ShareFetch"
+	ShareGroupService_ShareAcknowledge_FullMethodName            = "/sharelog.v1.ShareGroupService/ShareAcknowledge"
+	ShareGroupService_ListShareGroups_FullMethodName             = "/sharelog.v1.ShareGroupService/ListShareGroups"
+	ShareGroupService_DescribeShareGroup_FullMethodName          = "/sharelog.v1.ShareGroupService/DescribeShareGroup"
+	ShareGroupService_DescribeShareGroupOffsets_FullMethodName   = "/sharelog.v1.ShareGroupService/DescribeShareGroupOffsets"
+	ShareGroupService_AlterShareGroupOffsets_FullMethodName      = "/sharelog.v1.ShareGroupService/AlterShareGroupOffsets"
+	ShareGroupService_DeleteShareGroupOffsets_FullMethodName     = "/sharelog.v1.ShareGroupService/DeleteShareGroupOffsets"
+	ShareGroupService_DeleteShareGroup_FullMethodName            = "/sharelog.v1.ShareGroupService/DeleteShareGroup"
+	ShareGroupService_GetShareGroupConfig_FullMethodName         = "/sharelog.v1.ShareGroupService/GetShareGroupConfig"
+	ShareGroupService_UpdateShareGroupConfig_FullMethodName      = "/sharelog.v1.ShareGroupService/UpdateShareGroupConfig"
+	ShareGroupService_DescribeSharePartitionState_FullMethodName = "/sharelog.v1.ShareGroupService/DescribeSharePartitionState"
 )
 
 // ShareGroupServiceClient is the client API for ShareGroupService service.
@@ -60,6 +61,9 @@ type ShareGroupServiceClient interface {
 	GetShareGroupConfig(ctx context.Context, in *GetShareGroupConfigRequest, opts ...grpc.CallOption) (*GetShareGroupConfigResponse, error)
 	// Sets configuration fields; unset fields keep their value.
 	UpdateShareGroupConfig(ctx context.Context, in *UpdateShareGroupConfigRequest, opts ...grpc.CallOption) (*UpdateShareGroupConfigResponse, error)
+	// Describes the in-flight records of share-partitions: each range's state,
+	// delivery count, owner and lock deadline (read-only, bounded per partition).
+	DescribeSharePartitionState(ctx context.Context, in *DescribeSharePartitionStateRequest, opts ...grpc.CallOption) (*DescribeSharePartitionStateResponse, error)
 }
 
 type shareGroupServiceClient struct {
@@ -180,6 +184,16 @@ func (c *shareGroupServiceClient) UpdateShareGroupConfig(ctx context.Context, in
 	return out, nil
 }
 
+func (c *shareGroupServiceClient) DescribeSharePartitionState(ctx context.Context, in *DescribeSharePartitionStateRequest, opts ...grpc.CallOption) (*DescribeSharePartitionStateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeSharePartitionStateResponse)
+	err := c.cc.Invoke(ctx, ShareGroupService_DescribeSharePartitionState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ShareGroupServiceServer is the server API for ShareGroupService service.
 // All implementations must embed UnimplementedShareGroupServiceServer
 // for forward compatibility.
@@ -208,6 +222,9 @@ type ShareGroupServiceServer interface {
 	GetShareGroupConfig(context.Context, *GetShareGroupConfigRequest) (*GetShareGroupConfigResponse, error)
 	// Sets configuration fields; unset fields keep their value.
 	UpdateShareGroupConfig(context.Context, *UpdateShareGroupConfigRequest) (*UpdateShareGroupConfigResponse, error)
+	// Describes the in-flight records of share-partitions: each range's state,
+	// delivery count, owner and lock deadline (read-only, bounded per partition).
+	DescribeSharePartitionState(context.Context, *DescribeSharePartitionStateRequest) (*DescribeSharePartitionStateResponse, error)
 	mustEmbedUnimplementedShareGroupServiceServer()
 }
 
@@ -250,6 +267,9 @@ func (UnimplementedShareGroupServiceServer) GetShareGroupConfig(context.Context,
 }
 func (UnimplementedShareGroupServiceServer) UpdateShareGroupConfig(context.Context, *UpdateShareGroupConfigRequest) (*UpdateShareGroupConfigResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateShareGroupConfig not implemented")
+}
+func (UnimplementedShareGroupServiceServer) DescribeSharePartitionState(context.Context, *DescribeSharePartitionStateRequest) (*DescribeSharePartitionStateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeSharePartitionState not implemented")
 }
 func (UnimplementedShareGroupServiceServer) mustEmbedUnimplementedShareGroupServiceServer() {}
 func (UnimplementedShareGroupServiceServer) testEmbeddedByValue()                           {}
@@ -470,6 +490,24 @@ func _ShareGroupService_UpdateShareGroupConfig_Handler(srv interface{}, ctx cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ShareGroupService_DescribeSharePartitionState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeSharePartitionStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShareGroupServiceServer).DescribeSharePartitionState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShareGroupService_DescribeSharePartitionState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShareGroupServiceServer).DescribeSharePartitionState(ctx, req.(*DescribeSharePartitionStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ShareGroupService_ServiceDesc is the grpc.ServiceDesc for ShareGroupService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -520,6 +558,10 @@ var ShareGroupService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateShareGroupConfig",
 			Handler:    _ShareGroupService_UpdateShareGroupConfig_Handler,
+		},
+		{
+			MethodName: "DescribeSharePartitionState",
+			Handler:    _ShareGroupService_DescribeSharePartitionState_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -60,7 +60,7 @@ func k1Ours(ctx context.Context, e *env, rep int, o *runOut) error {
 	if err := createTopic(ctx, c, topic, 1, 0); err != nil {
 		return err
 	}
-	total := int64(2 * calls * k1Batch)
+	total := int64(2*calls*k1Batch) + 1 // + the kgo warm-up record
 	o.part([]string{"k1-produce"}, func() error {
 		var grpcRes, kafkaRes meas
 		var err error
@@ -134,8 +134,13 @@ func k1ProduceKafka(ctx context.Context, p *proc, topic string, calls int, value
 	defer cl.Close()
 	// One warm-up record outside the measurement: the first produce also
 	// fetches metadata, which the gRPC side does not need.
-	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 0, Key: []byte("warm-up"), Value: value}).FirstErr(); err != nil {
-		return meas{}, fmt.Errorf("kgo produce: %w", err)
+	var warmErr error
+	cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Key: []byte("warm-up"), Value: value}, func(_ *kgo.Record, err error) { warmErr = err })
+	if err := cl.Flush(ctx); err != nil {
+		return meas{}, err
+	}
+	if warmErr != nil {
+		return meas{}, fmt.Errorf("kgo produce: %w", warmErr)
 	}
 	recs := make([]kgo.Record, k1Batch)
 	for i := range recs {

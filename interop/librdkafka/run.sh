@@ -46,7 +46,7 @@ log "librdkafka $(printf '%d.%d.%d' $((ver >> 24 & 255)) $((ver >> 16 & 255)) $(
 
 mkdir -p "$build/include/librdkafka"
 cp "$rdk/src/rdkafka.h" "$build/include/librdkafka/"
-cc -O2 -Wall -Wextra -Werror -o "$build/share_consumer" "$here/share_consumer.c" \
+cc -O2 -Wall -Werror -o "$build/share_consumer" "$here/share_consumer.c" \
 	-I"$build/include" -L"$rdk/src" -lrdkafka -Wl,-rpath,"$rdk/src"
 (cd "$root" && go build -o "$build/sharelog" ./cmd/server && go build -o "$build/sharelogctl" ./cmd/sharelogctl)
 

@@ -12,7 +12,8 @@
 #
 # Environment: INTEROP_BUILD_DIR (default interop/librdkafka/.build, kept
 # between runs), CKJS_VERSION (default 1.10.1, which bundles librdkafka
-# 2.15.1), RECORDS (default 50).
+# 2.15.1), RECORDS (default 50), RDKAFKA_DEBUG (librdkafka debug contexts,
+# e.g. protocol,cgrp; the consumer's stderr is kept in consumer.err).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -79,8 +80,8 @@ seq 0 $((records - 1)) | sed 's/^/value-/' | ctl produce interop-q >/dev/null
 ctl share-groups reset-offsets interop-g --to-earliest --topic interop-q --execute >/dev/null
 
 log "share consumer: $records records, explicit acks, one RELEASE"
-"$build/share_consumer" "$kafka" interop-g interop-q "$records" >"$build/consumer.out" || {
-	tail -20 "$build/consumer.out" >&2
+"$build/share_consumer" "$kafka" interop-g interop-q "$records" >"$build/consumer.out" 2>"$build/consumer.err" || {
+	tail -20 "$build/consumer.out" "$build/consumer.err" >&2
 	exit 1
 }
 tail -1 "$build/consumer.out"

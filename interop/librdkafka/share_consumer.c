@@ -9,7 +9,8 @@
  * delivery of the first record it sees and expects that record again with
  * delivery count 2, commits synchronously and closes. It prints one line per
  * delivery and exits non-zero on any error, duplicate accept, unexpected
- * delivery count or timeout.
+ * delivery count or timeout. RDKAFKA_DEBUG sets librdkafka's "debug"
+ * property (its log goes to stderr).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -54,6 +55,9 @@ int main(int argc, char **argv) {
             rd_kafka_conf_set(conf, "share.acknowledgement.mode", "explicit", errstr, sizeof(errstr)) ||
             rd_kafka_conf_set(conf, "client.id", "sharelog-interop-librdkafka", errstr, sizeof(errstr)))
                 fail("config", errstr);
+        const char *debug = getenv("RDKAFKA_DEBUG"); /* e.g. protocol,cgrp */
+        if (debug && *debug && rd_kafka_conf_set(conf, "debug", debug, errstr, sizeof(errstr)))
+                fail("config debug", errstr);
         rd_kafka_share_t *sc = rd_kafka_share_consumer_new(conf, errstr, sizeof(errstr));
         if (!sc)
                 fail("rd_kafka_share_consumer_new", errstr);

@@ -62,7 +62,7 @@ var quickSizes = sizes{
 	g1Calls1: 1500, g1Calls100: 300,
 	prefill: 100_000, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second,
 	d1Total: 120_000, d1Purge: 100_000, d1Base: 1500 * time.Millisecond, s3Dur: 5 * time.Second,
-	k1Calls: 300, k2Recs: 40_000,
+	k1Calls: 500, k2Recs: 100_000,
 	unaryDur: 2 * time.Second, seqWriteMiB: 128, fsyncN: 300,
 }
 

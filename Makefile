@@ -86,6 +86,11 @@ bench:
 bench-quick:
 	cd bench && $(GO) run ./cmd/bench -quick
 
+## interop-librdkafka: librdkafka 2.15's C share consumer against the Kafka listener (not in CI; builds librdkafka from the npm package's bundled source, ~5 min the first time)
+.PHONY: interop-librdkafka
+interop-librdkafka:
+	bash interop/librdkafka/run.sh
+
 ## bench-go: Go benchmarks of the log store
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/logstore/

@@ -49,6 +49,8 @@ type sizes struct {
 	d1Purge int64
 	d1Base  time.Duration
 	s3Dur   time.Duration
+	k1Calls int   // K1: Produce calls of 100 records each way
+	k2Recs  int64 // K2: records each share consumer group drains
 
 	unaryDur    time.Duration
 	seqWriteMiB int
@@ -60,6 +62,7 @@ var quickSizes = sizes{
 	g1Calls1: 1500, g1Calls100: 300,
 	prefill: 100_000, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second,
 	d1Total: 120_000, d1Purge: 100_000, d1Base: 1500 * time.Millisecond, s3Dur: 5 * time.Second,
+	k1Calls: 500, k2Recs: 100_000,
 	unaryDur: 2 * time.Second, seqWriteMiB: 128, fsyncN: 300,
 }
 
@@ -68,6 +71,7 @@ var fullSizes = sizes{
 	g1Calls1: 5000, g1Calls100: 2000,
 	prefill: 1_000_000, c1Cap: 180 * time.Second, c2Acks: 2000, c3Dur: 10 * time.Second, c4Recs: 50_000, c4Lock: time.Second,
 	d1Total: 1_200_000, d1Purge: 1_000_000, d1Base: 3 * time.Second, s3Dur: 60 * time.Second,
+	k1Calls: 2000, k2Recs: 400_000,
 	unaryDur: 5 * time.Second, seqWriteMiB: 512, fsyncN: 2000,
 }
 

@@ -21,14 +21,15 @@ import (
 // proc is a child server process (sharelog, nats-server or the null gRPC
 // server) whose CPU time and peak RSS the harness reads from /proc.
 type proc struct {
-	name     string
-	cmd      *exec.Cmd
-	pid      int
-	grpcAddr string // sharelog / null server
-	httpAddr string // sharelog
-	natsURL  string // nats-server
-	exited   chan struct{}
-	waitErr  error
+	name      string
+	cmd       *exec.Cmd
+	pid       int
+	grpcAddr  string // sharelog / null server
+	httpAddr  string // sharelog
+	kafkaAddr string // sharelog started with --kafka-addr
+	natsURL   string // nats-server
+	exited    chan struct{}
+	waitErr   error
 
 	mu   sync.Mutex
 	tail []string // last stderr lines, for error messages
@@ -141,6 +142,7 @@ func startSharelog(bin, dir string, args ...string) (*proc, error) {
 		}
 		p.grpcAddr, _ = m["grpc_addr"].(string)
 		p.httpAddr, _ = m["http_addr"].(string)
+		p.kafkaAddr, _ = m["kafka_addr"].(string)
 		return p.grpcAddr != ""
 	})
 }

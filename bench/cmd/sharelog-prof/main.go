@@ -32,6 +32,8 @@ func main() {
 	flag.StringVar(&cfg.Fsync, "fsync", cfg.Fsync, "always, interval or never")
 	flag.StringVar(&cfg.OSOBackfill, "oso-backfill", cfg.OSOBackfill, "auto, enabled or disabled")
 	flag.Int64Var(&cfg.SegmentBytes, "segment-bytes", cfg.SegmentBytes, "default segment size")
+	flag.IntVar(&cfg.HealthProbesPerSec, "health-probes-per-sec", cfg.HealthProbesPerSec, "health probes per second and client IP; 0 = no limit")
+	flag.StringVar(&cfg.KafkaAddr, "kafka-addr", cfg.KafkaAddr, "Kafka listener address (empty = off)")
 	flag.StringVar(&logFormat, "log-format", "json", "json (only)")
 	flag.StringVar(&logLevel, "log-level", "info", "log level")
 	flag.StringVar(&profile, "cpuprofile", "", "write a CPU profile here on shutdown")

@@ -3,7 +3,9 @@ package jetstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -74,4 +76,60 @@ func Purge(ctx context.Context, nc *nats.Conn, stream string, seq uint64) (uint6
 	}
 	err := Request(ctx, nc, "STREAM.PURGE."+stream, map[string]uint64{"seq": seq}, &resp)
 	return resp.Purged, err
+}
+
+// attemptTimeout bounds one try of an idempotent JetStream API call in
+// Retry: a request the meta leader dropped (it was being elected, or a
+// peer was briefly marked offline) is sent again instead of waiting out the
+// caller's whole deadline.
+const attemptTimeout = 5 * time.Second
+
+// Retry runs an idempotent JetStream API call (creating a stream or bucket
+// with a fixed configuration) until it succeeds, fails for a reason other
+// than a transient one, or ctx ends. Transient: the attempt timed out, no
+// server answered, or no peer could take the placement yet.
+func Retry(ctx context.Context, call func(ctx context.Context) error) error {
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		err := call(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !transient(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+	}
+}
+
+func transient(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) {
+		return true
+	}
+	var apiErr *njs.APIError
+	// 10005: "no suitable peers for placement" (a peer not current yet).
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10005
+}
+
+// WaitLeader waits until the stream has an elected leader that answers:
+// JetStream acknowledges a stream's creation before its replicas have
+// elected one, and a read or write in between finds no responder.
+func WaitLeader(ctx context.Context, js njs.JetStream, stream string) error {
+	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, 200*time.Millisecond) {
+		st, err := js.Stream(ctx, stream)
+		if err == nil {
+			if ci := st.CachedInfo().Cluster; ci == nil || ci.Leader != "" {
+				return nil
+			}
+		} else if !transient(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+	}
 }

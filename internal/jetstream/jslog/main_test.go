@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
@@ -43,6 +44,12 @@ func newStore(t *testing.T) *Store {
 // openStore opens a store on nc with o, closed at t's cleanup.
 func openStore(t *testing.T, nc *nats.Conn, o Options) *Store {
 	t.Helper()
+	if o.Timeout == 0 {
+		// The parallel conformance cases create many replicated streams at
+		// once on three in-process servers under -race on two cores: the
+		// meta layer can take longer than the production default of 10 s.
+		o.Timeout = 30 * time.Second
+	}
 	s, err := Open(context.Background(), nc, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })

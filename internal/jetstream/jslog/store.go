@@ -127,15 +127,21 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	bucket := sljs.MetaBucket(o.Prefix)
-	s.kv, err = js.CreateKeyValue(octx, njs.KeyValueConfig{
-		Bucket:      bucket,
-		Description: "sharelog topic metadata",
-		History:     1,
-		Storage:     njs.FileStorage,
-		Replicas:    o.Replicas,
+	err = sljs.Retry(octx, func(ctx context.Context) (err error) {
+		s.kv, err = js.CreateKeyValue(ctx, njs.KeyValueConfig{
+			Bucket:      bucket,
+			Description: "sharelog topic metadata",
+			History:     1,
+			Storage:     njs.FileStorage,
+			Replicas:    o.Replicas,
+		})
+		return err
 	})
 	if errors.Is(err, njs.ErrBucketExists) {
 		s.kv, err = js.KeyValue(octx, bucket) // as the operator left it
+	}
+	if err == nil {
+		err = sljs.WaitLeader(octx, js, "KV_"+bucket)
 	}
 	if err != nil {
 		return nil, sljs.Wrap(ctx, "open the topic metadata bucket", err, logstore.ErrStorage)
@@ -326,8 +332,14 @@ func (s *Store) CreateTopic(ctx context.Context, name string, partitions int32, 
 	m := topicMeta{Name: name, ID: logstore.NewTopicID(), Partitions: partitions,
 		SegmentBytes: cfg.SegmentBytes, RetentionMs: cfg.RetentionMs, CleanupPolicy: cfg.CleanupPolicy}
 	if err := s.eachPartition(octx, partitions, func(ctx context.Context, p int32) error {
-		_, err := s.js.CreateStream(ctx, s.streamConfig(m, p))
-		return err
+		cfg := s.streamConfig(m, p)
+		if err := sljs.Retry(ctx, func(ctx context.Context) error {
+			_, err := s.js.CreateStream(ctx, cfg)
+			return err
+		}); err != nil {
+			return err
+		}
+		return sljs.WaitLeader(ctx, s.js, cfg.Name)
 	}); err != nil {
 		s.dropStreams(m.ID, partitions)
 		return logstore.TopicInfo{}, sljs.Wrap(ctx, fmt.Sprintf("create the streams of topic %q", name), err, logstore.ErrStorage)

@@ -148,15 +148,22 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 		defer cancel()
 	}
 	bucket := sljs.ShareBucket(o.Prefix)
-	kv, err := js.CreateKeyValue(ctx, njs.KeyValueConfig{
-		Bucket:      bucket,
-		Description: "sharelog share-group state snapshots",
-		History:     1,
-		Storage:     njs.FileStorage,
-		Replicas:    o.Replicas,
+	var kv njs.KeyValue
+	err = sljs.Retry(ctx, func(ctx context.Context) (err error) {
+		kv, err = js.CreateKeyValue(ctx, njs.KeyValueConfig{
+			Bucket:      bucket,
+			Description: "sharelog share-group state snapshots",
+			History:     1,
+			Storage:     njs.FileStorage,
+			Replicas:    o.Replicas,
+		})
+		return err
 	})
 	if errors.Is(err, njs.ErrBucketExists) {
 		kv, err = js.KeyValue(ctx, bucket)
+	}
+	if err == nil {
+		err = sljs.WaitLeader(ctx, js, "KV_"+bucket)
 	}
 	if err != nil {
 		return nil, sljs.Wrap(ctx, "open the share state bucket "+bucket, err, ErrStorage)

@@ -92,6 +92,9 @@ func start(o Options) (*Cluster, error) {
 		c.Shutdown()
 		return nil, err
 	}
+	// A name of its own, so that a node of another test binary's cluster
+	// that ever reached one of these route ports could not join it.
+	clusterName := fmt.Sprintf("sharelog-test-%d-%d", os.Getpid(), ports[0])
 	var routes []string
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
@@ -105,7 +108,7 @@ func start(o Options) (*Cluster, error) {
 			StoreDir:   fmt.Sprintf("%s/n%d", c.dir, i+1),
 			SyncAlways: o.SyncAlways,
 			Cluster: server.ClusterOpts{
-				Name:        "sharelog-test",
+				Name:        clusterName,
 				Host:        "127.0.0.1",
 				Port:        ports[i],
 				NoAdvertise: o.NoAdvertise,
@@ -163,17 +166,35 @@ func (c *Cluster) probe(deadline time.Time) error {
 	if err != nil {
 		return err
 	}
+	// A meta leader that sees every peer is not yet enough: a node can
+	// still be marked offline for placement for a moment, and the first
+	// test's replicated bucket then fails with "no suitable peers". Place
+	// and write a stream replicated on every node, as the tests will.
+	probe := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, err := js.AccountInfo(ctx); err != nil {
+			return err
+		}
+		const name = "JSTEST_READY"
+		if _, err := js.CreateOrUpdateStream(ctx, njs.StreamConfig{Name: name, Subjects: []string{"jstest.ready"},
+			Replicas: len(c.Servers), Storage: njs.FileStorage}); err != nil {
+			return err
+		}
+		if _, err := js.Publish(ctx, "jstest.ready", nil); err != nil {
+			return err
+		}
+		return js.DeleteStream(ctx, name)
+	}
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err = js.AccountInfo(ctx)
-		cancel()
+		err = probe()
 		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("JetStream not answering: %w", err)
+			return fmt.Errorf("JetStream not ready for replicated streams: %w", err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -351,8 +351,14 @@ func (w *workload) setup(t *testing.T) {
 		_, err := w.logc.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: w.topic, Partitions: 1})
 		return err == nil || status.Code(err) == codes.AlreadyExists
 	}, 10*time.Second, 100*time.Millisecond)
-	_, err := w.sg.UpdateShareGroupConfig(ctx, &sharelogv1.UpdateShareGroupConfigRequest{GroupId: "g",
-		Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: proto.String("earliest")}})
+	// UNAVAILABLE is retryable (a freshly active instance's share-state
+	// bucket may still be electing its leader), as for CreateTopic above.
+	var err error
+	require.Eventually(t, func() bool {
+		_, err = w.sg.UpdateShareGroupConfig(ctx, &sharelogv1.UpdateShareGroupConfigRequest{GroupId: "g",
+			Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: proto.String("earliest")}})
+		return status.Code(err) != codes.Unavailable
+	}, 10*time.Second, 100*time.Millisecond, "last error: %v", err)
 	require.NoError(t, err)
 }
 

@@ -432,7 +432,8 @@ func TestCompactionCrashAtEveryStep(t *testing.T) {
 	policy := []string{logstore.CleanupCompact, logstore.CleanupCompactDelete}[rng.IntN(2)]
 	t.Logf("cleanup policy %s", policy)
 	info, err := s.CreateTopic(ctx, "c", 1, logstore.TopicConfig{SegmentBytes: 1024 + int64(rng.IntN(2048)),
-		CleanupPolicy: policy, DeleteRetentionMs: 1000, MinCleanableDirtyRatio: 0.05 + rng.Float64()/2})
+		// No time retention: the model knows only compaction and purges.
+		RetentionMs: -1, CleanupPolicy: policy, DeleteRetentionMs: 1000, MinCleanableDirtyRatio: 0.05 + rng.Float64()/2})
 	require.NoError(t, err)
 	m := make(compactModel)
 	images, runs := 0, int64(0)

@@ -85,7 +85,13 @@ type segment struct {
 	mu      sync.Mutex
 	f       *os.File // nil until opened: sealed lazily on first use, active on first write
 	sealed  bool     // no more appends; index files written
-	deleted bool     // files renamed to *.deleted
+	deleted bool     // files renamed to *.<delGen>.deleted
+	// delGen makes the deleted names of this segment unique: a segment
+	// compacted twice leaves two generations of the same base marked for
+	// deletion, and a reader still pinning the older one must open its
+	// own files, not the newer one's (and its release must unlink only
+	// its own).
+	delGen uint64
 	loaded  bool     // idx and tidx are in memory (always true for the active segment)
 	idx     []indexEntry
 	tidx    []timeEntry
@@ -118,10 +124,13 @@ func newSegment(dir string, base int64) *segment {
 func (s *segment) path(suffix string) string {
 	p := filepath.Join(s.dir, fmt.Sprintf("%020d%s", s.base, suffix))
 	if s.deleted {
-		p += deletedSuffix
+		p += fmt.Sprintf(".%d%s", s.delGen, deletedSuffix)
 	}
 	return p
 }
+
+// deleteGen numbers the segments marked for deletion in this process.
+var deleteGen atomic.Uint64
 
 // acquire adds a reference. The caller must have found s in the partition's
 // segment list under the partition's mu, so the list still holds one.
@@ -216,15 +225,17 @@ func (s *segment) markDeleted() error {
 		return nil
 	}
 	var first error
+	gen := deleteGen.Add(1)
 	for _, suf := range segmentSuffixes {
 		from := s.path(suf)
-		if err := renameIfExists(from, from+deletedSuffix); err != nil && first == nil {
+		to := fmt.Sprintf("%s.%d%s", from, gen, deletedSuffix)
+		if err := renameIfExists(from, to); err != nil && first == nil {
 			first = err
 		}
 	}
 	// Even if a rename failed, later paths must not point at a file that may
-	// have moved; release unlinks both names best-effort.
-	s.deleted = true
+	// have moved; release unlinks the new names best-effort.
+	s.deleted, s.delGen = true, gen
 	return first
 }
 

@@ -22,3 +22,22 @@ func Name(ctx context.Context) string {
 	n, _ := ctx.Value(key{}).(string)
 	return n
 }
+
+// Anonymous is the principal of a call that carries no credentials.
+const Anonymous = "User:ANONYMOUS"
+
+type userKey struct{}
+
+// WithUser returns ctx carrying the authenticated principal, "User:<name>"
+// (the subject of authorization and of share-group member binding).
+func WithUser(ctx context.Context, user string) context.Context {
+	return context.WithValue(ctx, userKey{}, user)
+}
+
+// User is the authenticated principal carried by ctx, or Anonymous.
+func User(ctx context.Context) string {
+	if u, _ := ctx.Value(userKey{}).(string); u != "" {
+		return u
+	}
+	return Anonymous
+}

@@ -61,7 +61,9 @@ func (g *gate) admit(ctx context.Context, method string) (context.Context, error
 	if err != nil {
 		return ctx, err
 	}
-	if name == "" && ip != "" {
+	if name != "" {
+		ctx = principal.WithUser(ctx, "User:"+name)
+	} else if ip != "" {
 		name = "ip:" + ip
 	}
 	return principal.WithName(ctx, name), nil

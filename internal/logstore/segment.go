@@ -92,11 +92,11 @@ type segment struct {
 	// own files, not the newer one's (and its release must unlink only
 	// its own).
 	delGen uint64
-	loaded  bool     // idx and tidx are in memory (always true for the active segment)
-	idx     []indexEntry
-	tidx    []timeEntry
-	maxTs   int64 // newest timestamp in the segment; math.MinInt64 when empty
-	end     int64 // offset after the last indexed record
+	loaded bool // idx and tidx are in memory (always true for the active segment)
+	idx    []indexEntry
+	tidx   []timeEntry
+	maxTs  int64 // newest timestamp in the segment; math.MinInt64 when empty
+	end    int64 // offset after the last indexed record
 	// Indexer state: positions at or after which the next entry may be made.
 	nextIdxPos  int64
 	nextTidxPos int64

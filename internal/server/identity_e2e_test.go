@@ -93,6 +93,12 @@ func doREST(t *testing.T, s *stack, req *http.Request) restResponse {
 	resp, err := s.http.Client().Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
+	return restFrom(t, resp)
+}
+
+// restFrom reads an HTTP answer.
+func restFrom(t *testing.T, resp *http.Response) restResponse {
+	t.Helper()
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	out := restResponse{Status: resp.StatusCode, Raw: string(raw)}

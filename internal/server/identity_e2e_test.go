@@ -187,3 +187,94 @@ func TestMemberImpersonationREST(t *testing.T) {
 	requireRESTError(t, call("/v1/share-groups/g:fetch", `{"memberId":"m","shareSessionEpoch":-1}`), http.StatusNotFound, "SHARE_SESSION_NOT_FOUND")
 	ownerUntouched(t, s, alice, memberEpoch)
 }
+
+// memberHosts returns each member's client_host and client_id.
+func memberHosts(t *testing.T, s *shareStack, ctx context.Context) map[string][2]string {
+	t.Helper()
+	d, err := s.sg.DescribeShareGroup(ctx, &sharelogv1.DescribeShareGroupRequest{GroupId: "g"})
+	require.NoError(t, err)
+	out := map[string][2]string{}
+	for _, m := range d.GetMembers() {
+		out[m.GetMemberId()] = [2]string{m.GetClientHost(), m.GetClientId()}
+	}
+	return out
+}
+
+// The gateway forwards Authorization, trace context, the request id and
+// X-Client-Id only: forged Grpc-Metadata-* headers (credentials, the
+// gateway's own metadata, x-forwarded-for) change nothing, and
+// X-Forwarded-For from a peer outside --trusted-proxies is ignored for
+// client_host, as is x-forwarded-for metadata from a gRPC client.
+func TestGatewayHeaderForwarding(t *testing.T) {
+	t.Parallel()
+	s := newShareStack(t, func(c *server.Config) { c.AuthTokensFile = tokensFile(t) })
+	alice := bearer("tok-alice")
+	_, err := s.log.CreateTopic(alice, &sharelogv1.CreateTopicRequest{Name: "q", Partitions: 1})
+	require.NoError(t, err)
+
+	heartbeat := func(member string, header ...string) restResponse {
+		req, err := http.NewRequest(http.MethodPost, s.http.URL+"/v1/share-groups/g:heartbeat",
+			strings.NewReader(`{"memberId":"`+member+`","memberEpoch":0,"subscribedTopicNames":["q"]}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Add(header[i], header[i+1])
+		}
+		return doREST(t, s.stack, req)
+	}
+	requireRESTError(t, heartbeat("x", "Grpc-Metadata-Authorization", "Bearer tok-alice"), http.StatusUnauthorized, "UNAUTHENTICATED")
+	requireRESTError(t, heartbeat("x", "Authorization", "Bearer tok-alice", "Authorization", "Bearer tok-bob"),
+		http.StatusUnauthorized, "UNAUTHENTICATED")
+	r := heartbeat("r", "Authorization", "Bearer tok-alice",
+		"X-Forwarded-For", "203.0.113.9",
+		"Grpc-Metadata-X-Forwarded-For", "198.51.100.7",
+		"Grpc-Metadata-Sharelog-Client-Host", "198.51.100.8",
+		"Grpc-Metadata-Sharelog-Client-Addr", "198.51.100.9",
+		"Grpc-Metadata-X-Client-Id", "forged-id",
+		"X-Request-Id", "req-1", "Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	r = heartbeat("r2", "Authorization", "Bearer tok-alice", "X-Client-Id", "rest-app")
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+
+	// A gRPC client's own x-forwarded-for and gateway metadata are ignored.
+	forged := metadata.AppendToOutgoingContext(alice, "x-forwarded-for", "203.0.113.10",
+		"sharelog-client-host", "203.0.113.11", "sharelog-client-principal", "User:bob")
+	_, err = s.sg.ShareGroupHeartbeat(forged, hbReq("g", "grpc", 0, "q"))
+	require.NoError(t, err)
+	_, err = s.sg.ShareGroupHeartbeat(bearer("tok-bob"), hbReq("g", "grpc", -1))
+	requireReason(t, err, codes.NotFound, "UNKNOWN_MEMBER_ID") // still alice's, not bob's
+
+	assert.Equal(t, map[string][2]string{
+		"r":    {"127.0.0.1", ""},
+		"r2":   {"127.0.0.1", "rest-app"},
+		"grpc": {"bufconn", ""},
+	}, memberHosts(t, s, alice))
+}
+
+// From a peer inside --trusted-proxies, X-Forwarded-For names client_host:
+// the nearest hop that is not itself a trusted proxy.
+func TestTrustedProxyForwardedFor(t *testing.T) {
+	t.Parallel()
+	s := newShareStack(t, func(c *server.Config) { c.TrustedProxies = "127.0.0.0/8" })
+	s.createTopic(t, "q", 1, nil)
+	for member, xff := range map[string]string{"a": "203.0.113.9", "b": "198.51.100.1, 203.0.113.20, 127.0.0.5", "c": ""} {
+		req, err := http.NewRequest(http.MethodPost, s.http.URL+"/v1/share-groups/g:heartbeat",
+			strings.NewReader(`{"memberId":"`+member+`","memberEpoch":0,"subscribedTopicNames":["q"]}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if xff != "" {
+			req.Header.Set("X-Forwarded-For", xff)
+		}
+		r := doREST(t, s.stack, req)
+		require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	}
+	_, err := s.sg.ShareGroupHeartbeat(metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", "203.0.113.30"),
+		hbReq("g", "grpc", 0, "q"))
+	require.NoError(t, err)
+	assert.Equal(t, map[string][2]string{
+		"a":    {"203.0.113.9", ""},
+		"b":    {"203.0.113.20", ""},
+		"c":    {"127.0.0.1", ""},
+		"grpc": {"bufconn", ""}, // an in-memory peer is no trusted proxy
+	}, memberHosts(t, s, context.Background()))
+}

@@ -246,3 +246,18 @@ func TestIncomingHeader(t *testing.T) {
 		assert.Equal(t, want != "", ok, key)
 	}
 }
+
+// The example tokens file of docs/principals.md parses to what the page
+// says.
+func TestPrincipalsDocExample(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/principals.md")
+	require.NoError(t, err)
+	_, block, ok := strings.Cut(string(raw), "```text\n")
+	require.True(t, ok)
+	block, _, ok = strings.Cut(block, "```")
+	require.True(t, ok)
+	tokens, err := parseTokens(strings.NewReader(block))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"User:alice", "User:bob", "User:token-6"},
+		principalsOf(t, tokens, "3f9c2d7e8a1b4c5d6e7f8091a2b3c4d5", "bob-example-token", "5c1e0d4f3b2a19887766554433221100"))
+}

@@ -55,10 +55,21 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
-	case <-srv.Done():
+	// SIGHUP re-reads --auth-tokens-file (it is also watched for changes).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+wait:
+	for {
+		select {
+		case <-hup:
+			_ = srv.ReloadAuth() // logged; the tokens in force stay
+		case <-ctx.Done():
+			log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+			break wait
+		case <-srv.Done():
+			break wait
+		}
 	}
 	closeErr := srv.Close()
 	if err := srv.Err(); err != nil {
@@ -125,7 +136,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate: serve gRPC and HTTP over TLS")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates signed by it (mTLS)")
-	fs.StringVar(&cfg.AuthTokensFile, "auth-tokens-file", "", "file with one bearer token per line: require 'authorization: Bearer <token>'")
+	fs.StringVar(&cfg.AuthTokensFile, "auth-tokens-file", "", "file of bearer tokens, lines '<name> <token>', '<name> sha256:<hex>' or '<token>': require 'authorization: Bearer <token>'; re-read on change and on SIGHUP (docs/principals.md)")
+	fs.StringVar(&cfg.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs of proxies whose X-Forwarded-For names the client host (client_host); others' is ignored")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long shutdown waits for in-flight calls")
 	fs.StringVar(&cfg.KafkaAddr, "kafka-addr", cfg.KafkaAddr, "Kafka wire-protocol listen address, e.g. 127.0.0.1:9092 (empty = off)")
 	fs.StringVar(&cfg.KafkaAdvertisedAddr, "kafka-advertised-addr", cfg.KafkaAdvertisedAddr, "host:port Kafka clients are told to connect to (default: the listen address)")

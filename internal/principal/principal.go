@@ -2,10 +2,12 @@
 // context, so that domain packages can share capacities fairly between
 // clients without importing the transport.
 //
-// Until real principals exist the identity is "token-<n>" for a call
-// authenticated by the n-th line of --auth-tokens-file (never the token
-// itself), or "ip:<address>" of the connecting client otherwise. The empty
-// name means unknown: per-client limits do not apply to it.
+// Two values travel: User, the authenticated principal ("User:<name>" from
+// a bearer token or a client certificate, User:ANONYMOUS without
+// credentials; docs/principals.md), which authorization and share-group
+// member binding use; and Name, the per-client limits key: the principal
+// of an authenticated call, or "ip:<address>" of an anonymous client. The
+// empty name means unknown: per-client limits do not apply to it.
 package principal
 
 import "context"

@@ -2,109 +2,327 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/sharelog/sharelog/apierr"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 )
 
-// authenticator checks bearer tokens when --auth-tokens-file is set. The file
-// holds one token per line; blank lines and lines starting with # are ignored.
-// Health checks are always allowed, so probes need no token.
+// authReloadInterval is how often the tokens file is checked for changes.
+// Reading and hashing a file of a few lines is cheap; a change takes effect
+// within this interval, or at once on SIGHUP (Server.ReloadAuth).
+const authReloadInterval = time.Second
+
+// authenticator names the principal of a call (docs/principals.md):
+//   - a bearer token from --auth-tokens-file, whose line names it
+//     ("User:<name>", or "User:token-<line>" for a bare token line);
+//   - else, with --tls-client-ca, the verified client certificate (first
+//     URI SAN, else first DNS SAN, else subject CN);
+//   - else no principal: refused when tokens are configured, anonymous
+//     otherwise.
+//
+// The token table is replaced whole when the file changes; a file that
+// does not parse keeps the previous table. Tokens are only held as
+// SHA-256 sums and never logged.
 type authenticator struct {
-	tokens []authToken
+	path        string // --auth-tokens-file; "" = no tokens
+	clientCerts bool   // --tls-client-ca: verified client certificates name principals
+	log         *slog.Logger
+	table       atomic.Pointer[[]authToken]
+
+	mu      sync.Mutex // serialises reloads; guards the fields below
+	lastSum [sha256.Size]byte
+	lastErr string
 }
 
 // authToken is one accepted token: its SHA-256 (compared in constant time)
-// and the client identity it stands for, "token-<line number>", which is
-// safe to log and to key per-client limits by (the token never is).
+// and the principal it stands for, which is safe to log (the token never is).
 type authToken struct {
-	sum [32]byte
-	id  string
+	sum  [sha256.Size]byte
+	user string // "User:<name>"
 }
 
-func newAuthenticator(path string) (*authenticator, error) {
-	a := &authenticator{}
+func newAuthenticator(path string, clientCerts bool, log *slog.Logger) (*authenticator, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &authenticator{path: path, clientCerts: clientCerts, log: log}
 	if path == "" {
 		return a, nil
 	}
-	f, err := os.Open(path)
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--auth-tokens-file: %w", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+	tokens, err := parseTokens(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("--auth-tokens-file %s: %w", path, err)
+	}
+	a.table.Store(&tokens)
+	a.lastSum = sha256.Sum256(raw)
+	return a, nil
+}
+
+// parseTokens reads a tokens file. Each line, after trimming, is empty, a
+// comment (#...), or one of
+//
+//	<name> <token>          principal User:<name>
+//	<name> sha256:<hex>     the same, holding the token's SHA-256 instead
+//	<token>                 principal User:token-<line number>
+//
+// A name may have several tokens (to rotate one without downtime); a token
+// may appear only once. Errors name the line, never its content.
+func parseTokens(r io.Reader) ([]authToken, error) {
+	var tokens []authToken
+	seen := make(map[[sha256.Size]byte]int)
+	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		a.tokens = append(a.tokens, authToken{sum: sha256.Sum256([]byte(line)), id: "token-" + strconv.Itoa(n)})
+		var t authToken
+		switch f := strings.Fields(line); len(f) {
+		case 1:
+			t = authToken{sum: sha256.Sum256([]byte(f[0])), user: "User:token-" + strconv.Itoa(n)}
+		case 2:
+			if err := validTokenName(f[0]); err != nil {
+				return nil, fmt.Errorf("line %d: %w", n, err)
+			}
+			t.user = "User:" + f[0]
+			if h, ok := strings.CutPrefix(f[1], "sha256:"); ok {
+				sum, err := hex.DecodeString(h)
+				if err != nil || len(sum) != sha256.Size {
+					return nil, fmt.Errorf("line %d: sha256: must be followed by the 64 hex digits of the token's SHA-256", n)
+				}
+				copy(t.sum[:], sum)
+			} else {
+				t.sum = sha256.Sum256([]byte(f[1]))
+			}
+		default:
+			return nil, fmt.Errorf("line %d: want \"<name> <token>\", \"<name> sha256:<hex>\" or \"<token>\", got %d words", n, len(f))
+		}
+		if prev, dup := seen[t.sum]; dup {
+			return nil, fmt.Errorf("line %d: the same token as line %d", n, prev)
+		}
+		seen[t.sum] = n
+		tokens = append(tokens, t)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("--auth-tokens-file: %w", err)
+		return nil, err
 	}
-	if len(a.tokens) == 0 {
-		return nil, errors.New("--auth-tokens-file holds no token")
+	if len(tokens) == 0 {
+		return nil, errors.New("holds no token")
 	}
-	return a, nil
+	return tokens, nil
 }
 
-func (a *authenticator) enabled() bool { return len(a.tokens) > 0 }
+// validTokenName refuses names that would read as something else: the
+// anonymous principal, the ACL wildcard, a doubled "User:" prefix, or a
+// name that cannot be listed in --super-users.
+func validTokenName(name string) error {
+	switch {
+	case name == "ANONYMOUS":
+		return errors.New(`the name ANONYMOUS is the principal of calls without credentials`)
+	case name == "*":
+		return errors.New(`the name * is the wildcard of ACL bindings`)
+	case strings.HasPrefix(name, "User:"):
+		return errors.New(`write the name without "User:" (it is added)`)
+	case strings.ContainsAny(name, ","):
+		return errors.New("a name must not contain a comma")
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f {
+			return errors.New("a name must not contain control characters")
+		}
+	}
+	return nil
+}
 
-// identify validates an "Authorization: Bearer <token>" value and returns
-// the token's identity. Every token is compared, in constant time.
+// tokensEnabled reports whether --auth-tokens-file is set: then every call
+// needs a credential. It never changes after start: reloading the file
+// cannot turn authentication off.
+func (a *authenticator) tokensEnabled() bool { return a.path != "" }
+
+// enabled reports whether calls are authenticated at all (tokens or client
+// certificates).
+func (a *authenticator) enabled() bool { return a.tokensEnabled() || a.clientCerts }
+
+// reload re-reads the tokens file; unless force, an unchanged file is not
+// parsed again. A file that cannot be read or parsed keeps the previous
+// table; the error is logged once per distinct problem.
+func (a *authenticator) reload(force bool) error {
+	if a.path == "" {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	raw, err := os.ReadFile(a.path)
+	if err == nil {
+		sum := sha256.Sum256(raw)
+		if !force && sum == a.lastSum {
+			return nil
+		}
+		a.lastSum = sum
+		var tokens []authToken
+		if tokens, err = parseTokens(bytes.NewReader(raw)); err == nil {
+			a.table.Store(&tokens)
+			a.lastErr = ""
+			a.log.Info("auth tokens reloaded", "file", a.path, "tokens", len(tokens), "principals", countUsers(tokens))
+			return nil
+		}
+	}
+	err = fmt.Errorf("--auth-tokens-file %s: %w", a.path, err)
+	if force || err.Error() != a.lastErr {
+		a.log.Error("auth tokens file not reloaded: the previous tokens stay in force", "err", err)
+	}
+	a.lastErr = err.Error()
+	return err
+}
+
+func countUsers(tokens []authToken) int {
+	users := make(map[string]bool, len(tokens))
+	for _, t := range tokens {
+		users[t.user] = true
+	}
+	return len(users)
+}
+
+// watch reloads the tokens file whenever it changes, until stop closes.
+func (a *authenticator) watch(interval time.Duration, stop <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			_ = a.reload(false)
+		}
+	}
+}
+
+// identify validates an "Authorization: Bearer <token>" value (the scheme
+// word in any case) and returns the token's principal. Every token is
+// compared, in constant time.
 func (a *authenticator) identify(header string) (string, bool) {
-	token, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return "", false
 	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	token = strings.TrimSpace(token)
+	tokens := a.table.Load()
+	if token == "" || tokens == nil {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(token))
 	found := -1
-	for i, t := range a.tokens {
+	for i, t := range *tokens {
 		found = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(sum[:], t.sum[:]), i, found)
 	}
 	if found < 0 {
 		return "", false
 	}
-	return a.tokens[found].id, true
+	return (*tokens)[found].user, true
 }
 
-// check validates an "Authorization: Bearer <token>" value.
-func (a *authenticator) check(header string) bool {
-	_, ok := a.identify(header)
-	return ok
-}
-
-// authorize checks the call's bearer token (when auth is enabled) and
-// returns its identity ("" without auth).
-func (a *authenticator) authorize(ctx context.Context) (string, error) {
-	if !a.enabled() {
-		return "", nil
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		if id, ok := a.identify(v); ok {
-			return id, nil
+// authenticate returns the principal of a call ("" = anonymous) from its
+// authorization metadata and certUser, the principal its verified client
+// certificate names ("" if none). A token wins over a certificate; a token
+// that is not known fails the call even with a certificate.
+func (a *authenticator) authenticate(ctx context.Context, certUser string) (string, error) {
+	if a.tokensEnabled() {
+		md, _ := metadata.FromIncomingContext(ctx)
+		switch v := md.Get("authorization"); len(v) {
+		case 0:
+		case 1:
+			if user, ok := a.identify(v[0]); ok {
+				return user, nil
+			}
+			return "", apierr.New(apierr.Unauthenticated, "unknown token (authorization: Bearer <token>)")
+		default:
+			return "", apierr.New(apierr.Unauthenticated, "more than one authorization value")
 		}
 	}
-	return "", apierr.New(apierr.Unauthenticated, "a valid bearer token is required (authorization: Bearer <token>)")
+	if certUser != "" {
+		return certUser, nil
+	}
+	if a.tokensEnabled() {
+		return "", apierr.New(apierr.Unauthenticated, "a valid bearer token is required (authorization: Bearer <token>)")
+	}
+	return "", nil
 }
 
 // httpAllowed reports whether a plain HTTP endpoint (not the gateway, whose
 // calls are checked by the gRPC interceptor) may be served.
 func (a *authenticator) httpAllowed(r *http.Request) bool {
-	return !a.enabled() || a.check(r.Header.Get("Authorization"))
+	if !a.tokensEnabled() {
+		return true
+	}
+	if v := r.Header.Values("Authorization"); len(v) == 1 {
+		_, ok := a.identify(v[0])
+		return ok
+	} else if len(v) > 1 {
+		return false
+	}
+	return certPrincipal(r.TLS) != ""
+}
+
+// certPrincipal is the principal a verified client certificate names:
+// "User:" and its first URI SAN (a SPIFFE ID, say), else its first DNS SAN,
+// else its subject CN; "" without a verified certificate. Only the
+// verified chain is read: a certificate the handshake did not verify names
+// nobody.
+func certPrincipal(cs *tls.ConnectionState) string {
+	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return ""
+	}
+	leaf := cs.VerifiedChains[0][0]
+	var name string
+	switch {
+	case len(leaf.URIs) > 0:
+		name = leaf.URIs[0].String()
+	case len(leaf.DNSNames) > 0:
+		name = leaf.DNSNames[0]
+	default:
+		name = leaf.Subject.CommonName
+	}
+	if name == "" {
+		return ""
+	}
+	return "User:" + name
+}
+
+// peerCertPrincipal is certPrincipal of a gRPC call's TLS connection.
+func peerCertPrincipal(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return ""
+	}
+	return certPrincipal(&info.State)
 }
 
 func loadTLS(cfg Config) (*tls.Config, error) {
@@ -124,6 +342,10 @@ func loadTLS(cfg Config) (*tls.Config, error) {
 		}
 		tc.ClientCAs = pool
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
+		// A resumed session is not verified again: with client
+		// certificates naming principals, every connection does a full
+		// handshake.
+		tc.SessionTicketsDisabled = true
 	}
 	return tc, nil
 }

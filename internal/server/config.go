@@ -71,6 +71,9 @@ type Config struct {
 	TLSKey         string
 	TLSClientCA    string
 	AuthTokensFile string
+	// TrustedProxies is --trusted-proxies: comma-separated CIDRs (or
+	// addresses) of proxies whose X-Forwarded-For names the client host.
+	TrustedProxies string
 
 	// ShutdownTimeout bounds the wait for in-flight calls on shutdown.
 	ShutdownTimeout time.Duration
@@ -236,6 +239,9 @@ func (c Config) Validate() error {
 	}
 	if c.TLSClientCA != "" && c.TLSCert == "" {
 		bad("--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if _, err := parseTrustedProxies(c.TrustedProxies); err != nil {
+		bad("--trusted-proxies: %v", err)
 	}
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown timeout must be positive")

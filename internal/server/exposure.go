@@ -42,7 +42,8 @@ func isLoopback(ctx context.Context, addr string) (bool, error) {
 // bound beyond loopback without both TLS and authentication: anyone who
 // can reach them could read, write and purge every topic in clear text.
 func exposedListeners(ctx context.Context, cfg Config, grpcOverridden bool) ([]string, error) {
-	if cfg.TLSCert != "" && cfg.AuthTokensFile != "" {
+	// Client certificates (--tls-client-ca) authenticate as tokens do.
+	if cfg.TLSCert != "" && (cfg.AuthTokensFile != "" || cfg.TLSClientCA != "") {
 		return nil, nil
 	}
 	var exposed []string
@@ -65,7 +66,7 @@ func exposedListeners(ctx context.Context, cfg Config, grpcOverridden bool) ([]s
 }
 
 func exposureError(exposed []string) error {
-	return fmt.Errorf("%v: not a loopback address, and the server has not both TLS (--tls-cert/--tls-key) and authentication (--auth-tokens-file); "+
+	return fmt.Errorf("%v: not a loopback address, and the server has not both TLS (--tls-cert/--tls-key) and authentication (--auth-tokens-file or --tls-client-ca); "+
 		"refusing to serve it in the clear to anyone who can reach it. Bind 127.0.0.1, configure TLS and tokens, "+
 		"or pass --insecure-allow-remote to accept the risk", exposed)
 }

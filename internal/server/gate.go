@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -12,28 +14,55 @@ import (
 	"github.com/sharelog/sharelog/internal/principal"
 )
 
-// mdClientAddr carries the REST client's IP from the gateway to the gRPC
-// server behind it, whose own peer is the gateway's in-memory connection.
-// Only that server trusts it, and the gateway drops the header a client
-// could send to forge it (Grpc-Metadata-Sharelog-Client-Addr).
-const mdClientAddr = "sharelog-client-addr"
+// Metadata the gateway sets for the gRPC server behind it, whose own peer
+// is the gateway's in-memory connection. Only that server reads them; the
+// gateway forwards no client header that could forge them (incomingHeader),
+// and the public server removes any a gRPC client sends.
+const (
+	// mdClientAddr is the REST client's IP (the direct peer of the HTTP
+	// connection): the per-client limits key.
+	mdClientAddr = "sharelog-client-addr"
+	// mdClientHost is the REST client's host for client_host: the direct
+	// peer, or the X-Forwarded-For client when the peer is a trusted proxy.
+	mdClientHost = "sharelog-client-host"
+	// mdClientPrincipal is the principal the REST client's verified TLS
+	// certificate names (with --tls-client-ca).
+	mdClientPrincipal = "sharelog-client-principal"
+)
+
+// mdForwardedFor is the metadata the service reads client_host from; the
+// gate replaces whatever the caller sent with the host it trusts.
+const mdForwardedFor = "x-forwarded-for"
 
 const healthMethodPrefix = "/grpc.health.v1.Health/"
 
 // gate is the first interceptor of every call after recovery and logging:
 //   - health checks need no token but are rate-limited per client IP;
-//   - any other call is authenticated (when --auth-tokens-file is set) and
-//     carries its client identity (principal.Name: "token-<line>" or
-//     "ip:<address>") for per-client limits;
+//   - any other call is authenticated (authenticator) and carries its
+//     principal (principal.User: "User:<name>", or User:ANONYMOUS without
+//     credentials) and its per-client limits key (principal.Name: the
+//     principal, or "ip:<address>" for an anonymous caller);
+//   - its x-forwarded-for metadata, which the service reads client_host
+//     from, is replaced by the client host the server trusts (the peer, or
+//     the forwarded client when the peer is in --trusted-proxies);
 //   - a request that did not decode fails with INVALID_REQUEST (see
 //     requestCodec).
 type gate struct {
-	auth   *authenticator
-	codec  *requestCodec
-	health *ipLimiter
-	// viaGateway: the server behind the REST gateway, whose client IP
-	// comes from mdClientAddr.
+	auth    *authenticator
+	codec   *requestCodec
+	health  *ipLimiter
+	trusted trustedProxies
+	// viaGateway: the server behind the REST gateway, whose client IP,
+	// host and certificate principal come from the gateway's metadata.
 	viaGateway bool
+}
+
+// lastMD is the last value of an incoming metadata key ("" if none).
+func lastMD(md metadata.MD, key string) string {
+	if v := md.Get(key); len(v) > 0 {
+		return v[len(v)-1]
+	}
+	return ""
 }
 
 func (g *gate) clientIP(ctx context.Context) string {
@@ -57,16 +86,124 @@ func (g *gate) admit(ctx context.Context, method string) (context.Context, error
 		}
 		return ctx, nil
 	}
-	name, err := g.auth.authorize(ctx)
+	md, _ := metadata.FromIncomingContext(ctx)
+	var certUser string
+	if g.auth.clientCerts {
+		if g.viaGateway {
+			certUser = lastMD(md, mdClientPrincipal)
+		} else {
+			certUser = peerCertPrincipal(ctx)
+		}
+	}
+	user, err := g.auth.authenticate(ctx, certUser)
 	if err != nil {
 		return ctx, err
 	}
-	if name != "" {
-		ctx = principal.WithUser(ctx, "User:"+name)
+	name := user
+	if user != "" {
+		ctx = principal.WithUser(ctx, user)
 	} else if ip != "" {
 		name = "ip:" + ip
 	}
-	return principal.WithName(ctx, name), nil
+	return principal.WithName(g.withClientHost(ctx, md, ip), name), nil
+}
+
+// withClientHost replaces the call's x-forwarded-for metadata by the one
+// client host the server trusts, and drops the gateway's own metadata
+// from a call that did not come through the gateway.
+func (g *gate) withClientHost(ctx context.Context, md metadata.MD, ip string) context.Context {
+	md = md.Copy()
+	host := ip
+	if g.viaGateway {
+		if h := lastMD(md, mdClientHost); h != "" {
+			host = h
+		}
+	} else {
+		if g.trusted.contains(ip) {
+			host = g.trusted.clientOf(ip, md.Get(mdForwardedFor))
+		}
+		md.Delete(mdClientAddr)
+		md.Delete(mdClientHost)
+		md.Delete(mdClientPrincipal)
+	}
+	if host != "" {
+		md.Set(mdForwardedFor, host)
+	} else {
+		md.Delete(mdForwardedFor)
+	}
+	return metadata.NewIncomingContext(ctx, md)
+}
+
+// trustedProxies is --trusted-proxies: the peers whose X-Forwarded-For is
+// believed for client_host.
+type trustedProxies []netip.Prefix
+
+// parseTrustedProxies parses a comma-separated list of CIDRs or addresses.
+func parseTrustedProxies(s string) (trustedProxies, error) {
+	var out trustedProxies
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither a CIDR nor an IP address", f)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
+}
+
+func (t trustedProxies) containsAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range t {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// contains reports whether ip (a peer address, as hostOf gives it) is a
+// trusted proxy.
+func (t trustedProxies) contains(ip string) bool {
+	if len(t) == 0 {
+		return false
+	}
+	a, err := netip.ParseAddr(ip)
+	return err == nil && t.containsAddr(a)
+}
+
+// clientOf is the client behind peer, a trusted proxy, given the
+// X-Forwarded-For values: walking the hops from the nearest, the first
+// that is not a trusted proxy (every hop before it was appended by a
+// trusted proxy, so it is the client as a trusted proxy saw it). If every
+// hop is trusted, the farthest; a hop that is not an address ends the walk
+// at the last good one.
+func (t trustedProxies) clientOf(peer string, forwarded []string) string {
+	var hops []string
+	for _, v := range forwarded {
+		for _, h := range strings.Split(v, ",") {
+			hops = append(hops, strings.TrimSpace(h))
+		}
+	}
+	client := peer
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.Trim(hostOf(hops[i]), "[]"))
+		if err != nil {
+			break
+		}
+		client = a.Unmap().String()
+		if !t.containsAddr(a) {
+			break
+		}
+	}
+	return client
 }
 
 func (g *gate) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,7 @@ type httpDeps struct {
 	readyz          func() (reasons []string, ok bool)
 	health          *ipLimiter // rate of /healthz and /readyz per client IP
 	auth            *authenticator
+	trusted         trustedProxies // --trusted-proxies
 	tracer          trace.TracerProvider
 	meter           metric.MeterProvider
 }
@@ -71,9 +73,10 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 		runtime.WithMiddlewares(restRouteTable.checkQuery),
 		runtime.WithRoutingErrorHandler(restRouteTable.routingError),
 		// The gRPC server behind the gateway sees the gateway as its peer:
-		// the real client's IP travels in metadata only the gateway sets.
+		// the real client's IP, host and certificate principal travel in
+		// metadata only the gateway sets.
 		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
-			return metadata.Pairs(mdClientAddr, hostOf(r.RemoteAddr))
+			return gatewayMetadata(r, d.trusted)
 		}),
 		runtime.WithErrorHandler(gatewayError),
 	)
@@ -115,7 +118,7 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 	})
 	mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !d.auth.httpAllowed(r) {
-			writeError(w, r, apierr.New(apierr.Unauthenticated, "a valid bearer token is required"))
+			writeError(w, r, apierr.New(apierr.Unauthenticated, "a valid bearer token or client certificate is required"))
 			return
 		}
 		d.metrics.ServeHTTP(w, r)
@@ -230,20 +233,41 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// incomingHeader forwards the X-Client-Id header as the x-client-id
-// metadata ShareGroupHeartbeat reads (as gRPC clients send it), besides
-// the gateway's defaults (Grpc-Metadata-* and permanent HTTP headers),
-// except the metadata that carries the client's IP, which only the
-// gateway itself may set.
+// forwardedHeaders are the only HTTP headers the gateway passes to the
+// gRPC side, as the metadata named: trace context, the request id, and
+// the client id ShareGroupHeartbeat reads (as gRPC clients send it).
+// Authorization is passed by the gateway itself. Everything else —
+// notably Grpc-Metadata-* headers, which would otherwise let a REST client
+// set any metadata, and X-Forwarded-For, which gatewayMetadata reads only
+// from trusted proxies — is dropped.
+var forwardedHeaders = map[string]string{
+	"Traceparent":  "traceparent",
+	"Tracestate":   "tracestate",
+	"X-Request-Id": "x-request-id",
+	"X-Client-Id":  "x-client-id",
+}
+
+// incomingHeader is the gateway's incoming header matcher (forwardedHeaders).
 func incomingHeader(key string) (string, bool) {
-	if strings.EqualFold(key, "X-Client-Id") {
-		return "x-client-id", true
-	}
-	md, ok := runtime.DefaultHeaderMatcher(key)
-	if ok && strings.EqualFold(md, mdClientAddr) {
-		return "", false
-	}
+	md, ok := forwardedHeaders[textproto.CanonicalMIMEHeaderKey(key)]
 	return md, ok
+}
+
+// gatewayMetadata is the metadata the gateway adds to every call: the
+// direct peer's IP (the per-client limits key), the client host (the
+// X-Forwarded-For client when the peer is a trusted proxy, else the peer)
+// and the principal of the verified client certificate, if any.
+func gatewayMetadata(r *http.Request, trusted trustedProxies) metadata.MD {
+	ip := hostOf(r.RemoteAddr)
+	host := ip
+	if trusted.contains(ip) {
+		host = trusted.clientOf(ip, r.Header.Values("X-Forwarded-For"))
+	}
+	md := metadata.Pairs(mdClientAddr, ip, mdClientHost, host)
+	if user := certPrincipal(r.TLS); user != "" {
+		md.Set(mdClientPrincipal, user)
+	}
+	return md
 }
 
 // limitBody refuses bodies above --max-request-bytes with 413 and a

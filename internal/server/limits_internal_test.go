@@ -162,6 +162,7 @@ func TestExposedListeners(t *testing.T) {
 		name       string
 		grpc, http string
 		tls, auth  bool
+		clientCA   bool
 		overridden bool
 		want       []string
 	}{
@@ -173,6 +174,7 @@ func TestExposedListeners(t *testing.T) {
 		{name: "tls alone is not enough", grpc: "0.0.0.0:1", http: "127.0.0.1:0", tls: true, want: []string{"--grpc-addr 0.0.0.0:1"}},
 		{name: "auth alone is not enough", grpc: "127.0.0.1:0", http: "0.0.0.0:1", auth: true, want: []string{"--http-addr 0.0.0.0:1"}},
 		{name: "tls and auth", grpc: "0.0.0.0:1", http: "0.0.0.0:2", tls: true, auth: true},
+		{name: "tls and client certificates", grpc: "0.0.0.0:1", http: "0.0.0.0:2", tls: true, clientCA: true},
 		{name: "grpc listener given", grpc: "0.0.0.0:1", http: "127.0.0.1:0", overridden: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -183,6 +185,9 @@ func TestExposedListeners(t *testing.T) {
 			}
 			if tc.auth {
 				cfg.AuthTokensFile = "tokens"
+			}
+			if tc.clientCA {
+				cfg.TLSClientCA = "ca.pem"
 			}
 			got, err := exposedListeners(ctx, cfg, tc.overridden)
 			require.NoError(t, err)

@@ -118,6 +118,7 @@ type Server struct {
 	httpListener net.Listener
 	connLimits   []*limitListener // gRPC, HTTP
 
+	auth         *authenticator
 	metrics      *serverMetrics
 	longPolls    *logapi.LongPolls
 	kafka        *kafka.Listener
@@ -189,9 +190,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			return nil, err
 		}
 	}
-	auth, err := newAuthenticator(cfg.AuthTokensFile)
+	auth, err := newAuthenticator(cfg.AuthTokensFile, cfg.TLSClientCA != "", log)
 	if err != nil {
 		return nil, err
+	}
+	s.auth = auth
+	trusted, err := parseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-proxies: %w", err)
 	}
 
 	var (
@@ -274,7 +280,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	errs := service.Errors{Log: log}
 	newGRPC := func(creds credentials.TransportCredentials, viaGateway bool) *grpc.Server {
 		codec := newRequestCodec()
-		g := &gate{auth: auth, codec: codec, health: healthLimiter, viaGateway: viaGateway}
+		g := &gate{auth: auth, codec: codec, health: healthLimiter, trusted: trusted, viaGateway: viaGateway}
 		gs := grpc.NewServer(
 			grpc.Creds(creds),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
@@ -361,6 +367,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		readyz:          s.readyz,
 		health:          healthLimiter,
 		auth:            auth,
+		trusted:         trusted,
 		tracer:          s.tel.Tracer,
 		meter:           s.tel.Meter,
 	})
@@ -376,6 +383,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		interval = DefaultReadinessInterval
 	}
 	s.bg.Go(func() { s.healthLoop(interval, s.stopBG) })
+	if auth.tokensEnabled() {
+		s.bg.Go(func() { auth.watch(authReloadInterval, s.stopBG) })
+	}
 	if len(exposed) > 0 {
 		warnExposed(log, exposed)
 		s.bg.Go(func() { exposureLoop(log, exposed, insecureWarnInterval, s.stopBG) })
@@ -394,7 +404,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}
 	s.ready.Store(true)
 	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "kafka_addr", s.KafkaAddr(),
-		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled(),
+		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled(), "client_certs", auth.clientCerts,
 		"max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls)
 	return s, nil
 }
@@ -415,6 +425,11 @@ func (s *Server) recovered(ctx context.Context, p any) error {
 	s.log.ErrorContext(ctx, "panic in handler", "panic", p)
 	return status.Error(codes.Internal, "internal error")
 }
+
+// ReloadAuth re-reads --auth-tokens-file now (cmd/server calls it on
+// SIGHUP; the file is also watched for changes). A file that cannot be read
+// or parsed keeps the tokens in force; the error is logged and returned.
+func (s *Server) ReloadAuth() error { return s.auth.reload(true) }
 
 // HTTPHandler is the whole HTTP surface (tests serve it with httptest).
 func (s *Server) HTTPHandler() http.Handler { return s.httpServer.Handler }

@@ -16,6 +16,17 @@
 // take it under their own locks (sharegroup takes it under a share-partition
 // lock, to register ownership atomically with the "not ended" check).
 // OnEnd is never called with Cache.mu held.
+//
+// # Ownership
+//
+// A key is bound to the principal (principal.User) that first used it, by
+// opening a session or, through BindMember, by joining the group as that
+// member. While the binding lasts — as long as the key has a session or a
+// member — another principal's Open, Admit and AdmitClose fail with
+// ErrNotFound and change nothing: it can neither replace, advance nor close
+// the owner's session, nor learn its epoch. A key with neither session nor
+// member is unbound, and the next principal to use it owns it. Within one
+// principal nothing changes.
 package sessioncache
 
 import (
@@ -115,7 +126,8 @@ type Cache[T any] struct {
 
 	mu     sync.Mutex
 	m      map[Key]*Session[T]
-	owned  map[string]int // live sessions per client identity (non-empty only)
+	owned  map[string]int   // live sessions per client identity (non-empty only)
+	bound  map[Key]*binding // the owning principal of every key in use
 	nextID uint64
 	closed bool
 
@@ -123,11 +135,19 @@ type Cache[T any] struct {
 	wg   sync.WaitGroup
 }
 
+// binding is the principal a key is bound to, and whether a group member
+// holds it (besides a session, if c.m has one).
+type binding struct {
+	user   string
+	member bool
+}
+
 // Session is one share session.
 type Session[T any] struct {
 	key   Key
 	id    uint64
 	owner string // principal.Name of the opening request; "" = unknown
+	user  string // principal.User of the opening request: the key's owner
 	done  chan struct{}
 
 	fetches atomic.Uint64 // ShareFetch requests admitted so far
@@ -154,7 +174,8 @@ func New[T any](cfg Config[T]) *Cache[T] {
 	if cfg.MaxPerPrincipal <= 0 {
 		cfg.MaxPerPrincipal = max(cfg.Capacity/2, 1)
 	}
-	c := &Cache[T]{cfg: cfg, m: make(map[Key]*Session[T]), owned: make(map[string]int), stop: make(chan struct{})}
+	c := &Cache[T]{cfg: cfg, m: make(map[Key]*Session[T]), owned: make(map[string]int), bound: make(map[Key]*binding),
+		stop: make(chan struct{})}
 	if cfg.IdleTimeout > 0 {
 		c.wg.Add(1)
 		go c.sweepLoop()
@@ -164,6 +185,9 @@ func New[T any](cfg Config[T]) *Cache[T] {
 
 // Key returns the session's key.
 func (s *Session[T]) Key() Key { return s.key }
+
+// User is the principal that opened the session (and owns its key).
+func (s *Session[T]) User() string { return s.user }
 
 // ID is unique among all sessions of the cache, never reused and never 0:
 // share-partitions record it as the owner of acquired records.
@@ -203,16 +227,21 @@ func nextEpoch(e int32) int32 {
 // the wait is not taken. A client (principal.Name(ctx)) that already holds
 // MaxPerPrincipal sessions is refused the same way with ErrPrincipalLimit,
 // before anything changes; replacing its own session does not count as a
-// new one. init, if not nil, prepares State before the session becomes
-// visible.
+// new one. A key bound to another principal (see Ownership) is refused
+// with ErrNotFound before anything else. init, if not nil, prepares State
+// before the session becomes visible.
 func (c *Cache[T]) Open(ctx context.Context, key Key, maxWait time.Duration, init func(*T)) (*Session[T], error) {
 	var ended []*Session[T]
 	var why EndReason
-	owner := principal.Name(ctx)
+	owner, user := principal.Name(ctx), principal.User(ctx)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, ErrClosed
+	}
+	if b := c.bound[key]; b != nil && b.user != user {
+		c.mu.Unlock()
+		return nil, ErrNotFound
 	}
 	old := c.m[key]
 	if owner != "" {
@@ -240,11 +269,14 @@ func (c *Cache[T]) Open(ctx context.Context, key Key, maxWait time.Duration, ini
 		}
 	}
 	c.nextID++
-	s := &Session[T]{key: key, id: c.nextID, owner: owner, done: make(chan struct{}), next: 1, inFlight: 1}
+	s := &Session[T]{key: key, id: c.nextID, owner: owner, user: user, done: make(chan struct{}), next: 1, inFlight: 1}
 	if init != nil {
 		init(&s.State)
 	}
 	c.m[key] = s
+	if c.bound[key] == nil {
+		c.bound[key] = &binding{user: user}
+	}
 	if owner != "" {
 		c.owned[owner]++
 	}
@@ -274,14 +306,16 @@ func (c *Cache[T]) waitFull(ctx context.Context, maxWait time.Duration) error {
 // exactly one is admitted. A rejected request changes nothing. onAdmit, if
 // not nil, runs within that step (with Mu held), so changes it makes to
 // State — a ShareFetch's partition adds and forgets — apply in epoch order.
-func (c *Cache[T]) Admit(key Key, epoch int32, onAdmit func(*Session[T])) (*Session[T], error) {
+// Another principal than the session's (principal.User(ctx)) gets
+// ErrNotFound, as if there were no session.
+func (c *Cache[T]) Admit(ctx context.Context, key Key, epoch int32, onAdmit func(*Session[T])) (*Session[T], error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, ErrClosed
 	}
 	s := c.m[key]
-	if s == nil {
+	if s == nil || s.user != principal.User(ctx) {
 		return nil, ErrNotFound
 	}
 	if epoch != s.next {
@@ -298,15 +332,16 @@ func (c *Cache[T]) Admit(key Key, epoch int32, onAdmit func(*Session[T])) (*Sess
 }
 
 // AdmitClose admits a closing request (epoch -1): no epoch comparison. The
-// caller processes its acknowledgements, then calls End and Done.
-func (c *Cache[T]) AdmitClose(key Key) (*Session[T], error) {
+// caller processes its acknowledgements, then calls End and Done. Another
+// principal than the session's gets ErrNotFound.
+func (c *Cache[T]) AdmitClose(ctx context.Context, key Key) (*Session[T], error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, ErrClosed
 	}
 	s := c.m[key]
-	if s == nil {
+	if s == nil || s.user != principal.User(ctx) {
 		return nil, ErrNotFound
 	}
 	s.inFlight++
@@ -365,6 +400,48 @@ func (c *Cache[T]) EndIfSession(match func(*Session[T]) bool, why EndReason) {
 	}
 	c.mu.Unlock()
 	c.finish(ended, why)
+}
+
+// BindMember records that a group member of principal user holds key, so
+// that the key stays bound to user while the member exists, session or not.
+// It reports false, changing nothing, when the key is bound to another
+// principal (by a session or a member).
+func (c *Cache[T]) BindMember(key Key, user string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.bound[key]
+	if b == nil {
+		c.bound[key] = &binding{user: user, member: true}
+		return true
+	}
+	if b.user != user {
+		return false
+	}
+	b.member = true
+	return true
+}
+
+// UnbindMember records that the key's member left the group; the binding
+// ends with the key's session, if it has one, else now.
+func (c *Cache[T]) UnbindMember(key Key) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b := c.bound[key]; b != nil {
+		b.member = false
+		if c.m[key] == nil {
+			delete(c.bound, key)
+		}
+	}
+}
+
+// BoundTo returns the principal the key is bound to, if any.
+func (c *Cache[T]) BoundTo(key Key) (user string, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b := c.bound[key]; b != nil {
+		return b.user, true
+	}
+	return "", false
 }
 
 // Lookup returns the key's session and its next expected epoch.
@@ -431,6 +508,9 @@ func (c *Cache[T]) removeLocked(s *Session[T]) bool {
 	}
 	if c.m[s.key] == s {
 		delete(c.m, s.key)
+		if b := c.bound[s.key]; b != nil && !b.member {
+			delete(c.bound, s.key)
+		}
 		if s.owner != "" {
 			if c.owned[s.owner]--; c.owned[s.owner] <= 0 {
 				delete(c.owned, s.owner)

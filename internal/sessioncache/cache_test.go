@@ -67,7 +67,7 @@ func TestEpochSequence(t *testing.T) {
 		{"next again", 3, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := c.Admit(key("m"), tc.epoch, nil)
+			s, err := c.Admit(context.Background(), key("m"), tc.epoch, nil)
 			if tc.expected == 0 {
 				require.NoError(t, err)
 				c.Done(s)
@@ -78,9 +78,9 @@ func TestEpochSequence(t *testing.T) {
 			assert.Equal(t, tc.expected, ee.Expected)
 		})
 	}
-	_, err = c.Admit(key("other"), 1, nil)
+	_, err = c.Admit(context.Background(), key("other"), 1, nil)
 	assert.ErrorIs(t, err, ErrNotFound)
-	_, err = c.AdmitClose(key("other"))
+	_, err = c.AdmitClose(context.Background(), key("other"))
 	assert.ErrorIs(t, err, ErrNotFound)
 }
 
@@ -90,7 +90,7 @@ func TestEpochWrap(t *testing.T) {
 	require.NoError(t, err)
 	c.Done(s)
 	require.True(t, c.SetNextEpoch(key("m"), math.MaxInt32))
-	s, err = c.Admit(key("m"), math.MaxInt32, nil)
+	s, err = c.Admit(context.Background(), key("m"), math.MaxInt32, nil)
 	require.NoError(t, err)
 	c.Done(s)
 	_, next, ok := c.Lookup(key("m"))
@@ -109,7 +109,7 @@ func TestAdmitAtomic(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 16 {
 			wg.Go(func() {
-				if s, err := c.Admit(key("m"), epoch, nil); err == nil {
+				if s, err := c.Admit(context.Background(), key("m"), epoch, nil); err == nil {
 					ok.Add(1)
 					c.Done(s)
 				}
@@ -138,7 +138,7 @@ func TestReplaceAndClose(t *testing.T) {
 		t.Fatal("Done not closed")
 	}
 	assert.Equal(t, []string{"m:replaced"}, e.get())
-	s, err := c.AdmitClose(key("m"))
+	s, err := c.AdmitClose(context.Background(), key("m"))
 	require.NoError(t, err)
 	c.End(s, EndClosed)
 	c.End(s, EndClosed) // idempotent
@@ -226,7 +226,7 @@ func TestClose(t *testing.T) {
 	assert.Equal(t, []string{"m:shutdown"}, e.get())
 	_, err = c.Open(context.Background(), key("m"), 0, nil)
 	assert.True(t, errors.Is(err, ErrClosed))
-	_, err = c.Admit(key("m"), 1, nil)
+	_, err = c.Admit(context.Background(), key("m"), 1, nil)
 	assert.ErrorIs(t, err, ErrClosed)
 }
 
@@ -319,4 +319,54 @@ func TestPerPrincipalExplicitAndWait(t *testing.T) {
 		require.ErrorIs(t, err, ErrPrincipalLimit)
 		assert.Equal(t, 300*time.Millisecond, time.Since(start), "answered after max wait, as a full cache is")
 	})
+}
+
+// A key belongs to the principal that opened its session or bound it as a
+// member: another principal's Open, Admit and AdmitClose find no session
+// and change nothing; the binding ends with the last of session and member.
+func TestKeyBoundToPrincipal(t *testing.T) {
+	c, e := newCache(t, 10, 0)
+	alice := principal.WithUser(context.Background(), "User:alice")
+	bob := principal.WithUser(context.Background(), "User:bob")
+
+	s, err := c.Open(alice, key("m"), 0, nil)
+	require.NoError(t, err)
+	c.Done(s)
+	assert.Equal(t, "User:alice", s.User())
+	_, err = c.Open(bob, key("m"), 0, nil)
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = c.Admit(bob, key("m"), 1, func(*Session[state]) { t.Error("admitted another principal") })
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = c.AdmitClose(bob, key("m"))
+	require.ErrorIs(t, err, ErrNotFound)
+	assert.False(t, c.BindMember(key("m"), "User:bob"))
+	cur, next, ok := c.Lookup(key("m"))
+	require.True(t, ok)
+	assert.Same(t, s, cur)
+	assert.Equal(t, int32(1), next, "the owner's epoch did not move")
+	assert.Empty(t, e.get(), "no session ended")
+
+	s2, err := c.Admit(alice, key("m"), 1, nil)
+	require.NoError(t, err, "the owner goes on")
+	c.Done(s2)
+
+	// Member and session: the binding outlives the session while the
+	// member exists, and ends with it.
+	require.True(t, c.BindMember(key("m"), "User:alice"))
+	c.End(s, EndClosed)
+	owner, ok := c.BoundTo(key("m"))
+	require.True(t, ok)
+	assert.Equal(t, "User:alice", owner)
+	_, err = c.Open(bob, key("m"), 0, nil)
+	require.ErrorIs(t, err, ErrNotFound)
+	c.UnbindMember(key("m"))
+	_, ok = c.BoundTo(key("m"))
+	require.False(t, ok)
+	s3, err := c.Open(bob, key("m"), 0, nil)
+	require.NoError(t, err, "an unbound key is anyone's")
+	c.Done(s3)
+	assert.Equal(t, "User:bob", s3.User())
+	c.End(s3, EndClosed)
+	_, ok = c.BoundTo(key("m"))
+	assert.False(t, ok, "no session, no member: unbound")
 }

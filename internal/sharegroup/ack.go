@@ -81,9 +81,9 @@ func (m *Manager) ShareAcknowledge(ctx context.Context, req AckRequest) (AckResp
 	key := sessioncache.Key{Group: req.GroupID, Member: req.MemberID}
 	var s *session
 	if req.Epoch > 0 {
-		s, err = m.sessions.Admit(key, req.Epoch, nil)
+		s, err = m.sessions.Admit(ctx, key, req.Epoch, nil)
 	} else {
-		s, err = m.sessions.AdmitClose(key)
+		s, err = m.sessions.AdmitClose(ctx, key)
 	}
 	if err != nil {
 		return AckResponse{}, m.sessionError(err)

@@ -216,7 +216,11 @@
 // heartbeat and describe) increments group_epoch once per call (persisted
 // without waiting) and recomputes the target with the simple assignor
 // (assignor.go), initialising its share-partitions durably first; members
-// take the target and its epoch at their next heartbeat. A per-group timer
+// take the target and its epoch at their next heartbeat. A member id is
+// bound to the principal that first used it (by heartbeat or session),
+// in the session cache, while the member or its session exists; another
+// principal gets UNKNOWN_MEMBER_ID (heartbeat) or SHARE_SESSION_NOT_FOUND
+// (ShareFetch, ShareAcknowledge) and changes nothing. A per-group timer
 // removes members at their session deadline; every call of the group also
 // applies passed deadlines first. Members, epochs of members and
 // assignments are not persisted.

@@ -190,7 +190,7 @@ func (m *Manager) sessionStep(ctx context.Context, req *FetchRequest, named []na
 				}
 			}
 		}
-		s, err = m.sessions.Admit(key, req.Epoch, func(s *session) {
+		s, err = m.sessions.Admit(ctx, key, req.Epoch, func(s *session) {
 			st := &s.State
 			for i, n := range named {
 				tp := req.Partitions[i].TopicPartition
@@ -214,7 +214,7 @@ func (m *Manager) sessionStep(ctx context.Context, req *FetchRequest, named []na
 			}
 		})
 	default:
-		s, err = m.sessions.AdmitClose(key)
+		s, err = m.sessions.AdmitClose(ctx, key)
 	}
 	return s, err
 }

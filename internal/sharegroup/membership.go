@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/principal"
+	"github.com/sharelog/sharelog/internal/sessioncache"
 )
 
 // Membership: ShareGroupHeartbeat, member expiry, group and
@@ -32,6 +34,15 @@ import (
 // sooner. Member expiry is driven by one timer per group armed at the
 // earliest deadline; every call also applies passed deadlines first, so a
 // deadline is authoritative even if the timer lags.
+//
+// Member identity: a member id is bound to the principal (principal.User)
+// that first used it, by joining or by opening a share session; the
+// binding is kept in the session cache (sessioncache: Ownership) so that
+// heartbeats and sessions see one binding, and lasts while the member or
+// its session exists. Another principal's heartbeat with that id, at any
+// epoch, gets UNKNOWN_MEMBER_ID with the message an absent member gets,
+// and changes nothing (no epoch, assignment or expected_epoch is
+// revealed).
 
 // membership is a group's members and target assignment (guarded by op).
 type membership struct {
@@ -122,6 +133,11 @@ func (m *Manager) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbea
 	now := m.now()
 	g.expireLocked(ctx, now)
 
+	key := sessioncache.Key{Group: req.GroupID, Member: req.MemberID}
+	user := principal.User(ctx)
+	if owner, ok := m.sessions.BoundTo(key); ok && owner != user {
+		return HeartbeatResponse{}, unknownMember(req.MemberID, g.id)
+	}
 	mem := g.mem.members[req.MemberID]
 	joining := false
 	switch {
@@ -135,8 +151,7 @@ func (m *Manager) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbea
 		}
 		joining = mem == nil
 	case mem == nil:
-		return HeartbeatResponse{}, &apierr.Error{Reason: apierr.UnknownMemberID,
-			Message: fmt.Sprintf("member %q is not in share group %q", req.MemberID, g.id)}
+		return HeartbeatResponse{}, unknownMember(req.MemberID, g.id)
 	case req.MemberEpoch > 0 && req.MemberEpoch != mem.epoch && req.MemberEpoch != mem.prev:
 		return HeartbeatResponse{}, &apierr.Error{
 			Reason:   apierr.FencedMemberEpoch,
@@ -170,6 +185,11 @@ func (m *Manager) Heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbea
 		return resp, nil
 	}
 	if joining {
+		// Bound here, when nothing has changed yet: a session of another
+		// principal may have taken the id since the check above.
+		if !m.sessions.BindMember(key, user) {
+			return HeartbeatResponse{}, unknownMember(req.MemberID, g.id)
+		}
 		mem = &member{id: req.MemberID}
 		g.mem.members[mem.id] = mem
 		g.nMembers.Store(int32(len(g.mem.members)))
@@ -214,6 +234,14 @@ func (g *group) catchUp(mem *member) bool {
 func (g *group) removeMember(mem *member) {
 	delete(g.mem.members, mem.id)
 	g.nMembers.Store(int32(len(g.mem.members)))
+	g.m.sessions.UnbindMember(sessioncache.Key{Group: g.id, Member: mem.id})
+}
+
+// unknownMember is UNKNOWN_MEMBER_ID, for a member that does not exist and
+// for one bound to another principal alike.
+func unknownMember(memberID, groupID string) *apierr.Error {
+	return &apierr.Error{Reason: apierr.UnknownMemberID,
+		Message: fmt.Sprintf("member %q is not in share group %q", memberID, groupID)}
 }
 
 // subscribedNames is the set of topics some member subscribes to, plus

@@ -52,6 +52,15 @@ type sizes struct {
 	k1Calls int   // K1: Produce calls of 100 records each way
 	k2Recs  int64 // K2: records each share consumer group drains
 
+	// Cluster mode (X1–X3): records per side of X1 and X2 and their cap;
+	// --lease-ttl; X3's load before the SIGKILL and after the first write
+	// through a standby.
+	xRecords  int64
+	xCap      time.Duration
+	xLeaseTTL time.Duration
+	xBefore   time.Duration
+	xAfter    time.Duration
+
 	unaryDur    time.Duration
 	seqWriteMiB int
 	fsyncN      int
@@ -63,6 +72,7 @@ var quickSizes = sizes{
 	prefill: 100_000, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second,
 	d1Total: 120_000, d1Purge: 100_000, d1Base: 1500 * time.Millisecond, s3Dur: 5 * time.Second,
 	k1Calls: 500, k2Recs: 100_000,
+	xRecords: 30_000, xCap: 60 * time.Second, xLeaseTTL: 2 * time.Second, xBefore: 2 * time.Second, xAfter: 2 * time.Second,
 	unaryDur: 2 * time.Second, seqWriteMiB: 128, fsyncN: 300,
 }
 
@@ -72,6 +82,7 @@ var fullSizes = sizes{
 	prefill: 1_000_000, c1Cap: 180 * time.Second, c2Acks: 2000, c3Dur: 10 * time.Second, c4Recs: 50_000, c4Lock: time.Second,
 	d1Total: 1_200_000, d1Purge: 1_000_000, d1Base: 3 * time.Second, s3Dur: 60 * time.Second,
 	k1Calls: 2000, k2Recs: 400_000,
+	xRecords: 300_000, xCap: 180 * time.Second, xLeaseTTL: 5 * time.Second, xBefore: 5 * time.Second, xAfter: 5 * time.Second,
 	unaryDur: 5 * time.Second, seqWriteMiB: 512, fsyncN: 2000,
 }
 

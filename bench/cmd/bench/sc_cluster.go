@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -296,13 +297,22 @@ func x2Run(ctx context.Context, e *env, rep int, o *runOut) error {
 			}
 		}
 		oursRes.ratio = oursRes.value / peerRes.value
-		oursRes.note = fmt.Sprintf("%s; %d records each way, every offset/sequence delivered exactly once with delivery count 1; peer: durable pull consumer (R3, the stream's replicas), `Consume` with 500-message pulls, `Ack` each, MaxAckPending %d; ours%s, peer%s",
-			clusterNote(), n, 500*x2Consumers, oursSpread, peerSpread)
+		oursRes.note = fmt.Sprintf("%s; %d records each way, every offset/sequence delivered exactly once with delivery count 1; peer: durable pull consumer (R3, the stream's replicas), `Consume` with 500-message pulls, `Ack` each, MaxAckPending %d%s%s",
+			clusterNote(), n, 500*x2Consumers, labelled("ours", oursSpread), labelled("peer", peerSpread))
 		o.set("x2", oursRes)
 		o.set("x2#peer", peerRes)
 		return nil
 	})
 	return nil
+}
+
+// labelled turns consumeResult.spread's "; per-consumer ..." into
+// "; <side>: per-consumer ...".
+func labelled(side, spread string) string {
+	if spread == "" {
+		return ""
+	}
+	return "; " + side + ": " + strings.TrimPrefix(spread, "; ")
 }
 
 func consumeMeas(res *consumeResult, ph phaseResult) meas {

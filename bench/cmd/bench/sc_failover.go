@@ -537,10 +537,14 @@ func x3Progress(ctx context.Context, c *x3Conns) (start, hw int64, err error) {
 	}
 	for _, t := range resp.GetTopics() {
 		for _, p := range t.GetPartitions() {
+			if t.GetTopic() != x3Topic || p.GetPartition() != 0 {
+				continue
+			}
 			if p.GetErrorCode() != sharelogv1.ErrorCode_ERROR_CODE_NONE {
 				return 0, 0, fmt.Errorf("DescribeShareGroupOffsets: %v %s", p.GetErrorCode(), p.GetErrorMessage())
 			}
-			return p.GetStartOffset(), hw, nil
+			start = p.GetStartOffset()
+			return start, hw, nil
 		}
 	}
 	return 0, 0, errors.New("DescribeShareGroupOffsets answered no partition")
@@ -557,11 +561,11 @@ func x3ReadAll(ctx context.Context, c *x3Conns, hw int64) (map[int64]string, err
 			return nil, classify("LogService.Fetch", err)
 		}
 		if len(resp.GetRecords()) == 0 {
-			return nil, fmt.Errorf("Fetch at %d of %d returned nothing", next, hw)
+			return nil, fmt.Errorf("fetch at %d of %d returned nothing", next, hw)
 		}
 		for _, r := range resp.GetRecords() {
 			if r.GetOffset() != next {
-				return nil, fmt.Errorf("Fetch: offset %d, want %d", r.GetOffset(), next)
+				return nil, fmt.Errorf("fetch: offset %d, want %d", r.GetOffset(), next)
 			}
 			out[next] = string(r.GetValue())
 			next++

@@ -171,3 +171,14 @@ func TestLabelled(t *testing.T) {
 		t.Errorf("labelled of nothing: %q", got)
 	}
 }
+
+func TestProfileLabel(t *testing.T) {
+	if got := profileLabel([]string{"--fsync", "never"}); got != "fsync_never" {
+		t.Errorf("profileLabel: %q", got)
+	}
+	got := profileLabel([]string{"--store", "jetstream", "--nats-url", "nats://127.0.0.1:1,nats://127.0.0.1:2,nats://127.0.0.1:3",
+		"--nats-replicas", "3", "--instance-id", "a", "--lease-ttl", "2s"})
+	if strings.ContainsAny(got, "/:,") || len(got) > 80 || !strings.HasSuffix(got, "instance-id_a_lease-ttl_2s") {
+		t.Errorf("profileLabel of cluster flags: %q", got)
+	}
+}

@@ -69,8 +69,8 @@ func TestX3LedgerCheck(t *testing.T) {
 	if err := l.check(log, 4, 4); err != nil {
 		t.Fatalf("a good run failed: %v", err)
 	}
-	if l.redeliv != 1 || l.deliveries != 5 {
-		t.Errorf("deliveries %d, redeliveries %d; want 5, 1", l.deliveries, l.redeliv)
+	if l.deliveries != 5 || l.again != 1 || l.countAbove != 1 {
+		t.Errorf("deliveries %d, again %d, count > 1 %d; want 5, 1, 1", l.deliveries, l.again, l.countAbove)
 	}
 
 	cases := []struct {

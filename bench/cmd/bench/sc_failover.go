@@ -56,13 +56,15 @@ type x3Ledger struct {
 	mu         sync.Mutex
 	produced   map[string]int64 // value -> offset, for every acknowledged produce
 	accepted   map[int64]bool   // offsets whose ACCEPT was acknowledged
+	seen       map[int64]bool   // offsets delivered at least once
 	deliveries int64
-	redeliv    int64 // deliveries with delivery count > 1
+	again      int64 // deliveries of an offset delivered before (locks of the dead instance, failed ACCEPTs)
+	countAbove int64 // deliveries with delivery count > 1
 	violations []string
 }
 
 func newX3Ledger() *x3Ledger {
-	return &x3Ledger{produced: map[string]int64{}, accepted: map[int64]bool{}}
+	return &x3Ledger{produced: map[string]int64{}, accepted: map[int64]bool{}, seen: map[int64]bool{}}
 }
 
 func (l *x3Ledger) violate(format string, args ...any) {
@@ -89,8 +91,12 @@ func (l *x3Ledger) deliver(off int64, count int32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.deliveries++
+	if l.seen[off] {
+		l.again++
+	}
+	l.seen[off] = true
 	if count > 1 {
-		l.redeliv++
+		l.countAbove++
 	}
 	if l.accepted[off] {
 		l.violate("offset %d delivered again (count %d) after its ACCEPT was acknowledged", off, count)
@@ -332,9 +338,9 @@ func x3Run(ctx context.Context, e *env, rep int, o *runOut) error {
 			roles = append(roles, fmt.Sprintf("%s: %s", cl.ids[i+1], firstLine(readyz(ctx, m))))
 		}
 		led.mu.Lock()
-		mm.note = fmt.Sprintf("%d NATS nodes (`sync_interval: always`), %d sharelog instances, `--lease-ttl %v`; %d producers (batch %d) and %d share consumers (ShareFetch %d + ShareAcknowledge ACCEPT) on every instance's address, starting on the active one, next address on any error; SIGKILL after %v of load; first write via %s, first acknowledged ACCEPT %s after the kill; %d records acknowledged, each found at its offset; %d ACCEPTs acknowledged, none delivered again; %d deliveries, %d with count > 1; group start offset = high watermark %d after the drain; client errors by gRPC code %s; after: %s",
+		mm.note = fmt.Sprintf("%d NATS nodes (`sync_interval: always`), %d sharelog instances, `--lease-ttl %v`; %d producers (batch %d) and %d share consumers (ShareFetch %d + ShareAcknowledge ACCEPT) on every instance's address, starting on the active one, next address on any error; SIGKILL after %v of load; first write via %s, first acknowledged ACCEPT %s after the kill; %d records acknowledged, each found at its offset; %d ACCEPTs acknowledged, none delivered again; %d deliveries, %d of them again (%d with delivery count > 1: acquisitions are not durable, docs/cluster.md); group start offset = high watermark %d after the drain; client errors by gRPC code %s; after: %s",
 			clusterNodes, x3Members, ttl, x3Producers, x3Batch, x3Consumers, x3Fetch, e.sz.xBefore, cl.ids[via], ackTook,
-			len(led.produced), len(led.accepted), led.deliveries, led.redeliv, hw, codesSeen, strings.Join(roles, ", "))
+			len(led.produced), len(led.accepted), led.deliveries, led.again, led.countAbove, hw, codesSeen, strings.Join(roles, ", "))
 		led.mu.Unlock()
 		o.set("x3", mm)
 		return nil

@@ -242,6 +242,12 @@ func x3Run(ctx context.Context, e *env, rep int, o *runOut) error {
 		clk := &x3Clock{errCodes: map[codes.Code]int{}}
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
+		var stopOnce sync.Once
+		stopLoad := func() {
+			stopOnce.Do(func() { close(stop) })
+			wg.Wait()
+		}
+		defer stopLoad() // also when a step below returns early
 		var workerErrs []error
 		var errMu sync.Mutex
 		fail := func(err error) {
@@ -266,10 +272,6 @@ func x3Run(ctx context.Context, e *env, rep int, o *runOut) error {
 					fail(err)
 				}
 			})
-		}
-		stopLoad := func() {
-			close(stop)
-			wg.Wait()
 		}
 		time.Sleep(e.sz.xBefore)
 		clk.mu.Lock()
@@ -368,6 +370,8 @@ func x3Produce(ctx context.Context, c *x3Conns, w int, led *x3Ledger, clk *x3Clo
 			select {
 			case <-stop:
 				return
+			case <-ctx.Done():
+				return
 			default:
 			}
 			t := time.Now()
@@ -416,6 +420,8 @@ func x3Consume(ctx context.Context, c *x3Conns, member string, led *x3Ledger, cl
 				cancel()
 			}
 			return nil
+		case <-ctx.Done():
+			return ctx.Err()
 		default:
 		}
 		acq, err := x3FetchOnce(ctx, c.now(), member, epoch, led)

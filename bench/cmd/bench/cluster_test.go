@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -116,6 +117,14 @@ func TestX3LedgerCheck(t *testing.T) {
 	}
 }
 
+func withReason(c codes.Code, reason string) error {
+	st, err := status.New(c, reason).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "sharelog"})
+	if err != nil {
+		panic(err)
+	}
+	return st.Err()
+}
+
 func TestX3Retryable(t *testing.T) {
 	for _, c := range []struct {
 		err  error
@@ -125,6 +134,8 @@ func TestX3Retryable(t *testing.T) {
 		{status.Error(codes.DeadlineExceeded, "slow"), true},
 		{status.Error(codes.InvalidArgument, "bad"), false},
 		{status.Error(codes.NotFound, "unknown topic"), false},
+		{withReason(codes.NotFound, "SHARE_SESSION_NOT_FOUND"), true},
+		{withReason(codes.NotFound, "UNKNOWN_TOPIC_OR_PARTITION"), false},
 		{errors.New("plain"), false},
 	} {
 		if got := x3Retryable(c.err); got != c.want {

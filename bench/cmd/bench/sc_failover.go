@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -160,13 +161,26 @@ func (c *x3Conns) next()        { c.cur = (c.cur + 1) % len(c.cs) }
 
 // x3Retryable is what a client may see while the active instance dies and
 // a standby takes over: UNAVAILABLE (NOT_OWNER, OWNER_UNREACHABLE, the dead
-// connection) or its own call deadline.
+// connection), its own call deadline, or SHARE_SESSION_NOT_FOUND (share
+// sessions die with the instance that held them; docs/cluster.md).
 func x3Retryable(err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return true
+	case codes.NotFound:
+		return errorReason(err) == "SHARE_SESSION_NOT_FOUND"
 	}
 	return false
+}
+
+// errorReason is the reason of the status's ErrorInfo detail, or "".
+func errorReason(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
 }
 
 // x3Clock is when things happened, from the clients' view.
@@ -185,6 +199,12 @@ func (k *x3Clock) after(t time.Time) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return !k.killed.IsZero() && t.After(k.killed)
+}
+
+func (k *x3Clock) codes() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return fmt.Sprint(k.errCodes)
 }
 
 func (k *x3Clock) failed(err error) {
@@ -274,6 +294,13 @@ func x3Run(ctx context.Context, e *env, rep int, o *runOut) error {
 			})
 		}
 		time.Sleep(e.sz.xBefore)
+		led.mu.Lock()
+		producedBefore, acceptedBefore := len(led.produced), len(led.accepted)
+		led.mu.Unlock()
+		if producedBefore == 0 || acceptedBefore == 0 {
+			return fmt.Errorf("no load before the kill: %d records produced, %d ACCEPTs acknowledged in %v (errors by code %v)",
+				producedBefore, acceptedBefore, e.sz.xBefore, clk.codes())
+		}
 		clk.mu.Lock()
 		clk.killed = time.Now()
 		clk.mu.Unlock()
@@ -298,9 +325,9 @@ func x3Run(ctx context.Context, e *env, rep int, o *runOut) error {
 		stopLoad()
 		clk.mu.Lock()
 		firstPut, firstAck, via := clk.firstPut, clk.firstAck, clk.putVia
-		codesSeen := fmt.Sprint(clk.errCodes)
 		others := clk.otherErrs
 		clk.mu.Unlock()
+		codesSeen := clk.codes()
 		if firstPut.IsZero() {
 			return fmt.Errorf("no Produce succeeded within %v of the SIGKILL (errors by code %s)", limit, codesSeen)
 		}
@@ -340,8 +367,8 @@ func x3Run(ctx context.Context, e *env, rep int, o *runOut) error {
 			roles = append(roles, fmt.Sprintf("%s: %s", cl.ids[i+1], firstLine(readyz(ctx, m))))
 		}
 		led.mu.Lock()
-		mm.note = fmt.Sprintf("%d NATS nodes (`sync_interval: always`), %d sharelog instances, `--lease-ttl %v`; %d producers (batch %d) and %d share consumers (ShareFetch %d + ShareAcknowledge ACCEPT) on every instance's address, starting on the active one, next address on any error; SIGKILL after %v of load; first write via %s, first acknowledged ACCEPT %s after the kill; %d records acknowledged, each found at its offset; %d ACCEPTs acknowledged, none delivered again; %d deliveries, %d of them again (%d with delivery count > 1: acquisitions are not durable, docs/cluster.md); group start offset = high watermark %d after the drain; client errors by gRPC code %s; after: %s",
-			clusterNodes, x3Members, ttl, x3Producers, x3Batch, x3Consumers, x3Fetch, e.sz.xBefore, cl.ids[via], ackTook,
+		mm.note = fmt.Sprintf("%d NATS nodes (`sync_interval: always`), %d sharelog instances, `--lease-ttl %v`; %d producers (batch %d) and %d share consumers (ShareFetch %d + ShareAcknowledge ACCEPT) on every instance's address, starting on the active one, next address on any error; SIGKILL after %v of load (%d records produced, %d ACCEPTs acknowledged by then); first write via %s, first acknowledged ACCEPT %s after the kill; %d records acknowledged, each found at its offset; %d ACCEPTs acknowledged, none delivered again; %d deliveries, %d of them again (%d with delivery count > 1: acquisitions are not durable, docs/cluster.md); group start offset = high watermark %d after the drain; client errors by gRPC code %s; after: %s",
+			clusterNodes, x3Members, ttl, x3Producers, x3Batch, x3Consumers, x3Fetch, e.sz.xBefore, producedBefore, acceptedBefore, cl.ids[via], ackTook,
 			len(led.produced), len(led.accepted), led.deliveries, led.again, led.countAbove, hw, codesSeen, strings.Join(roles, ", "))
 		led.mu.Unlock()
 		o.set("x3", mm)

@@ -52,6 +52,15 @@ type sizes struct {
 	k1Calls int   // K1: Produce calls of 100 records each way
 	k2Recs  int64 // K2: records each share consumer group drains
 
+	// Cluster mode (X1–X3): records per side of X1 and X2 and their cap;
+	// --lease-ttl; X3's load before the SIGKILL and after the first write
+	// through a standby.
+	xRecords  int64
+	xCap      time.Duration
+	xLeaseTTL time.Duration
+	xBefore   time.Duration
+	xAfter    time.Duration
+
 	unaryDur    time.Duration
 	seqWriteMiB int
 	fsyncN      int
@@ -63,6 +72,7 @@ var quickSizes = sizes{
 	prefill: 100_000, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second,
 	d1Total: 120_000, d1Purge: 100_000, d1Base: 1500 * time.Millisecond, s3Dur: 5 * time.Second,
 	k1Calls: 500, k2Recs: 100_000,
+	xRecords: 30_000, xCap: 60 * time.Second, xLeaseTTL: 2 * time.Second, xBefore: 2 * time.Second, xAfter: 2 * time.Second,
 	unaryDur: 2 * time.Second, seqWriteMiB: 128, fsyncN: 300,
 }
 
@@ -72,6 +82,7 @@ var fullSizes = sizes{
 	prefill: 1_000_000, c1Cap: 180 * time.Second, c2Acks: 2000, c3Dur: 10 * time.Second, c4Recs: 50_000, c4Lock: time.Second,
 	d1Total: 1_200_000, d1Purge: 1_000_000, d1Base: 3 * time.Second, s3Dur: 60 * time.Second,
 	k1Calls: 2000, k2Recs: 400_000,
+	xRecords: 200_000, xCap: 180 * time.Second, xLeaseTTL: 5 * time.Second, xBefore: 5 * time.Second, xAfter: 5 * time.Second,
 	unaryDur: 5 * time.Second, seqWriteMiB: 512, fsyncN: 2000,
 }
 
@@ -472,6 +483,7 @@ func methods(e *env) []string {
 		"Throughput rows: records acknowledged (or consumed) divided by the wall time of the phase. Latency rows: per-call wall time in the client. p50/p99 by nearest rank.",
 		"Every scenario verifies its own result and is printed as FAILED (no number) when the check fails: produce — distinct offsets/sequences and high watermark = records acknowledged; share consumers — every offset delivered exactly once with delivery count 1 (C1, C3) or accounted for (C4: accepted once, rejected, or archived at the delivery limit; none lost, none past the limit); change streams — record count, ascending offsets and for S2 the same key→offset map from OSO, ordered and auto; purge — new log start offset / first sequence and produce continuity.",
 		"A part whose RPCs answer UNIMPLEMENTED is reported as not available; it never fails the run.",
+		fmt.Sprintf("Cluster rows (X1–X3): each run starts a %d-node NATS cluster (child processes on loopback, routes between them, `sync_interval: always`) and sharelog instances with `--store jetstream --nats-replicas %d --lease-ttl %v` on it (one active, the others standbys). X1 and X2 measure both sides on that cluster in one run, alternating the order between runs; the peer's streams are R%d. X3 SIGKILLs the active instance under load; its value is the time to the first Produce started after the kill that succeeded (through a standby), and it FAILS on any acknowledged record or ACCEPT lost.", clusterNodes, clusterReplicas, e.sz.xLeaseTTL, clusterReplicas),
 		fmt.Sprintf("Bars that refer to machine limits use the start-of-run values: null gRPC p50 %.3f ms, fsync p99 %.3f ms.", e.nullP50, e.fsyncP99),
 		"Server CPU profile: `BENCH_SERVER_CPUPROFILE=<dir> go run ./cmd/bench -only <ID>` builds `./cmd/sharelog-prof` (the same server with a CPU profile written on shutdown) instead of `cmd/server`; inspect with `go tool pprof <dir>/<file>.pprof`.",
 	}

@@ -130,7 +130,7 @@ func startSharelog(bin, dir string, args ...string) (*proc, error) {
 		"--log-format", "json", "--log-level", "info"}, args...)
 	if d := profileDir(); d != "" {
 		n := profileSeq.Add(1)
-		label := strings.NewReplacer("--", "", " ", "_", "=", "_").Replace(strings.Join(args, "_"))
+		label := profileLabel(args)
 		all = append(all, "--cpuprofile", filepath.Join(d, fmt.Sprintf("%03d-%s-%s.pprof", n, currentGroup.Load(), label)))
 	}
 	cmd := exec.Command(bin, all...)
@@ -145,6 +145,26 @@ func startSharelog(bin, dir string, args ...string) (*proc, error) {
 		p.kafkaAddr, _ = m["kafka_addr"].(string)
 		return p.grpcAddr != ""
 	})
+}
+
+// profileLabel turns server flags into a file-name part: anything but
+// letters, digits, '.', '_' and '-' becomes '_' (a --nats-url holds '/'
+// and ':'), and long labels keep their end, where cluster mode's
+// --instance-id and --lease-ttl are.
+func profileLabel(args []string) string {
+	label := strings.NewReplacer("--", "", " ", "_", "=", "_").Replace(strings.Join(args, "_"))
+	label = strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '_'
+	}, label)
+	const maxLen = 80
+	if len(label) > maxLen {
+		label = label[len(label)-maxLen:]
+	}
+	return label
 }
 
 // sharelogEnv is the harness environment without SHARELOG_* variables (so a

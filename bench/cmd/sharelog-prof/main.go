@@ -34,6 +34,12 @@ func main() {
 	flag.Int64Var(&cfg.SegmentBytes, "segment-bytes", cfg.SegmentBytes, "default segment size")
 	flag.IntVar(&cfg.HealthProbesPerSec, "health-probes-per-sec", cfg.HealthProbesPerSec, "health probes per second and client IP; 0 = no limit")
 	flag.StringVar(&cfg.KafkaAddr, "kafka-addr", cfg.KafkaAddr, "Kafka listener address (empty = off)")
+	// Cluster mode (the X rows): the flags the harness passes.
+	flag.StringVar(&cfg.Cluster.Store, "store", cfg.Cluster.Store, "file or jetstream")
+	flag.StringVar(&cfg.Cluster.NATSURL, "nats-url", cfg.Cluster.NATSURL, "comma-separated NATS server URLs")
+	flag.IntVar(&cfg.Cluster.NATSReplicas, "nats-replicas", cfg.Cluster.NATSReplicas, "replicas of every stream and bucket")
+	flag.StringVar(&cfg.Cluster.InstanceID, "instance-id", cfg.Cluster.InstanceID, "this instance's name in the cluster")
+	flag.DurationVar(&cfg.Cluster.LeaseTTL, "lease-ttl", cfg.Cluster.LeaseTTL, "ownership lease time to live")
 	flag.StringVar(&logFormat, "log-format", "json", "json (only)")
 	flag.StringVar(&logLevel, "log-level", "info", "log level")
 	flag.StringVar(&profile, "cpuprofile", "", "write a CPU profile here on shutdown")

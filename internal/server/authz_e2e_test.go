@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -723,7 +723,6 @@ func assertPartitionDenied(t *testing.T, transport string, m proto.Message) {
 	}
 	assert.Equal(t, topicAuthFailed, code)
 }
-
 
 // reasonOf is the ErrorInfo reason of a gRPC error, or "".
 func reasonOf(err error) string {

@@ -156,12 +156,6 @@ type rpcCase struct {
 	advancesEpoch bool
 }
 
-func jsonBody(t *testing.T, m proto.Message) string {
-	raw, err := protojson.Marshal(m)
-	require.NoError(t, err)
-	return string(raw)
-}
-
 func (s *authzStack) topicExists(t *testing.T, name string) bool {
 	_, err := s.log.DescribeTopic(s.admin, &sharelogv1.DescribeTopicRequest{Name: name})
 	if err == nil {

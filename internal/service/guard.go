@@ -31,8 +31,6 @@ func NewGuard(a authz.Authorizer, audit *authz.Audit) *Guard {
 	return &Guard{authz: a, audit: audit}
 }
 
-var clusterResource = authz.Resource{Type: authz.Cluster, Name: authz.ClusterName}
-
 // allowed answers without auditing: for lists, which leave out what the
 // caller may not see, and for per-partition checks audited by the caller.
 func (g *Guard) allowed(ctx context.Context, op authz.Operation, rt authz.ResourceType, name string) bool {

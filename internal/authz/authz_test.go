@@ -347,3 +347,35 @@ func TestSuperUsersValidated(t *testing.T) {
 	_, err = authz.NewACL(ctx, &authz.MemStore{}, []string{"User:*"})
 	assert.Error(t, err)
 }
+
+// FuzzFileStoreLoad: whatever the file holds, Load returns valid bindings
+// that survive a save and a load unchanged, or an error naming the file.
+func FuzzFileStoreLoad(f *testing.F) {
+	f.Add([]byte(`{"format":1,"bindings":[{"principal":"User:a","resourceType":"TOPIC","patternType":"PREFIXED","resourceName":"o.","operation":"WRITE","permission":"ALLOW"}]}`))
+	f.Add([]byte(`{"format":1,"bindings":[]}`))
+	f.Add([]byte(`{"format":1,"bindings":[{"principal":"User:*","resourceType":"CLUSTER","patternType":"LITERAL","resourceName":"kafka-cluster","operation":"ALL","permission":"DENY"}]}`))
+	f.Add([]byte(`{"format":1`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, authz.FileName)
+		require.NoError(t, os.WriteFile(path, raw, 0o644))
+		s, err := authz.NewFileStore(dir)
+		require.NoError(t, err)
+		bs, err := s.Load(ctx)
+		if err != nil {
+			require.Contains(t, err.Error(), path)
+			return
+		}
+		for _, b := range bs {
+			require.NoError(t, b.Validate())
+		}
+		require.NoError(t, s.Save(ctx, bs))
+		again, err := s.Load(ctx)
+		require.NoError(t, err)
+		if len(bs) == 0 {
+			require.Empty(t, again)
+		} else {
+			require.Equal(t, bs, again)
+		}
+	})
+}

@@ -80,6 +80,16 @@ func TestAuthorizationListFiltering(t *testing.T) {
 	d, err = s.sg.DescribeShareGroup(s.admin, &sharelogv1.DescribeShareGroupRequest{GroupId: "grp-hb"})
 	require.NoError(t, err)
 	assert.Len(t, d.GetMembers(), 1)
+	// The user may describe the group while its members' topics are all
+	// describable to it; once a member subscribes to another topic, the
+	// group's description would name it: TOPIC_AUTHORIZATION_FAILED.
+	_, err = s.sg.DescribeShareGroup(s.user, &sharelogv1.DescribeShareGroupRequest{GroupId: "grp-hb"})
+	require.NoError(t, err)
+	_, err = s.sg.ShareGroupHeartbeat(s.admin, &sharelogv1.ShareGroupHeartbeatRequest{GroupId: "grp-hb", MemberId: "admin-m",
+		SubscribedTopicNames: []string{"gamma"}})
+	require.NoError(t, err)
+	_, err = s.sg.DescribeShareGroup(s.user, &sharelogv1.DescribeShareGroupRequest{GroupId: "grp-hb"})
+	requireReason(t, err, codes.PermissionDenied, "TOPIC_AUTHORIZATION_FAILED")
 
 	// Offsets of every topic of a group leave out the undescribable ones.
 	_, err = s.sg.AlterShareGroupOffsets(s.admin, &sharelogv1.AlterShareGroupOffsetsRequest{GroupId: "grp-alpha",

@@ -12,6 +12,10 @@
 //     per-client limits (internal/principal) and rejects undecodable bodies
 //     (codec.go);
 //   - exposure.go: the refusal to serve beyond loopback in the clear;
+//   - authorization (docs/security.md): Start opens the ACL bindings of
+//     the data dir (internal/authz) and hands every service one
+//     service.Guard, which enforces them with --authorizer acl and writes
+//     the audit log in every mode;
 //   - health.go: readiness checks behind /readyz and gRPC health;
 //   - metrics.go: connection refusals, storage errors, offline partitions,
 //     waiting long polls; domainmetrics.go and purgemetrics.go: the log,

@@ -74,12 +74,18 @@ func (g *Guard) changed(ctx context.Context, action string, rt authz.ResourceTyp
 	}
 }
 
-// topicChecker answers per-topic checks of one request, each topic once,
-// auditing each denied topic once.
+// topicChecker answers the per-topic checks of one request, auditing each
+// denied topic once. Entries of one topic usually come together, so it
+// remembers the last answer; it allocates only for a second denied topic.
 type topicChecker struct {
-	g    *Guard
-	op   authz.Operation
-	seen map[string]bool
+	g           *Guard
+	op          authz.Operation
+	last        string
+	lastOK      bool
+	have        bool
+	firstDenied string // the first denied topic, audited
+	anyDenied   bool
+	denied      map[string]bool // further denied topics, audited
 }
 
 func (g *Guard) topics(op authz.Operation) *topicChecker {
@@ -90,16 +96,22 @@ func (c *topicChecker) allowed(ctx context.Context, topic string) bool {
 	if c.g == nil {
 		return true
 	}
-	if ok, done := c.seen[topic]; done {
-		return ok
+	if c.have && topic == c.last {
+		return c.lastOK
 	}
 	ok := c.g.allowed(ctx, c.op, authz.Topic, topic)
-	if !ok {
+	switch {
+	case ok:
+	case !c.anyDenied:
 		c.g.auditDenied(ctx, c.op, authz.Topic, topic)
+		c.firstDenied, c.anyDenied = topic, true
+	case topic != c.firstDenied && !c.denied[topic]:
+		c.g.auditDenied(ctx, c.op, authz.Topic, topic)
+		if c.denied == nil {
+			c.denied = map[string]bool{}
+		}
+		c.denied[topic] = true
 	}
-	if c.seen == nil {
-		c.seen = map[string]bool{}
-	}
-	c.seen[topic] = ok
+	c.last, c.lastOK, c.have = topic, ok, true
 	return ok
 }

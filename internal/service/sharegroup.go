@@ -154,8 +154,18 @@ func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.Shar
 // and the partitions of the others.
 func (s *ShareGroupService) readableEntries(ctx context.Context, entries []sharegroup.PartitionEntry) (ok []sharegroup.PartitionEntry, denied []sharegroup.TopicPartition) {
 	check := s.guard.topics(authz.Read)
-	ok = entries[:0:0]
-	for _, e := range entries {
+	first := -1 // the first denied entry: until then, entries are passed on as they are
+	for i, e := range entries {
+		if !check.allowed(ctx, e.Topic) {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return entries, nil
+	}
+	ok = append(make([]sharegroup.PartitionEntry, 0, len(entries)), entries[:first]...)
+	for _, e := range entries[first:] {
 		if check.allowed(ctx, e.Topic) {
 			ok = append(ok, e)
 		} else {
@@ -422,6 +432,22 @@ func (s *ShareGroupService) DescribeShareGroup(ctx context.Context, req *sharelo
 	d, err := s.groups.DescribeGroup(ctx, req.GetGroupId())
 	if err != nil {
 		return nil, err
+	}
+	// As Kafka's group describe: the members' subscriptions and assignments
+	// name topics, so a caller who may not DESCRIBE one of them gets the
+	// topic's authorization error instead of the group.
+	check := s.guard.topics(authz.Describe)
+	for _, m := range d.Members {
+		for _, t := range m.SubscribedTopicNames {
+			if !check.allowed(ctx, t) {
+				return nil, apierr.New(apierr.TopicAuthorizationFailed, "not authorized to DESCRIBE a topic of group %q's members", req.GetGroupId())
+			}
+		}
+		for _, t := range m.Assignment.Topics {
+			if !check.allowed(ctx, t.Topic) {
+				return nil, apierr.New(apierr.TopicAuthorizationFailed, "not authorized to DESCRIBE a topic of group %q's members", req.GetGroupId())
+			}
+		}
 	}
 	out := &sharelogv1.DescribeShareGroupResponse{
 		GroupId:         d.GroupID,

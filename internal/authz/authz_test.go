@@ -379,3 +379,11 @@ func FuzzFileStoreLoad(f *testing.F) {
 		}
 	})
 }
+
+func TestFilterAllowed(t *testing.T) {
+	a := newACL(t, []authz.Binding{bind("User:a", authz.Topic, authz.Prefixed, "x.", authz.Describe, authz.Allow)})
+	names := []string{"x.1", "y", "x.2", "x"}
+	assert.Equal(t, []string{"x.1", "x.2"}, authz.FilterAllowed(ctx, a, "User:a", authz.Describe, authz.Topic, names))
+	assert.Equal(t, []string{"x.1", "y", "x.2", "x"}, names, "the input is not modified")
+	assert.Equal(t, names, authz.FilterAllowed(ctx, authz.AllowAll{}, "User:a", authz.Describe, authz.Topic, names))
+}

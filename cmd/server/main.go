@@ -138,6 +138,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA bundle: require client certificates signed by it (mTLS)")
 	fs.StringVar(&cfg.AuthTokensFile, "auth-tokens-file", "", "file of bearer tokens, lines '<name> <token>', '<name> sha256:<hex>' or '<token>': require 'authorization: Bearer <token>'; re-read on change and on SIGHUP (docs/principals.md)")
 	fs.StringVar(&cfg.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs of proxies whose X-Forwarded-For names the client host (client_host); others' is ignored")
+	fs.StringVar(&cfg.Authorizer, "authorizer", cfg.Authorizer, "none (every caller may do everything) or acl (ACL bindings in the data dir decide; see docs/security.md)")
+	fs.Func("super-users", "comma-separated principals allowed everything with --authorizer acl, e.g. User:admin,User:ops", func(v string) error {
+		cfg.SuperUsers = nil
+		for u := range strings.SplitSeq(v, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				cfg.SuperUsers = append(cfg.SuperUsers, u)
+			}
+		}
+		return nil
+	})
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long shutdown waits for in-flight calls")
 	fs.StringVar(&cfg.KafkaAddr, "kafka-addr", cfg.KafkaAddr, "Kafka wire-protocol listen address, e.g. 127.0.0.1:9092 (empty = off)")
 	fs.StringVar(&cfg.KafkaAdvertisedAddr, "kafka-advertised-addr", cfg.KafkaAdvertisedAddr, "host:port Kafka clients are told to connect to (default: the listen address)")

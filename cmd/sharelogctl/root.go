@@ -137,6 +137,7 @@ sharelogctl exit with status 1. A server that cannot be reached within --timeout
 		a.purgeCmd(),
 		a.shareGroupsCmd(),
 		a.streamCmd(),
+		a.aclsCmd(),
 		a.versionCmd(),
 	)
 	return root

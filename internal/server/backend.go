@@ -66,8 +66,8 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 			b.share.TopicDeleted(ev.Topic.ID)
 		}
 	})
-	b.logSvc = service.NewLogService(logAPI)
-	b.shareSv = service.NewShareGroupService(b.share, s.longPolls)
+	b.logSvc = service.NewLogService(logAPI, s.guard)
+	b.shareSv = service.NewShareGroupService(b.share, s.longPolls, s.guard)
 	// Change streams get the traced store and the traced key index, so
 	// their reads are spans of the call, as every other RPC's.
 	tracedKeys := telemetry.TraceKeyIndex(keys, s.tel.Tracer, s.tel.Meter)
@@ -83,7 +83,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		_ = b.share.Close()
 		return nil, err
 	}
-	b.change = service.NewChangeStreamService(b.streams)
+	b.change = service.NewChangeStreamService(b.streams, s.guard)
 	return b, nil
 }
 

@@ -8,6 +8,12 @@ import (
 	"time"
 )
 
+// Values of Config.Authorizer (--authorizer).
+const (
+	AuthorizerNone = "none"
+	AuthorizerACL  = "acl"
+)
+
 // Config is everything the server process is configured with.
 type Config struct {
 	DataDir  string
@@ -74,6 +80,11 @@ type Config struct {
 	// TrustedProxies is --trusted-proxies: comma-separated CIDRs (or
 	// addresses) of proxies whose X-Forwarded-For names the client host.
 	TrustedProxies string
+	// Authorization (docs/security.md): "none" allows every caller
+	// everything; "acl" decides with the bindings kept in the data dir,
+	// SuperUsers ("User:<name>") being allowed everything.
+	Authorizer string
+	SuperUsers []string
 
 	// ShutdownTimeout bounds the wait for in-flight calls on shutdown.
 	ShutdownTimeout time.Duration
@@ -125,6 +136,7 @@ func DefaultConfig() Config {
 		HealthProbesPerSec:           20,
 		ShutdownTimeout:              10 * time.Second,
 		KafkaDefaultPartitions:       1,
+		Authorizer:                   AuthorizerNone,
 		KafkaMaxRequestBytes:         100 << 20,
 		Cluster:                      DefaultClusterConfig(),
 	}
@@ -263,6 +275,27 @@ func (c Config) Validate() error {
 	// be a way around both.
 	if c.KafkaAddr != "" && (c.TLSCert != "" || c.AuthTokensFile != "") {
 		bad("--kafka-addr cannot be combined with --tls-cert or --auth-tokens-file yet: the Kafka listener has no TLS or SASL")
+	}
+	switch c.Authorizer {
+	case AuthorizerNone:
+	case AuthorizerACL:
+		// The bindings live in the data dir; instances of a cluster share
+		// no data dir, so each would enforce its own set.
+		if c.Cluster.Store == StoreJetStream {
+			bad("--authorizer acl is not supported with --store jetstream yet: bindings are kept in the local data dir only")
+		}
+		// The Kafka listener authenticates no one: it would be a way
+		// around every binding.
+		if c.KafkaAddr != "" {
+			bad("--authorizer acl cannot be combined with --kafka-addr yet: the Kafka listener has no authentication")
+		}
+	default:
+		bad("--authorizer must be none or acl, got %q", c.Authorizer)
+	}
+	for _, u := range c.SuperUsers {
+		if name, ok := strings.CutPrefix(u, "User:"); !ok || name == "" || name == "*" {
+			bad("--super-users: %q is not a principal User:<name>", u)
+		}
 	}
 	c.Cluster.validate(bad)
 	return errors.Join(errs...)

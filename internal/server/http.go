@@ -84,6 +84,7 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 		sharelogv1.RegisterLogServiceHandler,
 		sharelogv1.RegisterShareGroupServiceHandler,
 		sharelogv1.RegisterChangeStreamServiceHandler,
+		sharelogv1.RegisterAclServiceHandler,
 	} {
 		if err := register(ctx, gw, conn); err != nil {
 			return nil, fmt.Errorf("register gateway: %w", err)

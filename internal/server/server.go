@@ -12,6 +12,10 @@
 //     per-client limits (internal/principal) and rejects undecodable bodies
 //     (codec.go);
 //   - exposure.go: the refusal to serve beyond loopback in the clear;
+//   - authorization (docs/security.md): Start opens the ACL bindings of
+//     the data dir (internal/authz) and hands every service one
+//     service.Guard, which enforces them with --authorizer acl and writes
+//     the audit log in every mode;
 //   - health.go: readiness checks behind /readyz and gRPC health;
 //   - metrics.go: connection refusals, storage errors, offline partitions,
 //     waiting long polls; domainmetrics.go and purgemetrics.go: the log,
@@ -56,6 +60,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/changestream"
 	"github.com/sharelog/sharelog/internal/kafka"
 	"github.com/sharelog/sharelog/internal/logapi"
@@ -120,6 +125,8 @@ type Server struct {
 
 	auth         *authenticator
 	metrics      *serverMetrics
+	acl          *authz.ACL     // the ACL bindings (nil in cluster mode)
+	guard        *service.Guard // authorization and audit for every handler
 	longPolls    *logapi.LongPolls
 	kafka        *kafka.Listener
 	fileBackend  *backend // the file store's backend (nil in cluster mode)
@@ -200,7 +207,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		return nil, fmt.Errorf("--trusted-proxies: %w", err)
 	}
 
+	// Authorization: the audit log is written in every mode; the bindings
+	// are enforced with --authorizer acl only (with none they are kept, so
+	// that they can be prepared before switching).
+	audit := authz.NewAudit(log)
+	s.guard = service.NewGuard(authz.AllowAll{}, audit)
 	var (
+		aclSvc    sharelogv1.AclServiceServer
 		logSvc    sharelogv1.LogServiceServer
 		shareSvc  sharelogv1.ShareGroupServiceServer
 		changeSvc sharelogv1.ChangeStreamServiceServer
@@ -214,6 +227,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		}
 		logSvc, shareSvc, changeSvc = sharelogv1.UnimplementedLogServiceServer{},
 			sharelogv1.UnimplementedShareGroupServiceServer{}, sharelogv1.UnimplementedChangeStreamServiceServer{}
+		aclSvc = service.NewAclService(nil, "ACL bindings are not available with --store jetstream yet (docs/security.md)", s.guard)
 	} else {
 		mode, err := logstore.ParseFsyncMode(cfg.Fsync)
 		if err != nil {
@@ -224,6 +238,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			CompactionInterval: cfg.CompactionInterval, CompactionMaxBytesPerSec: cfg.CompactionMaxBytesPerSec}); err != nil {
 			return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
 		}
+		aclStore, err := authz.NewFileStore(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		if s.acl, err = authz.NewACL(ctx, aclStore, cfg.SuperUsers); err != nil {
+			return nil, err
+		}
+		if cfg.Authorizer == AuthorizerACL {
+			s.guard = service.NewGuard(s.acl, audit)
+		}
+		aclSvc = service.NewAclService(s.acl, "", s.guard)
 		store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)
 		// Share state lives in the file state log under the data directory; the
 		// share-group manager sees it only as a sharestate.Store (and owns it).
@@ -316,6 +341,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		sharelogv1.RegisterLogServiceServer(gs, logSvc)
 		sharelogv1.RegisterShareGroupServiceServer(gs, shareSvc)
 		sharelogv1.RegisterChangeStreamServiceServer(gs, changeSvc)
+		sharelogv1.RegisterAclServiceServer(gs, aclSvc)
 		healthpb.RegisterHealthServer(gs, s.health)
 		reflection.Register(gs)
 		return gs
@@ -405,7 +431,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	s.ready.Store(true)
 	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "kafka_addr", s.KafkaAddr(),
 		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled(), "client_certs", auth.clientCerts,
-		"max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls)
+		"authorizer", cfg.Authorizer, "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls)
 	return s, nil
 }
 

@@ -1,6 +1,8 @@
 package service
 
 // ChangeStreamService behaviour (docs/change-streams.md):
+//   - StreamChanges needs READ on the topic (TOPIC_AUTHORIZATION_FAILED
+//     before anything else, whether the topic exists or not).
 //   - StreamChanges validates in this order (INVALID_REQUEST,
 //     UNKNOWN_TOPIC_OR_PARTITION, ROLLBACK_REQUIRED for a re-created topic,
 //     OFFSET_OUT_OF_RANGE, ROLLBACK_REQUIRED for purged history) before any
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/changestream"
 )
 
@@ -24,15 +27,20 @@ type ChangeStreamService struct {
 	sharelogv1.UnsafeChangeStreamServiceServer // compile error when an RPC is added
 
 	streams *changestream.Manager
+	guard   *Guard
 }
 
-// NewChangeStreamService returns the ChangeStreamService handlers.
-func NewChangeStreamService(streams *changestream.Manager) *ChangeStreamService {
-	return &ChangeStreamService{streams: streams}
+// NewChangeStreamService returns the ChangeStreamService handlers, checking
+// permissions with guard (nil = none).
+func NewChangeStreamService(streams *changestream.Manager, guard *Guard) *ChangeStreamService {
+	return &ChangeStreamService{streams: streams, guard: guard}
 }
 
 func (s *ChangeStreamService) StreamChanges(req *sharelogv1.StreamChangesRequest, stream sharelogv1.ChangeStreamService_StreamChangesServer) error {
 	ctx := stream.Context()
+	if err := s.guard.require(ctx, authz.Read, authz.Topic, req.GetTopic()); err != nil {
+		return err
+	}
 	dreq := changestream.Request{
 		Topic:       req.GetTopic(),
 		Partition:   req.GetPartition(),

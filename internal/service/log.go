@@ -6,10 +6,12 @@ package service
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/logapi"
 	"github.com/sharelog/sharelog/internal/logstore"
 )
@@ -18,29 +20,44 @@ import (
 type LogService struct {
 	sharelogv1.UnsafeLogServiceServer // compile error when an RPC is added
 
-	log *logapi.Log
+	log   *logapi.Log
+	guard *Guard
 }
 
-// NewLogService returns the LogService handlers.
-func NewLogService(log *logapi.Log) *LogService {
-	return &LogService{log: log}
+// NewLogService returns the LogService handlers, checking permissions with
+// guard (nil = none).
+func NewLogService(log *logapi.Log, guard *Guard) *LogService {
+	return &LogService{log: log, guard: guard}
 }
 
+// CreateTopic needs CREATE on the cluster or on the topic name.
 func (s *LogService) CreateTopic(ctx context.Context, req *sharelogv1.CreateTopicRequest) (*sharelogv1.Topic, error) {
+	if !s.guard.allowed(ctx, authz.Create, authz.Cluster, authz.ClusterName) {
+		if err := s.guard.require(ctx, authz.Create, authz.Topic, req.GetName()); err != nil {
+			return nil, err
+		}
+	}
 	var settings logapi.TopicSettings
 	if c := req.GetConfig(); c != nil {
 		settings = logapi.TopicSettings{SegmentBytes: c.SegmentBytes, RetentionMs: c.RetentionMs, CleanupPolicy: c.CleanupPolicy,
 			DeleteRetentionMs: c.DeleteRetentionMs, MinCleanableDirtyRatio: c.MinCleanableDirtyRatio}
 	}
 	t, err := s.log.CreateTopic(ctx, req.GetName(), req.GetPartitions(), settings)
+	s.guard.changed(ctx, "CreateTopic", authz.Topic, req.GetName(), err, slog.Int("partitions", int(req.GetPartitions())))
 	if err != nil {
 		return nil, err
 	}
 	return topicToProto(t), nil
 }
 
+// DeleteTopic needs DELETE on the topic, checked before its existence.
 func (s *LogService) DeleteTopic(ctx context.Context, req *sharelogv1.DeleteTopicRequest) (*sharelogv1.DeleteTopicResponse, error) {
-	if err := s.log.DeleteTopic(ctx, req.GetName()); err != nil {
+	if err := s.guard.require(ctx, authz.Delete, authz.Topic, req.GetName()); err != nil {
+		return nil, err
+	}
+	err := s.log.DeleteTopic(ctx, req.GetName())
+	s.guard.changed(ctx, "DeleteTopic", authz.Topic, req.GetName(), err)
+	if err != nil {
 		return nil, err
 	}
 	return &sharelogv1.DeleteTopicResponse{}, nil
@@ -51,14 +68,20 @@ func (s *LogService) ListTopics(ctx context.Context, _ *sharelogv1.ListTopicsReq
 	if err != nil {
 		return nil, err
 	}
-	resp := &sharelogv1.ListTopicsResponse{Topics: make([]*sharelogv1.Topic, len(topics))}
-	for i, t := range topics {
-		resp.Topics[i] = topicToProto(t)
+	// Topics the caller may not DESCRIBE are left out, silently.
+	resp := &sharelogv1.ListTopicsResponse{Topics: make([]*sharelogv1.Topic, 0, len(topics))}
+	for _, t := range topics {
+		if s.guard.allowed(ctx, authz.Describe, authz.Topic, t.Info.Name) {
+			resp.Topics = append(resp.Topics, topicToProto(t))
+		}
 	}
 	return resp, nil
 }
 
 func (s *LogService) DescribeTopic(ctx context.Context, req *sharelogv1.DescribeTopicRequest) (*sharelogv1.Topic, error) {
+	if err := s.guard.require(ctx, authz.Describe, authz.Topic, req.GetName()); err != nil {
+		return nil, err
+	}
 	t, err := s.log.DescribeTopic(ctx, req.GetName())
 	if err != nil {
 		return nil, err
@@ -103,6 +126,9 @@ func topicToProto(t logapi.Topic) *sharelogv1.Topic {
 }
 
 func (s *LogService) Produce(ctx context.Context, req *sharelogv1.ProduceRequest) (*sharelogv1.ProduceResponse, error) {
+	if err := s.guard.require(ctx, authz.Write, authz.Topic, req.GetTopic()); err != nil {
+		return nil, err
+	}
 	recs := make([]logstore.Record, len(req.GetRecords()))
 	for i, r := range req.GetRecords() {
 		recs[i] = logstore.Record{Timestamp: r.GetTimestamp(), Key: r.Key, Value: r.Value, Headers: headersFromProto(r.GetHeaders())}
@@ -119,6 +145,9 @@ func (s *LogService) Produce(ctx context.Context, req *sharelogv1.ProduceRequest
 }
 
 func (s *LogService) Fetch(ctx context.Context, req *sharelogv1.FetchRequest) (*sharelogv1.FetchResponse, error) {
+	if err := s.guard.require(ctx, authz.Read, authz.Topic, req.GetTopic()); err != nil {
+		return nil, err
+	}
 	res, err := s.log.Fetch(ctx, logapi.FetchRequest{
 		Topic:      req.GetTopic(),
 		Partition:  req.GetPartition(),
@@ -133,7 +162,11 @@ func (s *LogService) Fetch(ctx context.Context, req *sharelogv1.FetchRequest) (*
 	return &sharelogv1.FetchResponse{Records: recordsToProto(res.Records), HighWatermark: res.HighWatermark, LogStartOffset: res.LogStartOffset}, nil
 }
 
+// ListOffsets needs DESCRIBE on the topic, as Kafka's ListOffsets.
 func (s *LogService) ListOffsets(ctx context.Context, req *sharelogv1.ListOffsetsRequest) (*sharelogv1.ListOffsetsResponse, error) {
+	if err := s.guard.require(ctx, authz.Describe, authz.Topic, req.GetTopic()); err != nil {
+		return nil, err
+	}
 	var spec logapi.OffsetSpec
 	switch req.GetSpec() {
 	case sharelogv1.OffsetSpec_OFFSET_SPEC_EARLIEST:

@@ -15,7 +15,11 @@ package service
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/metadata"
@@ -23,6 +27,7 @@ import (
 
 	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/logapi"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
@@ -55,18 +60,27 @@ type ShareGroupService struct {
 
 	groups    ShareGroups
 	longPolls *logapi.LongPolls
+	guard     *Guard
 }
 
 // NewShareGroupService returns the ShareGroupService handlers; longPolls
-// bounds waiting ShareFetch calls together with Fetch (nil = no bound).
-func NewShareGroupService(groups ShareGroups, longPolls *logapi.LongPolls) *ShareGroupService {
-	return &ShareGroupService{groups: groups, longPolls: longPolls}
+// bounds waiting ShareFetch calls together with Fetch (nil = no bound);
+// guard checks permissions (nil = none).
+func NewShareGroupService(groups ShareGroups, longPolls *logapi.LongPolls, guard *Guard) *ShareGroupService {
+	return &ShareGroupService{groups: groups, longPolls: longPolls, guard: guard}
 }
 
+// ShareFetch needs READ on the group, and READ on each topic: a partition
+// of a topic the caller may not read is not passed on (nor are its
+// acknowledgements) and answers TOPIC_AUTHORIZATION_FAILED.
 func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.ShareFetchRequest) (*sharelogv1.ShareFetchResponse, error) {
 	if err := requirePartitions(req.GetTopics()); err != nil {
 		return nil, err
 	}
+	if err := s.guard.require(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
+	entries, denied := s.readableEntries(ctx, entriesFromProto(req.GetTopics()))
 	dreq := sharegroup.FetchRequest{
 		GroupID:    req.GetGroupId(),
 		MemberID:   req.GetMemberId(),
@@ -77,7 +91,7 @@ func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.Shar
 		MaxRecords: req.MaxRecords,
 		BatchSize:  req.GetBatchSize(),
 		IsRenewAck: req.GetIsRenewAck(),
-		Partitions: entriesFromProto(req.GetTopics()),
+		Partitions: entries,
 	}
 	for _, t := range req.GetForgottenTopicsData() {
 		for _, p := range t.GetPartitions() {
@@ -121,19 +135,65 @@ func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.Shar
 		}
 		tr.Partitions = append(tr.Partitions, pr)
 	}
+	for _, d := range denied {
+		tr := byTopic[d.Topic]
+		if tr == nil {
+			tr = &sharelogv1.ShareFetchTopicResponse{Topic: d.Topic}
+			byTopic[d.Topic] = tr
+			out.Responses = append(out.Responses, tr)
+		}
+		msg := deniedMessage(authz.Read, d.Topic)
+		tr.Partitions = append(tr.Partitions, &sharelogv1.ShareFetchPartitionResponse{Partition: d.Partition,
+			ErrorCode: sharelogv1.ErrorCode_ERROR_CODE_TOPIC_AUTHORIZATION_FAILED, ErrorMessage: msg,
+			AcknowledgeErrorCode: sharelogv1.ErrorCode_ERROR_CODE_TOPIC_AUTHORIZATION_FAILED, AcknowledgeErrorMessage: msg})
+	}
 	return out, nil
 }
 
+// readableEntries splits entries into those of topics the caller may READ
+// and the partitions of the others.
+func (s *ShareGroupService) readableEntries(ctx context.Context, entries []sharegroup.PartitionEntry) (ok []sharegroup.PartitionEntry, denied []sharegroup.TopicPartition) {
+	check := s.guard.topics(authz.Read)
+	first := -1 // the first denied entry: until then, entries are passed on as they are
+	for i, e := range entries {
+		if !check.allowed(ctx, e.Topic) {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return entries, nil
+	}
+	ok = append(make([]sharegroup.PartitionEntry, 0, len(entries)), entries[:first]...)
+	for _, e := range entries[first:] {
+		if check.allowed(ctx, e.Topic) {
+			ok = append(ok, e)
+		} else {
+			denied = append(denied, e.TopicPartition)
+		}
+	}
+	return ok, denied
+}
+
+func deniedMessage(op authz.Operation, topic string) string {
+	return fmt.Sprintf("not authorized to %s topic %q", op, topic)
+}
+
+// ShareAcknowledge needs what ShareFetch needs, checked the same way.
 func (s *ShareGroupService) ShareAcknowledge(ctx context.Context, req *sharelogv1.ShareAcknowledgeRequest) (*sharelogv1.ShareAcknowledgeResponse, error) {
 	if err := requirePartitions(req.GetTopics()); err != nil {
 		return nil, err
 	}
+	if err := s.guard.require(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
+	entries, denied := s.readableEntries(ctx, entriesFromProto(req.GetTopics()))
 	resp, err := s.groups.ShareAcknowledge(ctx, sharegroup.AckRequest{
 		GroupID:    req.GetGroupId(),
 		MemberID:   req.GetMemberId(),
 		Epoch:      req.GetShareSessionEpoch(),
 		IsRenewAck: req.GetIsRenewAck(),
-		Partitions: entriesFromProto(req.GetTopics()),
+		Partitions: entries,
 	})
 	if err != nil {
 		return nil, err
@@ -151,10 +211,23 @@ func (s *ShareGroupService) ShareAcknowledge(ctx context.Context, req *sharelogv
 			Partition: p.Partition, ErrorCode: codeToProto(p.ErrorCode), ErrorMessage: p.ErrorMessage,
 		})
 	}
+	for _, d := range denied {
+		tr := byTopic[d.Topic]
+		if tr == nil {
+			tr = &sharelogv1.ShareAcknowledgeTopicResponse{Topic: d.Topic}
+			byTopic[d.Topic] = tr
+			out.Responses = append(out.Responses, tr)
+		}
+		tr.Partitions = append(tr.Partitions, &sharelogv1.ShareAcknowledgePartitionResponse{Partition: d.Partition,
+			ErrorCode: sharelogv1.ErrorCode_ERROR_CODE_TOPIC_AUTHORIZATION_FAILED, ErrorMessage: deniedMessage(authz.Read, d.Topic)})
+	}
 	return out, nil
 }
 
 func (s *ShareGroupService) GetShareGroupConfig(ctx context.Context, req *sharelogv1.GetShareGroupConfigRequest) (*sharelogv1.GetShareGroupConfigResponse, error) {
+	if err := s.guard.require(ctx, authz.DescribeConfigs, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
 	cfg, err := s.groups.GetConfig(req.GetGroupId())
 	if err != nil {
 		return nil, err
@@ -163,6 +236,9 @@ func (s *ShareGroupService) GetShareGroupConfig(ctx context.Context, req *sharel
 }
 
 func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sharelogv1.UpdateShareGroupConfigRequest) (*sharelogv1.UpdateShareGroupConfigResponse, error) {
+	if err := s.guard.require(ctx, authz.AlterConfigs, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
 	c := req.GetConfig()
 	cfg, err := s.groups.UpdateConfig(req.GetGroupId(), sharegroup.GroupConfig{
 		RecordLockDurationMs:    c.RecordLockDurationMs,
@@ -173,6 +249,7 @@ func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sha
 		HeartbeatIntervalMs:     c.HeartbeatIntervalMs,
 		DeadLetterTopic:         c.DeadLetterTopic,
 	})
+	s.guard.changed(ctx, "UpdateShareGroupConfig", authz.Group, req.GetGroupId(), err, slog.String("config", c.String()))
 	if err != nil {
 		return nil, err
 	}
@@ -256,14 +333,36 @@ func requirePartitions(topics []*sharelogv1.ShareFetchTopic) error {
 	return nil
 }
 
+// ShareGroupHeartbeat needs READ on the group. Subscribed topics the caller
+// may not DESCRIBE are left out of the subscription (so the group assigns
+// their partitions only to members who may see them) and out of the
+// assignment; a subscription of such topics only is refused with
+// TOPIC_AUTHORIZATION_FAILED, since an empty one would mean "unchanged".
 func (s *ShareGroupService) ShareGroupHeartbeat(ctx context.Context, req *sharelogv1.ShareGroupHeartbeatRequest) (*sharelogv1.ShareGroupHeartbeatResponse, error) {
+	if err := s.guard.require(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
+	check := s.guard.topics(authz.Describe)
+	subs := req.GetSubscribedTopicNames()
+	if len(subs) > 0 {
+		visible := make([]string, 0, len(subs))
+		for _, t := range subs {
+			if check.allowed(ctx, t) {
+				visible = append(visible, t)
+			}
+		}
+		if len(visible) == 0 {
+			return nil, apierr.New(apierr.TopicAuthorizationFailed, "not authorized to DESCRIBE any of the subscribed topics")
+		}
+		subs = visible
+	}
 	clientID, clientHost := callerOf(ctx)
 	resp, err := s.groups.Heartbeat(ctx, sharegroup.HeartbeatRequest{
 		GroupID:              req.GetGroupId(),
 		MemberID:             req.GetMemberId(),
 		MemberEpoch:          req.GetMemberEpoch(),
 		RackID:               req.RackId,
-		SubscribedTopicNames: req.GetSubscribedTopicNames(),
+		SubscribedTopicNames: subs,
 		ClientID:             clientID,
 		ClientHost:           clientHost,
 	})
@@ -276,7 +375,9 @@ func (s *ShareGroupService) ShareGroupHeartbeat(ctx context.Context, req *sharel
 		HeartbeatIntervalMs: resp.HeartbeatIntervalMs,
 	}
 	if resp.Assignment != nil {
-		out.Assignment = assignmentToProto(*resp.Assignment)
+		a := *resp.Assignment
+		a.Topics = slices.DeleteFunc(slices.Clone(a.Topics), func(t sharegroup.TopicPartitions) bool { return !check.allowed(ctx, t.Topic) })
+		out.Assignment = assignmentToProto(a)
 	}
 	return out, nil
 }
@@ -314,17 +415,39 @@ func (s *ShareGroupService) ListShareGroups(ctx context.Context, req *sharelogv1
 	if err != nil {
 		return nil, err
 	}
-	out := &sharelogv1.ListShareGroupsResponse{Groups: make([]*sharelogv1.ShareGroupListing, len(groups))}
-	for i, g := range groups {
-		out.Groups[i] = &sharelogv1.ShareGroupListing{GroupId: g.GroupID, State: stateToProto(g.State)}
+	// Groups the caller may not DESCRIBE are left out, silently.
+	out := &sharelogv1.ListShareGroupsResponse{Groups: make([]*sharelogv1.ShareGroupListing, 0, len(groups))}
+	for _, g := range groups {
+		if s.guard.allowed(ctx, authz.Describe, authz.Group, g.GroupID) {
+			out.Groups = append(out.Groups, &sharelogv1.ShareGroupListing{GroupId: g.GroupID, State: stateToProto(g.State)})
+		}
 	}
 	return out, nil
 }
 
 func (s *ShareGroupService) DescribeShareGroup(ctx context.Context, req *sharelogv1.DescribeShareGroupRequest) (*sharelogv1.DescribeShareGroupResponse, error) {
+	if err := s.guard.require(ctx, authz.Describe, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
 	d, err := s.groups.DescribeGroup(ctx, req.GetGroupId())
 	if err != nil {
 		return nil, err
+	}
+	// As Kafka's group describe: the members' subscriptions and assignments
+	// name topics, so a caller who may not DESCRIBE one of them gets the
+	// topic's authorization error instead of the group.
+	check := s.guard.topics(authz.Describe)
+	for _, m := range d.Members {
+		for _, t := range m.SubscribedTopicNames {
+			if !check.allowed(ctx, t) {
+				return nil, apierr.New(apierr.TopicAuthorizationFailed, "not authorized to DESCRIBE a topic of group %q's members", req.GetGroupId())
+			}
+		}
+		for _, t := range m.Assignment.Topics {
+			if !check.allowed(ctx, t.Topic) {
+				return nil, apierr.New(apierr.TopicAuthorizationFailed, "not authorized to DESCRIBE a topic of group %q's members", req.GetGroupId())
+			}
+		}
 	}
 	out := &sharelogv1.DescribeShareGroupResponse{
 		GroupId:         d.GroupID,
@@ -351,17 +474,46 @@ func (s *ShareGroupService) DescribeShareGroup(ctx context.Context, req *sharelo
 	return out, nil
 }
 
-func (s *ShareGroupService) DescribeShareGroupOffsets(ctx context.Context, req *sharelogv1.DescribeShareGroupOffsetsRequest) (*sharelogv1.DescribeShareGroupOffsetsResponse, error) {
-	topics := make([]sharegroup.TopicPartitions, len(req.GetTopics()))
-	for i, t := range req.GetTopics() {
-		topics[i] = sharegroup.TopicPartitions{Topic: t.GetTopic(), Partitions: t.GetPartitions()}
+// describableTopics checks DESCRIBE on each requested topic of a
+// DescribeShareGroupOffsets or DescribeSharePartitionState: it returns the
+// topics to pass on and, per requested topic, whether it passed.
+func (s *ShareGroupService) describableTopics(ctx context.Context, req []*sharelogv1.TopicPartitions) ([]sharegroup.TopicPartitions, []bool) {
+	check := s.guard.topics(authz.Describe)
+	topics := make([]sharegroup.TopicPartitions, 0, len(req))
+	allowed := make([]bool, len(req))
+	for i, t := range req {
+		if allowed[i] = check.allowed(ctx, t.GetTopic()); allowed[i] {
+			topics = append(topics, sharegroup.TopicPartitions{Topic: t.GetTopic(), Partitions: t.GetPartitions()})
+		}
 	}
-	res, err := s.groups.DescribeOffsets(ctx, req.GetGroupId(), topics)
-	if err != nil {
+	return topics, allowed
+}
+
+// deniedPartitions are the partitions a denied topic entry answers for:
+// those requested, or -1 (the topic as a whole) as for an unknown topic.
+func deniedPartitions(parts []int32) []int32 {
+	if len(parts) == 0 {
+		return []int32{-1}
+	}
+	return parts
+}
+
+// DescribeShareGroupOffsets needs DESCRIBE on the group and on each topic;
+// a requested topic without it answers TOPIC_AUTHORIZATION_FAILED per
+// partition, and with no topics requested such topics are left out.
+func (s *ShareGroupService) DescribeShareGroupOffsets(ctx context.Context, req *sharelogv1.DescribeShareGroupOffsetsRequest) (*sharelogv1.DescribeShareGroupOffsetsResponse, error) {
+	if err := s.guard.require(ctx, authz.Describe, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
-	out := &sharelogv1.DescribeShareGroupOffsetsResponse{Topics: make([]*sharelogv1.ShareGroupOffsetsTopic, len(res))}
-	for i, t := range res {
+	topics, allowed := s.describableTopics(ctx, req.GetTopics())
+	var res []sharegroup.TopicOffsets
+	if len(topics) > 0 || len(req.GetTopics()) == 0 {
+		var err error
+		if res, err = s.groups.DescribeOffsets(ctx, req.GetGroupId(), topics); err != nil {
+			return nil, err
+		}
+	}
+	toProto := func(t sharegroup.TopicOffsets) *sharelogv1.ShareGroupOffsetsTopic {
 		ot := &sharelogv1.ShareGroupOffsetsTopic{Topic: t.Topic, Partitions: make([]*sharelogv1.ShareGroupOffsetsPartition, len(t.Partitions))}
 		for j, p := range t.Partitions {
 			ot.Partitions[j] = &sharelogv1.ShareGroupOffsetsPartition{
@@ -369,50 +521,122 @@ func (s *ShareGroupService) DescribeShareGroupOffsets(ctx context.Context, req *
 				ErrorCode: codeToProto(p.ErrorCode), ErrorMessage: p.ErrorMessage,
 			}
 		}
-		out.Topics[i] = ot
+		return ot
 	}
-	return out, nil
-}
-
-func (s *ShareGroupService) AlterShareGroupOffsets(ctx context.Context, req *sharelogv1.AlterShareGroupOffsetsRequest) (*sharelogv1.AlterShareGroupOffsetsResponse, error) {
-	topics := make([]sharegroup.TopicStartOffsets, len(req.GetTopics()))
-	for i, t := range req.GetTopics() {
-		topics[i].Topic = t.GetTopic()
-		for _, p := range t.GetPartitions() {
-			topics[i].Partitions = append(topics[i].Partitions, sharegroup.PartitionStartOffset{Partition: p.GetPartition(), StartOffset: p.GetStartOffset()})
-		}
-	}
-	res, err := s.groups.AlterOffsets(ctx, req.GetGroupId(), topics)
-	if err != nil {
-		return nil, err
-	}
-	out := &sharelogv1.AlterShareGroupOffsetsResponse{Topics: make([]*sharelogv1.AlterShareGroupOffsetsTopicResult, len(res))}
-	for i, t := range res {
-		ot := &sharelogv1.AlterShareGroupOffsetsTopicResult{Topic: t.Topic, Partitions: make([]*sharelogv1.AlterShareGroupOffsetsPartitionResult, len(t.Partitions))}
-		for j, p := range t.Partitions {
-			ot.Partitions[j] = &sharelogv1.AlterShareGroupOffsetsPartitionResult{
-				Partition: p.Partition, ErrorCode: codeToProto(p.ErrorCode), ErrorMessage: p.ErrorMessage,
+	out := &sharelogv1.DescribeShareGroupOffsetsResponse{}
+	if len(req.GetTopics()) == 0 {
+		for _, t := range res {
+			if s.guard.allowed(ctx, authz.Describe, authz.Topic, t.Topic) {
+				out.Topics = append(out.Topics, toProto(t))
 			}
 		}
+		return out, nil
+	}
+	next := 0
+	for i, t := range req.GetTopics() {
+		if allowed[i] {
+			out.Topics = append(out.Topics, toProto(res[next]))
+			next++
+			continue
+		}
+		ot := &sharelogv1.ShareGroupOffsetsTopic{Topic: t.GetTopic()}
+		for _, p := range deniedPartitions(t.GetPartitions()) {
+			ot.Partitions = append(ot.Partitions, &sharelogv1.ShareGroupOffsetsPartition{Partition: p, StartOffset: -1, Lag: -1,
+				ErrorCode: sharelogv1.ErrorCode_ERROR_CODE_TOPIC_AUTHORIZATION_FAILED, ErrorMessage: deniedMessage(authz.Describe, t.GetTopic())})
+		}
+		out.Topics = append(out.Topics, ot)
+	}
+	return out, nil
+}
+
+// AlterShareGroupOffsets needs READ on the group and on each topic; a topic
+// without it is not passed on and answers TOPIC_AUTHORIZATION_FAILED per
+// partition.
+func (s *ShareGroupService) AlterShareGroupOffsets(ctx context.Context, req *sharelogv1.AlterShareGroupOffsetsRequest) (*sharelogv1.AlterShareGroupOffsetsResponse, error) {
+	if err := s.guard.require(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
+	check := s.guard.topics(authz.Read)
+	allowed := make([]bool, len(req.GetTopics()))
+	topics := make([]sharegroup.TopicStartOffsets, 0, len(req.GetTopics()))
+	for i, t := range req.GetTopics() {
+		if allowed[i] = check.allowed(ctx, t.GetTopic()); !allowed[i] {
+			continue
+		}
+		ts := sharegroup.TopicStartOffsets{Topic: t.GetTopic()}
+		for _, p := range t.GetPartitions() {
+			ts.Partitions = append(ts.Partitions, sharegroup.PartitionStartOffset{Partition: p.GetPartition(), StartOffset: p.GetStartOffset()})
+		}
+		topics = append(topics, ts)
+	}
+	var res []sharegroup.TopicPartitionResults
+	if len(topics) > 0 || len(req.GetTopics()) == 0 {
+		var err error
+		res, err = s.groups.AlterOffsets(ctx, req.GetGroupId(), topics)
+		if err != nil {
+			s.guard.changed(ctx, "AlterShareGroupOffsets", authz.Group, req.GetGroupId(), err)
+			return nil, err
+		}
+	}
+	out := &sharelogv1.AlterShareGroupOffsetsResponse{Topics: make([]*sharelogv1.AlterShareGroupOffsetsTopicResult, len(req.GetTopics()))}
+	next := 0
+	for i, t := range req.GetTopics() {
+		ot := &sharelogv1.AlterShareGroupOffsetsTopicResult{Topic: t.GetTopic()}
+		if !allowed[i] {
+			for _, p := range t.GetPartitions() {
+				ot.Partitions = append(ot.Partitions, &sharelogv1.AlterShareGroupOffsetsPartitionResult{Partition: p.GetPartition(),
+					ErrorCode: sharelogv1.ErrorCode_ERROR_CODE_TOPIC_AUTHORIZATION_FAILED, ErrorMessage: deniedMessage(authz.Read, t.GetTopic())})
+			}
+			out.Topics[i] = ot
+			continue
+		}
+		for j, p := range res[next].Partitions {
+			ot.Partitions = append(ot.Partitions, &sharelogv1.AlterShareGroupOffsetsPartitionResult{
+				Partition: p.Partition, ErrorCode: codeToProto(p.ErrorCode), ErrorMessage: p.ErrorMessage,
+			})
+			var perr error
+			if p.ErrorCode != sharegroup.CodeNone {
+				perr = errors.New(p.ErrorMessage)
+			}
+			s.guard.changed(ctx, "AlterShareGroupOffsets", authz.Group, req.GetGroupId(), perr, slog.String("topic", t.GetTopic()),
+				slog.Int("partition", int(p.Partition)), slog.Int64("start_offset", t.GetPartitions()[j].GetStartOffset()))
+		}
+		next++
 		out.Topics[i] = ot
 	}
 	return out, nil
 }
 
+// DeleteShareGroupOffsets needs DELETE on the group.
 func (s *ShareGroupService) DeleteShareGroupOffsets(ctx context.Context, req *sharelogv1.DeleteShareGroupOffsetsRequest) (*sharelogv1.DeleteShareGroupOffsetsResponse, error) {
+	if err := s.guard.require(ctx, authz.Delete, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
 	res, err := s.groups.DeleteOffsets(ctx, req.GetGroupId(), req.GetTopics())
 	if err != nil {
+		s.guard.changed(ctx, "DeleteShareGroupOffsets", authz.Group, req.GetGroupId(), err, slog.Any("topics", req.GetTopics()))
 		return nil, err
 	}
 	out := &sharelogv1.DeleteShareGroupOffsetsResponse{Topics: make([]*sharelogv1.DeleteShareGroupOffsetsTopicResult, len(res))}
 	for i, t := range res {
 		out.Topics[i] = &sharelogv1.DeleteShareGroupOffsetsTopicResult{Topic: t.Topic, ErrorCode: codeToProto(t.ErrorCode), ErrorMessage: t.ErrorMessage}
+		var terr error
+		if t.ErrorCode != sharegroup.CodeNone {
+			terr = errors.New(t.ErrorMessage)
+		}
+		s.guard.changed(ctx, "DeleteShareGroupOffsets", authz.Group, req.GetGroupId(), terr, slog.String("topic", t.Topic))
 	}
 	return out, nil
 }
 
+// DeleteShareGroup needs DELETE on the group.
 func (s *ShareGroupService) DeleteShareGroup(ctx context.Context, req *sharelogv1.DeleteShareGroupRequest) (*sharelogv1.DeleteShareGroupResponse, error) {
-	if err := s.groups.DeleteGroup(ctx, req.GetGroupId()); err != nil {
+	if err := s.guard.require(ctx, authz.Delete, authz.Group, req.GetGroupId()); err != nil {
+		return nil, err
+	}
+	err := s.groups.DeleteGroup(ctx, req.GetGroupId())
+	s.guard.changed(ctx, "DeleteShareGroup", authz.Group, req.GetGroupId(), err)
+	if err != nil {
 		return nil, err
 	}
 	return &sharelogv1.DeleteShareGroupResponse{}, nil
@@ -453,15 +677,48 @@ func stateFromProto(st sharelogv1.ShareGroupState) (sharegroup.GroupState, bool)
 	return 0, false
 }
 
+// DescribeSharePartitionState needs what DescribeShareGroupOffsets needs
+// (DESCRIBE on the group and on each topic), checked the same way: it
+// shows no more than the offsets do, record by record.
 func (s *ShareGroupService) DescribeSharePartitionState(ctx context.Context, req *sharelogv1.DescribeSharePartitionStateRequest) (*sharelogv1.DescribeSharePartitionStateResponse, error) {
-	topics := make([]sharegroup.TopicPartitions, len(req.GetTopics()))
-	for i, t := range req.GetTopics() {
-		topics[i] = sharegroup.TopicPartitions{Topic: t.GetTopic(), Partitions: t.GetPartitions()}
-	}
-	res, err := s.groups.DescribePartitionState(ctx, req.GetGroupId(), topics, int(req.GetMaxRanges()))
-	if err != nil {
+	if err := s.guard.require(ctx, authz.Describe, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
+	topics, allowed := s.describableTopics(ctx, req.GetTopics())
+	var res []sharegroup.TopicState
+	if len(topics) > 0 || len(req.GetTopics()) == 0 {
+		var err error
+		if res, err = s.groups.DescribePartitionState(ctx, req.GetGroupId(), topics, int(req.GetMaxRanges())); err != nil {
+			return nil, err
+		}
+	}
+	out := s.partitionStateToProto(res)
+	if len(req.GetTopics()) == 0 {
+		out.Topics = slices.DeleteFunc(out.Topics, func(t *sharelogv1.SharePartitionStateTopic) bool {
+			return !s.guard.allowed(ctx, authz.Describe, authz.Topic, t.GetTopic())
+		})
+		return out, nil
+	}
+	merged := make([]*sharelogv1.SharePartitionStateTopic, len(req.GetTopics()))
+	next := 0
+	for i, t := range req.GetTopics() {
+		if allowed[i] {
+			merged[i] = out.Topics[next]
+			next++
+			continue
+		}
+		ot := &sharelogv1.SharePartitionStateTopic{Topic: t.GetTopic()}
+		for _, p := range deniedPartitions(t.GetPartitions()) {
+			ot.Partitions = append(ot.Partitions, &sharelogv1.SharePartitionState{Partition: p, StartOffset: -1, EndOffset: -1, Lag: -1,
+				ErrorCode: sharelogv1.ErrorCode_ERROR_CODE_TOPIC_AUTHORIZATION_FAILED, ErrorMessage: deniedMessage(authz.Describe, t.GetTopic())})
+		}
+		merged[i] = ot
+	}
+	out.Topics = merged
+	return out, nil
+}
+
+func (s *ShareGroupService) partitionStateToProto(res []sharegroup.TopicState) *sharelogv1.DescribeSharePartitionStateResponse {
 	out := &sharelogv1.DescribeSharePartitionStateResponse{Topics: make([]*sharelogv1.SharePartitionStateTopic, len(res))}
 	for i, t := range res {
 		ot := &sharelogv1.SharePartitionStateTopic{Topic: t.Topic, Partitions: make([]*sharelogv1.SharePartitionState, len(t.Partitions))}
@@ -485,5 +742,5 @@ func (s *ShareGroupService) DescribeSharePartitionState(ctx context.Context, req
 		}
 		out.Topics[i] = ot
 	}
-	return out, nil
+	return out
 }

@@ -5,6 +5,7 @@
 //	go run ./cmd/bench -quick      # reduced sizes, a few minutes on 2 cores
 //	go run ./cmd/bench             # full sizes
 //	go run ./cmd/bench -only P1,C1 # a subset
+//	go run ./cmd/bench -quick -only P1,C1 -acl-bindings 100 # with authorization
 //
 // Both servers run as child processes: sharelog built from ../cmd/server,
 // nats-server built from the module pinned in go.mod. CPU time and peak RSS
@@ -148,6 +149,7 @@ func main() {
 	repo := flag.String("repo", "..", "sharelog repository root (holds cmd/server)")
 	keep := flag.Bool("keep", false, "keep the temporary data directories")
 	reps := flag.Int("reps", 0, "runs of ours per scenario (default 2 quick, 3 full); the peer runs one fewer, interleaved")
+	aclBindings := flag.Int("acl-bindings", 0, "run sharelog with --authorizer acl and this many ACL bindings, the scenarios as an ordinary principal allowed by some of them (0 = no authorization)")
 	flag.Parse()
 
 	logf := func(format string, args ...any) {
@@ -167,6 +169,7 @@ func main() {
 		}
 	}
 	currentGroup.Store("limits")
+	benchACL.bindings = *aclBindings
 	code, err := run(*quick, sz, *only, *out, *repo, *keep, logf)
 	if err != nil {
 		logf("bench: %v", err)
@@ -197,6 +200,9 @@ func run(quick bool, sz sizes, only, outDir, repo string, keep bool, logf func(s
 	} else {
 		logf("keeping %s", work)
 	}
+	if err := setupACL(benchACL.bindings, work); err != nil {
+		return 1, err
+	}
 	ctx := context.Background()
 	slBin, natsBin, err := build(ctx, repoRoot, benchDir, filepath.Join(work, "bin"), logf)
 	if err != nil {
@@ -215,6 +221,10 @@ func run(quick bool, sz sizes, only, outDir, repo string, keep bool, logf func(s
 	}
 
 	rep := &report.Report{Title: "sharelog benchmarks vs NATS JetStream"}
+	if benchACL.bindings > 0 {
+		rep.Title += fmt.Sprintf(" (sharelog with --authorizer acl and %d bindings; Kafka scenarios without)", benchACL.bindings)
+		logf("sharelog runs with --authorizer acl and %d ACL bindings", benchACL.bindings)
+	}
 	logf("machine limits (start)")
 	limStart := machineLimits(ctx, e)
 	e.nullP50 = limStart.nullP50

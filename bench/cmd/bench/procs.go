@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,6 +127,7 @@ func startChild(name string, cmd *exec.Cmd, ready func(p *proc, line string) boo
 
 // startSharelog runs the sharelog server on loopback with its data in dir.
 func startSharelog(bin, dir string, args ...string) (*proc, error) {
+	args = aclServerArgs(args)
 	all := append([]string{"--data-dir", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--log-format", "json", "--log-level", "info"}, args...)
 	if d := profileDir(); d != "" {
@@ -135,7 +137,7 @@ func startSharelog(bin, dir string, args ...string) (*proc, error) {
 	}
 	cmd := exec.Command(bin, all...)
 	cmd.Env = sharelogEnv()
-	return startChild("sharelog "+strings.Join(args, " "), cmd, func(p *proc, line string) bool {
+	p, err := startChild("sharelog "+strings.Join(args, " "), cmd, func(p *proc, line string) bool {
 		var m map[string]any
 		if json.Unmarshal([]byte(line), &m) != nil || m["msg"] != "sharelog serving" {
 			return false
@@ -145,6 +147,13 @@ func startSharelog(bin, dir string, args ...string) (*proc, error) {
 		p.kafkaAddr, _ = m["kafka_addr"].(string)
 		return p.grpcAddr != ""
 	})
+	if err == nil && slices.Contains(args, "--authorizer") {
+		if err = loadACL(p.grpcAddr); err != nil {
+			p.stop()
+			return nil, err
+		}
+	}
+	return p, err
 }
 
 // profileLabel turns server flags into a file-name part: anything but

@@ -34,10 +34,17 @@ const (
 	ErrorCode_ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION ErrorCode = 3
 	ErrorCode_ERROR_CODE_NOT_LEADER_OR_FOLLOWER     ErrorCode = 6
 	ErrorCode_ERROR_CODE_REQUEST_TIMED_OUT          ErrorCode = 7
-	ErrorCode_ERROR_CODE_INVALID_REQUEST            ErrorCode = 42
-	ErrorCode_ERROR_CODE_POLICY_VIOLATION           ErrorCode = 44
-	ErrorCode_ERROR_CODE_KAFKA_STORAGE_ERROR        ErrorCode = 56
-	ErrorCode_ERROR_CODE_INVALID_RECORD_STATE       ErrorCode = 121
+	// The caller lacks the permission this topic needs for the operation (or,
+	// for a topic it may not DESCRIBE, whether or not the topic exists).
+	ErrorCode_ERROR_CODE_TOPIC_AUTHORIZATION_FAILED ErrorCode = 29
+	// The caller lacks the permission this group needs for the operation.
+	ErrorCode_ERROR_CODE_GROUP_AUTHORIZATION_FAILED ErrorCode = 30
+	// The caller lacks the permission the cluster resource needs.
+	ErrorCode_ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED ErrorCode = 31
+	ErrorCode_ERROR_CODE_INVALID_REQUEST              ErrorCode = 42
+	ErrorCode_ERROR_CODE_POLICY_VIOLATION             ErrorCode = 44
+	ErrorCode_ERROR_CODE_KAFKA_STORAGE_ERROR          ErrorCode = 56
+	ErrorCode_ERROR_CODE_INVALID_RECORD_STATE         ErrorCode = 121
 )
 
 // Enum value maps for ErrorCode.
@@ -50,23 +57,29 @@ var (
 		3:   "ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION",
 		6:   "ERROR_CODE_NOT_LEADER_OR_FOLLOWER",
 		7:   "ERROR_CODE_REQUEST_TIMED_OUT",
+		29:  "ERROR_CODE_TOPIC_AUTHORIZATION_FAILED",
+		30:  "ERROR_CODE_GROUP_AUTHORIZATION_FAILED",
+		31:  "ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED",
 		42:  "ERROR_CODE_INVALID_REQUEST",
 		44:  "ERROR_CODE_POLICY_VIOLATION",
 		56:  "ERROR_CODE_KAFKA_STORAGE_ERROR",
 		121: "ERROR_CODE_INVALID_RECORD_STATE",
 	}
 	ErrorCode_value = map[string]int32{
-		"ERROR_CODE_NONE":                       0,
-		"ERROR_CODE_UNKNOWN_SERVER_ERROR":       -1,
-		"ERROR_CODE_OFFSET_OUT_OF_RANGE":        1,
-		"ERROR_CODE_CORRUPT_MESSAGE":            2,
-		"ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION": 3,
-		"ERROR_CODE_NOT_LEADER_OR_FOLLOWER":     6,
-		"ERROR_CODE_REQUEST_TIMED_OUT":          7,
-		"ERROR_CODE_INVALID_REQUEST":            42,
-		"ERROR_CODE_POLICY_VIOLATION":           44,
-		"ERROR_CODE_KAFKA_STORAGE_ERROR":        56,
-		"ERROR_CODE_INVALID_RECORD_STATE":       121,
+		"ERROR_CODE_NONE":                         0,
+		"ERROR_CODE_UNKNOWN_SERVER_ERROR":         -1,
+		"ERROR_CODE_OFFSET_OUT_OF_RANGE":          1,
+		"ERROR_CODE_CORRUPT_MESSAGE":              2,
+		"ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION":   3,
+		"ERROR_CODE_NOT_LEADER_OR_FOLLOWER":       6,
+		"ERROR_CODE_REQUEST_TIMED_OUT":            7,
+		"ERROR_CODE_TOPIC_AUTHORIZATION_FAILED":   29,
+		"ERROR_CODE_GROUP_AUTHORIZATION_FAILED":   30,
+		"ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED": 31,
+		"ERROR_CODE_INVALID_REQUEST":              42,
+		"ERROR_CODE_POLICY_VIOLATION":             44,
+		"ERROR_CODE_KAFKA_STORAGE_ERROR":          56,
+		"ERROR_CODE_INVALID_RECORD_STATE":         121,
 	}
 )
 
@@ -247,7 +260,7 @@ const file_sharelog_v1_common_proto_rawDesc = "" +
 	"\x06_value\"6\n" +
 	"\fRecordHeader\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value*\x90\x03\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value*\x93\x04\n" +
 	"\tErrorCode\x12\x13\n" +
 	"\x0fERROR_CODE_NONE\x10\x00\x12,\n" +
 	"\x1fERROR_CODE_UNKNOWN_SERVER_ERROR\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x12\"\n" +
@@ -255,7 +268,10 @@ const file_sharelog_v1_common_proto_rawDesc = "" +
 	"\x1aERROR_CODE_CORRUPT_MESSAGE\x10\x02\x12)\n" +
 	"%ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION\x10\x03\x12%\n" +
 	"!ERROR_CODE_NOT_LEADER_OR_FOLLOWER\x10\x06\x12 \n" +
-	"\x1cERROR_CODE_REQUEST_TIMED_OUT\x10\a\x12\x1e\n" +
+	"\x1cERROR_CODE_REQUEST_TIMED_OUT\x10\a\x12)\n" +
+	"%ERROR_CODE_TOPIC_AUTHORIZATION_FAILED\x10\x1d\x12)\n" +
+	"%ERROR_CODE_GROUP_AUTHORIZATION_FAILED\x10\x1e\x12+\n" +
+	"'ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED\x10\x1f\x12\x1e\n" +
 	"\x1aERROR_CODE_INVALID_REQUEST\x10*\x12\x1f\n" +
 	"\x1bERROR_CODE_POLICY_VIOLATION\x10,\x12\"\n" +
 	"\x1eERROR_CODE_KAFKA_STORAGE_ERROR\x108\x12#\n" +

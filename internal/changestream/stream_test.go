@@ -46,10 +46,10 @@ func start(t *testing.T, m *changestream.Manager, req changestream.Request) *cal
 	started := make(chan struct{})
 	req.Started = func() { close(started) }
 	go func() {
-		c.done <- m.Stream(cctx, req, func(ev *changestream.Event) error {
+		c.done <- m.Stream(cctx, req, changestream.SendFunc(func(ev *changestream.Event) error {
 			c.events <- ev.String()
 			return nil
-		})
+		}))
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -177,7 +177,7 @@ func TestShutdown(t *testing.T) {
 	assert.Equal(t, "end(SHUTDOWN)", c.next(t))
 	require.NoError(t, <-c.done)
 	c.done <- nil
-	err = m.Stream(ctx, changestream.Request{Topic: "s"}, func(*changestream.Event) error { return nil })
+	err = m.Stream(ctx, changestream.Request{Topic: "s"}, changestream.SendFunc(func(*changestream.Event) error { return nil }))
 	var ce *apierr.Error
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, apierr.Unavailable, ce.Reason)
@@ -203,13 +203,13 @@ func TestBatchBounds(t *testing.T) {
 		var sent int
 		done := make(chan error, 1)
 		go func() {
-			done <- m.Stream(ctx, changestream.Request{Topic: "b", EndOffset: ptr(int64(1000))}, func(*changestream.Event) error {
+			done <- m.Stream(ctx, changestream.Request{Topic: "b", EndOffset: ptr(int64(1000))}, changestream.SendFunc(func(*changestream.Event) error {
 				sent++
 				if sent == 50 {
 					<-release // a full flow-control window
 				}
 				return nil
-			})
+			}))
 		}()
 		synctest.Wait() // the stream is blocked in its 50th send
 		assert.Equal(t, 1, cs.reads(), "nothing is read ahead while a send blocks")
@@ -249,7 +249,7 @@ func TestSendErrorStops(t *testing.T) {
 	m, err := changestream.New(st, st, changestream.Config{})
 	require.NoError(t, err)
 	boom := errors.New("transport gone")
-	err = m.Stream(ctx, changestream.Request{Topic: "e"}, func(*changestream.Event) error { return boom })
+	err = m.Stream(ctx, changestream.Request{Topic: "e"}, changestream.SendFunc(func(*changestream.Event) error { return boom }))
 	assert.ErrorIs(t, err, boom)
 	assert.Zero(t, m.Open(), "the slot is released")
 }
@@ -318,7 +318,7 @@ func TestPerPrincipalShare(t *testing.T) {
 		started, done := make(chan struct{}), make(chan error, 1)
 		go func() {
 			done <- m.Stream(cctx, changestream.Request{Topic: "q", Started: func() { close(started) }},
-				func(*changestream.Event) error { return nil })
+				changestream.SendFunc(func(*changestream.Event) error { return nil }))
 		}()
 		select {
 		case <-started:

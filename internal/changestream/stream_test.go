@@ -352,3 +352,61 @@ func TestPerPrincipalShare(t *testing.T) {
 	require.NoError(t, err, "a closed stream frees the client's slot")
 	assert.EqualValues(t, 6, m.Open())
 }
+
+// holdingSender holds every event until Flush, as a batching transport
+// does, and publishes what each Flush handed over.
+type holdingSender struct {
+	held    []string
+	flushed chan []string
+}
+
+func (h *holdingSender) Send(ev *changestream.Event) error {
+	h.held = append(h.held, ev.String())
+	return nil
+}
+
+func (h *holdingSender) Flush() error {
+	if len(h.held) > 0 {
+		h.flushed <- h.held
+		h.held = nil
+	}
+	return nil
+}
+
+// TestFlushPoints: a Sender may hold events, and the stream flushes it
+// wherever it would otherwise keep them while it waits: before waiting for
+// the partition to change (so the live tail is not delayed) and after
+// stream_end. With a Sender that flushes nothing by itself, every event
+// still arrives.
+func TestFlushPoints(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	_, err := st.CreateTopic(ctx, "f", 1, logstore.TopicConfig{RetentionMs: -1})
+	require.NoError(t, err)
+	appendKV(t, st, "f", "a", "1", "b", "2")
+	m, err := changestream.New(st, st, changestream.Config{HoldBack: -1})
+	require.NoError(t, err)
+	h := &holdingSender{flushed: make(chan []string, 16)}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- m.Stream(cctx, changestream.Request{Topic: "f"}, h) }()
+	t.Cleanup(func() { cancel(); <-done })
+	next := func() []string {
+		t.Helper()
+		select {
+		case evs := <-h.flushed:
+			return evs
+		case <-time.After(5 * time.Second):
+			t.Fatal("nothing flushed")
+			return nil
+		}
+	}
+
+	assert.Equal(t, []string{"marker(0..1, DISK)", "mut(a@0)", "mut(b@1)"}, next(), "flushed before waiting at the HW")
+	appendKV(t, st, "f", "c", "3")
+	assert.Equal(t, []string{"marker(2..2, MEMORY)", "mut(c@2)"}, next(), "each tail snapshot before the next wait")
+	m.Shutdown()
+	assert.Equal(t, []string{"end(SHUTDOWN)"}, next(), "stream_end is flushed")
+	require.NoError(t, <-done)
+	done <- nil
+}

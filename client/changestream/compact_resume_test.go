@@ -67,12 +67,12 @@ func compactedTopic(t *testing.T, conn *grpc.ClientConn, topic string) (hw int64
 	}
 }
 
-// TestResumeAfterEveryMessageCompacted is TestResumeAfterEveryMessage over
+// TestResumeAfterEveryEventCompacted is TestResumeAfterEveryEvent over
 // a compacted partition: reads skip the offsets compaction removed, and a
 // resume from a checkpoint at or below P (a removed tombstone) is refused
 // with tombstones_purged, after which the library resets and restarts from
 // 0. The materialised state always equals the ground truth.
-func TestResumeAfterEveryMessageCompacted(t *testing.T) {
+func TestResumeAfterEveryEventCompacted(t *testing.T) {
 	t.Parallel()
 	conn := startServer(t, func(c *server.Config) {
 		c.OSOBackfill = "enabled"
@@ -114,7 +114,7 @@ func TestResumeAfterEveryMessageCompacted(t *testing.T) {
 			for cut := int64(0); cut < total; cut++ {
 				m, st, cc := run(cut)
 				assert.Equal(t, int64(1), cc.cuts.Load(), "cut after %d: the fault was injected", cut)
-				assert.Equal(t, want, m.state, "cut after %d messages", cut)
+				assert.Equal(t, want, m.state, "cut after %d events", cut)
 				assert.Empty(t, m.violations, "cut after %d", cut)
 				assert.Equal(t, hw, st.Checkpoint().NextOffset)
 				for _, r := range m.resets {

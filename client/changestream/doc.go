@@ -33,7 +33,11 @@
 //	}, handler)
 //	err := st.Run(ctx) // handler.OnCheckpoint is where state and checkpoint are saved
 //
-// Handlers run one at a time on Run's goroutine and the next event is read
-// only when the handler returns, so a slow handler slows the server through
-// gRPC flow control instead of buffering.
+// The server sends events in messages of up to 256 events / 1 MiB; the
+// library hands them to the handler one by one, as if each had come alone,
+// and a checkpoint may fall between two events of one message. Handlers
+// run one at a time on Run's goroutine and the next message is read only
+// when the handler has taken the last event of this one, so a slow handler
+// slows the server through gRPC flow control instead of buffering (the
+// library holds at most one message).
 package changestream

@@ -300,15 +300,25 @@ func (s *Stream) call(ctx context.Context) (out outcome, cause ResetCause, deliv
 	}()
 	st, err := s.changes.StreamChanges(cctx, s.request(cp), grpc.MaxCallRecvMsgSize(MaxRecvMsgSize))
 	if err == nil {
+	recv:
 		for {
 			var resp *sharelogv1.StreamChangesResponse
 			if resp, err = st.Recv(); err != nil {
 				break
 			}
-			delivered = true
-			var ended bool
-			if out, cause, ended, err = c.event(resp, st); ended {
-				return out, cause, delivered, err
+			// A message is consecutive events: each is handled as if it
+			// had come alone, so a checkpoint may fall between two events
+			// of one message.
+			events := resp.GetEvents()
+			for i, ev := range events {
+				delivered = true
+				var ended bool
+				if out, cause, ended, err = c.event(ev, i == len(events)-1, st); ended {
+					return out, cause, delivered, err
+				}
+				if err = ctx.Err(); err != nil {
+					break recv
+				}
 			}
 		}
 	}
@@ -359,14 +369,15 @@ func (c *callState) matches(key []byte) bool {
 	return len(key) > 0 && bytes.HasPrefix(key, c.cfg.KeyPrefix)
 }
 
-// event handles one message; ended says the call is over (with out).
-func (c *callState) event(resp *sharelogv1.StreamChangesResponse, st sharelogv1.ChangeStreamService_StreamChangesClient) (outcome, ResetCause, bool, error) {
+// event handles one event; last says it is the last of its message, and
+// ended that the call is over (with out).
+func (c *callState) event(resp *sharelogv1.ChangeEvent, last bool, st sharelogv1.ChangeStreamService_StreamChangesClient) (outcome, ResetCause, bool, error) {
 	ctx, h := c.ctx, c.s.h
 	justClosed, justEndedOSO, first := c.justClosed, c.justEndedOSO, !c.any
 	c.justClosed, c.justEndedOSO, c.any = false, false, true
 	fail := func(err error) (outcome, ResetCause, bool, error) { return outFail, 0, true, err }
 	switch e := resp.GetEvent().(type) {
-	case *sharelogv1.StreamChangesResponse_OsoSnapshot:
+	case *sharelogv1.ChangeEvent_OsoSnapshot:
 		switch e.OsoSnapshot.GetPhase() {
 		case sharelogv1.OsoPhase_OSO_PHASE_START:
 			switch {
@@ -396,7 +407,7 @@ func (c *callState) event(resp *sharelogv1.StreamChangesResponse, st sharelogv1.
 		default:
 			return c.violation("oso(?)", "unknown OSO phase")
 		}
-	case *sharelogv1.StreamChangesResponse_SnapshotMarker:
+	case *sharelogv1.ChangeEvent_SnapshotMarker:
 		m := e.SnapshotMarker
 		s, end := m.GetStartOffset(), m.GetEndOffset()
 		ev := fmt.Sprintf("marker(%d..%d)", s, end)
@@ -420,7 +431,7 @@ func (c *callState) event(resp *sharelogv1.StreamChangesResponse, st sharelogv1.
 		if err := h.OnSnapshot(ctx, Snapshot{Kind: Ordered, Start: s, End: end, Source: Source(m.GetSource())}); err != nil {
 			return fail(err)
 		}
-	case *sharelogv1.StreamChangesResponse_Mutation, *sharelogv1.StreamChangesResponse_Deletion:
+	case *sharelogv1.ChangeEvent_Mutation, *sharelogv1.ChangeEvent_Deletion:
 		var off int64
 		var key []byte
 		var ev string
@@ -467,7 +478,7 @@ func (c *callState) event(resp *sharelogv1.StreamChangesResponse, st sharelogv1.
 				return fail(err)
 			}
 		}
-	case *sharelogv1.StreamChangesResponse_OffsetAdvanced:
+	case *sharelogv1.ChangeEvent_OffsetAdvanced:
 		o := e.OffsetAdvanced.GetOffset()
 		ev := fmt.Sprintf("adv(%d)", o)
 		if c.osoOpen {
@@ -494,10 +505,14 @@ func (c *callState) event(resp *sharelogv1.StreamChangesResponse, st sharelogv1.
 		if err := h.OnCheckpoint(ctx, c.s.commit(o+1)); err != nil {
 			return fail(err)
 		}
-	case *sharelogv1.StreamChangesResponse_StreamEnd:
+	case *sharelogv1.ChangeEvent_StreamEnd:
 		reason := e.StreamEnd.GetReason()
 		ev := "end(" + reason.String() + ")"
-		// Nothing may follow stream_end: the call must complete now.
+		// Nothing may follow stream_end: neither in its message nor after
+		// it; the call must complete now.
+		if !last {
+			return c.violation(ev, "an event after stream_end")
+		}
 		if next, err := st.Recv(); err == nil {
 			_ = next
 			return c.violation(ev, "an event after stream_end")
@@ -532,7 +547,7 @@ func (c *callState) event(resp *sharelogv1.StreamChangesResponse, st sharelogv1.
 }
 
 // deliver hands an item to the handler.
-func (c *callState) deliver(resp *sharelogv1.StreamChangesResponse, inOSO bool) error {
+func (c *callState) deliver(resp *sharelogv1.ChangeEvent, inOSO bool) error {
 	if mu := resp.GetMutation(); mu != nil {
 		m := Mutation{Offset: mu.GetOffset(), Timestamp: mu.GetTimestamp(), Key: mu.GetKey(), Value: mu.GetValue(), InOSO: inOSO}
 		if m.Value == nil {

@@ -133,12 +133,12 @@ func BenchmarkBackfill(b *testing.B) {
 				for b.Loop() {
 					items = 0
 					err := shape.m.Stream(ctx, changestream.Request{Topic: "bench", EndOffset: &end, KeyPrefix: []byte(f.prefix), OSO: shape.oso},
-						func(ev *changestream.Event) error {
+						changestream.SendFunc(func(ev *changestream.Event) error {
 							if ev.Kind == changestream.EventMutation || ev.Kind == changestream.EventDeletion {
 								items++
 							}
 							return nil
-						})
+						}))
 					require.NoError(b, err)
 				}
 				b.ReportMetric(float64(items), "items")

@@ -66,7 +66,7 @@ func TestTombstonesPurgedRollback(t *testing.T) {
 	require.Equal(t, int64(0), parts[0].PurgedTombstonesBelow, "the superseded tombstone at %d does not raise P", superseded)
 	end := int64(superseded + 1)
 	require.NoError(t, m.Stream(ctx, changestream.Request{Topic: "c", Partition: 0, StartOffset: superseded, EndOffset: &end},
-		func(*changestream.Event) error { return nil }))
+		changestream.SendFunc(func(*changestream.Event) error { return nil })))
 
 	tomb := put(t, s, now, "b", nil)
 	filler(t, s, now, 40)
@@ -83,7 +83,7 @@ func TestTombstonesPurgedRollback(t *testing.T) {
 		_, hw, err := s.Bounds("c", 0)
 		require.NoError(t, err)
 		err = m.Stream(ctx, changestream.Request{Topic: "c", Partition: 0, StartOffset: tc.start, EndOffset: &hw},
-			func(*changestream.Event) error { return nil })
+			changestream.SendFunc(func(*changestream.Event) error { return nil }))
 		if !tc.rollback {
 			assert.NoError(t, err, "start %d", tc.start)
 			continue
@@ -130,7 +130,7 @@ func TestTombstonesPurgedWhileStreaming(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				done <- m.Stream(ctx, changestream.Request{Topic: "c", Partition: 0, StartOffset: start, EndOffset: &hw},
-					func(ev *changestream.Event) error {
+					changestream.SendFunc(func(ev *changestream.Event) error {
 						events = append(events, ev.String())
 						if ev.Kind == changestream.EventMutation {
 							if items++; items == 1 {
@@ -139,7 +139,7 @@ func TestTombstonesPurgedWhileStreaming(t *testing.T) {
 							}
 						}
 						return nil
-					})
+					}))
 			}()
 			<-gate
 			s.CompactNow()
@@ -184,7 +184,7 @@ func TestOrderedStreamOverCompactedPartition(t *testing.T) {
 	var last string
 	items := 0
 	require.NoError(t, m.Stream(ctx, changestream.Request{Topic: "c", Partition: 0, EndOffset: &hw, OSO: changestream.OSOOff},
-		func(ev *changestream.Event) error {
+		changestream.SendFunc(func(ev *changestream.Event) error {
 			last = ev.String()
 			switch ev.Kind {
 			case changestream.EventMutation:
@@ -195,7 +195,7 @@ func TestOrderedStreamOverCompactedPartition(t *testing.T) {
 				items++
 			}
 			return nil
-		}))
+		})))
 	assert.Equal(t, "end(OK)", last)
 	assert.Equal(t, truth, state)
 	assert.Less(t, items, 90, "superseded records were removed")

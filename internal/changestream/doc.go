@@ -39,6 +39,11 @@
 // A call runs on the caller's goroutine and holds one read batch (at most
 // BatchRecords records / BatchBytes bytes, or one larger record), or in an
 // OSO snapshot one index cursor (one buffered block per index run) and one
-// record. Events are handed to send one by one; send blocking (gRPC flow
-// control) is the back-pressure. Manager caps the calls open at once.
+// record, plus the events its Sender holds. Events are handed to the
+// Sender one by one, in order; the Sender may group them into messages
+// (the service puts up to 256 events / 1 MiB in one) and the stream
+// flushes it before waiting for the partition, before scanning for the
+// next snapshot's first match and after stream_end, so grouping never
+// delays an event by a wait. The Sender blocking (gRPC flow control) is the
+// back-pressure. Manager caps the calls open at once.
 package changestream

@@ -165,12 +165,14 @@ func rollbackRequired(cause, topicID string, ls, hw int64, msg string) *apierr.E
 }
 
 // Stream runs one call: it validates req (a failure is
-// an *apierr.Error or a logstore sentinel, before any event), then sends events
-// one at a time through send until the call ends. It returns nil after
+// an *apierr.Error or a logstore sentinel, before any event), then hands
+// events in order to send until the call ends (send may group them into
+// messages; see Sender for when it is flushed). It returns nil after
 // stream_end, ctx's error when cancelled, or the error that stopped it
-// (logstore.ErrCorrupt on a checksum failure). send blocking is the
-// back-pressure: nothing is buffered beyond one read batch.
-func (m *Manager) Stream(ctx context.Context, req Request, send func(*Event) error) error {
+// (logstore.ErrCorrupt on a checksum failure; the events before it are
+// flushed first). send blocking is the back-pressure: nothing is buffered
+// beyond one read batch and the events send holds.
+func (m *Manager) Stream(ctx context.Context, req Request, send Sender) error {
 	if err := validate(&req); err != nil {
 		return err
 	}
@@ -198,7 +200,13 @@ func (m *Manager) Stream(ctx context.Context, req Request, send func(*Event) err
 	if req.EndOffset != nil {
 		s.hasEnd, s.end = true, *req.EndOffset
 	}
-	return s.run()
+	err := s.run()
+	if err != nil && ctx.Err() == nil && !s.sendFailed {
+		// The events before a failure are valid: deliver them before the
+		// call fails, so the client's checkpoint gets as far as it can.
+		_ = send.Flush()
+	}
+	return err
 }
 
 // takeShare counts one more open call for owner unless it holds its share.

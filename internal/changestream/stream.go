@@ -14,13 +14,15 @@ import (
 // at most one read batch (or one record and an index cursor in an OSO
 // snapshot): never the key set, the backlog or a queue of events.
 type stream struct {
-	m      *Manager
-	ctx    context.Context
-	req    Request
-	send   func(*Event) error
-	prefix []byte
-	hasEnd bool
-	end    int64
+	m    *Manager
+	ctx  context.Context
+	req  Request
+	send Sender
+	// sendFailed: the transport refused an event; nothing more is sent.
+	sendFailed bool
+	prefix     []byte
+	hasEnd     bool
+	end        int64
 
 	topicID string
 	watch   <-chan struct{} // closed at the partition's next change
@@ -82,19 +84,36 @@ func (s *stream) run() error {
 	return err
 }
 
-// finish sends stream_end{reason}; the call then completes with status OK.
+// finish sends stream_end{reason} and flushes; the call then completes
+// with status OK.
 func (s *stream) finish(reason EndReason) error {
 	if err := s.emit(&Event{Kind: EventEnd, Reason: reason}); err != nil {
+		return err
+	}
+	if err := s.flush(); err != nil {
 		return err
 	}
 	return errEnded
 }
 
+// flush hands the events the Sender holds to the transport.
+func (s *stream) flush() error {
+	return s.sendErr(s.send.Flush())
+}
+
+func (s *stream) sendErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	s.sendFailed = true
+	if cerr := s.ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
 func (s *stream) emit(ev *Event) error {
-	if err := s.send(ev); err != nil {
-		if cerr := s.ctx.Err(); cerr != nil {
-			return cerr
-		}
+	if err := s.sendErr(s.send.Send(ev)); err != nil {
 		return err
 	}
 	if !s.inOSO {
@@ -301,6 +320,9 @@ func (s *stream) ordered() error {
 // wait blocks until the partition changes, the held-back snapshot is due,
 // the server shuts down or the call is cancelled.
 func (s *stream) wait() error {
+	if err := s.flush(); err != nil {
+		return err
+	}
 	var due <-chan time.Time
 	if !s.heldAt.IsZero() {
 		t := time.NewTimer(time.Until(s.heldAt.Add(s.m.cfg.HoldBack)))
@@ -420,6 +442,10 @@ func (s *stream) read(from, e int64) ([]logstore.Record, error) {
 // findMatch reads [from, e] until a matching record and returns the batch
 // from it on, or nil if nothing matches.
 func (s *stream) findMatch(from, e int64) ([]logstore.Record, error) {
+	// The scan may read far before it sends again: what is held goes now.
+	if err := s.flush(); err != nil {
+		return nil, err
+	}
 	for from <= e {
 		if err := s.interrupted(-1); err != nil { // a long scan still notices a shutdown or deletion
 			return nil, err

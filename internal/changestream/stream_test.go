@@ -46,10 +46,10 @@ func start(t *testing.T, m *changestream.Manager, req changestream.Request) *cal
 	started := make(chan struct{})
 	req.Started = func() { close(started) }
 	go func() {
-		c.done <- m.Stream(cctx, req, func(ev *changestream.Event) error {
+		c.done <- m.Stream(cctx, req, changestream.SendFunc(func(ev *changestream.Event) error {
 			c.events <- ev.String()
 			return nil
-		})
+		}))
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -177,7 +177,7 @@ func TestShutdown(t *testing.T) {
 	assert.Equal(t, "end(SHUTDOWN)", c.next(t))
 	require.NoError(t, <-c.done)
 	c.done <- nil
-	err = m.Stream(ctx, changestream.Request{Topic: "s"}, func(*changestream.Event) error { return nil })
+	err = m.Stream(ctx, changestream.Request{Topic: "s"}, changestream.SendFunc(func(*changestream.Event) error { return nil }))
 	var ce *apierr.Error
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, apierr.Unavailable, ce.Reason)
@@ -203,13 +203,13 @@ func TestBatchBounds(t *testing.T) {
 		var sent int
 		done := make(chan error, 1)
 		go func() {
-			done <- m.Stream(ctx, changestream.Request{Topic: "b", EndOffset: ptr(int64(1000))}, func(*changestream.Event) error {
+			done <- m.Stream(ctx, changestream.Request{Topic: "b", EndOffset: ptr(int64(1000))}, changestream.SendFunc(func(*changestream.Event) error {
 				sent++
 				if sent == 50 {
 					<-release // a full flow-control window
 				}
 				return nil
-			})
+			}))
 		}()
 		synctest.Wait() // the stream is blocked in its 50th send
 		assert.Equal(t, 1, cs.reads(), "nothing is read ahead while a send blocks")
@@ -249,7 +249,7 @@ func TestSendErrorStops(t *testing.T) {
 	m, err := changestream.New(st, st, changestream.Config{})
 	require.NoError(t, err)
 	boom := errors.New("transport gone")
-	err = m.Stream(ctx, changestream.Request{Topic: "e"}, func(*changestream.Event) error { return boom })
+	err = m.Stream(ctx, changestream.Request{Topic: "e"}, changestream.SendFunc(func(*changestream.Event) error { return boom }))
 	assert.ErrorIs(t, err, boom)
 	assert.Zero(t, m.Open(), "the slot is released")
 }
@@ -318,7 +318,7 @@ func TestPerPrincipalShare(t *testing.T) {
 		started, done := make(chan struct{}), make(chan error, 1)
 		go func() {
 			done <- m.Stream(cctx, changestream.Request{Topic: "q", Started: func() { close(started) }},
-				func(*changestream.Event) error { return nil })
+				changestream.SendFunc(func(*changestream.Event) error { return nil }))
 		}()
 		select {
 		case <-started:
@@ -351,4 +351,62 @@ func TestPerPrincipalShare(t *testing.T) {
 	_, err = open("ip:127.0.0.2")
 	require.NoError(t, err, "a closed stream frees the client's slot")
 	assert.EqualValues(t, 6, m.Open())
+}
+
+// holdingSender holds every event until Flush, as a batching transport
+// does, and publishes what each Flush handed over.
+type holdingSender struct {
+	held    []string
+	flushed chan []string
+}
+
+func (h *holdingSender) Send(ev *changestream.Event) error {
+	h.held = append(h.held, ev.String())
+	return nil
+}
+
+func (h *holdingSender) Flush() error {
+	if len(h.held) > 0 {
+		h.flushed <- h.held
+		h.held = nil
+	}
+	return nil
+}
+
+// TestFlushPoints: a Sender may hold events, and the stream flushes it
+// wherever it would otherwise keep them while it waits: before waiting for
+// the partition to change (so the live tail is not delayed) and after
+// stream_end. With a Sender that flushes nothing by itself, every event
+// still arrives.
+func TestFlushPoints(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	_, err := st.CreateTopic(ctx, "f", 1, logstore.TopicConfig{RetentionMs: -1})
+	require.NoError(t, err)
+	appendKV(t, st, "f", "a", "1", "b", "2")
+	m, err := changestream.New(st, st, changestream.Config{HoldBack: -1})
+	require.NoError(t, err)
+	h := &holdingSender{flushed: make(chan []string, 16)}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- m.Stream(cctx, changestream.Request{Topic: "f"}, h) }()
+	t.Cleanup(func() { cancel(); <-done })
+	next := func() []string {
+		t.Helper()
+		select {
+		case evs := <-h.flushed:
+			return evs
+		case <-time.After(5 * time.Second):
+			t.Fatal("nothing flushed")
+			return nil
+		}
+	}
+
+	assert.Equal(t, []string{"marker(0..1, DISK)", "mut(a@0)", "mut(b@1)"}, next(), "flushed before waiting at the HW")
+	appendKV(t, st, "f", "c", "3")
+	assert.Equal(t, []string{"marker(2..2, MEMORY)", "mut(c@2)"}, next(), "each tail snapshot before the next wait")
+	m.Shutdown()
+	assert.Equal(t, []string{"end(SHUTDOWN)"}, next(), "stream_end is flushed")
+	require.NoError(t, <-done)
+	done <- nil
 }

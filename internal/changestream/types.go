@@ -77,8 +77,9 @@ const (
 	EventEnd                                 // Reason
 )
 
-// Event is one message of a stream. The Record of a mutation or deletion is
-// only valid during the send call.
+// Event is one event of a stream. The Record of a mutation or deletion
+// stays valid until the Sender's next Flush returns; the Event itself only
+// during the Send call (the stream reuses it).
 type Event struct {
 	Kind       EventKind
 	Start, End int64 // marker range, inclusive
@@ -111,6 +112,29 @@ func (e *Event) String() string {
 	}
 	return fmt.Sprintf("Event(%d)", e.Kind)
 }
+
+// Sender receives a call's events in order. Send may hold events back to
+// hand several to the transport at once (a message of events); Flush hands
+// over every event held and blocks as a send does (flow control is the
+// back-pressure). The stream calls Flush before anything that may take long
+// or block without sending: before it waits for the partition to change,
+// before it scans for the first match of the next snapshot, and after
+// stream_end; so a held event is never delayed by a wait, only by the
+// events that fill its message.
+type Sender interface {
+	Send(*Event) error
+	Flush() error
+}
+
+// SendFunc is a Sender that hands over every event at once: Flush does
+// nothing.
+type SendFunc func(*Event) error
+
+// Send implements Sender.
+func (f SendFunc) Send(ev *Event) error { return f(ev) }
+
+// Flush implements Sender.
+func (SendFunc) Flush() error { return nil }
 
 // Request is one StreamChanges call.
 type Request struct {

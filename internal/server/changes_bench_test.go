@@ -78,20 +78,23 @@ func BenchmarkOSOHeap(b *testing.B) {
 		require.NoError(b, err)
 		items := 0
 		began := time.Now()
-		for n := 0; ; n++ {
-			r, err := st.Recv()
+		for n := 0; ; {
+			resp, err := st.Recv()
 			if errors.Is(err, io.EOF) {
 				break
 			}
 			require.NoError(b, err)
-			if n == 0 {
-				require.NotNil(b, r.GetOsoSnapshot(), "an OSO snapshot")
-			}
-			if r.GetMutation() != nil {
-				items++
-			}
-			if n%2000 == 0 {
-				time.Sleep(2 * time.Millisecond) // a slow reader: the server waits on flow control
+			for _, r := range resp.GetEvents() {
+				if n == 0 {
+					require.NotNil(b, r.GetOsoSnapshot(), "an OSO snapshot")
+				}
+				if r.GetMutation() != nil {
+					items++
+				}
+				if n%2000 == 0 {
+					time.Sleep(2 * time.Millisecond) // a slow reader: the server waits on flow control
+				}
+				n++
 			}
 		}
 		elapsed := time.Since(began)

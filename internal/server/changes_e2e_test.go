@@ -128,7 +128,7 @@ func TestChangesRecordContent(t *testing.T) {
 	require.NoError(t, err)
 	for _, mode := range []sharelogv1.OsoMode{osoOff, osoOn} {
 		c := s.openChanges(t, streamReq("rc", 0, withEnd(5), withOSO(mode)))
-		var got []*sharelogv1.StreamChangesResponse
+		var got []*sharelogv1.ChangeEvent
 		for {
 			r, err := c.next(t)
 			require.NoError(t, err)

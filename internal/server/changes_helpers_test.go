@@ -61,29 +61,32 @@ func (s *stack) exampleTopic(t testing.TB, topic string) string {
 }
 
 // evString renders an event in the notation of docs/change-streams.md.
-func evString(r *sharelogv1.StreamChangesResponse) string {
+func evString(r *sharelogv1.ChangeEvent) string {
 	switch e := r.GetEvent().(type) {
-	case *sharelogv1.StreamChangesResponse_SnapshotMarker:
+	case *sharelogv1.ChangeEvent_SnapshotMarker:
 		src := strings.TrimPrefix(e.SnapshotMarker.GetSource().String(), "SNAPSHOT_SOURCE_")
 		return fmt.Sprintf("marker(%d..%d, %s)", e.SnapshotMarker.GetStartOffset(), e.SnapshotMarker.GetEndOffset(), src)
-	case *sharelogv1.StreamChangesResponse_OsoSnapshot:
+	case *sharelogv1.ChangeEvent_OsoSnapshot:
 		return fmt.Sprintf("oso(%s)", strings.TrimPrefix(e.OsoSnapshot.GetPhase().String(), "OSO_PHASE_"))
-	case *sharelogv1.StreamChangesResponse_Mutation:
+	case *sharelogv1.ChangeEvent_Mutation:
 		return fmt.Sprintf("mut(%s@%d)", e.Mutation.GetKey(), e.Mutation.GetOffset())
-	case *sharelogv1.StreamChangesResponse_Deletion:
+	case *sharelogv1.ChangeEvent_Deletion:
 		return fmt.Sprintf("del(%s@%d)", e.Deletion.GetKey(), e.Deletion.GetOffset())
-	case *sharelogv1.StreamChangesResponse_OffsetAdvanced:
+	case *sharelogv1.ChangeEvent_OffsetAdvanced:
 		return fmt.Sprintf("adv(%d)", e.OffsetAdvanced.GetOffset())
-	case *sharelogv1.StreamChangesResponse_StreamEnd:
+	case *sharelogv1.ChangeEvent_StreamEnd:
 		return fmt.Sprintf("end(%s)", strings.TrimPrefix(e.StreamEnd.GetReason().String(), "STREAM_END_REASON_"))
 	}
 	return fmt.Sprintf("unknown(%v)", r)
 }
 
-// changeCall is one StreamChanges call read event by event.
+// changeCall is one StreamChanges call read event by event (a message's
+// events are handed out one at a time).
 type changeCall struct {
-	stream sharelogv1.ChangeStreamService_StreamChangesClient
-	cancel context.CancelFunc
+	stream   sharelogv1.ChangeStreamService_StreamChangesClient
+	cancel   context.CancelFunc
+	pending  []*sharelogv1.ChangeEvent // the rest of the last message
+	messages int                       // messages received
 }
 
 type recvResult struct {
@@ -136,21 +139,32 @@ func (s *stack) openChanges(t testing.TB, req *sharelogv1.StreamChangesRequest) 
 	return c
 }
 
-// next receives one event (or the call's final error) with a timeout.
-func (c *changeCall) next(t testing.TB) (*sharelogv1.StreamChangesResponse, error) {
+// next returns the next event (or the call's final error), receiving the
+// next message with a timeout when the last one is used up.
+func (c *changeCall) next(t testing.TB) (*sharelogv1.ChangeEvent, error) {
 	t.Helper()
-	ch := make(chan recvResult, 1)
-	go func() {
-		r, err := c.stream.Recv()
-		ch <- recvResult{r, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.resp, r.err
-	case <-time.After(evTimeout):
-		t.Fatal("no event within the timeout")
-		return nil, nil
+	if len(c.pending) == 0 {
+		ch := make(chan recvResult, 1)
+		go func() {
+			r, err := c.stream.Recv()
+			ch <- recvResult{r, err}
+		}()
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				return nil, r.err
+			}
+			c.messages++
+			c.pending = r.resp.GetEvents()
+			require.NotEmpty(t, c.pending, "a message without events")
+		case <-time.After(evTimeout):
+			t.Fatal("no event within the timeout")
+			return nil, nil
+		}
 	}
+	ev := c.pending[0]
+	c.pending = c.pending[1:]
+	return ev, nil
 }
 
 // nextStr receives one event that must arrive, as a string.
@@ -174,6 +188,7 @@ func (c *changeCall) take(t testing.TB, n int) []string {
 // quiet asserts that no event arrives within d.
 func (c *changeCall) quiet(t testing.TB, d time.Duration) {
 	t.Helper()
+	require.Empty(t, c.pending, "events left in the last message")
 	ch := make(chan recvResult, 1)
 	go func() {
 		r, err := c.stream.Recv()
@@ -181,7 +196,7 @@ func (c *changeCall) quiet(t testing.TB, d time.Duration) {
 	}()
 	select {
 	case r := <-ch:
-		t.Fatalf("unexpected event %v (err %v)", evString(r.resp), r.err)
+		t.Fatalf("unexpected message %v (err %v)", r.resp, r.err)
 	case <-time.After(d):
 		c.cancel() // the pending Recv cannot be taken back
 	}

@@ -55,7 +55,7 @@ func restEvString(t *testing.T, line map[string]any) string {
 	require.True(t, ok, "not a result line: %v", line)
 	raw, err := json.Marshal(res)
 	require.NoError(t, err)
-	var r sharelogv1.StreamChangesResponse
+	var r sharelogv1.ChangeEvent // one event per line, however the server batched them
 	require.NoError(t, jsonUnmarshalProto(raw, &r))
 	return evString(&r)
 }

@@ -117,16 +117,18 @@ func TestClusterStandbyForwardsAndTakesOver(t *testing.T) {
 	require.NoError(t, err)
 	var events []string
 	for {
-		ev, err := cs.Recv()
+		resp, err := cs.Recv()
 		if err == io.EOF {
 			break
 		}
 		require.NoError(t, err)
-		switch {
-		case ev.GetSnapshotMarker() != nil:
-			events = append(events, "snapshot_marker")
-		case ev.GetStreamEnd() != nil:
-			events = append(events, ev.GetStreamEnd().GetReason().String())
+		for _, ev := range resp.GetEvents() {
+			switch {
+			case ev.GetSnapshotMarker() != nil:
+				events = append(events, "snapshot_marker")
+			case ev.GetStreamEnd() != nil:
+				events = append(events, ev.GetStreamEnd().GetReason().String())
+			}
 		}
 	}
 	require.Equal(t, []string{"snapshot_marker", "STREAM_END_REASON_OK"}, events)

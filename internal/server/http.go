@@ -52,12 +52,37 @@ var jsonMarshaler = &runtime.JSONPb{
 }
 
 // ndjsonStreams is the gateway's marshaler; a server-streaming call (the
-// change stream) is newline-delimited JSON, one message per line, and is
+// change stream) is newline-delimited JSON, one event per line, and is
 // labelled so.
 type ndjsonStreams struct{ *runtime.HTTPBodyMarshaler }
 
 // StreamContentType implements runtime.StreamContentType.
 func (ndjsonStreams) StreamContentType(any) string { return "application/x-ndjson" }
+
+// Marshal implements runtime.Marshaler. The gateway marshals each message
+// of a stream as one line {"result": message}; a change-stream message
+// carries several events, and becomes one line {"result": event} per
+// event, so NDJSON clients see one event per line however the server
+// grouped them (the gateway ends the last line).
+func (m ndjsonStreams) Marshal(v any) ([]byte, error) {
+	if line, ok := v.(map[string]any); ok && len(line) == 1 {
+		if resp, ok := line["result"].(*sharelogv1.StreamChangesResponse); ok {
+			var out []byte
+			for i, ev := range resp.GetEvents() {
+				b, err := m.HTTPBodyMarshaler.Marshal(map[string]any{"result": ev})
+				if err != nil {
+					return nil, err
+				}
+				if i > 0 {
+					out = append(out, '\n')
+				}
+				out = append(out, b...)
+			}
+			return out, nil
+		}
+	}
+	return m.HTTPBodyMarshaler.Marshal(v)
+}
 
 // newHTTPHandler builds the HTTP surface: the gateway (over conn, a real gRPC
 // client connection, so server streaming works), /openapi.json, /healthz,

@@ -53,7 +53,7 @@ type (
 const (
 	changesPath   = "/v1/topics/{topic}/partitions/{partition}/changes"
 	statusRef     = "#/components/schemas/rpcStatus"
-	streamLineRef = "#/components/schemas/v1StreamChangesResponseStreamLine"
+	streamLineRef = "#/components/schemas/v1ChangeEventStreamLine"
 )
 
 // getOpenAPI fetches /openapi.json and decodes it.
@@ -180,8 +180,10 @@ func TestOpenAPIDocument(t *testing.T) {
 		require.Len(t, ok.Content, 1)
 		require.Contains(t, ok.Content, "application/x-ndjson")
 		assert.Equal(t, streamLineRef, ok.Content["application/x-ndjson"].Schema.Ref)
-		line := doc.Components.Schemas["v1StreamChangesResponseStreamLine"]
-		assert.Equal(t, "#/components/schemas/v1StreamChangesResponse", line.Properties["result"].Ref)
+		// A line holds one event: the gateway writes a message's events on
+		// lines of their own.
+		line := doc.Components.Schemas["v1ChangeEventStreamLine"]
+		assert.Equal(t, "#/components/schemas/v1ChangeEvent", line.Properties["result"].Ref)
 		assert.Equal(t, statusRef, line.Properties["error"].Ref)
 	})
 }

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -124,15 +125,41 @@ func (t *tracedStore) DeleteRecordsBefore(ctx context.Context, topic string, par
 // streams' index reads are traced too: a key scan is a span from ScanKeys
 // until its cursor is closed (with the keys it yielded), a key count is a
 // span, and records read by index entry are counted in the read metric.
-// Entry reads are not spans of their own: an OSO snapshot reads one per key,
-// and its scan's span already covers them.
+//
+// Nothing of the SDK runs per entry: an OSO snapshot reads one entry per
+// key, so an entry read is neither a span (its scan's span covers it) nor
+// a metric call of its own. Entry reads are counted in an atomic and added
+// to the read metric entryReadFlush at a time and when a scan's cursor
+// closes, so the metric lags by fewer than entryReadFlush records between
+// scans and is exact once they close.
 func TraceKeyIndex(idx logstore.KeyIndexer, tp trace.TracerProvider, mp metric.MeterProvider) logstore.KeyIndexer {
 	return &tracedIndex{KeyIndexer: idx, instruments: newInstruments(tp, mp)}
 }
 
+// entryReadFlush is how many entry reads are added to the read metric at
+// once: a metric Add costs an exemplar filter (a context lookup) and an
+// aggregator update, several times an entry read's own CPU on a cached
+// segment.
+const entryReadFlush = 256
+
 type tracedIndex struct {
 	logstore.KeyIndexer
 	*instruments
+	entryReads atomic.Int64 // entry reads not yet added to the read metric
+}
+
+// countEntryRead counts one record read by entry, flushing the pending
+// count to the metric once it reaches entryReadFlush.
+func (t *tracedIndex) countEntryRead(ctx context.Context) {
+	if t.entryReads.Add(1) >= entryReadFlush {
+		t.flushEntryReads(ctx)
+	}
+}
+
+func (t *tracedIndex) flushEntryReads(ctx context.Context) {
+	if n := t.entryReads.Swap(0); n > 0 {
+		t.read.Add(ctx, n)
+	}
 }
 
 func (t *tracedIndex) ScanKeys(ctx context.Context, topic string, partition int32, prefix []byte, end int64) (logstore.KeyCursor, error) {
@@ -142,13 +169,16 @@ func (t *tracedIndex) ScanKeys(ctx context.Context, topic string, partition int3
 		endSpan(span, err)
 		return nil, err
 	}
-	return &tracedCursor{KeyCursor: c, span: span}, nil
+	return &tracedCursor{KeyCursor: c, span: span, idx: t, ctx: ctx}, nil
 }
 
-// tracedCursor ends its scan's span at Close.
+// tracedCursor ends its scan's span at Close, and adds the entry reads
+// still pending to the read metric.
 type tracedCursor struct {
 	logstore.KeyCursor
 	span   trace.Span
+	idx    *tracedIndex
+	ctx    context.Context
 	keys   int64
 	closed bool
 }
@@ -171,6 +201,7 @@ func (c *tracedCursor) Close() error {
 			serr = err
 		}
 		endSpan(c.span, serr)
+		c.idx.flushEntryReads(c.ctx)
 	}
 	return err
 }
@@ -178,7 +209,7 @@ func (c *tracedCursor) Close() error {
 func (t *tracedIndex) ReadEntry(ctx context.Context, topic string, partition int32, ent logstore.KeyEntry) (logstore.Record, error) {
 	r, err := t.KeyIndexer.ReadEntry(ctx, topic, partition, ent)
 	if err == nil {
-		t.read.Add(ctx, 1)
+		t.countEntryRead(ctx)
 	}
 	return r, err
 }

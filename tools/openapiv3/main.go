@@ -18,7 +18,8 @@
 //     HTTP error status whose body is one JSON line {"error": Status}, i.e. the
 //     stream's line shape with only "error" set; so the 2xx response keeps the
 //     NDJSON media type and every other response becomes application/json with
-//     the line's schema.
+//     the line's schema. A message that batches events (flattenedBatches) is
+//     written one element per line, so its line's result is the element.
 //
 // The result is validated with kin-openapi and refused if the options file was
 // not applied (a title or version left at protoc-gen-openapiv2's defaults).
@@ -187,6 +188,18 @@ func namedLineSchema(doc3 *openapi3.T, line *openapi3.SchemaRef) (*openapi3.Sche
 	if result == nil || result.Ref == "" {
 		return nil, errors.New(`the stream line schema has no "result" reference`)
 	}
+	if field, ok := flattenedBatches[result.Ref[strings.LastIndex(result.Ref, "/")+1:]]; ok {
+		batch := doc3.Components.Schemas[result.Ref[strings.LastIndex(result.Ref, "/")+1:]]
+		var items *openapi3.SchemaRef
+		if batch != nil && batch.Value != nil && batch.Value.Properties[field] != nil && batch.Value.Properties[field].Value != nil {
+			items = batch.Value.Properties[field].Value.Items
+		}
+		if items == nil || items.Ref == "" {
+			return nil, fmt.Errorf("%s has no array %q of references to flatten", result.Ref, field)
+		}
+		result = &openapi3.SchemaRef{Ref: items.Ref, Value: items.Value}
+		line.Value.Properties["result"] = result
+	}
 	name := result.Ref[strings.LastIndex(result.Ref, "/")+1:] + "StreamLine"
 	if _, taken := doc3.Components.Schemas[name]; taken {
 		return nil, fmt.Errorf("schema name %s is already taken", name)
@@ -196,6 +209,12 @@ func namedLineSchema(doc3 *openapi3.T, line *openapi3.SchemaRef) (*openapi3.Sche
 	doc3.Components.Schemas[name] = line
 	return &openapi3.SchemaRef{Ref: "#/components/schemas/" + name, Value: line.Value}, nil
 }
+
+// flattenedBatches are the stream messages that carry several events in a
+// repeated field (schema name → field): the server's NDJSON marshaler
+// writes each element on a line of its own, so a line's result is one
+// element, not the message.
+var flattenedBatches = map[string]string{"v1StreamChangesResponse": "events"}
 
 func producesOnly(produces []string, mime string) bool {
 	return len(produces) == 1 && produces[0] == mime

@@ -470,7 +470,7 @@ func s3Ours(ctx context.Context, e *env, rep int, o *runOut) error {
 		go func() {
 			next := int64(0)
 			for {
-				ev, err := st.Recv()
+				resp, err := st.Recv()
 				if err != nil {
 					if sctx.Err() != nil {
 						recvErr <- nil
@@ -479,16 +479,18 @@ func s3Ours(ctx context.Context, e *env, rep int, o *runOut) error {
 					}
 					return
 				}
-				if mu := ev.GetMutation(); mu != nil {
-					if mu.GetOffset() != next {
-						tt.bad.CompareAndSwap(nil, fmt.Errorf("tail delivered offset %d, want %d", mu.GetOffset(), next))
+				for _, ev := range resp.GetEvents() { // a message carries several events
+					if mu := ev.GetMutation(); mu != nil {
+						if mu.GetOffset() != next {
+							tt.bad.CompareAndSwap(nil, fmt.Errorf("tail delivered offset %d, want %d", mu.GetOffset(), next))
+						}
+						next = mu.GetOffset() + 1
+						tt.received(mu.GetOffset())
 					}
-					next = mu.GetOffset() + 1
-					tt.received(mu.GetOffset())
-				}
-				if se := ev.GetStreamEnd(); se != nil {
-					recvErr <- fmt.Errorf("stream_end %v while tailing", se.GetReason())
-					return
+					if se := ev.GetStreamEnd(); se != nil {
+						recvErr <- fmt.Errorf("stream_end %v while tailing", se.GetReason())
+						return
+					}
 				}
 			}
 		}()

@@ -60,18 +60,26 @@ func streamChanges(ctx context.Context, c *client, req *sharelogv1.StreamChanges
 		}
 		return nil
 	}
+	var pending []*sharelogv1.ChangeEvent // the rest of the last message
 	for {
-		ev, err := st.Recv()
-		if err == io.EOF {
-			return nil, errors.New("StreamChanges ended without stream_end")
+		if len(pending) == 0 {
+			resp, err := st.Recv()
+			if err == io.EOF {
+				return nil, errors.New("StreamChanges ended without stream_end")
+			}
+			if err != nil {
+				return nil, classify("ChangeStreamService.StreamChanges", err)
+			}
+			if pending = resp.GetEvents(); len(pending) == 0 {
+				return nil, errors.New("a StreamChanges message without events")
+			}
 		}
-		if err != nil {
-			return nil, classify("ChangeStreamService.StreamChanges", err)
-		}
+		ev := pending[0]
+		pending = pending[1:]
 		first := !sawEvent
 		sawEvent = true
 		switch e := ev.GetEvent().(type) {
-		case *sharelogv1.StreamChangesResponse_OsoSnapshot:
+		case *sharelogv1.ChangeEvent_OsoSnapshot:
 			switch e.OsoSnapshot.GetPhase() {
 			case sharelogv1.OsoPhase_OSO_PHASE_START:
 				if !first {
@@ -84,7 +92,7 @@ func streamChanges(ctx context.Context, c *client, req *sharelogv1.StreamChanges
 				}
 				inOSO = false
 			}
-		case *sharelogv1.StreamChangesResponse_SnapshotMarker:
+		case *sharelogv1.ChangeEvent_SnapshotMarker:
 			if inOSO || markerOpen {
 				return nil, fmt.Errorf("marker %d..%d inside an open snapshot", e.SnapshotMarker.GetStartOffset(), e.SnapshotMarker.GetEndOffset())
 			}
@@ -92,27 +100,30 @@ func streamChanges(ctx context.Context, c *client, req *sharelogv1.StreamChanges
 			if markE < markS {
 				return nil, fmt.Errorf("marker %d..%d", markS, markE)
 			}
-		case *sharelogv1.StreamChangesResponse_Mutation:
+		case *sharelogv1.ChangeEvent_Mutation:
 			if err := item(e.Mutation.GetOffset(), e.Mutation.GetKey()); err != nil {
 				return nil, err
 			}
-		case *sharelogv1.StreamChangesResponse_Deletion:
+		case *sharelogv1.ChangeEvent_Deletion:
 			if err := item(e.Deletion.GetOffset(), e.Deletion.GetKey()); err != nil {
 				return nil, err
 			}
-		case *sharelogv1.StreamChangesResponse_OffsetAdvanced:
+		case *sharelogv1.ChangeEvent_OffsetAdvanced:
 			if !inOSO {
 				if !markerOpen || e.OffsetAdvanced.GetOffset() != markE {
 					return nil, fmt.Errorf("offset_advanced %d does not close marker %d..%d", e.OffsetAdvanced.GetOffset(), markS, markE)
 				}
 				markerOpen = false
 			}
-		case *sharelogv1.StreamChangesResponse_StreamEnd:
+		case *sharelogv1.ChangeEvent_StreamEnd:
 			if r := e.StreamEnd.GetReason(); r != sharelogv1.StreamEndReason_STREAM_END_REASON_OK {
 				return nil, fmt.Errorf("stream_end %v", r)
 			}
 			if inOSO || markerOpen {
 				return nil, errors.New("stream_end inside an open snapshot")
+			}
+			if len(pending) > 0 {
+				return nil, errors.New("events after stream_end in its message")
 			}
 			res.elapsed = time.Since(t0)
 			return res, nil

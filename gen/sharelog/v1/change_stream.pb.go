@@ -338,17 +338,22 @@ func (x *StreamChangesRequest) GetOsoMode() OsoMode {
 	return OsoMode_OSO_MODE_UNSPECIFIED
 }
 
+// One message of the stream: consecutive events, in stream order. The
+// server puts up to one read batch in a message, at most 256 events and at
+// most 1 MiB encoded (a single event larger than that comes alone), and
+// never sends a message without events. Batching changes nothing else:
+// apply the events one by one in order, exactly as if each had come alone.
+// A checkpoint falls between two events, never inside one, and may fall
+// between two events of the same message: after handling the events up to
+// a consistent point, a client may persist its checkpoint and resume from
+// it, and the remaining events of the message come again after it. A
+// message never holds an event after stream_end, and none follows it.
+// Over REST (NDJSON) each line is one event, {"result": ChangeEvent}: the
+// gateway writes a message's events on lines of their own.
 type StreamChangesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Types that are valid to be assigned to Event:
-	//
-	//	*StreamChangesResponse_SnapshotMarker
-	//	*StreamChangesResponse_OsoSnapshot
-	//	*StreamChangesResponse_Mutation
-	//	*StreamChangesResponse_Deletion
-	//	*StreamChangesResponse_OffsetAdvanced
-	//	*StreamChangesResponse_StreamEnd
-	Event         isStreamChangesResponse_Event `protobuf_oneof:"event"`
+	// The events, in stream order; at least one.
+	Events        []*ChangeEvent `protobuf:"bytes,7,rep,name=events,proto3" json:"events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -383,106 +388,159 @@ func (*StreamChangesResponse) Descriptor() ([]byte, []int) {
 	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *StreamChangesResponse) GetEvent() isStreamChangesResponse_Event {
+func (x *StreamChangesResponse) GetEvents() []*ChangeEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+// One event of the change stream.
+type ChangeEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*ChangeEvent_SnapshotMarker
+	//	*ChangeEvent_OsoSnapshot
+	//	*ChangeEvent_Mutation
+	//	*ChangeEvent_Deletion
+	//	*ChangeEvent_OffsetAdvanced
+	//	*ChangeEvent_StreamEnd
+	Event         isChangeEvent_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeEvent) Reset() {
+	*x = ChangeEvent{}
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeEvent) ProtoMessage() {}
+
+func (x *ChangeEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeEvent.ProtoReflect.Descriptor instead.
+func (*ChangeEvent) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ChangeEvent) GetEvent() isChangeEvent_Event {
 	if x != nil {
 		return x.Event
 	}
 	return nil
 }
 
-func (x *StreamChangesResponse) GetSnapshotMarker() *SnapshotMarker {
+func (x *ChangeEvent) GetSnapshotMarker() *SnapshotMarker {
 	if x != nil {
-		if x, ok := x.Event.(*StreamChangesResponse_SnapshotMarker); ok {
+		if x, ok := x.Event.(*ChangeEvent_SnapshotMarker); ok {
 			return x.SnapshotMarker
 		}
 	}
 	return nil
 }
 
-func (x *StreamChangesResponse) GetOsoSnapshot() *OsoSnapshot {
+func (x *ChangeEvent) GetOsoSnapshot() *OsoSnapshot {
 	if x != nil {
-		if x, ok := x.Event.(*StreamChangesResponse_OsoSnapshot); ok {
+		if x, ok := x.Event.(*ChangeEvent_OsoSnapshot); ok {
 			return x.OsoSnapshot
 		}
 	}
 	return nil
 }
 
-func (x *StreamChangesResponse) GetMutation() *Mutation {
+func (x *ChangeEvent) GetMutation() *Mutation {
 	if x != nil {
-		if x, ok := x.Event.(*StreamChangesResponse_Mutation); ok {
+		if x, ok := x.Event.(*ChangeEvent_Mutation); ok {
 			return x.Mutation
 		}
 	}
 	return nil
 }
 
-func (x *StreamChangesResponse) GetDeletion() *Deletion {
+func (x *ChangeEvent) GetDeletion() *Deletion {
 	if x != nil {
-		if x, ok := x.Event.(*StreamChangesResponse_Deletion); ok {
+		if x, ok := x.Event.(*ChangeEvent_Deletion); ok {
 			return x.Deletion
 		}
 	}
 	return nil
 }
 
-func (x *StreamChangesResponse) GetOffsetAdvanced() *OffsetAdvanced {
+func (x *ChangeEvent) GetOffsetAdvanced() *OffsetAdvanced {
 	if x != nil {
-		if x, ok := x.Event.(*StreamChangesResponse_OffsetAdvanced); ok {
+		if x, ok := x.Event.(*ChangeEvent_OffsetAdvanced); ok {
 			return x.OffsetAdvanced
 		}
 	}
 	return nil
 }
 
-func (x *StreamChangesResponse) GetStreamEnd() *StreamEnd {
+func (x *ChangeEvent) GetStreamEnd() *StreamEnd {
 	if x != nil {
-		if x, ok := x.Event.(*StreamChangesResponse_StreamEnd); ok {
+		if x, ok := x.Event.(*ChangeEvent_StreamEnd); ok {
 			return x.StreamEnd
 		}
 	}
 	return nil
 }
 
-type isStreamChangesResponse_Event interface {
-	isStreamChangesResponse_Event()
+type isChangeEvent_Event interface {
+	isChangeEvent_Event()
 }
 
-type StreamChangesResponse_SnapshotMarker struct {
+type ChangeEvent_SnapshotMarker struct {
 	SnapshotMarker *SnapshotMarker `protobuf:"bytes,1,opt,name=snapshot_marker,json=snapshotMarker,proto3,oneof"`
 }
 
-type StreamChangesResponse_OsoSnapshot struct {
+type ChangeEvent_OsoSnapshot struct {
 	OsoSnapshot *OsoSnapshot `protobuf:"bytes,2,opt,name=oso_snapshot,json=osoSnapshot,proto3,oneof"`
 }
 
-type StreamChangesResponse_Mutation struct {
+type ChangeEvent_Mutation struct {
 	Mutation *Mutation `protobuf:"bytes,3,opt,name=mutation,proto3,oneof"`
 }
 
-type StreamChangesResponse_Deletion struct {
+type ChangeEvent_Deletion struct {
 	Deletion *Deletion `protobuf:"bytes,4,opt,name=deletion,proto3,oneof"`
 }
 
-type StreamChangesResponse_OffsetAdvanced struct {
+type ChangeEvent_OffsetAdvanced struct {
 	OffsetAdvanced *OffsetAdvanced `protobuf:"bytes,5,opt,name=offset_advanced,json=offsetAdvanced,proto3,oneof"`
 }
 
-type StreamChangesResponse_StreamEnd struct {
+type ChangeEvent_StreamEnd struct {
 	StreamEnd *StreamEnd `protobuf:"bytes,6,opt,name=stream_end,json=streamEnd,proto3,oneof"`
 }
 
-func (*StreamChangesResponse_SnapshotMarker) isStreamChangesResponse_Event() {}
+func (*ChangeEvent_SnapshotMarker) isChangeEvent_Event() {}
 
-func (*StreamChangesResponse_OsoSnapshot) isStreamChangesResponse_Event() {}
+func (*ChangeEvent_OsoSnapshot) isChangeEvent_Event() {}
 
-func (*StreamChangesResponse_Mutation) isStreamChangesResponse_Event() {}
+func (*ChangeEvent_Mutation) isChangeEvent_Event() {}
 
-func (*StreamChangesResponse_Deletion) isStreamChangesResponse_Event() {}
+func (*ChangeEvent_Deletion) isChangeEvent_Event() {}
 
-func (*StreamChangesResponse_OffsetAdvanced) isStreamChangesResponse_Event() {}
+func (*ChangeEvent_OffsetAdvanced) isChangeEvent_Event() {}
 
-func (*StreamChangesResponse_StreamEnd) isStreamChangesResponse_Event() {}
+func (*ChangeEvent_StreamEnd) isChangeEvent_Event() {}
 
 // Opens an ordered snapshot covering [start_offset, end_offset] (inclusive).
 type SnapshotMarker struct {
@@ -496,7 +554,7 @@ type SnapshotMarker struct {
 
 func (x *SnapshotMarker) Reset() {
 	*x = SnapshotMarker{}
-	mi := &file_sharelog_v1_change_stream_proto_msgTypes[2]
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +566,7 @@ func (x *SnapshotMarker) String() string {
 func (*SnapshotMarker) ProtoMessage() {}
 
 func (x *SnapshotMarker) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_change_stream_proto_msgTypes[2]
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +579,7 @@ func (x *SnapshotMarker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMarker.ProtoReflect.Descriptor instead.
 func (*SnapshotMarker) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{2}
+	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SnapshotMarker) GetStartOffset() int64 {
@@ -555,7 +613,7 @@ type OsoSnapshot struct {
 
 func (x *OsoSnapshot) Reset() {
 	*x = OsoSnapshot{}
-	mi := &file_sharelog_v1_change_stream_proto_msgTypes[3]
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +625,7 @@ func (x *OsoSnapshot) String() string {
 func (*OsoSnapshot) ProtoMessage() {}
 
 func (x *OsoSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_change_stream_proto_msgTypes[3]
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +638,7 @@ func (x *OsoSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OsoSnapshot.ProtoReflect.Descriptor instead.
 func (*OsoSnapshot) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{3}
+	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *OsoSnapshot) GetPhase() OsoPhase {
@@ -604,7 +662,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_sharelog_v1_change_stream_proto_msgTypes[4]
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +674,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_change_stream_proto_msgTypes[4]
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +687,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{4}
+	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Mutation) GetOffset() int64 {
@@ -679,7 +737,7 @@ type Deletion struct {
 
 func (x *Deletion) Reset() {
 	*x = Deletion{}
-	mi := &file_sharelog_v1_change_stream_proto_msgTypes[5]
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +749,7 @@ func (x *Deletion) String() string {
 func (*Deletion) ProtoMessage() {}
 
 func (x *Deletion) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_change_stream_proto_msgTypes[5]
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +762,7 @@ func (x *Deletion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deletion.ProtoReflect.Descriptor instead.
 func (*Deletion) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{5}
+	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Deletion) GetOffset() int64 {
@@ -738,7 +796,7 @@ type OffsetAdvanced struct {
 
 func (x *OffsetAdvanced) Reset() {
 	*x = OffsetAdvanced{}
-	mi := &file_sharelog_v1_change_stream_proto_msgTypes[6]
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +808,7 @@ func (x *OffsetAdvanced) String() string {
 func (*OffsetAdvanced) ProtoMessage() {}
 
 func (x *OffsetAdvanced) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_change_stream_proto_msgTypes[6]
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +821,7 @@ func (x *OffsetAdvanced) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetAdvanced.ProtoReflect.Descriptor instead.
 func (*OffsetAdvanced) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{6}
+	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *OffsetAdvanced) GetOffset() int64 {
@@ -783,7 +841,7 @@ type StreamEnd struct {
 
 func (x *StreamEnd) Reset() {
 	*x = StreamEnd{}
-	mi := &file_sharelog_v1_change_stream_proto_msgTypes[7]
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +853,7 @@ func (x *StreamEnd) String() string {
 func (*StreamEnd) ProtoMessage() {}
 
 func (x *StreamEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_change_stream_proto_msgTypes[7]
+	mi := &file_sharelog_v1_change_stream_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +866,7 @@ func (x *StreamEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamEnd.ProtoReflect.Descriptor instead.
 func (*StreamEnd) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{7}
+	return file_sharelog_v1_change_stream_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StreamEnd) GetReason() StreamEndReason {
@@ -835,8 +893,11 @@ const file_sharelog_v1_change_stream_proto_rawDesc = "" +
 	"\boso_mode\x18\a \x01(\x0e2\x14.sharelog.v1.OsoModeR\aosoModeB\r\n" +
 	"\v_end_offsetB\v\n" +
 	"\t_topic_idB\r\n" +
-	"\v_key_prefix\"\x92\x03\n" +
-	"\x15StreamChangesResponse\x12F\n" +
+	"\v_key_prefix\"\x9f\x01\n" +
+	"\x15StreamChangesResponse\x120\n" +
+	"\x06events\x18\a \x03(\v2\x18.sharelog.v1.ChangeEventR\x06eventsJ\x04\b\x01\x10\aR\x0fsnapshot_markerR\foso_snapshotR\bmutationR\bdeletionR\x0foffset_advancedR\n" +
+	"stream_end\"\x88\x03\n" +
+	"\vChangeEvent\x12F\n" +
 	"\x0fsnapshot_marker\x18\x01 \x01(\v2\x1b.sharelog.v1.SnapshotMarkerH\x00R\x0esnapshotMarker\x12=\n" +
 	"\foso_snapshot\x18\x02 \x01(\v2\x18.sharelog.v1.OsoSnapshotH\x00R\vosoSnapshot\x123\n" +
 	"\bmutation\x18\x03 \x01(\v2\x15.sharelog.v1.MutationH\x00R\bmutation\x123\n" +
@@ -901,7 +962,7 @@ func file_sharelog_v1_change_stream_proto_rawDescGZIP() []byte {
 }
 
 var file_sharelog_v1_change_stream_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_sharelog_v1_change_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_sharelog_v1_change_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_sharelog_v1_change_stream_proto_goTypes = []any{
 	(OsoMode)(0),                  // 0: sharelog.v1.OsoMode
 	(SnapshotSource)(0),           // 1: sharelog.v1.SnapshotSource
@@ -909,33 +970,35 @@ var file_sharelog_v1_change_stream_proto_goTypes = []any{
 	(StreamEndReason)(0),          // 3: sharelog.v1.StreamEndReason
 	(*StreamChangesRequest)(nil),  // 4: sharelog.v1.StreamChangesRequest
 	(*StreamChangesResponse)(nil), // 5: sharelog.v1.StreamChangesResponse
-	(*SnapshotMarker)(nil),        // 6: sharelog.v1.SnapshotMarker
-	(*OsoSnapshot)(nil),           // 7: sharelog.v1.OsoSnapshot
-	(*Mutation)(nil),              // 8: sharelog.v1.Mutation
-	(*Deletion)(nil),              // 9: sharelog.v1.Deletion
-	(*OffsetAdvanced)(nil),        // 10: sharelog.v1.OffsetAdvanced
-	(*StreamEnd)(nil),             // 11: sharelog.v1.StreamEnd
-	(*RecordHeader)(nil),          // 12: sharelog.v1.RecordHeader
+	(*ChangeEvent)(nil),           // 6: sharelog.v1.ChangeEvent
+	(*SnapshotMarker)(nil),        // 7: sharelog.v1.SnapshotMarker
+	(*OsoSnapshot)(nil),           // 8: sharelog.v1.OsoSnapshot
+	(*Mutation)(nil),              // 9: sharelog.v1.Mutation
+	(*Deletion)(nil),              // 10: sharelog.v1.Deletion
+	(*OffsetAdvanced)(nil),        // 11: sharelog.v1.OffsetAdvanced
+	(*StreamEnd)(nil),             // 12: sharelog.v1.StreamEnd
+	(*RecordHeader)(nil),          // 13: sharelog.v1.RecordHeader
 }
 var file_sharelog_v1_change_stream_proto_depIdxs = []int32{
 	0,  // 0: sharelog.v1.StreamChangesRequest.oso_mode:type_name -> sharelog.v1.OsoMode
-	6,  // 1: sharelog.v1.StreamChangesResponse.snapshot_marker:type_name -> sharelog.v1.SnapshotMarker
-	7,  // 2: sharelog.v1.StreamChangesResponse.oso_snapshot:type_name -> sharelog.v1.OsoSnapshot
-	8,  // 3: sharelog.v1.StreamChangesResponse.mutation:type_name -> sharelog.v1.Mutation
-	9,  // 4: sharelog.v1.StreamChangesResponse.deletion:type_name -> sharelog.v1.Deletion
-	10, // 5: sharelog.v1.StreamChangesResponse.offset_advanced:type_name -> sharelog.v1.OffsetAdvanced
-	11, // 6: sharelog.v1.StreamChangesResponse.stream_end:type_name -> sharelog.v1.StreamEnd
-	1,  // 7: sharelog.v1.SnapshotMarker.source:type_name -> sharelog.v1.SnapshotSource
-	2,  // 8: sharelog.v1.OsoSnapshot.phase:type_name -> sharelog.v1.OsoPhase
-	12, // 9: sharelog.v1.Mutation.headers:type_name -> sharelog.v1.RecordHeader
-	3,  // 10: sharelog.v1.StreamEnd.reason:type_name -> sharelog.v1.StreamEndReason
-	4,  // 11: sharelog.v1.ChangeStreamService.StreamChanges:input_type -> sharelog.v1.StreamChangesRequest
-	5,  // 12: sharelog.v1.ChangeStreamService.StreamChanges:output_type -> sharelog.v1.StreamChangesResponse
-	12, // [12:13] is the sub-list for method output_type
-	11, // [11:12] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	6,  // 1: sharelog.v1.StreamChangesResponse.events:type_name -> sharelog.v1.ChangeEvent
+	7,  // 2: sharelog.v1.ChangeEvent.snapshot_marker:type_name -> sharelog.v1.SnapshotMarker
+	8,  // 3: sharelog.v1.ChangeEvent.oso_snapshot:type_name -> sharelog.v1.OsoSnapshot
+	9,  // 4: sharelog.v1.ChangeEvent.mutation:type_name -> sharelog.v1.Mutation
+	10, // 5: sharelog.v1.ChangeEvent.deletion:type_name -> sharelog.v1.Deletion
+	11, // 6: sharelog.v1.ChangeEvent.offset_advanced:type_name -> sharelog.v1.OffsetAdvanced
+	12, // 7: sharelog.v1.ChangeEvent.stream_end:type_name -> sharelog.v1.StreamEnd
+	1,  // 8: sharelog.v1.SnapshotMarker.source:type_name -> sharelog.v1.SnapshotSource
+	2,  // 9: sharelog.v1.OsoSnapshot.phase:type_name -> sharelog.v1.OsoPhase
+	13, // 10: sharelog.v1.Mutation.headers:type_name -> sharelog.v1.RecordHeader
+	3,  // 11: sharelog.v1.StreamEnd.reason:type_name -> sharelog.v1.StreamEndReason
+	4,  // 12: sharelog.v1.ChangeStreamService.StreamChanges:input_type -> sharelog.v1.StreamChangesRequest
+	5,  // 13: sharelog.v1.ChangeStreamService.StreamChanges:output_type -> sharelog.v1.StreamChangesResponse
+	13, // [13:14] is the sub-list for method output_type
+	12, // [12:13] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_sharelog_v1_change_stream_proto_init() }
@@ -945,13 +1008,13 @@ func file_sharelog_v1_change_stream_proto_init() {
 	}
 	file_sharelog_v1_common_proto_init()
 	file_sharelog_v1_change_stream_proto_msgTypes[0].OneofWrappers = []any{}
-	file_sharelog_v1_change_stream_proto_msgTypes[1].OneofWrappers = []any{
-		(*StreamChangesResponse_SnapshotMarker)(nil),
-		(*StreamChangesResponse_OsoSnapshot)(nil),
-		(*StreamChangesResponse_Mutation)(nil),
-		(*StreamChangesResponse_Deletion)(nil),
-		(*StreamChangesResponse_OffsetAdvanced)(nil),
-		(*StreamChangesResponse_StreamEnd)(nil),
+	file_sharelog_v1_change_stream_proto_msgTypes[2].OneofWrappers = []any{
+		(*ChangeEvent_SnapshotMarker)(nil),
+		(*ChangeEvent_OsoSnapshot)(nil),
+		(*ChangeEvent_Mutation)(nil),
+		(*ChangeEvent_Deletion)(nil),
+		(*ChangeEvent_OffsetAdvanced)(nil),
+		(*ChangeEvent_StreamEnd)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -959,7 +1022,7 @@ func file_sharelog_v1_change_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sharelog_v1_change_stream_proto_rawDesc), len(file_sharelog_v1_change_stream_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

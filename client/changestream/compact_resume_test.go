@@ -51,6 +51,23 @@ func compactedTopic(t *testing.T, conn *grpc.ClientConn, topic string) (hw int64
 		res, err := logc.Fetch(ctx, &sharelogv1.FetchRequest{Topic: topic, Partition: 0, Offset: 0, MaxRecords: 1})
 		return err == nil && len(res.GetRecords()) == 1 && res.GetRecords()[0].GetOffset() > 0
 	}, 5*time.Second, 5*time.Millisecond)
+	// Then wait until the cleaner has nothing left to do (the number of
+	// records left stays the same over 20 cleaner intervals), so that every
+	// run of a test sees the same events: a cut after event n must exist in
+	// each run, not only in the first.
+	last, same := -1, 0
+	require.Eventually(t, func() bool {
+		res, err := logc.Fetch(ctx, &sharelogv1.FetchRequest{Topic: topic, Partition: 0, Offset: 0, MaxRecords: 1000})
+		if err != nil {
+			return false
+		}
+		if n := len(res.GetRecords()); n != last {
+			last, same = n, 0
+			return false
+		}
+		same++
+		return same >= 10
+	}, 10*time.Second, 10*time.Millisecond)
 	return int64(len(recs)), func(prefix string) map[string]string {
 		m := map[string]string{}
 		for _, r := range recs {

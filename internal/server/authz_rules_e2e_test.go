@@ -412,3 +412,61 @@ func TestAuditLog(t *testing.T) {
 	assert.NotContains(t, logs.buf.String(), userToken, "tokens are never logged")
 	assert.NotContains(t, logs.buf.String(), adminToken)
 }
+
+// TestAuthorizationSessionPartitionsRechecked: a permission revoked while a
+// share session holds the partition applies to the next incremental
+// ShareFetch, which names no partition; granted again, the session goes on.
+func TestAuthorizationSessionPartitionsRechecked(t *testing.T) {
+	s := newAuthzStack(t)
+	s.setupGroup(t, names{topic: "held", group: "g"})
+	s.grant(t, acl(rtGroup, "g", opRead), acl(rtTopic, "held", opRead))
+	fetch := func(epoch int32, topics []*sharelogv1.ShareFetchTopic) *sharelogv1.ShareFetchPartitionResponse {
+		t.Helper()
+		resp, err := s.sg.ShareFetch(s.user, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: epoch, Topics: topics})
+		require.NoError(t, err)
+		require.Len(t, resp.GetResponses(), 1)
+		require.Len(t, resp.GetResponses()[0].GetPartitions(), 1)
+		return resp.GetResponses()[0].GetPartitions()[0]
+	}
+	first := fetch(0, []*sharelogv1.ShareFetchTopic{{Topic: "held", Partitions: []*sharelogv1.ShareFetchPartition{part(0)}}})
+	require.Equal(t, none, first.GetErrorCode())
+	require.Len(t, first.GetRecords(), 2)
+	_, err := s.log.Produce(s.admin, &sharelogv1.ProduceRequest{Topic: "held", Partition: proto.Int32(0), Records: []*sharelogv1.Record{{Value: []byte("new")}}})
+	require.NoError(t, err)
+
+	s.grant(t, acl(rtGroup, "g", opRead)) // READ on the topic revoked
+	denied := fetch(1, nil)
+	assert.Equal(t, topicAuthFailed, denied.GetErrorCode())
+	assert.Empty(t, denied.GetRecords(), "nothing acquired from a partition the caller may no longer read")
+	assert.Empty(t, denied.GetAcquiredRecords())
+
+	s.grant(t, acl(rtGroup, "g", opRead), acl(rtTopic, "held", opRead))
+	again := fetch(2, nil)
+	assert.Equal(t, none, again.GetErrorCode())
+	require.Len(t, again.GetRecords(), 1, "the partition stayed in the session")
+	assert.Equal(t, int64(3), again.GetRecords()[0].GetOffset())
+}
+
+// TestAuthorizationDeadLetterTopicNeedsWrite: the server writes a group's
+// dead-letter topic on its behalf, so naming one needs WRITE on it.
+func TestAuthorizationDeadLetterTopicNeedsWrite(t *testing.T) {
+	s := newAuthzStack(t)
+	s.setupGroup(t, names{topic: "src", group: "g"})
+	s.setupTopic(t, "dlq.g", 0)
+	s.grant(t, acl(rtGroup, "g", opAlterConfigs))
+	update := func() error {
+		_, err := s.sg.UpdateShareGroupConfig(s.user, &sharelogv1.UpdateShareGroupConfigRequest{GroupId: "g",
+			Config: &sharelogv1.ShareGroupConfig{DeadLetterTopic: proto.String("dlq.g")}})
+		return err
+	}
+	requireReason(t, update(), codes.PermissionDenied, "TOPIC_AUTHORIZATION_FAILED")
+	cfg, err := s.sg.GetShareGroupConfig(s.admin, &sharelogv1.GetShareGroupConfigRequest{GroupId: "g"})
+	require.NoError(t, err)
+	assert.Empty(t, cfg.GetConfig().GetDeadLetterTopic(), "the refused update changed nothing")
+
+	s.grant(t, acl(rtGroup, "g", opAlterConfigs), acl(rtTopic, "dlq.g", opWrite))
+	require.NoError(t, update())
+	cfg, err = s.sg.GetShareGroupConfig(s.admin, &sharelogv1.GetShareGroupConfigRequest{GroupId: "g"})
+	require.NoError(t, err)
+	assert.Equal(t, "dlq.g", cfg.GetConfig().GetDeadLetterTopic())
+}

@@ -31,6 +31,15 @@ func NewGuard(a authz.Authorizer, audit *authz.Audit) *Guard {
 	return &Guard{authz: a, audit: audit}
 }
 
+// enforcing reports whether any call can be refused (--authorizer acl).
+func (g *Guard) enforcing() bool {
+	if g == nil {
+		return false
+	}
+	_, all := g.authz.(authz.AllowAll)
+	return !all
+}
+
 // allowed answers without auditing: for lists, which leave out what the
 // caller may not see, and for per-partition checks audited by the caller.
 func (g *Guard) allowed(ctx context.Context, op authz.Operation, rt authz.ResourceType, name string) bool {

@@ -93,6 +93,12 @@ func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.Shar
 		IsRenewAck: req.GetIsRenewAck(),
 		Partitions: entries,
 	}
+	if s.guard.enforcing() {
+		// The partitions the session already holds are checked again on
+		// every fetch (docs/security.md).
+		readable := s.guard.topics(authz.Read)
+		dreq.Readable = func(topic string) bool { return readable.allowed(ctx, topic) }
+	}
 	for _, t := range req.GetForgottenTopicsData() {
 		for _, p := range t.GetPartitions() {
 			dreq.Forgotten = append(dreq.Forgotten, sharegroup.TopicPartition{Topic: t.GetTopic(), Partition: p})
@@ -134,6 +140,11 @@ func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.Shar
 			}
 		}
 		tr.Partitions = append(tr.Partitions, pr)
+	}
+	for _, u := range resp.Unreadable {
+		if !slices.Contains(denied, u) {
+			denied = append(denied, u)
+		}
 	}
 	for _, d := range denied {
 		tr := byTopic[d.Topic]
@@ -240,6 +251,13 @@ func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sha
 		return nil, err
 	}
 	c := req.GetConfig()
+	// The server appends to the dead-letter topic on the group's behalf:
+	// whoever names it must be allowed to write it (docs/security.md).
+	if t := c.GetDeadLetterTopic(); t != "" {
+		if err := s.guard.require(ctx, authz.Write, authz.Topic, t); err != nil {
+			return nil, err
+		}
+	}
 	cfg, err := s.groups.UpdateConfig(req.GetGroupId(), sharegroup.GroupConfig{
 		RecordLockDurationMs:    c.RecordLockDurationMs,
 		DeliveryCountLimit:      c.DeliveryCountLimit,

@@ -64,6 +64,12 @@ type FetchRequest struct {
 	IsRenewAck bool
 	Partitions []PartitionEntry
 	Forgotten  []TopicPartition
+	// Readable, when set, is asked for every partition of the session
+	// before acquiring: partitions of topics it refuses are not fetched
+	// this time (they stay in the session) and are listed in
+	// FetchResponse.Unreadable. A revoked permission thus applies to the
+	// partitions a session already holds, not only to those a request names.
+	Readable func(topic string) bool
 }
 
 // ErrorCode is a per-partition result code (the proto ErrorCode without prefix).
@@ -101,6 +107,9 @@ type PartitionFetchResult struct {
 type FetchResponse struct {
 	AcquisitionLockTimeoutMs int32
 	Partitions               []PartitionFetchResult
+	// Unreadable lists the session partitions FetchRequest.Readable
+	// refused; nothing was acquired from them.
+	Unreadable []TopicPartition
 }
 
 // AckRequest is a ShareAcknowledge call.

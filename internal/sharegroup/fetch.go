@@ -119,6 +119,16 @@ func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchRespon
 	s.Mu.Lock()
 	parts := slices.Clone(s.State.parts)
 	s.Mu.Unlock()
+	var unreadable []TopicPartition
+	if req.Readable != nil {
+		parts = slices.DeleteFunc(parts, func(p *sessPart) bool {
+			if req.Readable(p.tp.Topic) {
+				return false
+			}
+			unreadable = append(unreadable, p.tp)
+			return true
+		})
+	}
 	res, err := m.fetchRecords(ctx, s, parts, k, seq, admitted, &req)
 	if err != nil {
 		return FetchResponse{}, err
@@ -131,7 +141,9 @@ func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchRespon
 	}
 
 	// Step 7.
-	return m.shape(s, g, &req, named, added, acks, gone, parts, res), nil
+	resp := m.shape(s, g, &req, named, added, acks, gone, parts, res)
+	resp.Unreadable = unreadable
+	return resp, nil
 }
 
 // sessionParts builds the fetch set of an opening session: the existing

@@ -3,12 +3,17 @@ package authz
 import (
 	"context"
 	"log/slog"
+	"time"
 )
 
 // Audit writes the audit log: one line per administrative change and per
 // authorization denial, on a logger attributed logger=audit, with the
 // principal, the operation, the resource and the outcome. It never sees
 // credentials: callers pass the principal name only.
+//
+// Audit lines are written whatever the logger's level (--log-level): the
+// audit trail is a record, not diagnostics, and quietening the server must
+// not silently drop denials or successful changes.
 type Audit struct {
 	log *slog.Logger
 }
@@ -26,7 +31,7 @@ func (a *Audit) Denied(ctx context.Context, principal string, op Operation, res 
 	if a == nil {
 		return
 	}
-	a.log.LogAttrs(ctx, slog.LevelInfo, "authorization denied",
+	a.write(ctx, slog.LevelInfo, "authorization denied",
 		slog.String("principal", principal), slog.String("operation", op.String()),
 		slog.String("resource_type", res.Type.String()), slog.String("resource", res.Name),
 		slog.String("outcome", "denied"))
@@ -48,5 +53,14 @@ func (a *Audit) Change(ctx context.Context, principal, action string, res Resour
 		slog.String("resource_type", res.Type.String()), slog.String("resource", res.Name),
 		slog.String("outcome", outcome),
 	}, detail...)
-	a.log.LogAttrs(ctx, level, "admin change", attrs...)
+	a.write(ctx, level, "admin change", attrs...)
+}
+
+// write hands the line to the handler directly: Logger.LogAttrs would
+// first ask the handler whether the level is enabled, and drop it below
+// --log-level.
+func (a *Audit) write(ctx context.Context, level slog.Level, msg string, attrs ...slog.Attr) {
+	r := slog.NewRecord(time.Now(), level, msg, 0)
+	r.AddAttrs(attrs...)
+	_ = a.log.Handler().Handle(ctx, r)
 }

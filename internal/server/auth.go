@@ -89,6 +89,9 @@ func newAuthenticator(path string, clientCerts bool, log *slog.Logger) (*authent
 //	<name> sha256:<hex>     the same, holding the token's SHA-256 instead
 //	<token>                 principal User:token-<line number>
 //
+// The sha256: prefix is matched in any case, and a bare token starting with
+// it is refused: the text of a hash must never log in.
+//
 // A name may have several tokens (to rotate one without downtime); a token
 // may appear only once. Errors name the line, never its content.
 func parseTokens(r io.Reader) ([]authToken, error) {
@@ -103,13 +106,18 @@ func parseTokens(r io.Reader) ([]authToken, error) {
 		var t authToken
 		switch f := strings.Fields(line); len(f) {
 		case 1:
+			if _, hashed := cutHashPrefix(f[0]); hashed {
+				// Taken as a bare token, the hash text itself would
+				// log in: anyone who saw the file could use it.
+				return nil, fmt.Errorf("line %d: a hashed token needs a name (\"<name> sha256:<hex>\")", n)
+			}
 			t = authToken{sum: sha256.Sum256([]byte(f[0])), user: "User:token-" + strconv.Itoa(n)}
 		case 2:
 			if err := validTokenName(f[0]); err != nil {
 				return nil, fmt.Errorf("line %d: %w", n, err)
 			}
 			t.user = "User:" + f[0]
-			if h, ok := strings.CutPrefix(f[1], "sha256:"); ok {
+			if h, ok := cutHashPrefix(f[1]); ok {
 				sum, err := hex.DecodeString(h)
 				if err != nil || len(sum) != sha256.Size {
 					return nil, fmt.Errorf("line %d: sha256: must be followed by the 64 hex digits of the token's SHA-256", n)
@@ -134,6 +142,17 @@ func parseTokens(r io.Reader) ([]authToken, error) {
 		return nil, errors.New("holds no token")
 	}
 	return tokens, nil
+}
+
+// cutHashPrefix cuts the "sha256:" of a hashed token, in any case: a file
+// of hashes may be readable by others, so "SHA256:<hex>" must not be taken
+// for a literal token that the hash text itself would match.
+func cutHashPrefix(s string) (string, bool) {
+	const prefix = "sha256:"
+	if len(s) < len(prefix) || !strings.EqualFold(s[:len(prefix)], prefix) {
+		return s, false
+	}
+	return s[len(prefix):], true
 }
 
 // validTokenName refuses names that would read as something else: the

@@ -64,6 +64,14 @@ func TestParseTokens(t *testing.T) {
 		{name: "tabs separate too", file: "alice\ts3cret\n", try: []string{"s3cret"}, want: []string{"User:alice"}},
 		{name: "SPIFFE-like name", file: "spiffe://example.org/app s3cret\n", try: []string{"s3cret"}, want: []string{"User:spiffe://example.org/app"}},
 
+		// A hash is not a password: the file may be public, so the text
+		// "sha256:<hex>" must never itself be a token, whatever its case.
+		{name: "hashed, upper-case prefix", file: "alice SHA256:" + sha256Hex("s3cret") + "\n",
+			try: []string{"s3cret", "SHA256:" + sha256Hex("s3cret")}, want: []string{"User:alice", "-"}},
+
+		{name: "bare hash line", file: "sha256:" + sha256Hex("s3cret") + "\n", wantErr: "line 1: a hashed token needs a name"},
+		{name: "bare hash line, upper case", file: "Sha256:" + sha256Hex("s3cret") + "\n", wantErr: "line 1: a hashed token needs a name"},
+		{name: "short hash, upper-case prefix", file: "alice SHA256:abcd\n", wantErr: "line 1: sha256: must be followed by the 64 hex digits"},
 		{name: "empty", file: "", wantErr: "holds no token"},
 		{name: "comments only", file: "# nothing\n\n", wantErr: "holds no token"},
 		{name: "three words", file: "alice s3cret extra\n", wantErr: "line 1: want"},

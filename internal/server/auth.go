@@ -32,6 +32,44 @@ import (
 // within this interval, or at once on SIGHUP (Server.ReloadAuth).
 const authReloadInterval = time.Second
 
+// maxTokensFileBytes bounds the tokens file: ample for tens of thousands of
+// tokens, and a file replaced by something huge or endless is refused
+// rather than read into memory every second.
+const maxTokensFileBytes = 4 << 20
+
+// readTokensFile reads the tokens file (through symlinks, as Kubernetes
+// mounts secrets). It refuses what is not a regular file — a FIFO or a
+// device would block or never end — and a file above maxTokensFileBytes.
+func readTokensFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// Checked again on what was opened: the path may have been replaced.
+	if fi, err = f.Stat(); err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
+	}
+	raw, err := io.ReadAll(io.LimitReader(f, maxTokensFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > maxTokensFileBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxTokensFileBytes)
+	}
+	return raw, nil
+}
+
 // authenticator names the principal of a call (docs/principals.md):
 //   - a bearer token from --auth-tokens-file, whose line names it
 //     ("User:<name>", or "User:token-<line>" for a bare token line);
@@ -69,7 +107,7 @@ func newAuthenticator(path string, clientCerts bool, log *slog.Logger) (*authent
 	if path == "" {
 		return a, nil
 	}
-	raw, err := os.ReadFile(path)
+	raw, err := readTokensFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--auth-tokens-file: %w", err)
 	}
@@ -195,7 +233,7 @@ func (a *authenticator) reload(force bool) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	raw, err := os.ReadFile(a.path)
+	raw, err := readTokensFile(a.path)
 	if err == nil {
 		sum := sha256.Sum256(raw)
 		if !force && sum == a.lastSum {

@@ -8,12 +8,15 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -268,4 +271,47 @@ func TestPrincipalsDocExample(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"User:alice", "User:bob", "User:token-6"},
 		principalsOf(t, tokens, "3f9c2d7e8a1b4c5d6e7f8091a2b3c4d5", "bob-example-token", "5c1e0d4f3b2a19887766554433221100"))
+}
+
+// A tokens file replaced by a FIFO, a device or something huge is refused
+// at once, at start and on reload, and the tokens in force stay; a symlink
+// to a regular file (how Kubernetes mounts secrets) is followed.
+func TestTokensFileNotRegularOrHuge(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real")
+	require.NoError(t, os.WriteFile(real, []byte("alice s3cret\n"), 0o600))
+	path := filepath.Join(dir, "tokens")
+	require.NoError(t, os.Symlink(real, path))
+	a, err := newAuthenticator(path, false, nil)
+	require.NoError(t, err, "a symlink to a regular file is read")
+
+	fifo := filepath.Join(dir, "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	huge := filepath.Join(dir, "huge")
+	var b strings.Builder
+	for i := 0; b.Len() <= maxTokensFileBytes; i++ {
+		fmt.Fprintf(&b, "user%d token-%d-%s\n", i, i, strings.Repeat("x", 40))
+	}
+	require.NoError(t, os.WriteFile(huge, []byte(b.String()), 0o600))
+
+	for name, target := range map[string]string{"fifo": fifo, "device": os.DevNull, "huge": huge} {
+		require.NoError(t, os.Remove(path))
+		require.NoError(t, os.Symlink(target, path))
+		done := make(chan error, 2)
+		go func() {
+			_, err := newAuthenticator(path, false, nil)
+			done <- err
+			done <- a.reload(true)
+		}()
+		for _, step := range []string{"start", "reload"} {
+			select {
+			case err := <-done:
+				require.Error(t, err, "%s at %s", name, step)
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s at %s: reading the tokens file blocked", name, step)
+			}
+		}
+		user, ok := a.identify("Bearer s3cret")
+		assert.True(t, ok && user == "User:alice", "%s: the tokens in force stay", name)
+	}
 }

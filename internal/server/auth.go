@@ -75,8 +75,9 @@ func readTokensFile(path string) ([]byte, error) {
 //     ("User:<name>", or "User:token-<line>" for a bare token line);
 //   - else, with --tls-client-ca, the verified client certificate (first
 //     URI SAN, else first DNS SAN, else subject CN);
-//   - else no principal: refused when tokens are configured, anonymous
-//     otherwise.
+//   - else no principal: refused when tokens or client certificates are
+//     configured (a verified certificate that names nobody is refused),
+//     anonymous otherwise.
 //
 // The token table is replaced whole when the file changes; a file that
 // does not parse keeps the previous table. Tokens are only held as
@@ -326,14 +327,22 @@ func (a *authenticator) authenticate(ctx context.Context, certUser string) (stri
 	if a.tokensEnabled() {
 		return "", apierr.New(apierr.Unauthenticated, "a valid bearer token is required (authorization: Bearer <token>)")
 	}
+	if a.clientCerts {
+		// Every connection presented a verified certificate; one that
+		// names nobody must not become User:ANONYMOUS.
+		return "", apierr.New(apierr.Unauthenticated, "the client certificate names no principal (it needs a URI SAN, a DNS SAN or a subject CN)")
+	}
 	return "", nil
 }
 
 // httpAllowed reports whether a plain HTTP endpoint (not the gateway, whose
 // calls are checked by the gRPC interceptor) may be served.
 func (a *authenticator) httpAllowed(r *http.Request) bool {
-	if !a.tokensEnabled() {
+	if !a.enabled() {
 		return true
+	}
+	if !a.tokensEnabled() {
+		return certPrincipal(r.TLS) != ""
 	}
 	if v := r.Header.Values("Authorization"); len(v) == 1 {
 		_, ok := a.identify(v[0])

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -314,4 +315,25 @@ func TestTokensFileNotRegularOrHuge(t *testing.T) {
 		user, ok := a.identify("Bearer s3cret")
 		assert.True(t, ok && user == "User:alice", "%s: the tokens in force stay", name)
 	}
+}
+
+// With client certificates as the only credential, a call whose verified
+// certificate names nobody (no URI SAN, DNS SAN or CN) is refused: it is
+// not User:ANONYMOUS, which would share one principal (its members, its
+// session share, its bindings) among every such certificate.
+func TestNamelessCertificateRefused(t *testing.T) {
+	a := &authenticator{clientCerts: true}
+	user, err := a.authenticate(context.Background(), "User:carol")
+	require.NoError(t, err)
+	assert.Equal(t, "User:carol", user)
+	_, err = a.authenticate(context.Background(), "")
+	require.ErrorContains(t, err, "names no principal")
+
+	req := &http.Request{Header: http.Header{}, TLS: &tls.ConnectionState{}}
+	assert.False(t, a.httpAllowed(req), "/metrics: a certificate that names nobody is no credential")
+	none := &authenticator{}
+	user, err = none.authenticate(context.Background(), "")
+	require.NoError(t, err, "without authentication every call is anonymous")
+	assert.Empty(t, user)
+	assert.True(t, none.httpAllowed(req))
 }

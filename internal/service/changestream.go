@@ -2,7 +2,10 @@ package service
 
 // ChangeStreamService behaviour (docs/change-streams.md):
 //   - StreamChanges needs READ on the topic (TOPIC_AUTHORIZATION_FAILED
-//     before anything else, whether the topic exists or not).
+//     before anything else, whether the topic exists or not), and keeps
+//     needing it: with --authorizer acl it is checked again before every
+//     message, and a stream whose READ was revoked ends with
+//     TOPIC_AUTHORIZATION_FAILED without sending the events it held.
 //   - StreamChanges validates in this order (INVALID_REQUEST,
 //     UNKNOWN_TOPIC_OR_PARTITION, ROLLBACK_REQUIRED for a re-created topic,
 //     OFFSET_OUT_OF_RANGE, ROLLBACK_REQUIRED for purged history) before any
@@ -60,7 +63,14 @@ func (s *ChangeStreamService) StreamChanges(req *sharelogv1.StreamChangesRequest
 		// gateway, which waits for them) knows the stream is positioned.
 		Started: func() { _ = stream.SendHeader(metadata.MD{}) },
 	}
-	return s.streams.Stream(ctx, dreq, &eventBatcher{send: stream.Send})
+	b := &eventBatcher{send: stream.Send}
+	if s.guard.enforcing() {
+		// A stream may stay open for days: a READ revoked meanwhile ends
+		// it before its next message, as it would refuse the next call.
+		topic := req.GetTopic()
+		b.mayRead = func() error { return s.guard.require(ctx, authz.Read, authz.Topic, topic) }
+	}
+	return s.streams.Stream(ctx, dreq, b)
 }
 
 // Bounds of one StreamChangesResponse (documented in change_stream.proto):
@@ -85,9 +95,12 @@ const (
 // event at once (the record it refers to stays valid until the next Flush)
 // and sends a message when the next event would not fit or at Flush.
 type eventBatcher struct {
-	send  func(*sharelogv1.StreamChangesResponse) error
-	resp  sharelogv1.StreamChangesResponse // reused: Send marshals at once
-	bytes int                              // bound of resp's encoded size
+	send func(*sharelogv1.StreamChangesResponse) error
+	// mayRead, if set, is asked before each message goes out; its error
+	// (the caller may no longer READ the topic) ends the stream instead.
+	mayRead func() error
+	resp    sharelogv1.StreamChangesResponse // reused: Send marshals at once
+	bytes   int                              // bound of resp's encoded size
 }
 
 func (b *eventBatcher) Send(ev *changestream.Event) error {
@@ -106,7 +119,13 @@ func (b *eventBatcher) Flush() error {
 	if len(b.resp.Events) == 0 {
 		return nil
 	}
-	err := b.send(&b.resp)
+	var err error
+	if b.mayRead != nil {
+		err = b.mayRead()
+	}
+	if err == nil {
+		err = b.send(&b.resp)
+	}
 	clear(b.resp.Events) // drop the references to the records sent
 	b.resp.Events, b.bytes = b.resp.Events[:0], 0
 	return err

@@ -355,9 +355,9 @@ func (a *authenticator) httpAllowed(r *http.Request) bool {
 
 // certPrincipal is the principal a verified client certificate names:
 // "User:" and its first URI SAN (a SPIFFE ID, say), else its first DNS SAN,
-// else its subject CN; "" without a verified certificate. Only the
-// verified chain is read: a certificate the handshake did not verify names
-// nobody.
+// else its subject CN; "" without a verified certificate, or when that name
+// is ANONYMOUS, * or holds a control character. Only the verified chain is
+// read: a certificate the handshake did not verify names nobody.
 func certPrincipal(cs *tls.ConnectionState) string {
 	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
 		return ""
@@ -372,11 +372,15 @@ func certPrincipal(cs *tls.ConnectionState) string {
 	default:
 		name = leaf.Subject.CommonName
 	}
-	if name == "" {
+	if name == "" || name == "ANONYMOUS" || name == "*" || strings.ContainsFunc(name, isControl) {
+		// Nobody: not the anonymous principal, not the ACL wildcard, and
+		// nothing that could forge a line of the logs.
 		return ""
 	}
 	return "User:" + name
 }
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // peerCertPrincipal is certPrincipal of a gRPC call's TLS connection.
 func peerCertPrincipal(ctx context.Context) string {

@@ -204,6 +204,11 @@ func TestCertPrincipal(t *testing.T) {
 			"User:app.example.org"},
 		{"then CN", verified(&x509.Certificate{Subject: pkix.Name{CommonName: "app", Organization: []string{"o"}}}), "User:app"},
 		{"nothing to name", verified(&x509.Certificate{}), ""},
+		// Names that would read as the anonymous principal or the ACL
+		// wildcard name nobody (and the call is refused), as in a tokens file.
+		{"CN ANONYMOUS", verified(&x509.Certificate{Subject: pkix.Name{CommonName: "ANONYMOUS"}}), ""},
+		{"DNS SAN *", verified(&x509.Certificate{DNSNames: []string{"*"}, Subject: pkix.Name{CommonName: "app"}}), ""},
+		{"CN with a control character", verified(&x509.Certificate{Subject: pkix.Name{CommonName: "app\nUser:admin"}}), ""},
 		{"unverified", &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{Subject: pkix.Name{CommonName: "app"}}}}, ""},
 		{"no TLS", nil, ""},
 	} {

@@ -121,11 +121,21 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	}))
-	mux.Handle("GET /readyz", limitProbes(d.health, func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /readyz", limitProbes(d.health, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		reasons, ok := d.readyz()
+		if d.auth.enabled() && !d.auth.httpAllowed(r) {
+			// The probe needs no credential, but the reasons name
+			// topics, groups, files and instances: with authentication
+			// on, only a caller with a credential sees them.
+			reasons = nil
+		}
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
+			if len(reasons) == 0 {
+				fmt.Fprintln(w, "not ready (send a credential to see why)")
+				return
+			}
 			fmt.Fprintln(w, "not ready:", strings.Join(reasons, "; "))
 			return
 		}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/principal"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -335,22 +336,33 @@ func (a *authenticator) authenticate(ctx context.Context, certUser string) (stri
 	return "", nil
 }
 
-// httpAllowed reports whether a plain HTTP endpoint (not the gateway, whose
-// calls are checked by the gRPC interceptor) may be served.
-func (a *authenticator) httpAllowed(r *http.Request) bool {
+// httpPrincipal is the principal of a plain HTTP request (not the
+// gateway's, whose calls are checked by the gRPC interceptor): its one
+// bearer token when tokens are configured, else its verified certificate;
+// ok is false when authentication is on and the request has no valid
+// credential. Without authentication every request is User:ANONYMOUS.
+func (a *authenticator) httpPrincipal(r *http.Request) (user string, ok bool) {
+	if a.tokensEnabled() {
+		switch v := r.Header.Values("Authorization"); len(v) {
+		case 0:
+		case 1:
+			return a.identify(v[0])
+		default:
+			return "", false
+		}
+	}
 	if !a.enabled() {
-		return true
+		return principal.Anonymous, true
 	}
-	if !a.tokensEnabled() {
-		return certPrincipal(r.TLS) != ""
-	}
-	if v := r.Header.Values("Authorization"); len(v) == 1 {
-		_, ok := a.identify(v[0])
-		return ok
-	} else if len(v) > 1 {
-		return false
-	}
-	return certPrincipal(r.TLS) != ""
+	user = certPrincipal(r.TLS)
+	return user, user != ""
+}
+
+// httpAllowed reports whether a plain HTTP request carries a valid
+// credential (or needs none).
+func (a *authenticator) httpAllowed(r *http.Request) bool {
+	_, ok := a.httpPrincipal(r)
+	return ok
 }
 
 // certPrincipal is the principal a verified client certificate names:

@@ -27,7 +27,9 @@ import (
 	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/gen/openapi"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/console"
+	"github.com/sharelog/sharelog/internal/principal"
 	"github.com/sharelog/sharelog/internal/service"
 )
 
@@ -38,6 +40,7 @@ type httpDeps struct {
 	readyz          func() (reasons []string, ok bool)
 	health          *ipLimiter // rate of /healthz and /readyz per client IP
 	auth            *authenticator
+	guard           *service.Guard // /metrics needs DESCRIBE on the cluster (with --authorizer acl)
 	trusted         trustedProxies // --trusted-proxies
 	tracer          trace.TracerProvider
 	meter           metric.MeterProvider
@@ -153,8 +156,19 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 		w.Write(openapi.JSON)
 	})
 	mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !d.auth.httpAllowed(r) {
+		user, ok := d.auth.httpPrincipal(r)
+		if !ok {
 			writeError(w, r, apierr.New(apierr.Unauthenticated, "a valid bearer token or client certificate is required"))
+			return
+		}
+		// The series are labelled with every topic and group name: only
+		// a principal that may describe the cluster reads them.
+		if err := d.guard.Require(principal.WithUser(r.Context(), user), authz.Describe, authz.Cluster, authz.ClusterName); err != nil {
+			var e *apierr.Error
+			if !errors.As(err, &e) {
+				e = apierr.New(apierr.ClusterAuthorizationFailed, "%v", err)
+			}
+			writeError(w, r, e)
 			return
 		}
 		d.metrics.ServeHTTP(w, r)

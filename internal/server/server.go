@@ -393,6 +393,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		readyz:          s.readyz,
 		health:          healthLimiter,
 		auth:            auth,
+		guard:           s.guard,
 		trusted:         trusted,
 		tracer:          s.tel.Tracer,
 		meter:           s.tel.Meter,

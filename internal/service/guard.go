@@ -58,6 +58,13 @@ func (g *Guard) require(ctx context.Context, op authz.Operation, rt authz.Resour
 	return g.denied(ctx, op, rt, name)
 }
 
+// Require is require for the server's plain HTTP endpoints (/metrics):
+// nil if the caller (principal.User of ctx) may perform op on the
+// resource, else the authorization error, audited.
+func (g *Guard) Require(ctx context.Context, op authz.Operation, rt authz.ResourceType, name string) error {
+	return g.require(ctx, op, rt, name)
+}
+
 // denied audits a denial and returns its request-level error.
 func (g *Guard) denied(ctx context.Context, op authz.Operation, rt authz.ResourceType, name string) error {
 	g.auditDenied(ctx, op, rt, name)

@@ -1,13 +1,17 @@
 package server_test
 
 import (
+	"context"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/server"
 )
 
 // An ACL change takes effect on the next request; a change stream is one
@@ -52,4 +56,46 @@ func TestChangeStreamStopsWhenReadRevoked(t *testing.T) {
 			require.Nil(t, ev.GetMutation(), "an event after READ was revoked: %v", ev)
 		}
 	}
+}
+
+// With --dlq-auto-create-topics the server creates a group's missing
+// dead-letter topic on the group's behalf: naming one then also needs
+// what CreateTopic needs (CREATE on the cluster or on the topic), or WRITE
+// on a name prefix would let a principal create topics.
+func TestDeadLetterAutoCreateNeedsCreate(t *testing.T) {
+	tokens := writeTokens(t, t.TempDir())
+	st := newStack(t, server.Options{}, func(c *server.Config) {
+		c.AuthTokensFile = tokens
+		c.Authorizer = server.AuthorizerACL
+		c.SuperUsers = []string{"User:token-1"}
+		c.DLQAutoCreateTopics = true
+	})
+	bearer := func(tok string) context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
+	}
+	s := &authzStack{stack: st, admin: bearer(adminToken), user: bearer(userToken),
+		acls: sharelogv1.NewAclServiceClient(st.conn), sg: sharelogv1.NewShareGroupServiceClient(st.conn)}
+	s.setupTopic(t, "q", 1)
+	_, err := s.sg.UpdateShareGroupConfig(s.admin, &sharelogv1.UpdateShareGroupConfigRequest{GroupId: "g",
+		Config: &sharelogv1.ShareGroupConfig{DeliveryCountLimit: proto.Int32(3)}})
+	require.NoError(t, err)
+
+	update := func() error {
+		_, err := s.sg.UpdateShareGroupConfig(s.user, &sharelogv1.UpdateShareGroupConfigRequest{GroupId: "g",
+			Config: &sharelogv1.ShareGroupConfig{DeadLetterTopic: proto.String("dlq.made-up")}})
+		return err
+	}
+	dlqOf := func() string {
+		c, err := s.sg.GetShareGroupConfig(s.admin, &sharelogv1.GetShareGroupConfigRequest{GroupId: "g"})
+		require.NoError(t, err)
+		return c.GetConfig().GetDeadLetterTopic()
+	}
+	s.grant(t, acl(rtGroup, "g", opAlterConfigs), &sharelogv1.AclBinding{Principal: userName, ResourceType: rtTopic,
+		PatternType: prefixed, ResourceName: "dlq.", Operation: opWrite, Permission: allow})
+	requireReason(t, update(), codes.PermissionDenied, "TOPIC_AUTHORIZATION_FAILED")
+	assert.Empty(t, dlqOf(), "a refused update changes nothing")
+
+	s.grant(t, acl(rtGroup, "g", opAlterConfigs), acl(rtTopic, "dlq.made-up", opWrite), acl(rtTopic, "dlq.made-up", opCreate))
+	require.NoError(t, update(), "WRITE and CREATE on the topic")
+	assert.Equal(t, "dlq.made-up", dlqOf())
 }

@@ -67,7 +67,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		}
 	})
 	b.logSvc = service.NewLogService(logAPI, s.guard)
-	b.shareSv = service.NewShareGroupService(b.share, s.longPolls, s.guard)
+	b.shareSv = service.NewShareGroupService(b.share, s.longPolls, s.guard, service.WithDLQAutoCreate(s.cfg.DLQAutoCreateTopics))
 	// Change streams get the traced store and the traced key index, so
 	// their reads are spans of the call, as every other RPC's.
 	tracedKeys := telemetry.TraceKeyIndex(keys, s.tel.Tracer, s.tel.Meter)

@@ -61,13 +61,29 @@ type ShareGroupService struct {
 	groups    ShareGroups
 	longPolls *logapi.LongPolls
 	guard     *Guard
+	// dlqAutoCreate is --dlq-auto-create-topics: the server may create a
+	// group's dead-letter topic, so naming one needs CREATE as well.
+	dlqAutoCreate bool
+}
+
+// ShareGroupOption configures NewShareGroupService.
+type ShareGroupOption func(*ShareGroupService)
+
+// WithDLQAutoCreate tells the service that missing dead-letter topics are
+// created by the server (--dlq-auto-create-topics).
+func WithDLQAutoCreate(on bool) ShareGroupOption {
+	return func(s *ShareGroupService) { s.dlqAutoCreate = on }
 }
 
 // NewShareGroupService returns the ShareGroupService handlers; longPolls
 // bounds waiting ShareFetch calls together with Fetch (nil = no bound);
 // guard checks permissions (nil = none).
-func NewShareGroupService(groups ShareGroups, longPolls *logapi.LongPolls, guard *Guard) *ShareGroupService {
-	return &ShareGroupService{groups: groups, longPolls: longPolls, guard: guard}
+func NewShareGroupService(groups ShareGroups, longPolls *logapi.LongPolls, guard *Guard, opts ...ShareGroupOption) *ShareGroupService {
+	s := &ShareGroupService{groups: groups, longPolls: longPolls, guard: guard}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // ShareFetch needs READ on the group, and READ on each topic: a partition
@@ -252,10 +268,17 @@ func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sha
 	}
 	c := req.GetConfig()
 	// The server appends to the dead-letter topic on the group's behalf:
-	// whoever names it must be allowed to write it (docs/security.md).
+	// whoever names it must be allowed to write it, and, when the server
+	// creates missing ones, to create it as CreateTopic would require
+	// (docs/security.md).
 	if t := c.GetDeadLetterTopic(); t != "" {
 		if err := s.guard.require(ctx, authz.Write, authz.Topic, t); err != nil {
 			return nil, err
+		}
+		if s.dlqAutoCreate && !s.guard.allowed(ctx, authz.Create, authz.Cluster, authz.ClusterName) {
+			if err := s.guard.require(ctx, authz.Create, authz.Topic, t); err != nil {
+				return nil, err
+			}
 		}
 	}
 	cfg, err := s.groups.UpdateConfig(req.GetGroupId(), sharegroup.GroupConfig{

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/principal"
 	"github.com/sharelog/sharelog/internal/service"
 )
 
@@ -190,8 +191,9 @@ func (n *clusterNode) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	}
 }
 
-// outgoing is ctx with the caller's metadata (authorization included) and
-// this instance's forwarding mark, for the call to the active instance.
+// outgoing is ctx with the caller's metadata (authorization included),
+// this instance's forwarding mark and the caller's principal, for the call
+// to the active instance.
 func (n *clusterNode) outgoing(ctx context.Context) context.Context {
 	in, _ := metadata.FromIncomingContext(ctx)
 	out := metadata.MD{}
@@ -204,6 +206,12 @@ func (n *clusterNode) outgoing(ctx context.Context) context.Context {
 		out[k] = v
 	}
 	out.Set(mdForwardedBy, n.s.cfg.Cluster.instanceID(n.s.GRPCAddr()))
+	// The forwarding connection presents this instance's certificate, so
+	// the active instance would see that, not the caller's: name the
+	// caller (a token in the metadata still wins there).
+	if user := principal.User(ctx); user != principal.Anonymous {
+		out.Set(mdForwardedPrincipal, user)
+	}
 	return metadata.NewOutgoingContext(ctx, out)
 }
 

@@ -1,12 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
@@ -29,6 +31,12 @@ const (
 	// certificate names (with --tls-client-ca).
 	mdClientPrincipal = "sharelog-client-principal"
 )
+
+// mdForwardedPrincipal is the principal of a call a standby forwards in
+// cluster mode (forward.go). The active instance believes it only from a
+// peer that presents this instance's own certificate, i.e. another
+// instance sharing it (gate.fromInstance); from anyone else it is dropped.
+const mdForwardedPrincipal = "sharelog-forwarded-principal"
 
 // mdForwardedFor is the metadata the service reads client_host from; the
 // gate replaces whatever the caller sent with the host it trusts.
@@ -55,6 +63,27 @@ type gate struct {
 	// viaGateway: the server behind the REST gateway, whose client IP,
 	// host and certificate principal come from the gateway's metadata.
 	viaGateway bool
+	// self is the DER of this instance's own TLS certificate (with
+	// --tls-client-ca): a peer presenting it is another instance, whose
+	// mdForwardedPrincipal names the caller it forwards for.
+	self []byte
+}
+
+// fromInstance reports whether the call's verified peer certificate is
+// this instance's own.
+func (g *gate) fromInstance(ctx context.Context) bool {
+	if len(g.self) == 0 {
+		return false
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return false
+	}
+	return bytes.Equal(info.State.VerifiedChains[0][0].Raw, g.self)
 }
 
 // lastMD is the last value of an incoming metadata key ("" if none).
@@ -93,6 +122,9 @@ func (g *gate) admit(ctx context.Context, method string) (context.Context, error
 			certUser = lastMD(md, mdClientPrincipal)
 		} else {
 			certUser = peerCertPrincipal(ctx)
+			if fwd := lastMD(md, mdForwardedPrincipal); fwd != "" && g.fromInstance(ctx) {
+				certUser = fwd
+			}
 		}
 	}
 	user, err := g.auth.authenticate(ctx, certUser)
@@ -113,6 +145,7 @@ func (g *gate) admit(ctx context.Context, method string) (context.Context, error
 // from a call that did not come through the gateway.
 func (g *gate) withClientHost(ctx context.Context, md metadata.MD, ip string) context.Context {
 	md = md.Copy()
+	md.Delete(mdForwardedPrincipal) // read by admit; never passed on
 	host := ip
 	if g.viaGateway {
 		if h := lastMD(md, mdClientHost); h != "" {

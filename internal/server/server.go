@@ -303,9 +303,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	// Inside the call logger (which logs the final status), around
 	// everything else: the one place where errors become gRPC statuses.
 	errs := service.Errors{Log: log}
+	// With client certificates, a peer presenting this instance's own
+	// certificate is another instance of the cluster forwarding a call.
+	var selfCert []byte
+	if tlsCfg != nil && auth.clientCerts && len(tlsCfg.Certificates) > 0 && len(tlsCfg.Certificates[0].Certificate) > 0 {
+		selfCert = tlsCfg.Certificates[0].Certificate[0]
+	}
 	newGRPC := func(creds credentials.TransportCredentials, viaGateway bool) *grpc.Server {
 		codec := newRequestCodec()
-		g := &gate{auth: auth, codec: codec, health: healthLimiter, trusted: trusted, viaGateway: viaGateway}
+		g := &gate{auth: auth, codec: codec, health: healthLimiter, trusted: trusted, viaGateway: viaGateway, self: selfCert}
 		gs := grpc.NewServer(
 			grpc.Creds(creds),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),

@@ -137,6 +137,10 @@ func newAuthenticator(path string, clientCerts bool, log *slog.Logger) (*authent
 func parseTokens(r io.Reader) ([]authToken, error) {
 	var tokens []authToken
 	seen := make(map[[sha256.Size]byte]int)
+	// Principals by where they came from, to refuse a name "token-<n>"
+	// while line n is a bare token: two tokens would be one principal.
+	bare := make(map[string]int)  // "User:token-<n>" of bare line n
+	named := make(map[string]int) // "User:<name>" → its first line
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -171,6 +175,20 @@ func parseTokens(r io.Reader) ([]authToken, error) {
 		}
 		if prev, dup := seen[t.sum]; dup {
 			return nil, fmt.Errorf("line %d: the same token as line %d", n, prev)
+		}
+		name := strings.TrimPrefix(t.user, "User:")
+		if len(strings.Fields(line)) == 1 {
+			if first, ok := named[t.user]; ok {
+				return nil, fmt.Errorf("line %d: the name %s is the principal of the bare token on line %d", first, name, n)
+			}
+			bare[t.user] = n
+		} else {
+			if b, ok := bare[t.user]; ok {
+				return nil, fmt.Errorf("line %d: the name %s is the principal of the bare token on line %d", n, name, b)
+			}
+			if _, ok := named[t.user]; !ok {
+				named[t.user] = n
+			}
 		}
 		seen[t.sum] = n
 		tokens = append(tokens, t)

@@ -76,6 +76,12 @@ func TestParseTokens(t *testing.T) {
 		{name: "bare hash line", file: "sha256:" + sha256Hex("s3cret") + "\n", wantErr: "line 1: a hashed token needs a name"},
 		{name: "bare hash line, upper case", file: "Sha256:" + sha256Hex("s3cret") + "\n", wantErr: "line 1: a hashed token needs a name"},
 		{name: "short hash, upper-case prefix", file: "alice SHA256:abcd\n", wantErr: "line 1: sha256: must be followed by the 64 hex digits"},
+		// A name may be token-<n> (to keep a bare line's principal when
+		// naming it), but not while line n is a bare token: two tokens
+		// would be one principal by accident.
+		{name: "named like a bare line's principal", file: "admin-secret\ntoken-1 s3cret\n", wantErr: "line 2: the name token-1 is the principal of the bare token on line 1"},
+		{name: "named like a bare line's principal, named first", file: "token-2 s3cret\nadmin-secret\n", wantErr: "line 1: the name token-2 is the principal of the bare token on line 2"},
+		{name: "a bare line's principal kept by naming it", file: "# was a bare line\ntoken-5 s3cret\n", try: []string{"s3cret"}, want: []string{"User:token-5"}},
 		{name: "empty", file: "", wantErr: "holds no token"},
 		{name: "comments only", file: "# nothing\n\n", wantErr: "holds no token"},
 		{name: "three words", file: "alice s3cret extra\n", wantErr: "line 1: want"},

@@ -92,6 +92,10 @@ type authenticator struct {
 	mu      sync.Mutex // serialises reloads; guards the fields below
 	lastSum [sha256.Size]byte
 	lastErr string
+	// principals is the principal each token has had since start: a
+	// reload never gives a token another bare-line principal (see
+	// keepPrincipals).
+	principals map[[sha256.Size]byte]string
 }
 
 // authToken is one accepted token: its SHA-256 (compared in constant time)
@@ -99,6 +103,8 @@ type authenticator struct {
 type authToken struct {
 	sum  [sha256.Size]byte
 	user string // "User:<name>"
+	line int    // its line in the file
+	bare bool   // a bare token line: user is User:token-<line>
 }
 
 func newAuthenticator(path string, clientCerts bool, log *slog.Logger) (*authenticator, error) {
@@ -117,9 +123,31 @@ func newAuthenticator(path string, clientCerts bool, log *slog.Logger) (*authent
 	if err != nil {
 		return nil, fmt.Errorf("--auth-tokens-file %s: %w", path, err)
 	}
+	a.principals = make(map[[sha256.Size]byte]string, len(tokens))
+	tokens = a.keepPrincipals(tokens)
 	a.table.Store(&tokens)
 	a.lastSum = sha256.Sum256(raw)
 	return a, nil
+}
+
+// keepPrincipals returns tokens without those bare tokens that would change
+// principal: a bare token is User:token-<line>, so removing or adding a
+// line above it would silently make it another principal — possibly one a
+// super user or bindings name. Such a token is refused (logged, never its
+// content) until its line is named or put back; a named line's principal
+// is deliberate and always taken. a.mu is held (or a is not shared yet).
+func (a *authenticator) keepPrincipals(tokens []authToken) []authToken {
+	out := tokens[:0]
+	for _, t := range tokens {
+		if was, ok := a.principals[t.sum]; ok && t.bare && was != t.user {
+			a.log.Error("auth tokens file: a bare token moved to another line and is refused until it is named (\"<name> <token>\") or back on its line",
+				"line", t.line, "was", was, "would_be", t.user)
+			continue
+		}
+		a.principals[t.sum] = t.user
+		out = append(out, t)
+	}
+	return out
 }
 
 // parseTokens reads a tokens file. Each line, after trimming, is empty, a
@@ -155,7 +183,7 @@ func parseTokens(r io.Reader) ([]authToken, error) {
 				// log in: anyone who saw the file could use it.
 				return nil, fmt.Errorf("line %d: a hashed token needs a name (\"<name> sha256:<hex>\")", n)
 			}
-			t = authToken{sum: sha256.Sum256([]byte(f[0])), user: "User:token-" + strconv.Itoa(n)}
+			t = authToken{sum: sha256.Sum256([]byte(f[0])), user: "User:token-" + strconv.Itoa(n), bare: true}
 		case 2:
 			if err := validTokenName(f[0]); err != nil {
 				return nil, fmt.Errorf("line %d: %w", n, err)
@@ -191,6 +219,7 @@ func parseTokens(r io.Reader) ([]authToken, error) {
 			}
 		}
 		seen[t.sum] = n
+		t.line = n
 		tokens = append(tokens, t)
 	}
 	if err := sc.Err(); err != nil {
@@ -262,6 +291,7 @@ func (a *authenticator) reload(force bool) error {
 		a.lastSum = sum
 		var tokens []authToken
 		if tokens, err = parseTokens(bytes.NewReader(raw)); err == nil {
+			tokens = a.keepPrincipals(tokens)
 			a.table.Store(&tokens)
 			a.lastErr = ""
 			a.log.Info("auth tokens reloaded", "file", a.path, "tokens", len(tokens), "principals", countUsers(tokens))

@@ -348,3 +348,45 @@ func TestNamelessCertificateRefused(t *testing.T) {
 	assert.Empty(t, user)
 	assert.True(t, none.httpAllowed(req))
 }
+
+// A bare token's principal is its line number, so removing or adding a
+// line above it would silently make it another principal — after the
+// admin's line 1 is removed, the user's token on line 2 would become
+// User:token-1 and inherit the admin's super-user rights and bindings.
+// A reload never moves a token to another bare-line principal: such a
+// token is left out (refused) with an error until it is named, while the
+// rest of the file, the removal included, takes effect.
+func TestReloadNeverRenumbersABareToken(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	write := func(s string) { require.NoError(t, os.WriteFile(path, []byte(s), 0o600)) }
+	write("admin-secret\nuser-secret\nalice alice-secret\n")
+	var logs bytes.Buffer
+	a, err := newAuthenticator(path, false, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	known := func(tok string) string {
+		u, ok := a.identify("Bearer " + tok)
+		if !ok {
+			return "-"
+		}
+		return u
+	}
+	require.Equal(t, "User:token-1", known("admin-secret"))
+	require.Equal(t, "User:token-2", known("user-secret"))
+
+	write("user-secret\nalice alice-secret\nnew-secret\n") // the admin's line removed
+	require.NoError(t, a.reload(false))
+	assert.Equal(t, "-", known("admin-secret"), "the removal takes effect")
+	assert.Equal(t, "-", known("user-secret"), "not User:token-1: refused until named")
+	assert.Equal(t, "User:alice", known("alice-secret"))
+	assert.Equal(t, "User:token-3", known("new-secret"), "a new bare token takes its line")
+	assert.Contains(t, logs.String(), "line=1")
+	assert.Contains(t, logs.String(), "User:token-2")
+	assert.NotContains(t, logs.String(), "user-secret", "never the token")
+
+	write("# line 1 kept as a comment\nuser-secret\nalice alice-secret\nnew-secret\n")
+	require.NoError(t, a.reload(false))
+	assert.Equal(t, "User:token-2", known("user-secret"), "back on its line, it is itself again")
+	write("bob user-secret\nalice alice-secret\n")
+	require.NoError(t, a.reload(false))
+	assert.Equal(t, "User:bob", known("user-secret"), "naming a token is deliberate: allowed")
+}

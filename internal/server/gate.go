@@ -45,7 +45,8 @@ const mdForwardedFor = "x-forwarded-for"
 const healthMethodPrefix = "/grpc.health.v1.Health/"
 
 // gate is the first interceptor of every call after recovery and logging:
-//   - health checks need no token but are rate-limited per client IP;
+//   - health checks need no token but are rate-limited per client IP, and
+//     one IP holds at most HealthWatchesPerIP health Watch streams;
 //   - any other call is authenticated (authenticator) and carries its
 //     principal (principal.User: "User:<name>", or User:ANONYMOUS without
 //     credentials) and its per-client limits key (principal.Name: the
@@ -59,6 +60,7 @@ type gate struct {
 	auth    *authenticator
 	codec   *requestCodec
 	health  *ipLimiter
+	watches *ipSlots // open health Watch streams per client IP (nil = no bound)
 	trusted trustedProxies
 	// viaGateway: the server behind the REST gateway, whose client IP,
 	// host and certificate principal come from the gateway's metadata.
@@ -256,6 +258,13 @@ func (g *gate) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	ctx, err := g.admit(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
+	}
+	if info.FullMethod == healthWatchMethod && g.watches != nil {
+		ip := g.clientIP(ctx)
+		if !g.watches.acquire(ip) {
+			return apierr.New(apierr.ThrottlingQuotaExceeded, "%d health watches are open from this address, the most one address may hold", g.watches.max)
+		}
+		defer g.watches.release(ip)
 	}
 	return handler(srv, &gatedStream{ServerStream: ss, ctx: ctx, codec: g.codec})
 }

@@ -59,6 +59,42 @@ func (l *ipLimiter) allow(ip string) bool {
 	return b.lim.Allow()
 }
 
+// HealthWatchesPerIP bounds the gRPC health Watch streams one client IP
+// holds open at once. Health needs no credential and a Watch lasts, so
+// without it one address could pile them up (a goroutine and buffers
+// each) at the probe rate; a client watches a few services at most.
+const HealthWatchesPerIP = 16
+
+const healthWatchMethod = healthMethodPrefix + "Watch"
+
+// ipSlots counts the open streams of each client IP, up to max each. The
+// map holds only IPs with an open stream.
+type ipSlots struct {
+	max int
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+func newIPSlots(max int) *ipSlots { return &ipSlots{max: max, n: make(map[string]int)} }
+
+func (s *ipSlots) acquire(ip string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[ip] >= s.max {
+		return false
+	}
+	s.n[ip]++
+	return true
+}
+
+func (s *ipSlots) release(ip string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[ip]--; s.n[ip] <= 0 {
+		delete(s.n, ip)
+	}
+}
+
 // ReadinessCheck is one source of not-readiness: while Check reports
 // ok == false, /readyz answers 503 with the reason, and gRPC health reports
 // NOT_SERVING for the whole server ("") and for Service. Liveness

@@ -300,6 +300,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		healthLimit = rate.Inf
 	}
 	healthLimiter := newIPLimiter(healthLimit, healthBurst, healthLimiterIPs)
+	healthWatches := newIPSlots(HealthWatchesPerIP)
 	// Inside the call logger (which logs the final status), around
 	// everything else: the one place where errors become gRPC statuses.
 	errs := service.Errors{Log: log}
@@ -311,7 +312,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}
 	newGRPC := func(creds credentials.TransportCredentials, viaGateway bool) *grpc.Server {
 		codec := newRequestCodec()
-		g := &gate{auth: auth, codec: codec, health: healthLimiter, trusted: trusted, viaGateway: viaGateway, self: selfCert}
+		g := &gate{auth: auth, codec: codec, health: healthLimiter, watches: healthWatches, trusted: trusted, viaGateway: viaGateway, self: selfCert}
 		gs := grpc.NewServer(
 			grpc.Creds(creds),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),

@@ -46,7 +46,8 @@ const healthMethodPrefix = "/grpc.health.v1.Health/"
 
 // gate is the first interceptor of every call after recovery and logging:
 //   - health checks need no token but are rate-limited per client IP, and
-//     one IP holds at most HealthWatchesPerIP health Watch streams;
+//     one IP holds at most HealthWatchesPerIP health Watch streams without
+//     a credential;
 //   - any other call is authenticated (authenticator) and carries its
 //     principal (principal.User: "User:<name>", or User:ANONYMOUS without
 //     credentials) and its per-client limits key (principal.Name: the
@@ -118,18 +119,7 @@ func (g *gate) admit(ctx context.Context, method string) (context.Context, error
 		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	var certUser string
-	if g.auth.clientCerts {
-		if g.viaGateway {
-			certUser = lastMD(md, mdClientPrincipal)
-		} else {
-			certUser = peerCertPrincipal(ctx)
-			if fwd := lastMD(md, mdForwardedPrincipal); fwd != "" && g.fromInstance(ctx) {
-				certUser = fwd
-			}
-		}
-	}
-	user, err := g.auth.authenticate(ctx, certUser)
+	user, err := g.auth.authenticate(ctx, g.certUser(ctx, md))
 	if err != nil {
 		return ctx, err
 	}
@@ -140,6 +130,32 @@ func (g *gate) admit(ctx context.Context, method string) (context.Context, error
 		name = "ip:" + ip
 	}
 	return principal.WithName(g.withClientHost(ctx, md, ip), name), nil
+}
+
+// certUser is the principal the call's verified client certificate names
+// ("" without one, or without --tls-client-ca).
+func (g *gate) certUser(ctx context.Context, md metadata.MD) string {
+	switch {
+	case !g.auth.clientCerts:
+		return ""
+	case g.viaGateway:
+		return lastMD(md, mdClientPrincipal)
+	}
+	if fwd := lastMD(md, mdForwardedPrincipal); fwd != "" && g.fromInstance(ctx) {
+		return fwd
+	}
+	return peerCertPrincipal(ctx)
+}
+
+// credentialed reports whether a call that needs no credential (health)
+// carries a valid one anyway.
+func (g *gate) credentialed(ctx context.Context) bool {
+	if !g.auth.enabled() {
+		return false
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	user, err := g.auth.authenticate(ctx, g.certUser(ctx, md))
+	return err == nil && user != ""
 }
 
 // withClientHost replaces the call's x-forwarded-for metadata by the one
@@ -259,7 +275,7 @@ func (g *gate) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	if err != nil {
 		return err
 	}
-	if info.FullMethod == healthWatchMethod && g.watches != nil {
+	if info.FullMethod == healthWatchMethod && g.watches != nil && !g.credentialed(ctx) {
 		ip := g.clientIP(ctx)
 		if !g.watches.acquire(ip) {
 			return apierr.New(apierr.ThrottlingQuotaExceeded, "%d health watches are open from this address, the most one address may hold", g.watches.max)

@@ -60,10 +60,12 @@ func (l *ipLimiter) allow(ip string) bool {
 }
 
 // HealthWatchesPerIP bounds the gRPC health Watch streams one client IP
-// holds open at once. Health needs no credential and a Watch lasts, so
-// without it one address could pile them up (a goroutine and buffers
-// each) at the probe rate; a client watches a few services at most.
-const HealthWatchesPerIP = 16
+// holds open at once without a credential. Health needs none and a Watch
+// lasts, so without it one address could pile them up (a goroutine and
+// buffers each) at the probe rate. A client watches a few services at
+// most; the room is for clients sharing an address (NAT), and calls with
+// a valid credential are not counted.
+const HealthWatchesPerIP = 64
 
 const healthWatchMethod = healthMethodPrefix + "Watch"
 

@@ -2,12 +2,15 @@ package server_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/sharelog/sharelog/internal/server"
 )
@@ -15,11 +18,18 @@ import (
 // gRPC health needs no credential, and a Watch stays open: without a bound
 // one address could hold any number of them (a goroutine and buffers
 // each), 20 new ones a second under the probe rate limit. One address
-// holds at most server.HealthWatchesPerIP; closing one frees its slot.
+// holds at most server.HealthWatchesPerIP without a credential; closing
+// one frees its slot; callers with a valid token are not counted.
 func TestHealthWatchesBoundedPerAddress(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, server.Options{})
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("ops s3cret\n"), 0o600))
+	s := newStack(t, server.Options{}, func(c *server.Config) {
+		c.AuthTokensFile = tokens
+		c.HealthProbesPerSec = 0 // the rate limit is another test's
+	})
 	hc := healthpb.NewHealthClient(s.conn)
+	authed := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer s3cret")
 	cancels := make([]context.CancelFunc, 0, server.HealthWatchesPerIP)
 	t.Cleanup(func() {
 		for _, c := range cancels {
@@ -56,4 +66,13 @@ func TestHealthWatchesBoundedPerAddress(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond, "a closed watch frees its slot")
 	_, err = hc.Check(context.Background(), &healthpb.HealthCheckRequest{})
 	require.NoError(t, err, "Check is not a watch")
+
+	for range 3 {
+		ctx, cancel := context.WithCancel(authed)
+		cancels = append(cancels, cancel)
+		w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+		require.NoError(t, err)
+		_, err = w.Recv()
+		require.NoError(t, err, "a caller with a credential is not counted")
+	}
 }

@@ -37,6 +37,18 @@ func (a *Audit) Denied(ctx context.Context, principal string, op Operation, res 
 		slog.String("outcome", "denied"))
 }
 
+// Unauthenticated records a call refused for its credential (a token not
+// known, none where one is required, a certificate naming nobody): the
+// client address, what it called and why — never the credential sent.
+func (a *Audit) Unauthenticated(ctx context.Context, client, operation, reason string) {
+	if a == nil {
+		return
+	}
+	a.write(ctx, slog.LevelInfo, "authentication failed",
+		slog.String("principal", "unknown"), slog.String("client", client), slog.String("operation", operation),
+		slog.String("outcome", "unauthenticated: "+reason))
+}
+
 // Change records an administrative change: action (e.g. "CreateTopic") on
 // res by principal, and its outcome ("ok" or the error). detail adds
 // attributes (the purged offsets, the bindings changed).

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/principal"
 )
 
@@ -61,7 +63,8 @@ type gate struct {
 	auth    *authenticator
 	codec   *requestCodec
 	health  *ipLimiter
-	watches *ipSlots // open health Watch streams per client IP (nil = no bound)
+	watches *ipSlots     // open health Watch streams per client IP (nil = no bound)
+	audit   *authz.Audit // refused credentials (nil = not logged)
 	trusted trustedProxies
 	// viaGateway: the server behind the REST gateway, whose client IP,
 	// host and certificate principal come from the gateway's metadata.
@@ -121,6 +124,10 @@ func (g *gate) admit(ctx context.Context, method string) (context.Context, error
 	md, _ := metadata.FromIncomingContext(ctx)
 	user, err := g.auth.authenticate(ctx, g.certUser(ctx, md))
 	if err != nil {
+		var e *apierr.Error
+		if errors.As(err, &e) {
+			g.audit.Unauthenticated(ctx, ip, method, e.Message)
+		}
 		return ctx, err
 	}
 	name := user

@@ -41,6 +41,7 @@ type httpDeps struct {
 	health          *ipLimiter // rate of /healthz and /readyz per client IP
 	auth            *authenticator
 	guard           *service.Guard // /metrics needs DESCRIBE on the cluster (with --authorizer acl)
+	audit           *authz.Audit   // refused credentials on /metrics
 	trusted         trustedProxies // --trusted-proxies
 	tracer          trace.TracerProvider
 	meter           metric.MeterProvider
@@ -158,7 +159,9 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 	mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		user, ok := d.auth.httpPrincipal(r)
 		if !ok {
-			writeError(w, r, apierr.New(apierr.Unauthenticated, "a valid bearer token or client certificate is required"))
+			const msg = "a valid bearer token or client certificate is required"
+			d.audit.Unauthenticated(r.Context(), hostOf(r.RemoteAddr), "GET /metrics", msg)
+			writeError(w, r, apierr.New(apierr.Unauthenticated, msg))
 			return
 		}
 		// The series are labelled with every topic and group name: only

@@ -312,7 +312,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}
 	newGRPC := func(creds credentials.TransportCredentials, viaGateway bool) *grpc.Server {
 		codec := newRequestCodec()
-		g := &gate{auth: auth, codec: codec, health: healthLimiter, watches: healthWatches, trusted: trusted, viaGateway: viaGateway, self: selfCert}
+		g := &gate{auth: auth, codec: codec, health: healthLimiter, watches: healthWatches, audit: audit, trusted: trusted, viaGateway: viaGateway, self: selfCert}
 		gs := grpc.NewServer(
 			grpc.Creds(creds),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
@@ -401,6 +401,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		health:          healthLimiter,
 		auth:            auth,
 		guard:           s.guard,
+		audit:           audit,
 		trusted:         trusted,
 		tracer:          s.tel.Tracer,
 		meter:           s.tel.Meter,

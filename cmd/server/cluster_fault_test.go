@@ -312,7 +312,16 @@ func (w *workload) resolveAndCheck(t *testing.T) {
 	final := map[string]int64{}
 	logStart := int64(0)
 	for off := int64(0); ; {
-		resp, err := w.logc.Fetch(context.Background(), &sharelogv1.FetchRequest{Topic: w.topic, Partition: 0, Offset: off, MaxRecords: 1000})
+		// UNAVAILABLE is retryable: under load a lease renewal may lapse
+		// and the instance take over again while this reads.
+		var resp *sharelogv1.FetchResponse
+		var err error
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			resp, err = w.logc.Fetch(context.Background(), &sharelogv1.FetchRequest{Topic: w.topic, Partition: 0, Offset: off, MaxRecords: 1000})
+			if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+				break
+			}
+		}
 		if st := status.Convert(err); st.Code() == codes.OutOfRange && off == 0 {
 			for _, d := range st.Details() {
 				if info, ok := d.(*errdetails.ErrorInfo); ok {

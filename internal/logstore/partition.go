@@ -31,13 +31,14 @@ const maxSpares = 3
 // Locks, in the order they may be taken (never the reverse):
 //
 //	lsMu  serialises log start moves (purge, retention) and their persistence
-//	wmu   the append queue: next, fill, pending, leader, werr (wcond waits on it)
+//	wmu   the append queue and the commit roles: next, fill, pending, leader,
+//	      written, syncing, werr (wcond waits on it)
 //	mu    (RW) the segment list segs
 //	segment.mu  one segment's file handle and indexes
 //	watch.mu    leaf
 //
-// The append leader does its I/O holding none of them; it takes mu and
-// segment.mu only briefly to publish. The high watermark and log start are
+// The append leader (writer) and the syncer do their I/O holding none of
+// them; they take mu and segment.mu only briefly to publish. The high watermark and log start are
 // atomics so Bounds and the read fast path take no lock.
 type partition struct {
 	st       *FileStore
@@ -217,7 +218,7 @@ type writtenGroup struct {
 // if nobody else does) and commits serially: write, sync, publish.
 func (p *partition) lead() {
 	p.leader = true
-	for {
+	for len(p.pending) > 0 { // a failed fsync may fail the queue while we wait
 		if p.canPipeline() {
 			p.writeGroup()
 			break

@@ -282,6 +282,43 @@ func TestPipelinedWriteFailureKeepsEarlierGroup(t *testing.T) {
 	requireLog(t, s, "w0", "w1", "w2", "a", "c")
 }
 
+func TestPipelinedFsyncFailureReachesWaitingLeader(t *testing.T) {
+	// A leader that waits for the pipeline to drain (here: to repair after
+	// a failed write) has its queue failed by a failed fsync meanwhile.
+	dir := t.TempDir()
+	g := newFsyncGate()
+	s, p := pipelineStore(t, dir, g)
+
+	g.set(true, nil)
+	a := goAppend(s, "pl", "a")
+	g.awaitFsync(t)
+	g.set(true, syscall.ENOSPC)
+	r := result(t, goAppend(s, "pl", "b"))
+	require.ErrorIs(t, r.err, syscall.ENOSPC)
+	g.set(true, nil)
+	c := goAppend(s, "pl", "c")
+	require.Eventually(t, func() bool {
+		p.wmu.Lock()
+		defer p.wmu.Unlock()
+		return p.leader && len(p.pending) == 1
+	}, gateTimeout, time.Millisecond, "c leads and waits for a's fsync before its repair")
+
+	g.release <- syscall.EIO
+	for name, ch := range map[string]<-chan appendResult{"a": a, "c": c} {
+		r := result(t, ch)
+		require.ErrorIs(t, r.err, syscall.EIO, name)
+	}
+	g.set(false, nil)
+	base, err := s.Append(context.Background(), "pl", 0, []Record{{Value: []byte("d")}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), base)
+	require.NoError(t, s.Crash())
+	s, err = Open(dir, Options{Fsync: FsyncAlways})
+	require.NoError(t, err)
+	defer s.Close()
+	requireLog(t, s, "w0", "w1", "w2", "d")
+}
+
 // durableSizes remembers, per segment file, its size when its latest fsync
 // started: an fsync covers the writes completed before it started, so a
 // crash keeps at least that much.

@@ -38,8 +38,9 @@ const maxSpares = 3
 //	watch.mu    leaf
 //
 // The append leader (writer) and the syncer do their I/O holding none of
-// them; they take mu and segment.mu only briefly to publish. The high watermark and log start are
-// atomics so Bounds and the read fast path take no lock.
+// them; they take mu and segment.mu only briefly to publish. The high
+// watermark and log start are atomics so Bounds and the read fast path take
+// no lock.
 type partition struct {
 	st       *FileStore
 	topic    string
@@ -106,7 +107,7 @@ type partition struct {
 
 	gone    atomic.Pointer[error] // set at shutdown: the error every call returns
 	dirty   atomic.Bool           // unsynced appends (fsync mode interval)
-	commits atomic.Int64          // group commits (serial, or pipelined fsyncs) so far: tests check that groups form
+	commits atomic.Int64          // serial commits and pipelined fsyncs so far (tests check that groups form)
 	writes  atomic.Int64          // pipelined group writes so far
 	watch   notifier
 }
@@ -181,7 +182,9 @@ func (p *partition) append(ctx context.Context, recs []Record) (int64, error) {
 		switch {
 		case !p.leader && len(p.pending) > 0:
 			p.lead()
-		case !p.syncing && len(p.written) > 0:
+		case !p.syncing && len(p.written) > 0 && !p.leader:
+			// Not while a group is being written: the fsync then
+			// covers it too, instead of leaving it for the next one.
 			p.syncRound()
 		default:
 			p.wcond.Wait()
@@ -218,9 +221,10 @@ type writtenGroup struct {
 // if nobody else does) and commits serially: write, sync, publish.
 func (p *partition) lead() {
 	p.leader = true
+	wake := true
 	for len(p.pending) > 0 { // a failed fsync may fail the queue while we wait
 		if p.canPipeline() {
-			p.writeGroup()
+			wake = !p.writeGroup()
 			break
 		}
 		if !p.syncing && len(p.written) == 0 {
@@ -234,7 +238,13 @@ func (p *partition) lead() {
 		p.wcond.Wait()
 	}
 	p.leader = false
-	p.wcond.Broadcast()
+	// After a pipelined write nobody needs waking: its callers wait for the
+	// fsync, and this goroutine (one of them unless it is done) goes on to
+	// write the next queue or to sync. Waking every waiter per write would
+	// cost more than the overlap gains.
+	if wake {
+		p.wcond.Broadcast()
+	}
 }
 
 // takeQueue takes the queued group and installs a fresh buffer. wmu held.
@@ -272,8 +282,9 @@ func (p *partition) writeEnd(seg *segment) int64 {
 }
 
 // writeGroup writes the queued group to the active segment and hands it to
-// the syncer. wmu is held on entry and on return, released during the write.
-func (p *partition) writeGroup() {
+// the syncer; it reports whether it did (false: the group failed). wmu is
+// held on entry and on return, released during the write.
+func (p *partition) writeGroup() bool {
 	seg := p.active()
 	at := p.writeEnd(seg)
 	f := seg.f
@@ -302,7 +313,9 @@ func (p *partition) writeGroup() {
 	default:
 		p.wendSeg, p.wend = seg, at+int64(len(buf))
 		p.written = append(p.written, writtenGroup{reqs: group, buf: buf, seg: seg, f: f, at: at})
+		return true
 	}
+	return false
 }
 
 // syncRound fsyncs the groups written so far (one fdatasync covers every

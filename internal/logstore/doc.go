@@ -226,7 +226,8 @@
 //   - the syncer (fsync mode always) takes every group written so far,
 //     fsyncs the file once, then indexes the frames, publishes the
 //     segment size and the HW past each group in offset order, wakes
-//     watchers and releases the groups' callers.
+//     watchers and releases the groups' callers. It does not start while
+//     a group is being written, so that its fsync covers that group too.
 //
 // So in mode always the commit is pipelined: group N+1 is written (to the
 // page cache) while group N's fdatasync runs, and N concurrent producers
@@ -246,9 +247,11 @@
 // modes interval and never. In mode interval a background task fsyncs
 // dirty partitions every FsyncInterval; in mode never the OS decides.
 //
-// On this kind of disk a page-cache write of a group is short next to its
-// fdatasync (about a tenth to a quarter of it), so pipelining hides the
-// writes, not the fsyncs: it helps most with many producers.
+// A page-cache write of a group is short next to its fdatasync (a tenth to
+// a quarter of it on the disks measured), so pipelining hides the writes,
+// not the fsyncs; it shows with several producers. A pipelined write wakes
+// nobody (its writer goes on to sync): waking every waiter per write cost
+// more than the overlap gained.
 //
 // # Storage errors
 //

@@ -181,7 +181,14 @@ func (p *partition) append(ctx context.Context, recs []Record) (int64, error) {
 	for !req.done {
 		switch {
 		case !p.leader && len(p.pending) > 0:
-			p.lead()
+			// After a pipelined write nobody needs waking: its callers
+			// wait for the fsync, and this goroutine goes on to write
+			// the next queue or to sync — unless a sync finished its own
+			// batch meanwhile, and it leaves. Waking every waiter per
+			// write would cost more than the overlap gains.
+			if p.lead() || req.done {
+				p.wcond.Broadcast()
+			}
 		case !p.syncing && len(p.written) > 0 && !p.leader:
 			// Not while a group is being written: the fsync then
 			// covers it too, instead of leaving it for the next one.
@@ -211,7 +218,8 @@ type writtenGroup struct {
 }
 
 // lead commits the queued group. wmu is held on entry and on return, and
-// released during the I/O.
+// released during the I/O. It reports whether waiters must be woken (it
+// released requests or left roles to take).
 //
 // In fsync mode always, a group that fits in the active segment is written
 // and appended to p.written, and the syncer makes it durable and publishes
@@ -219,9 +227,9 @@ type writtenGroup struct {
 // rolls the segment, the first write to a new file, a repair after a
 // failure — waits until the pipeline is empty (syncing its groups itself
 // if nobody else does) and commits serially: write, sync, publish.
-func (p *partition) lead() {
+func (p *partition) lead() (wake bool) {
 	p.leader = true
-	wake := true
+	wake = true
 	for len(p.pending) > 0 { // a failed fsync may fail the queue while we wait
 		if p.canPipeline() {
 			wake = !p.writeGroup()
@@ -238,13 +246,7 @@ func (p *partition) lead() {
 		p.wcond.Wait()
 	}
 	p.leader = false
-	// After a pipelined write nobody needs waking: its callers wait for the
-	// fsync, and this goroutine (one of them unless it is done) goes on to
-	// write the next queue or to sync. Waking every waiter per write would
-	// cost more than the overlap gains.
-	if wake {
-		p.wcond.Broadcast()
-	}
+	return wake
 }
 
 // takeQueue takes the queued group and installs a fresh buffer. wmu held.

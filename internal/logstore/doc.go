@@ -105,7 +105,7 @@
 //
 // Every keyed record's (key, offset, tombstone) is indexed, sorted by key:
 // the active segment's entries in an in-memory B-tree (memIndex), filled
-// by the commit path before it publishes the high watermark (and rebuilt
+// by the append leader before it publishes the high watermark (and rebuilt
 // from the frames by recoverActive, whole batches only); when the segment
 // rolls, that tree is written as the segment's run file (<base>.keys:
 // checksummed ~4 KiB blocks of key groups, then a block index holding each
@@ -218,40 +218,26 @@
 //
 // Appends to a partition queue up: each caller, under the partition's wmu,
 // reserves its offsets and encodes its batch into the shared group buffer
-// (no per-record allocation), then waits for its batch to be committed,
-// taking meanwhile whichever of two roles is free:
+// (no per-record allocation). The first caller that finds no commit in
+// progress becomes the leader: it takes the whole queue, writes it with one
+// write per segment touched, fsyncs once (fsync mode always), indexes the
+// frames, publishes the segment size and then the HW, wakes watchers, and
+// releases every caller of the group. Callers arriving meanwhile form the
+// next group, so N concurrent producers share each fsync. In mode interval a
+// background task fsyncs dirty partitions every FsyncInterval; in mode
+// never the OS decides.
 //
-//   - the leader (the only writer) takes the whole queue as one group and
-//     writes it with one write;
-//   - the syncer (fsync mode always) takes every group written so far,
-//     fsyncs the file once, then indexes the frames, publishes the
-//     segment size and the HW past each group in offset order, wakes
-//     watchers and releases the groups' callers. It does not start while
-//     a group is being written, so that its fsync covers that group too.
-//
-// So in mode always the commit is pipelined: group N+1 is written (to the
-// page cache) while group N's fdatasync runs, and N concurrent producers
-// share each fsync. A group is acknowledged only after an fsync that
-// started after its write completed (the syncer takes only groups already
-// written; one fsync covers every earlier write to the file, so it may
-// cover several groups). One syncer runs at a time, so the HW moves
-// strictly in order, and nothing is indexed or visible before it is
-// durable.
-//
-// Whatever does not fit the pipeline waits until it is empty (the leader
-// syncs the written groups itself if nobody else does) and is committed
-// serially — write, sync, index, publish — as before: a group that would
-// overflow the active segment (the full segment is fsynced and sealed
-// before the roll, and its groups acknowledged only then), the first write
-// of a new segment file, the repair after a failure, and every group in
-// modes interval and never. In mode interval a background task fsyncs
-// dirty partitions every FsyncInterval; in mode never the OS decides.
-//
-// A page-cache write of a group is short next to its fdatasync (a tenth to
-// a quarter of it on the disks measured), so pipelining hides the writes,
-// not the fsyncs; it shows with several producers. A pipelined write wakes
-// nobody (its writer goes on to sync): waking every waiter per write cost
-// more than the overlap gained.
+// Writes and fsyncs do not overlap, on purpose. A pipelined commit (the
+// next group written to the page cache while the previous group's
+// fdatasync runs, acknowledged after an fsync started after its write) was
+// built and measured on the 2-core development VM: a group's write there
+// takes a tenth to a quarter of its fdatasync, so there was little to hide,
+// while the pipeline made more and smaller fsync groups and more handoffs
+// between goroutines. Durable produce through gRPC came out within the
+// run-to-run noise (throughput and ack p99 at 1, 4 and 16 producers) and
+// the store alone was slower at 16 producers, so the simpler commit stays.
+// Measure again before reviving it on a disk whose writes are slow next to
+// its flushes.
 //
 // # Storage errors
 //
@@ -267,13 +253,7 @@
 // fsync or roll fails, the requests already committed succeed, the rest of
 // the group — and the requests queued behind it, whose frames were encoded
 // at the following offsets — fail with ErrStorage, and offsets are reserved
-// again from the first one not committed, so they stay dense. A failed
-// fsync also fails every group written after the groups it was for: no
-// successful fsync covers them (after a failed one the kernel may have
-// dropped dirty pages, so a later one would prove nothing), and a group
-// being written at that moment fails once its write returns. A failed
-// write fails its group and the queue only: the groups written before it
-// are whole and still committed by their fsync. The partition is marked failing
+// again from the HW, so they stay dense. The partition is marked failing
 // (FileStore.Offline) and the next leader first repairs: it truncates the
 // active segment to its write position (reopening the file if its handle
 // is what failed) and syncs it, then writes. A roll creates the new segment
@@ -385,16 +365,14 @@
 //	FileStore.mu        RW; the topic map and closed flag. Never held during I/O.
 //	partition.lsMu      log start moves (purge, retention) and their persistence
 //	partition.ckMu      checkpoint writes (append leader at roll, cleaner, Close)
-//	partition.wmu       the append queue and the commit roles; wcond waits on it
+//	partition.wmu       the append queue; wcond waits on it
 //	partition.mu        RW; the segment list
 //	segment.mu          one segment's file handle, indexes and deleted flag
 //	memIndex.mu         leaf; the active segment's key index (RW)
 //	notifier.mu         leaf; Watch channels
 //
-// The append leader and the syncer hold none of these during their write
-// and fsync: the leader and syncing flags, set under wmu, make each the
-// only one in its role, and a segment roll, a repair or a probe runs only
-// as leader with no group written and unsynced. The HW and
+// The append leader holds none of these during its write and fsync (the
+// leader flag, set under wmu, is what makes it the only writer). The HW and
 // LSO are atomics: Bounds and the read fast path take no lock, and a purge
 // never waits for an append or the reverse.
 package logstore

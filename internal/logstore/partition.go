@@ -17,13 +17,9 @@ import (
 // logStartFile holds a partition's persisted log start offset (decimal text).
 const logStartFile = "log-start-offset"
 
-// maxSpareBuf bounds a group buffer a partition keeps between commits, so
+// maxSpareBuf bounds the group buffer a partition keeps between commits, so
 // one huge batch does not pin its memory forever.
 const maxSpareBuf = 8 << 20
-
-// maxSpares bounds the free lists of group buffers: up to three groups are
-// in flight (queued, written, syncing).
-const maxSpares = 3
 
 // partition is one partition's log: an ordered list of segments, the last of
 // which (the active segment) takes appends.
@@ -31,16 +27,14 @@ const maxSpares = 3
 // Locks, in the order they may be taken (never the reverse):
 //
 //	lsMu  serialises log start moves (purge, retention) and their persistence
-//	wmu   the append queue and the commit roles: next, fill, pending, leader,
-//	      written, syncing, werr (wcond waits on it)
+//	wmu   the append queue: next, fill, pending, leader, werr (wcond waits on it)
 //	mu    (RW) the segment list segs
 //	segment.mu  one segment's file handle and indexes
 //	watch.mu    leaf
 //
-// The append leader (writer) and the syncer do their I/O holding none of
-// them; they take mu and segment.mu only briefly to publish. The high
-// watermark and log start are atomics so Bounds and the read fast path take
-// no lock.
+// The append leader does its I/O holding none of them; it takes mu and
+// segment.mu only briefly to publish. The high watermark and log start are
+// atomics so Bounds and the read fast path take no lock.
 type partition struct {
 	st       *FileStore
 	topic    string
@@ -55,29 +49,15 @@ type partition struct {
 	lsMu  sync.Mutex
 	lsErr error // guarded by lsMu: non-nil once the partition is shut down
 
-	wmu     sync.Mutex
-	wcond   sync.Cond    // L = &wmu; signalled when a commit finishes
-	next    int64        // next offset to reserve
-	fill    []byte       // frames of pending batches, in offset order
-	pending []*appendReq // batches waiting for the next commit
-	leader  bool         // a goroutine is writing or committing a group (or probing)
-	werr    error        // sticky: the partition is shut down or offline
-	// Pipelined commit (fsync mode always): groups written and waiting
-	// for an fsync, in offset order, and whether a syncer is running.
-	written []writtenGroup
-	syncing bool
-	// wend is where the next pipelined write to wendSeg goes (leader
-	// only); when wendSeg is not the active segment, it is its wpos.
-	wend    int64
-	wendSeg *segment
-	// epoch counts failures: a group written while one happened has void
-	// offsets and fails with epochErr.
-	epoch    uint64
-	epochErr error
-	// Free lists for the buffers of groups in flight.
-	spareBufs    [][]byte
-	spareReqs    [][]*appendReq
-	spareWritten []writtenGroup
+	wmu       sync.Mutex
+	wcond     sync.Cond    // L = &wmu; signalled when a commit finishes
+	next      int64        // next offset to reserve
+	fill      []byte       // frames of pending batches, in offset order
+	pending   []*appendReq // batches waiting for the next commit
+	spareBuf  []byte       // the previous group's buffer, for reuse
+	spareReqs []*appendReq
+	leader    bool  // a goroutine is committing a group (or probing)
+	werr      error // sticky: the partition is shut down or offline
 	// needRepair: the last commit failed; the next leader first cuts what
 	// it may have left in the active segment (repair).
 	needRepair bool
@@ -107,8 +87,7 @@ type partition struct {
 
 	gone    atomic.Pointer[error] // set at shutdown: the error every call returns
 	dirty   atomic.Bool           // unsynced appends (fsync mode interval)
-	commits atomic.Int64          // serial commits and pipelined fsyncs so far (tests check that groups form)
-	writes  atomic.Int64          // pipelined group writes so far
+	commits atomic.Int64          // group commits so far (tests check that groups form)
 	watch   notifier
 }
 
@@ -136,17 +115,10 @@ func (p *partition) closedErr() error {
 
 // append implements Store.Append with group commit: every caller encodes its
 // batch into the shared group buffer under wmu (so offsets are assigned in
-// queue order), then waits until its batch is committed, taking meanwhile
-// whichever of the two commit roles is free:
-//
-//   - the leader (writer) takes the whole queue and writes it with one write
-//     (lead);
-//   - in fsync mode always, the syncer fsyncs the groups written so far and
-//     then publishes them, in order (syncRound).
-//
-// The roles are separate so that the next group is written while the
-// previous group's fsync runs (pipelined group commit). Callers arriving
-// meanwhile form the next group; encoding overlaps both.
+// queue order), then either waits for a commit or becomes the leader, which
+// writes the whole queue with one write, syncs once, publishes the new high
+// watermark and wakes everyone it committed. Callers arriving during a
+// commit form the next group; encoding overlaps the leader's fsync.
 //
 // ctx is checked before queueing only: a queued batch is already encoded at
 // its offsets and cannot be withdrawn without leaving a gap.
@@ -178,24 +150,11 @@ func (p *partition) append(ctx context.Context, recs []Record) (int64, error) {
 	}
 	*req = appendReq{base: base, n: len(recs), start: start, end: len(p.fill)}
 	p.pending = append(p.pending, req)
-	for !req.done {
-		switch {
-		case !p.leader && len(p.pending) > 0:
-			// After a pipelined write nobody needs waking: its callers
-			// wait for the fsync, and this goroutine goes on to write
-			// the next queue or to sync — unless a sync finished its own
-			// batch meanwhile, and it leaves. Waking every waiter per
-			// write would cost more than the overlap gains.
-			if p.lead() || req.done {
-				p.wcond.Broadcast()
-			}
-		case !p.syncing && len(p.written) > 0 && !p.leader:
-			// Not while a group is being written: the fsync then
-			// covers it too, instead of leaving it for the next one.
-			p.syncRound()
-		default:
-			p.wcond.Wait()
-		}
+	for !req.done && p.leader {
+		p.wcond.Wait()
+	}
+	if !req.done {
+		p.lead()
 	}
 	err = req.err
 	*req = appendReq{}
@@ -207,183 +166,12 @@ func (p *partition) append(ctx context.Context, recs []Record) (int64, error) {
 	return base, nil
 }
 
-// writtenGroup is a group written to the active segment (fsync mode always)
-// and waiting for an fsync that starts after its write completed.
-type writtenGroup struct {
-	reqs []*appendReq
-	buf  []byte
-	seg  *segment
-	f    *os.File // the handle written (and so to be synced)
-	at   int64    // file position of buf[0]
-}
-
 // lead commits the queued group. wmu is held on entry and on return, and
-// released during the I/O. It reports whether waiters must be woken (it
-// released requests or left roles to take).
-//
-// In fsync mode always, a group that fits in the active segment is written
-// and appended to p.written, and the syncer makes it durable and publishes
-// it (pipelined). Everything else — the other fsync modes, a group that
-// rolls the segment, the first write to a new file, a repair after a
-// failure — waits until the pipeline is empty (syncing its groups itself
-// if nobody else does) and commits serially: write, sync, publish.
-func (p *partition) lead() (wake bool) {
+// released during the I/O.
+func (p *partition) lead() {
 	p.leader = true
-	wake = true
-	for len(p.pending) > 0 { // a failed fsync may fail the queue while we wait
-		if p.canPipeline() {
-			wake = !p.writeGroup()
-			break
-		}
-		if !p.syncing && len(p.written) == 0 {
-			p.commitSerial()
-			break
-		}
-		if !p.syncing {
-			p.syncRound()
-			continue
-		}
-		p.wcond.Wait()
-	}
-	p.leader = false
-	return wake
-}
-
-// takeQueue takes the queued group and installs a fresh buffer. wmu held.
-func (p *partition) takeQueue() ([]*appendReq, []byte) {
 	group, buf := p.pending, p.fill
-	p.pending, p.fill = p.getReqs(), p.getBuf()
-	return group, buf
-}
-
-// canPipeline reports whether the queued group can be written while earlier
-// groups are being synced: fsync mode always, no repair pending, and the
-// whole queue fits in the active segment, whose file exists and whose
-// directory entry is durable. wmu and the leader role are held.
-func (p *partition) canPipeline() bool {
-	if p.st.opts.Fsync != FsyncAlways || p.needRepair || len(p.pending) == 0 {
-		return false
-	}
-	seg := p.active()
-	if seg.f == nil || seg.needDirSync { // leader-only fields
-		return false
-	}
-	used := p.writeEnd(seg)
-	return used == 0 || used+int64(len(p.fill)) <= p.segBytes
-}
-
-// writeEnd is where the next write to seg goes: after the groups written
-// but maybe not yet synced. Leader only.
-func (p *partition) writeEnd(seg *segment) int64 {
-	if p.wendSeg == seg {
-		return p.wend
-	}
-	// No pipelined write to seg since the last serial commit, which left
-	// the pipeline empty: wpos is final and nobody else changes it.
-	return seg.wpos
-}
-
-// writeGroup writes the queued group to the active segment and hands it to
-// the syncer; it reports whether it did (false: the group failed). wmu is
-// held on entry and on return, released during the write.
-func (p *partition) writeGroup() bool {
-	seg := p.active()
-	at := p.writeEnd(seg)
-	f := seg.f
-	epoch := p.epoch
-	group, buf := p.takeQueue()
-	p.wmu.Unlock()
-
-	err := p.st.fs.writeAt(f, buf, at)
-	p.writes.Add(1)
-
-	p.wmu.Lock()
-	switch {
-	case p.epoch != epoch:
-		// A sync failed meanwhile: the groups before this one failed, and
-		// offsets are reserved again from the high watermark, so this
-		// group's offsets are void. What it wrote is cut by the repair.
-		p.failGroup(group, p.epochErr)
-		p.putBuf(buf)
-	case err != nil:
-		// The groups written before this one are intact (this write
-		// starts after them) and may still succeed; this one and the
-		// queue behind it fail.
-		p.failFrom(group, 0, group[0].base, p.errf("%w", err))
-		p.putReqs(group)
-		p.putBuf(buf)
-	default:
-		p.wendSeg, p.wend = seg, at+int64(len(buf))
-		p.written = append(p.written, writtenGroup{reqs: group, buf: buf, seg: seg, f: f, at: at})
-		return true
-	}
-	return false
-}
-
-// syncRound fsyncs the groups written so far (one fdatasync covers every
-// earlier write to the file), then indexes and publishes them in order and
-// releases their callers. Only one syncer runs at a time; groups written
-// during its fsync wait for the next round. wmu is held on entry and on
-// return, released during the I/O.
-func (p *partition) syncRound() {
-	p.syncing = true
-	groups := p.written
-	p.written = p.getWritten()
-	p.wmu.Unlock()
-
-	// Every group of the round was written to the same file: segments
-	// roll, and handles are replaced by a repair, only when the pipeline
-	// is empty.
-	err := p.st.fs.datasync(groups[0].f)
-	p.commits.Add(1)
-	if err == nil {
-		for _, g := range groups {
-			p.indexPiece(g.seg, g.buf, g.at)
-			p.publish(g.reqs[len(g.reqs)-1])
-		}
-	}
-
-	p.wmu.Lock()
-	if err != nil {
-		err = p.errf("%w", err)
-		// Nothing of this round is durable, and the groups written after
-		// it started are not covered by any fsync that succeeded (after a
-		// failed fsync the kernel may have dropped the dirty pages, so a
-		// later one proves nothing): they all fail, with the queue.
-		for _, g := range groups {
-			p.failGroup(g.reqs, err)
-			p.putBuf(g.buf)
-		}
-		for _, g := range p.written {
-			p.failGroup(g.reqs, err)
-			p.putBuf(g.buf)
-		}
-		clear(p.written)
-		p.written = p.written[:0]
-		p.failFrom(nil, 0, p.hw.Load(), err)
-	} else {
-		for _, g := range groups {
-			for _, r := range g.reqs {
-				r.done = true
-			}
-			p.putReqs(g.reqs)
-			p.putBuf(g.buf)
-		}
-		if !p.needRepair {
-			p.clearFailed()
-		}
-	}
-	clear(groups)
-	p.putWritten(groups)
-	p.syncing = false
-	p.wcond.Broadcast()
-}
-
-// commitSerial commits the queued group while the pipeline is empty: write,
-// roll and sync per the fsync mode, publish. wmu is held on entry and on
-// return, released during the I/O.
-func (p *partition) commitSerial() {
-	group, buf := p.takeQueue()
+	p.pending, p.fill = p.spareReqs[:0], p.spareBuf[:0]
 	repair := p.needRepair
 	p.wmu.Unlock()
 
@@ -391,94 +179,46 @@ func (p *partition) commitSerial() {
 	p.commits.Add(1)
 
 	p.wmu.Lock()
-	p.wendSeg = nil // wpos is where the next write goes
 	if err != nil {
 		err = p.errf("%w", err)
-		p.failFrom(group, done, p.hw.Load(), err)
+	}
+	for i, r := range group {
+		r.done = true
+		if i >= done {
+			r.err = err
+		}
+	}
+	if err != nil {
+		// The requests queued meanwhile were encoded at offsets after the
+		// failed ones; committing them would leave a gap. They fail too
+		// (ErrStorage is retryable) and offsets are reserved again from the
+		// high watermark, so they stay dense.
+		for _, r := range p.pending {
+			r.done, r.err = true, err
+		}
+		clear(p.pending)
+		p.pending = p.pending[:0]
+		p.fill = p.fill[:0]
+		p.next = p.hw.Load()
+		p.needRepair = true
+		if p.failed.Swap(&err) == nil { // once per failing period, not per request
+			p.st.log.Error("logstore: append failed; the partition retries on the next append",
+				"topic", p.topic, "partition", p.id, "high_watermark", p.next, "err", err)
+		}
 	} else {
 		p.needRepair = false
 		p.clearFailed()
 	}
-	for _, r := range group[:done] {
-		r.done = true
-	}
-	p.putReqs(group)
-	p.putBuf(buf)
-}
-
-// failGroup fails every request of a group. wmu held.
-func (p *partition) failGroup(group []*appendReq, err error) {
-	for _, r := range group {
-		r.done, r.err = true, err
-	}
-	p.putReqs(group)
-}
-
-// failFrom handles a failed write, sync or roll: group[from:] and the
-// requests queued meanwhile (encoded at offsets after the failed ones;
-// committing them would leave a gap) fail, offsets are reserved again from
-// next (the first offset not committed or still being committed), the
-// partition is marked failing and the next leader repairs first. wmu held;
-// group[:from] is left to the caller.
-func (p *partition) failFrom(group []*appendReq, from int, next int64, err error) {
-	for _, r := range group[from:] {
-		r.done, r.err = true, err
-	}
-	for _, r := range p.pending {
-		r.done, r.err = true, err
-	}
-	clear(p.pending)
-	p.pending = p.pending[:0]
-	p.fill = p.fill[:0]
-	p.next = next
-	p.needRepair = true
-	p.epoch++
-	p.epochErr = err
-	if p.failed.Swap(&err) == nil { // once per failing period, not per request
-		p.st.log.Error("logstore: append failed; the partition retries on the next append",
-			"topic", p.topic, "partition", p.id, "high_watermark", p.hw.Load(), "err", err)
-	}
-}
-
-// Free lists of the commit path's buffers (wmu held).
-func (p *partition) getBuf() []byte {
-	if n := len(p.spareBufs); n > 0 {
-		b := p.spareBufs[n-1]
-		p.spareBufs = p.spareBufs[:n-1]
-		return b
-	}
-	return nil
-}
-
-func (p *partition) putBuf(b []byte) {
-	if cap(b) <= maxSpareBuf && len(p.spareBufs) < maxSpares {
-		p.spareBufs = append(p.spareBufs, b[:0])
-	}
-}
-
-func (p *partition) getReqs() []*appendReq {
-	if n := len(p.spareReqs); n > 0 {
-		r := p.spareReqs[n-1]
-		p.spareReqs = p.spareReqs[:n-1]
-		return r
-	}
-	return nil
-}
-
-func (p *partition) putReqs(group []*appendReq) {
 	clear(group)
-	if len(p.spareReqs) < maxSpares {
-		p.spareReqs = append(p.spareReqs, group[:0])
+	p.spareReqs = group[:0]
+	if cap(buf) <= maxSpareBuf {
+		p.spareBuf = buf[:0]
+	} else {
+		p.spareBuf = nil
 	}
+	p.leader = false
+	p.wcond.Broadcast()
 }
-
-func (p *partition) getWritten() []writtenGroup {
-	w := p.spareWritten
-	p.spareWritten = nil
-	return w
-}
-
-func (p *partition) putWritten(w []writtenGroup) { p.spareWritten = w[:0] }
 
 // commit writes a group's frames, rolling segments as needed, syncs per the
 // fsync mode and publishes the new high watermark. Only the leader runs it.
@@ -586,7 +326,7 @@ func (p *partition) repair() error {
 // writes, syncs and removes a small file in the partition directory.
 func (p *partition) probe() {
 	p.wmu.Lock()
-	if p.leader || p.syncing || len(p.written) > 0 || p.werr != nil || p.failed.Load() == nil {
+	if p.leader || p.werr != nil || p.failed.Load() == nil {
 		p.wmu.Unlock()
 		return
 	}
@@ -693,16 +433,7 @@ func (p *partition) writePiece(seg *segment, b []byte, sync bool) error {
 			return err
 		}
 	}
-	p.indexPiece(seg, b, at)
-	return nil
-}
-
-// indexPiece indexes frames written (and synced per the fsync mode) at file
-// position at of seg, moves wpos past them and publishes the segment's new
-// size (not yet the high watermark). Only the leader, or the syncer for
-// pipelined groups, calls it.
-func (p *partition) indexPiece(seg *segment, b []byte, at int64) {
-	seg.wpos = at + int64(len(b))
+	seg.wpos += int64(len(b))
 	seg.mu.Lock()
 	// The key index learns the records before the high watermark passes
 	// them. Lock order: segment.mu, then memIndex.mu.
@@ -727,6 +458,7 @@ func (p *partition) indexPiece(seg *segment, b []byte, at int64) {
 	}
 	seg.mu.Unlock()
 	seg.size.Store(seg.wpos)
+	return nil
 }
 
 // roll seals the full active segment (already synced by writePiece in the
@@ -1190,7 +922,7 @@ func (p *partition) shutdown(err error, flush bool) error {
 	p.lsErr = err
 	p.wmu.Lock()
 	p.werr = err
-	for p.leader || p.syncing || len(p.pending) > 0 || len(p.written) > 0 {
+	for p.leader || len(p.pending) > 0 {
 		p.wcond.Wait()
 	}
 	p.wmu.Unlock()

@@ -63,16 +63,11 @@ type segment struct {
 
 	refs atomic.Int32
 	// size is the number of readable bytes. For the active segment the append
-	// leader (or the syncer) publishes it after writing (and syncing) and
-	// before moving the high watermark.
+	// leader publishes it after writing and before moving the high watermark.
 	size atomic.Int64
 
-	// wpos is the end of the committed (indexed) data: the next write
-	// position, except while pipelined groups are written past it (see
-	// partition.wend). Only the append leader, or the syncer for pipelined
-	// groups, moves it; the roles are handed over under partition.wmu, which
-	// orders accesses, and the leader reads it only with no pipelined group
-	// outstanding.
+	// wpos is the next write position. Only the append leader uses it (the
+	// leader role is handed over under partition.wmu, which orders accesses).
 	wpos int64
 	// needDirSync: the file was created and its directory entry is not
 	// known durable yet (leader only).

@@ -24,7 +24,6 @@ import (
 type fsyncGate struct {
 	mu       sync.Mutex
 	armed    bool
-	writeErr error // while non-nil, writes of segment files fail with it
 	entered  chan struct{}
 	release  chan error
 	stopped  chan struct{} // closed when the test ends: gated fsyncs fail at once
@@ -41,23 +40,20 @@ var errGateStopped = errors.New("fsync gate stopped")
 
 func (g *fsyncGate) stop() { g.stopOnce.Do(func() { close(g.stopped) }) }
 
-func (g *fsyncGate) set(armed bool, writeErr error) {
+func (g *fsyncGate) set(armed bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.armed, g.writeErr = armed, writeErr
+	g.armed = armed
 }
 
 func (g *fsyncGate) fn(op, path string) error {
-	if !strings.HasSuffix(path, logSuffix) {
+	if op != opFsync || !strings.HasSuffix(path, logSuffix) {
 		return nil
 	}
 	g.mu.Lock()
-	armed, werr := g.armed, g.writeErr
+	armed := g.armed
 	g.mu.Unlock()
-	switch {
-	case op == opWrite:
-		return werr
-	case op == opFsync && armed:
+	if armed {
 		select {
 		case g.entered <- struct{}{}:
 		case <-g.stopped:
@@ -122,19 +118,20 @@ func requireNotDone(t *testing.T, ch <-chan appendResult, what string) {
 	}
 }
 
-// awaitWritten waits until n groups are written and wait for an fsync.
-func awaitWritten(t *testing.T, p *partition, n int) {
+// awaitQueued waits until n requests are queued behind the commit in
+// progress.
+func awaitQueued(t *testing.T, p *partition, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		p.wmu.Lock()
 		defer p.wmu.Unlock()
-		return len(p.written) == n
+		return len(p.pending) == n
 	}, gateTimeout, time.Millisecond)
 }
 
-// pipelineStore opens a store in fsync mode always with topic "pl" holding
+// gatedStore opens a store in fsync mode always with topic "pl" holding
 // three records w0..w2 (committed before the gate is armed).
-func pipelineStore(t *testing.T, dir string, g *fsyncGate) (*FileStore, *partition) {
+func gatedStore(t *testing.T, dir string, g *fsyncGate) (*FileStore, *partition) {
 	t.Helper()
 	s, err := Open(dir, Options{Fsync: FsyncAlways})
 	require.NoError(t, err)
@@ -170,18 +167,18 @@ func requireLog(t *testing.T, s *FileStore, values ...string) {
 	}
 }
 
-func TestPipelinedFsyncFailureFailsUncoveredGroups(t *testing.T) {
+func TestGroupCommitFsyncFailureFailsQueue(t *testing.T) {
 	dir := t.TempDir()
 	g := newFsyncGate()
-	s, p := pipelineStore(t, dir, g)
+	s, p := gatedStore(t, dir, g)
 
-	g.set(true, nil)
+	g.set(true)
 	a := goAppend(s, "pl", "a")
 	g.awaitFsync(t) // a is written; its fsync hangs
 	b := goAppend(s, "pl", "b")
-	awaitWritten(t, p, 1) // b is written meanwhile: the pipeline
+	awaitQueued(t, p, 1) // b and c queue behind a's commit
 	c := goAppend(s, "pl", "c")
-	awaitWritten(t, p, 2)
+	awaitQueued(t, p, 2)
 	requireNotDone(t, a, "a")
 	requireNotDone(t, b, "b")
 	requireNotDone(t, c, "c")
@@ -189,8 +186,8 @@ func TestPipelinedFsyncFailureFailsUncoveredGroups(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), hw, "nothing of a, b, c is visible before an fsync covers it")
 
-	// a's fsync fails: a is not durable, and b and c were written but no
-	// successful fsync covers them. All three fail.
+	// a's fsync fails: a is not durable, and b and c were encoded at the
+	// offsets after a's. All three fail.
 	g.release <- syscall.EIO
 	for name, ch := range map[string]<-chan appendResult{"a": a, "b": b, "c": c} {
 		r := result(t, ch)
@@ -202,9 +199,9 @@ func TestPipelinedFsyncFailureFailsUncoveredGroups(t *testing.T) {
 	assert.Equal(t, int64(3), hw)
 	require.Len(t, s.Offline(), 1, "failing until the next commit repairs")
 
-	// The next append repairs (cuts a, b, c from the file) and takes the
+	// The next append repairs (cuts a from the file) and takes the
 	// first offset never acknowledged.
-	g.set(false, nil)
+	g.set(false)
 	base, err := s.Append(context.Background(), "pl", 0, []Record{{Value: []byte("d")}})
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), base)
@@ -218,17 +215,16 @@ func TestPipelinedFsyncFailureFailsUncoveredGroups(t *testing.T) {
 	requireLog(t, s, "w0", "w1", "w2", "d")
 }
 
-func TestPipelinedGroupWaitsForAnFsyncAfterItsWrite(t *testing.T) {
+func TestGroupCommitWaitsForAnFsyncAfterItsWrite(t *testing.T) {
 	dir := t.TempDir()
 	g := newFsyncGate()
-	s, p := pipelineStore(t, dir, g)
+	s, p := gatedStore(t, dir, g)
 
-	writes := p.writes.Load()
-	g.set(true, nil)
+	g.set(true)
 	a := goAppend(s, "pl", "a")
 	g.awaitFsync(t)
 	b := goAppend(s, "pl", "b")
-	awaitWritten(t, p, 1)
+	awaitQueued(t, p, 1)
 
 	// a's fsync started before b was written: it acknowledges a only.
 	g.release <- nil
@@ -244,79 +240,8 @@ func TestPipelinedGroupWaitsForAnFsyncAfterItsWrite(t *testing.T) {
 	r = result(t, b)
 	require.NoError(t, r.err)
 	assert.Equal(t, int64(4), r.base)
-	g.set(false, nil)
+	g.set(false)
 	requireLog(t, s, "w0", "w1", "w2", "a", "b")
-	assert.Equal(t, writes+2, p.writes.Load(), "a and b were written by the pipeline")
-}
-
-func TestPipelinedWriteFailureKeepsEarlierGroup(t *testing.T) {
-	dir := t.TempDir()
-	g := newFsyncGate()
-	s, _ := pipelineStore(t, dir, g)
-
-	g.set(true, nil)
-	a := goAppend(s, "pl", "a")
-	g.awaitFsync(t)
-	// b's write fails (half of it reaches the file) while a is syncing.
-	g.set(true, syscall.ENOSPC)
-	r := result(t, goAppend(s, "pl", "b"))
-	require.ErrorIs(t, r.err, syscall.ENOSPC)
-	requireNotDone(t, a, "a")
-
-	// a was whole before b's write began: its fsync acknowledges it.
-	g.release <- nil
-	r = result(t, a)
-	require.NoError(t, r.err)
-	assert.Equal(t, int64(3), r.base)
-
-	g.set(false, nil)
-	base, err := s.Append(context.Background(), "pl", 0, []Record{{Value: []byte("c")}})
-	require.NoError(t, err)
-	assert.Equal(t, int64(4), base, "b's offset was never acknowledged")
-	requireLog(t, s, "w0", "w1", "w2", "a", "c")
-
-	require.NoError(t, s.Crash())
-	s, err = Open(dir, Options{Fsync: FsyncAlways})
-	require.NoError(t, err)
-	defer s.Close()
-	requireLog(t, s, "w0", "w1", "w2", "a", "c")
-}
-
-func TestPipelinedFsyncFailureReachesWaitingLeader(t *testing.T) {
-	// A leader that waits for the pipeline to drain (here: to repair after
-	// a failed write) has its queue failed by a failed fsync meanwhile.
-	dir := t.TempDir()
-	g := newFsyncGate()
-	s, p := pipelineStore(t, dir, g)
-
-	g.set(true, nil)
-	a := goAppend(s, "pl", "a")
-	g.awaitFsync(t)
-	g.set(true, syscall.ENOSPC)
-	r := result(t, goAppend(s, "pl", "b"))
-	require.ErrorIs(t, r.err, syscall.ENOSPC)
-	g.set(true, nil)
-	c := goAppend(s, "pl", "c")
-	require.Eventually(t, func() bool {
-		p.wmu.Lock()
-		defer p.wmu.Unlock()
-		return p.leader && len(p.pending) == 1
-	}, gateTimeout, time.Millisecond, "c leads and waits for a's fsync before its repair")
-
-	g.release <- syscall.EIO
-	for name, ch := range map[string]<-chan appendResult{"a": a, "c": c} {
-		r := result(t, ch)
-		require.ErrorIs(t, r.err, syscall.EIO, name)
-	}
-	g.set(false, nil)
-	base, err := s.Append(context.Background(), "pl", 0, []Record{{Value: []byte("d")}})
-	require.NoError(t, err)
-	assert.Equal(t, int64(3), base)
-	require.NoError(t, s.Crash())
-	s, err = Open(dir, Options{Fsync: FsyncAlways})
-	require.NoError(t, err)
-	defer s.Close()
-	requireLog(t, s, "w0", "w1", "w2", "d")
 }
 
 // durableSizes remembers, per segment file, its size when its latest fsync
@@ -395,9 +320,9 @@ func copyPrefix(src, dst string, n int64) error {
 	return out.Close()
 }
 
-func TestPipelinedCommitCrashImages(t *testing.T) {
-	// Many producers, fsync always, small segments (rolls while the
-	// pipeline runs). Crash images are taken while they run: every record
+func TestGroupCommitCrashImages(t *testing.T) {
+	// Many producers, fsync always, small segments (rolls while groups
+	// form). Crash images are taken while they run: every record
 	// acknowledged before an image was taken is in it, at its offset.
 	dir := t.TempDir()
 	d := &durableSizes{m: map[string]int64{}}

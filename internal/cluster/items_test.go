@@ -1,0 +1,191 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// itemNode is one instance in the item tests, recording its hooks.
+type itemNode struct {
+	l  *Lease
+	m  Member
+	it *Items
+
+	mu       sync.Mutex
+	acquired map[string][]uint64
+	released map[string][]string // "epoch/handover"
+}
+
+func newItemNode(t *testing.T, prefix, id string) *itemNode {
+	n := &itemNode{l: openLease(t, prefix, id), m: Member{ID: id, Addr: id + ":9090"},
+		acquired: map[string][]uint64{}, released: map[string][]string{}}
+	n.it = n.l.Items(n.m, ItemHooks{
+		Acquired: func(_ context.Context, item string, epoch uint64) error {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			n.acquired[item] = append(n.acquired[item], epoch)
+			return nil
+		},
+		Release: func(item string, epoch uint64, handover bool) {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			n.released[item] = append(n.released[item], fmt.Sprintf("%d/%v", epoch, handover))
+		},
+	})
+	return n
+}
+
+func (n *itemNode) reset() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.acquired, n.released = map[string][]uint64{}, map[string][]string{}
+}
+
+func (n *itemNode) step(t *testing.T, items []string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, n.l.Heartbeat(ctx, n.m))
+	require.NoError(t, n.it.Step(ctx, items))
+}
+
+// settle steps the nodes in rounds until every item is held by exactly
+// the owner the lease keys name and the placement is balanced.
+func settle(t *testing.T, items []string, nodes ...*itemNode) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, n := range nodes {
+			n.step(t, items)
+		}
+		owners, _, err := nodes[0].l.Owners(context.Background())
+		require.NoError(t, err)
+		got := map[string]string{}
+		ok := len(owners) == len(items)
+		for _, n := range nodes {
+			for item, epoch := range n.it.Held() {
+				if _, dup := got[item]; dup {
+					t.Fatalf("item %s held by two instances", item)
+				}
+				got[item] = n.m.ID
+				if owners[item].Owner.ID != n.m.ID || owners[item].Epoch != epoch {
+					ok = false
+				}
+			}
+		}
+		if ok && len(got) == len(items) {
+			c := counts(got)
+			lo, hi := len(items)/len(nodes), (len(items)+len(nodes)-1)/len(nodes)
+			balanced := len(c) == min(len(nodes), len(items))
+			for _, k := range c {
+				balanced = balanced && k >= lo && k <= hi
+			}
+			if balanced {
+				return got
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no balanced placement within 10s: held %v, leases %v", got, owners)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestItemsSpreadMoveOnLeaveAndJoin(t *testing.T) {
+	prefix := testCluster.Prefix()
+	var items []string
+	for p := range int32(10) {
+		items = append(items, PartitionItem("t1", p))
+	}
+	items = append(items, GroupItem("g1"), GroupItem("g2"))
+	a, b, c := newItemNode(t, prefix, "a"), newItemNode(t, prefix, "b"), newItemNode(t, prefix, "c")
+	before := settle(t, items, a, b, c)
+	epochs := map[string]uint64{}
+	for _, n := range []*itemNode{a, b, c} {
+		n.reset() // the first instance to step took everything and handed most over
+		for item, e := range n.it.Held() {
+			epochs[item] = e
+		}
+	}
+
+	// c dies (no more steps, no more heartbeats): after the TTL its items
+	// go to a and b; theirs do not move and keep their epochs.
+	after := settle(t, items, a, b)
+	for item, o := range before {
+		if o != "c" {
+			require.Equal(t, o, after[item], "item %s moved although its owner lived", item)
+			e, _ := map[string]*itemNode{"a": a, "b": b}[o].it.Owns(item)
+			require.Equal(t, epochs[item], e, "item %s changed term", item)
+		} else {
+			e, _ := map[string]*itemNode{"a": a, "b": b}[after[item]].it.Owns(item)
+			require.Greater(t, e, epochs[item], "a new owner's epoch is higher")
+		}
+	}
+	for _, n := range []*itemNode{a, b} {
+		n.mu.Lock()
+		require.Empty(t, n.released, "%s released something while nothing moved away from it", n.m.ID)
+		n.mu.Unlock()
+	}
+
+	// d joins: it takes a fair share (4 of 12), handed over by a and b,
+	// each released once, with a handover.
+	d := newItemNode(t, prefix, "d")
+	joined := settle(t, items, a, b, d)
+	require.Equal(t, 4, counts(joined)["d"])
+	for item, o := range joined {
+		if o != "d" {
+			require.Equal(t, after[item], o)
+			continue
+		}
+		prev := map[string]*itemNode{"a": a, "b": b}[after[item]]
+		prev.mu.Lock()
+		require.Len(t, prev.released[item], 1, "item %s released %v", item, prev.released[item])
+		require.Contains(t, prev.released[item][0], "/true")
+		prev.mu.Unlock()
+		d.mu.Lock()
+		require.Len(t, d.acquired[item], 1)
+		d.mu.Unlock()
+	}
+
+	// A clean stop hands everything over at once.
+	d.it.ReleaseAll(context.Background())
+	require.NoError(t, d.l.Leave(context.Background(), d.m.ID))
+	require.Empty(t, d.it.Held())
+	settle(t, items, a, b)
+}
+
+func TestItemsFencedAndTakenLeasesAreDropped(t *testing.T) {
+	prefix := testCluster.Prefix()
+	items := []string{PartitionItem("t", 0), PartitionItem("t", 1)}
+	a := newItemNode(t, prefix, "a")
+	settle(t, items, a)
+	e0, ok := a.it.Owns(items[0])
+	require.True(t, ok)
+
+	// A fenced write drops the item at once, without a handover.
+	a.it.Fenced(items[0], e0+1) // another term: ignored
+	_, ok = a.it.Owns(items[0])
+	require.True(t, ok)
+	a.it.Fenced(items[0], e0)
+	_, ok = a.it.Owns(items[0])
+	require.False(t, ok)
+	a.mu.Lock()
+	require.Equal(t, []string{fmt.Sprintf("%d/false", e0)}, a.released[items[0]])
+	a.mu.Unlock()
+
+	// Another instance overwrites the lease of items[1]: a's next renewal
+	// fails its compare-and-set and a drops the item.
+	e1, _ := a.it.Owns(items[1])
+	_, err := a.l.kv.Put(context.Background(), itemKey(items[1]), []byte(`{"id":"x","addr":"x:1"}`))
+	require.NoError(t, err)
+	a.it.renewAll(context.Background())
+	_, ok = a.it.Owns(items[1])
+	require.False(t, ok)
+	a.mu.Lock()
+	require.Equal(t, []string{fmt.Sprintf("%d/false", e1)}, a.released[items[1]])
+	a.mu.Unlock()
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/sharelog/sharelog/internal/jetstream/jslog"
 	"github.com/sharelog/sharelog/internal/jetstream/jsstate"
 	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/service"
 	"github.com/sharelog/sharelog/internal/sharestate"
 	"github.com/sharelog/sharelog/internal/telemetry"
 )
@@ -48,6 +49,7 @@ type clusterNode struct {
 	conns   map[string]*grpc.ClientConn
 	closing bool
 	lease   *cluster.Lease // set once opened
+	self    cluster.Member // this instance's ID and addresses (set by start)
 	closers sync.WaitGroup // backends being closed
 }
 
@@ -98,6 +100,9 @@ func (n *clusterNode) start(grpcAddr string) {
 	if addr == "" {
 		addr = grpcAddr
 	}
+	n.mu.Lock()
+	n.self = cluster.Member{ID: c.instanceID(grpcAddr), Addr: addr, HTTPAddr: n.s.HTTPAddr()}
+	n.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel
 	go func() {
@@ -131,12 +136,20 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 	n.mu.Unlock()
 	leaseDone := make(chan struct{})
 	go func() { lease.Run(ctx); close(leaseDone) }()
+	// The heartbeat lists this instance in DescribeCluster (and, in phase
+	// 2, in the live set placement is computed from).
+	n.mu.RLock()
+	self := n.self
+	n.mu.RUnlock()
+	beatDone := make(chan struct{})
+	go func() { lease.RunHeartbeat(ctx, self); close(beatDone) }()
 	for {
 		changed := lease.Changed()
 		n.apply(ctx, lease.Status())
 		select {
 		case <-ctx.Done():
 			<-leaseDone
+			<-beatDone
 			n.apply(context.Background(), cluster.Status{Role: cluster.Standby})
 			return
 		case <-changed:
@@ -200,7 +213,8 @@ func (n *clusterNode) openBackend(ctx context.Context, epoch uint64) (*activeBac
 	}
 	fence := func() { n.fenced(epoch) }
 	store := telemetry.TraceStore(fencedStore{Store: ls, fenced: fence}, n.s.tel.Tracer, n.s.tel.Meter)
-	b, err := n.s.openBackend(store, ls, fencedState{Store: ss, fenced: fence}, n.o)
+	view := func(ctx context.Context) (service.ClusterView, error) { return n.activeView(ctx, epoch) }
+	b, err := n.s.openBackend(store, ls, fencedState{Store: ss, fenced: fence}, n.o, view)
 	if err != nil {
 		_ = ss.Close()
 		_ = ls.Close()

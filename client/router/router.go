@@ -17,8 +17,9 @@
 //     the seed connection: routing never makes a call fail that the seed
 //     would have served.
 //
-// The view is read on first use and again after Options.Refresh, and at
-// once after a routed call fails with UNAVAILABLE (NOT_OWNER,
+// The view is read on first use and again after Options.Refresh (after
+// Options.RetryFailed when it could not be read, as while an instance takes
+// over), and at once after a routed call fails with UNAVAILABLE (NOT_OWNER,
 // OWNER_UNREACHABLE, or a transport failure) or with
 // NOT_LEADER_OR_FOLLOWER: ownership moved. The failed call itself is not
 // retried (a produce may not be safe to resend); the caller's own retry
@@ -54,6 +55,9 @@ type Options struct {
 	Refresh time.Duration
 	// Timeout bounds one DescribeCluster call (default 5 s).
 	Timeout time.Duration
+	// RetryFailed is how long after a failed DescribeCluster the view is
+	// read again (default 1 s; meanwhile the seed serves every call).
+	RetryFailed time.Duration
 }
 
 // Conn routes calls by the cluster view. It is safe for concurrent use.
@@ -78,6 +82,9 @@ func New(seed grpc.ClientConnInterface, dial Dialer, o Options) *Conn {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
+	}
+	if o.RetryFailed <= 0 {
+		o.RetryFailed = time.Second
 	}
 	return &Conn{seed: seed, dial: dial, o: o, conns: map[string]grpc.ClientConnInterface{}}
 }
@@ -149,7 +156,11 @@ func (c *Conn) target(ctx context.Context, method string, args any) (grpc.Client
 // be read).
 func (c *Conn) current(ctx context.Context) *sharelogv1.DescribeClusterResponse {
 	c.mu.Lock()
-	if !c.stale && !c.readAt.IsZero() && time.Since(c.readAt) < c.o.Refresh {
+	valid := c.o.Refresh
+	if c.view == nil {
+		valid = c.o.RetryFailed
+	}
+	if !c.stale && !c.readAt.IsZero() && time.Since(c.readAt) < valid {
 		v := c.view
 		c.mu.Unlock()
 		return v
@@ -159,7 +170,7 @@ func (c *Conn) current(ctx context.Context) *sharelogv1.DescribeClusterResponse 
 	defer cancel()
 	v, err := sharelogv1.NewLogServiceClient(c.seed).DescribeCluster(ctx, &sharelogv1.DescribeClusterRequest{})
 	if err != nil {
-		v = nil // the seed serves meanwhile; try again after Refresh
+		v = nil // the seed serves meanwhile; try again after RetryFailed
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

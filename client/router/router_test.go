@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -62,12 +63,12 @@ func (f *fakeConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.
 func TestSeedServesWhenTheViewCannotBeRead(t *testing.T) {
 	seed := &fakeConn{err: status.Error(codes.Unimplemented, "no DescribeCluster here")}
 	dialled := false
-	c := New(seed, func(string) (grpc.ClientConnInterface, error) { dialled = true; return nil, errors.New("no") }, Options{})
+	c := New(seed, func(string) (grpc.ClientConnInterface, error) { dialled = true; return nil, errors.New("no") }, Options{RetryFailed: time.Hour})
 	_, err := sharelogv1.NewLogServiceClient(c).Fetch(context.Background(), &sharelogv1.FetchRequest{Topic: "t"})
 	require.Equal(t, codes.Unimplemented, status.Code(err))
 	require.Equal(t, []string{sharelogv1.LogService_DescribeCluster_FullMethodName, sharelogv1.LogService_Fetch_FullMethodName}, seed.calls)
 	require.False(t, dialled)
-	// The failed view is not read again before Refresh.
+	// The failed view is not read again before RetryFailed.
 	_, _ = sharelogv1.NewLogServiceClient(c).Fetch(context.Background(), &sharelogv1.FetchRequest{Topic: "t"})
 	require.Len(t, seed.calls, 3)
 }

@@ -189,3 +189,90 @@ func TestItemsFencedAndTakenLeasesAreDropped(t *testing.T) {
 	require.Equal(t, []string{fmt.Sprintf("%d/false", e1)}, a.released[items[1]])
 	a.mu.Unlock()
 }
+
+// Many items, two instances driven by Run: the placement settles, every
+// lease is renewed round after round without one being lost, and a
+// stopping instance hands everything over.
+func TestItemsRunRenewsManyItems(t *testing.T) {
+	prefix := testCluster.Prefix()
+	var items []string
+	for p := range int32(200) {
+		items = append(items, PartitionItem("big", p))
+	}
+	a, b := newItemNode(t, prefix, "a"), newItemNode(t, prefix, "b")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, n := range []*itemNode{a, b} {
+		wg.Go(func() { n.l.RunHeartbeat(ctx, n.m) })
+		wg.Go(func() { n.it.Run(ctx, func() []string { return items }) })
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			wg.Wait()
+		}
+	}
+	t.Cleanup(stop)
+
+	var owners map[string]ItemOwner
+	require.Eventually(t, func() bool {
+		var err error
+		owners, _, err = a.l.Owners(context.Background())
+		ha, hb := a.it.Held(), b.it.Held()
+		return err == nil && len(owners) == 200 && len(ha) == 100 && len(hb) == 100
+	}, 20*time.Second, 50*time.Millisecond)
+	for _, n := range []*itemNode{a, b} {
+		n.reset()
+	}
+	epochs := map[string]uint64{}
+	for item, o := range owners {
+		epochs[item] = o.Epoch
+	}
+	// Two rounds in which every lease is renewed after the round began.
+	for range 2 {
+		_, revs, err := a.l.Owners(context.Background())
+		require.NoError(t, err)
+		var top uint64
+		for _, r := range revs {
+			top = max(top, r)
+		}
+		require.Eventually(t, func() bool {
+			_, now, err := a.l.Owners(context.Background())
+			if err != nil || len(now) != 200 {
+				return false
+			}
+			for _, r := range now {
+				if r <= top {
+					return false
+				}
+			}
+			return true
+		}, 10*time.Second, 50*time.Millisecond)
+	}
+	for _, n := range []*itemNode{a, b} {
+		n.mu.Lock()
+		require.Empty(t, n.released, "%s lost or moved items while both lived", n.m.ID)
+		n.mu.Unlock()
+		for item, e := range n.it.Held() {
+			require.Equal(t, epochs[item], e, "item %s changed term", item)
+		}
+	}
+
+	// A clean stop hands every item over; nothing is left held.
+	stop()
+	require.Empty(t, a.it.Held())
+	require.Empty(t, b.it.Held())
+	owners, _, err := a.l.Owners(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, owners)
+	for _, n := range []*itemNode{a, b} {
+		n.mu.Lock()
+		require.Len(t, n.released, 100)
+		for item, rs := range n.released {
+			require.Equal(t, []string{fmt.Sprintf("%d/true", epochs[item])}, rs)
+		}
+		n.mu.Unlock()
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +29,23 @@ func itemKey(item string) string { return itemKeyPrefix + hex.EncodeToString([]b
 // (by topic ID, so a recreated topic is a new item) and a share group.
 func PartitionItem(topicID string, partition int32) string {
 	return fmt.Sprintf("p/%s/%d", topicID, partition)
+}
+
+// ParsePartitionItem is the inverse of PartitionItem.
+func ParsePartitionItem(item string) (topicID string, partition int32, ok bool) {
+	rest, found := strings.CutPrefix(item, "p/")
+	if !found {
+		return "", 0, false
+	}
+	i := strings.LastIndexByte(rest, '/')
+	if i <= 0 {
+		return "", 0, false
+	}
+	p, err := strconv.ParseInt(rest[i+1:], 10, 32)
+	if err != nil || p < 0 {
+		return "", 0, false
+	}
+	return rest[:i], int32(p), true
 }
 
 // GroupItem names a share group's coordinator lease.
@@ -79,8 +98,9 @@ type Items struct {
 	self  Member
 	hooks ItemHooks
 
-	mu   sync.Mutex
-	held map[string]*heldItem
+	mu     sync.Mutex
+	held   map[string]*heldItem
+	owners map[string]ItemOwner // as the last Step read them
 }
 
 // Items returns the per-item lease holder of this instance (self must be
@@ -115,6 +135,15 @@ func (it *Items) Owns(item string) (uint64, bool) {
 		return 0, false
 	}
 	return h.epoch, true
+}
+
+// Owner is item's owner as the last Step read the leases (this instance's
+// own items are in Owns, which is current).
+func (it *Items) Owner(item string) (ItemOwner, bool) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	o, ok := it.owners[item]
+	return o, ok
 }
 
 // Fenced reports that a write for item in the term begun at epoch was
@@ -187,6 +216,9 @@ func (it *Items) Step(ctx context.Context, items []string) error {
 	if err != nil {
 		return err
 	}
+	it.mu.Lock()
+	it.owners = owners
+	it.mu.Unlock()
 	live := make([]string, 0, len(members)+1)
 	for _, m := range members {
 		live = append(live, m.ID)
@@ -301,10 +333,18 @@ func (it *Items) renew(ctx context.Context, item string, epoch, rev uint64) {
 }
 
 // Run steps every TTL/4 until ctx ends, then hands over every held item
-// (a clean stop). items lists every item there is at each step.
-func (it *Items) Run(ctx context.Context, items func() []string) {
+// (a clean stop). items lists every item there is at each step; when it
+// fails the step only renews (an empty list would hand everything over).
+func (it *Items) Run(ctx context.Context, items func() ([]string, error)) {
 	for {
-		if err := it.Step(ctx, items()); err != nil && ctx.Err() == nil {
+		all, err := items()
+		if err == nil {
+			err = it.Step(ctx, all)
+		} else {
+			it.expire()
+			it.renewAll(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
 			it.l.o.Logger.Debug("item lease step failed", "err", err)
 		}
 		t := time.NewTimer(it.l.interval())

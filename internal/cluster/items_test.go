@@ -158,6 +158,17 @@ func TestItemsSpreadMoveOnLeaveAndJoin(t *testing.T) {
 	settle(t, items, a, b)
 }
 
+func TestParsePartitionItem(t *testing.T) {
+	id, p, ok := ParsePartitionItem(PartitionItem("5c92b0b8-fc4c", 12))
+	require.True(t, ok)
+	require.Equal(t, "5c92b0b8-fc4c", id)
+	require.Equal(t, int32(12), p)
+	for _, bad := range []string{GroupItem("g"), "p/", "p/x", "p//1", "p/x/-1", "p/x/y"} {
+		_, _, ok := ParsePartitionItem(bad)
+		require.False(t, ok, bad)
+	}
+}
+
 func TestItemsFencedAndTakenLeasesAreDropped(t *testing.T) {
 	prefix := testCluster.Prefix()
 	items := []string{PartitionItem("t", 0), PartitionItem("t", 1)}
@@ -204,7 +215,7 @@ func TestItemsRunRenewsManyItems(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, n := range []*itemNode{a, b} {
 		wg.Go(func() { n.l.RunHeartbeat(ctx, n.m) })
-		wg.Go(func() { n.it.Run(ctx, func() []string { return items }) })
+		wg.Go(func() { n.it.Run(ctx, func() ([]string, error) { return items, nil }) })
 	}
 	stopped := false
 	stop := func() {

@@ -9,12 +9,6 @@ import (
 	"github.com/sharelog/sharelog/internal/service"
 )
 
-// Cluster modes DescribeCluster reports.
-const (
-	ModeSingle        = "single"
-	ModeActiveStandby = "active-standby"
-)
-
 // singleInstanceID names the one instance of the file store.
 const singleInstanceID = "local"
 

@@ -1,0 +1,178 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/jetstream/jstest"
+	"github.com/sharelog/sharelog/internal/server"
+)
+
+func partitionedMode(c *server.Config) { c.Cluster.Mode = server.ModePartitioned }
+
+// owners is partition → (owner, epoch) as DescribeCluster answers, once
+// every partition of the topic has an owner and they are spread evenly
+// over want instances.
+func waitOwners(t *testing.T, in *clusterInstance, partitions int, want []string) map[int32]*sharelogv1.PartitionOwner {
+	t.Helper()
+	var last *sharelogv1.DescribeClusterResponse
+	var lastErr error
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		last, lastErr = in.log.DescribeCluster(context.Background(), &sharelogv1.DescribeClusterRequest{})
+		if lastErr == nil && len(last.GetPartitions()) == partitions && len(last.GetInstances()) == len(want) {
+			count := map[string]int{}
+			out := map[int32]*sharelogv1.PartitionOwner{}
+			for _, p := range last.GetPartitions() {
+				count[p.GetOwnerId()]++
+				out[p.GetPartition()] = p
+			}
+			ok := len(count) == len(want)
+			for _, id := range want {
+				c := count[id]
+				ok = ok && c >= partitions/len(want) && c <= (partitions+len(want)-1)/len(want)
+			}
+			if ok {
+				return out
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("partitions not spread over %v within 20s: %v %v", want, last, lastErr)
+	return nil
+}
+
+// produceRetry produces to one partition through in, retrying while the
+// answer is retryable (ownership moving).
+func produceRetry(t *testing.T, in *clusterInstance, topic string, p int32, value string) int64 {
+	t.Helper()
+	var resp *sharelogv1.ProduceResponse
+	var err error
+	require.Eventually(t, func() bool {
+		resp, err = in.log.Produce(context.Background(), &sharelogv1.ProduceRequest{Topic: topic, Partition: &p,
+			Records: []*sharelogv1.Record{{Value: []byte(value)}}})
+		return err == nil
+	}, 15*time.Second, 20*time.Millisecond, "produce %s to %s-%d: %v", value, topic, p, err)
+	return resp.GetResults()[0].GetOffset()
+}
+
+// fetchValues reads a partition from offset from on.
+func fetchValues(t *testing.T, in *clusterInstance, topic string, p int32, from int64) []string {
+	t.Helper()
+	var fr *sharelogv1.FetchResponse
+	var err error
+	if !assert.Eventually(t, func() bool {
+		fr, err = in.log.Fetch(context.Background(), &sharelogv1.FetchRequest{Topic: topic, Partition: p, Offset: from, MaxRecords: 1000})
+		return err == nil
+	}, 15*time.Second, 20*time.Millisecond) {
+		t.Fatalf("fetch %s-%d from %d: %v", topic, p, from, err)
+	}
+	var out []string
+	for _, r := range fr.GetRecords() {
+		out = append(out, string(r.GetValue()))
+	}
+	return out
+}
+
+func TestPartitionedSpreadMoveAndJoin(t *testing.T) {
+	js, err := jstest.Start(jstest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(js.Shutdown)
+	prefix := js.Prefix()
+	a := startClusterInstance(t, js, prefix, "a", partitionedMode)
+	b := startClusterInstance(t, js, prefix, "b", partitionedMode)
+	c := startClusterInstance(t, js, prefix, "c", partitionedMode)
+	for _, in := range []*clusterInstance{a, b, c} {
+		in.waitReadyz(t, "cluster: partitioned", 10*time.Second)
+	}
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		_, err = b.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 6})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
+
+	// Two partitions per instance; every instance takes every call.
+	before := waitOwners(t, a, 6, []string{"a", "b", "c"})
+	want := map[int32][]string{}
+	for p := range int32(6) {
+		for i, in := range []*clusterInstance{a, b, c} {
+			v := fmt.Sprintf("p%d-%s", p, in.id)
+			require.Equal(t, int64(i), produceRetry(t, in, "t", p, v), "offsets are dense whichever instance takes the call")
+			want[p] = append(want[p], v)
+		}
+	}
+	// A produce routed by key spans owners: each partition's batch goes to
+	// its owner.
+	var recs []*sharelogv1.Record
+	for i := range 30 {
+		recs = append(recs, &sharelogv1.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "k%d", i)})
+	}
+	resp, err := c.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Records: recs})
+	require.NoError(t, err)
+	for i, r := range resp.GetResults() {
+		require.Equal(t, int64(len(want[r.GetPartition()])), r.GetOffset())
+		want[r.GetPartition()] = append(want[r.GetPartition()], fmt.Sprintf("k%d", i))
+	}
+	for p := range int32(6) {
+		assert.Equal(t, want[p], fetchValues(t, b, "t", p, 0), "partition %d", p)
+	}
+	// A purge over every partition is split by owner.
+	purge := &sharelogv1.PurgeRequest{Topics: []*sharelogv1.PurgeTopic{{Topic: "t"}}}
+	for p := range int32(6) {
+		purge.Topics[0].Partitions = append(purge.Topics[0].Partitions, &sharelogv1.PurgePartition{Partition: 5 - p, Offset: 1})
+	}
+	pr, err := a.log.Purge(ctx, purge)
+	require.NoError(t, err)
+	for i, r := range pr.GetTopics()[0].GetPartitions() {
+		require.Equal(t, int32(5-i), r.GetPartition(), "answers in the request's order")
+		require.Equal(t, sharelogv1.ErrorCode_ERROR_CODE_NONE, r.GetErrorCode(), r.GetErrorMessage())
+		require.Equal(t, int64(1), r.GetLowWatermark())
+	}
+	for p := range int32(6) {
+		want[p] = want[p][1:]
+	}
+
+	// c leaves: only its partitions move, to a and b; the others keep
+	// their owner and epoch. Nothing acknowledged is lost.
+	require.NoError(t, c.srv.Close())
+	after := waitOwners(t, a, 6, []string{"a", "b"})
+	for p, o := range before {
+		if o.GetOwnerId() != "c" {
+			require.Equal(t, o.GetOwnerId(), after[p].GetOwnerId(), "partition %d moved though its owner lived", p)
+			require.Equal(t, o.GetEpoch(), after[p].GetEpoch(), "partition %d changed term", p)
+		} else {
+			require.Greater(t, after[p].GetEpoch(), o.GetEpoch())
+		}
+	}
+	for p := range int32(6) {
+		v := fmt.Sprintf("p%d-after-c", p)
+		require.Equal(t, int64(len(want[p])+1), produceRetry(t, b, "t", p, v))
+		want[p] = append(want[p], v)
+		assert.Equal(t, want[p], fetchValues(t, a, "t", p, 1), "partition %d", p)
+	}
+
+	// d joins: it takes a fair share (two), moved from a and b.
+	d := startClusterInstance(t, js, prefix, "d", partitionedMode)
+	d.waitReadyz(t, "cluster: partitioned", 10*time.Second)
+	joined := waitOwners(t, d, 6, []string{"a", "b", "d"})
+	moved := 0
+	for p, o := range joined {
+		if o.GetOwnerId() != after[p].GetOwnerId() {
+			require.Equal(t, "d", o.GetOwnerId())
+			moved++
+		}
+	}
+	require.Equal(t, 2, moved)
+	for p := range int32(6) {
+		v := fmt.Sprintf("p%d-after-d", p)
+		require.Equal(t, int64(len(want[p])+1), produceRetry(t, d, "t", p, v))
+		want[p] = append(want[p], v)
+		assert.Equal(t, want[p], fetchValues(t, b, "t", p, 1), "partition %d", p)
+	}
+}

@@ -3,12 +3,14 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/client/shareconsumer"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/jetstream/jstest"
 	"github.com/sharelog/sharelog/internal/server"
@@ -174,5 +176,102 @@ func TestPartitionedSpreadMoveAndJoin(t *testing.T) {
 		require.Equal(t, int64(len(want[p])+1), produceRetry(t, d, "t", p, v))
 		want[p] = append(want[p], v)
 		assert.Equal(t, want[p], fetchValues(t, b, "t", p, 1), "partition %d", p)
+	}
+}
+
+// Share groups are served by one coordinator whichever instance a consumer
+// uses, reading partitions owned by every instance; change streams are
+// served by each partition's owner, whichever instance they reach.
+func TestPartitionedShareGroupsAndChangeStreams(t *testing.T) {
+	js, err := jstest.Start(jstest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(js.Shutdown)
+	prefix := js.Prefix()
+	ins := []*clusterInstance{
+		startClusterInstance(t, js, prefix, "a", partitionedMode),
+		startClusterInstance(t, js, prefix, "b", partitionedMode),
+		startClusterInstance(t, js, prefix, "c", partitionedMode),
+	}
+	for _, in := range ins {
+		in.waitReadyz(t, "cluster: partitioned", 10*time.Second)
+	}
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		_, err = ins[0].log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 3})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
+	waitOwners(t, ins[1], 3, []string{"a", "b", "c"})
+	total := 0
+	for p := range int32(3) {
+		for i := range 10 {
+			produceRetry(t, ins[i%3], "t", p, fmt.Sprintf("%d-%d", p, i))
+			total++
+		}
+	}
+
+	// One consumer through c: every record delivered once, accepted.
+	earliest := "earliest"
+	require.Eventually(t, func() bool { // the coordinator may still be taking its lease
+		_, err = sharelogv1.NewShareGroupServiceClient(ins[0].conn).UpdateShareGroupConfig(ctx, &sharelogv1.UpdateShareGroupConfigRequest{
+			GroupId: "g", Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: &earliest}})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "update config: %v", err)
+	sc, err := shareconsumer.New(ins[2].conn, shareconsumer.Config{GroupID: "g", Topics: []string{"t"}, MaxWait: 100 * time.Millisecond})
+	require.NoError(t, err)
+	seen := map[string]int{}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(seen) < total && time.Now().Before(deadline) {
+		recs, err := sc.Poll(ctx)
+		require.NoError(t, err)
+		for _, r := range recs {
+			seen[fmt.Sprintf("%d/%d", r.Partition, r.Offset)]++
+			assert.Equal(t, int32(1), r.DeliveryCount)
+		}
+	}
+	require.NoError(t, sc.Close(ctx))
+	require.Len(t, seen, total)
+	for k, n := range seen {
+		require.Equal(t, 1, n, "record %s delivered %d times", k, n)
+	}
+	dc, err := ins[1].log.DescribeCluster(ctx, &sharelogv1.DescribeClusterRequest{})
+	require.NoError(t, err)
+	require.Equal(t, server.ModePartitioned, dc.GetMode())
+	require.Len(t, dc.GetGroups(), 1)
+	coordinator := dc.GetGroups()[0].GetCoordinatorId()
+	require.Contains(t, []string{"a", "b", "c"}, coordinator)
+	require.Positive(t, dc.GetGroups()[0].GetEpoch())
+	for _, in := range ins {
+		code, body := in.readyz(t)
+		require.Equal(t, 200, code)
+		if in.id == coordinator {
+			require.Contains(t, body, "share-group coordinator")
+		} else {
+			require.Contains(t, body, "share groups coordinated by "+coordinator)
+		}
+	}
+
+	// A change stream of each partition through each instance.
+	end := int64(10)
+	for p := range int32(3) {
+		for _, in := range ins {
+			cs, err := sharelogv1.NewChangeStreamServiceClient(in.conn).StreamChanges(ctx,
+				&sharelogv1.StreamChangesRequest{Topic: "t", Partition: p, EndOffset: &end})
+			require.NoError(t, err)
+			var last *sharelogv1.StreamEnd
+			for {
+				resp, err := cs.Recv()
+				if err == io.EOF {
+					break
+				}
+				require.NoError(t, err, "stream of %d through %s", p, in.id)
+				for _, ev := range resp.GetEvents() {
+					if ev.GetStreamEnd() != nil {
+						last = ev.GetStreamEnd()
+					}
+				}
+			}
+			require.NotNil(t, last, "stream of %d through %s ended without stream_end", p, in.id)
+			require.Equal(t, sharelogv1.StreamEndReason_STREAM_END_REASON_OK, last.GetReason())
+		}
 	}
 }

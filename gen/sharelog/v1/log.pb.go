@@ -1422,7 +1422,10 @@ type DescribeClusterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How ownership works: "single" (--store=file: one instance owns
 	// everything), "active-standby" (--store=jetstream: the one active
-	// instance owns every partition and group, the others forward to it).
+	// instance owns every partition and group, the others forward to it) or
+	// "partitioned" (--cluster-mode=partitioned: each partition has its own
+	// owner among the live instances; one instance coordinates every share
+	// group).
 	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
 	// The live instances, sorted by instance_id. In "single" mode, the one
 	// answering.

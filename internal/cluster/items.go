@@ -70,8 +70,8 @@ type ItemOwner struct {
 }
 
 // ItemHooks is what an owner does around its items. Both run inside
-// Items.Step; Release may run for several items at once (renewals run in
-// parallel), never twice for one term of an item.
+// Items.Step, for several items at once (takes, renewals and handovers
+// run in parallel), each at most once per term of an item.
 type ItemHooks struct {
 	// Acquired runs after the item's lease was created by this instance:
 	// load its state and start serving it. An error gives the lease back.
@@ -206,7 +206,10 @@ func (it *Items) Step(ctx context.Context, items []string) error {
 	it.expire()
 	it.renewAll(ctx)
 
-	rctx, cancel := context.WithTimeout(ctx, it.l.interval())
+	// The renewals are done: reading the live set and the leases may take
+	// longer than a renewal round on a loaded machine, only the placement
+	// waits for it.
+	rctx, cancel := context.WithTimeout(ctx, it.l.o.TTL/2)
 	defer cancel()
 	members, err := it.l.Members(rctx)
 	if err != nil {
@@ -231,11 +234,13 @@ func (it *Items) Step(ctx context.Context, items []string) error {
 	target := Place(items, live, current)
 
 	// Hand over what the placement moved away, and what is no item any more.
+	var away, free []string
 	for _, item := range slices.Sorted(maps.Keys(it.Held())) {
 		if target[item] != it.self.ID {
-			it.handover(ctx, item)
+			away = append(away, item)
 		}
 	}
+	it.parallel(away, func(item string) { it.handover(ctx, item) })
 	// Take what is ours and free.
 	for _, item := range slices.Sorted(maps.Keys(target)) {
 		if target[item] != it.self.ID {
@@ -247,9 +252,25 @@ func (it *Items) Step(ctx context.Context, items []string) error {
 		if _, ok := it.Owns(item); ok {
 			continue
 		}
-		it.take(ctx, item)
+		free = append(free, item)
 	}
+	it.parallel(free, func(item string) { it.take(ctx, item) })
 	return nil
+}
+
+// parallel runs fn for every item, renewParallel at a time: each is one
+// or two replicated writes, and a step must end well within the TTL.
+func (it *Items) parallel(items []string, fn func(item string)) {
+	sem := make(chan struct{}, renewParallel)
+	var wg sync.WaitGroup
+	for _, item := range items {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			fn(item)
+		})
+	}
+	wg.Wait()
 }
 
 // expire drops the items not renewed in time, as the phase-1 lease does.
@@ -289,16 +310,16 @@ func (it *Items) renewAll(ctx context.Context) {
 		rs = append(rs, ren{item, h.epoch, h.rev})
 	}
 	it.mu.Unlock()
-	sem := make(chan struct{}, renewParallel)
-	var wg sync.WaitGroup
+	byItem := make(map[string]ren, len(rs))
+	names := make([]string, 0, len(rs))
 	for _, r := range rs {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			it.renew(ctx, r.item, r.epoch, r.rev)
-		})
+		byItem[r.item] = r
+		names = append(names, r.item)
 	}
-	wg.Wait()
+	it.parallel(names, func(item string) {
+		r := byItem[item]
+		it.renew(ctx, r.item, r.epoch, r.rev)
+	})
 }
 
 // renew renews one item lease held at revision rev, in the term begun at
@@ -402,7 +423,5 @@ func (it *Items) take(ctx context.Context, item string) {
 // ReleaseAll hands over every held item (a clean stop), so the others
 // take them without waiting for the TTL.
 func (it *Items) ReleaseAll(ctx context.Context) {
-	for _, item := range slices.Sorted(maps.Keys(it.Held())) {
-		it.handover(ctx, item)
-	}
+	it.parallel(slices.Sorted(maps.Keys(it.Held())), func(item string) { it.handover(ctx, item) })
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/client/router"
 	"github.com/sharelog/sharelog/client/shareconsumer"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/jetstream/jstest"
@@ -248,6 +249,23 @@ func TestPartitionedShareGroupsAndChangeStreams(t *testing.T) {
 		} else {
 			require.Contains(t, body, "share groups coordinated by "+coordinator)
 		}
+	}
+
+	// client/router sends each partition's calls straight to its owner.
+	owners := waitOwners(t, ins[0], 3, []string{"a", "b", "c"})
+	addr := map[string]string{}
+	for _, in := range ins {
+		addr[in.id] = in.srv.GRPCAddr()
+	}
+	d := &countingDialer{calls: map[string]int{}}
+	rc := router.New(ins[0].conn, d.dial(t), router.Options{})
+	t.Cleanup(func() { _ = rc.Close() })
+	for p := range int32(3) {
+		owner := addr[owners[p].GetOwnerId()]
+		before := d.count(owner)
+		_, err := sharelogv1.NewLogServiceClient(rc).Fetch(ctx, &sharelogv1.FetchRequest{Topic: "t", Partition: p})
+		require.NoError(t, err)
+		require.Equal(t, before+1, d.count(owner), "partition %d's fetch went to its owner %s", p, owners[p].GetOwnerId())
 	}
 
 	// A change stream of each partition through each instance.

@@ -365,7 +365,7 @@ func (n *clusterNode) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	cc, err := newForwardConn(addr, n.fwdTLS, n.s.cfg.MaxRequestBytes)
 	if err != nil {
-		return nil, ownerUnreachableErr(fmt.Sprintf("cannot dial the active instance at %s: %v", addr, err))
+		return nil, ownerUnreachableErr(fmt.Sprintf("cannot dial the owner at %s: %v", addr, err))
 	}
 	n.conns[addr] = cc
 	return cc, nil

@@ -241,13 +241,13 @@ func forwardedFrom(ctx context.Context) string {
 	return ""
 }
 
-// forwardErr passes the active instance's own errors through unchanged and
-// turns a failure to reach it (UNAVAILABLE without a sharelog reason) into
-// OWNER_UNREACHABLE.
+// forwardErr passes the owner's own errors (the active instance's, a
+// partition owner's) through unchanged and turns a failure to reach it
+// (UNAVAILABLE without a sharelog reason) into OWNER_UNREACHABLE.
 func forwardErr(target string, err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
-		return ownerUnreachableErr(fmt.Sprintf("forwarding to the active instance at %s failed: %v", target, err))
+		return ownerUnreachableErr(fmt.Sprintf("forwarding to the owner at %s failed: %v", target, err))
 	}
 	if st.Code() == codes.Unavailable {
 		for _, d := range st.Details() {
@@ -255,7 +255,7 @@ func forwardErr(target string, err error) error {
 				return err
 			}
 		}
-		return ownerUnreachableErr(fmt.Sprintf("the active instance at %s did not answer: %s; retry", target, st.Message()))
+		return ownerUnreachableErr(fmt.Sprintf("the owner at %s did not answer: %s; retry", target, st.Message()))
 	}
 	return err
 }

@@ -52,9 +52,10 @@ up() {
 		wait_port 127.0.0.1 "808$i" "sharelog$i"
 	done
 	# A fresh NATS cluster elects its JetStream meta leader first: wait
-	# until one instance is active (at most 60 s).
+	# until one instance is active, or coordinates the share groups in
+	# partitioned mode (at most 60 s).
 	for _ in $(seq 1 300); do
-		if curl -s http://127.0.0.1:8081/readyz http://127.0.0.1:8082/readyz 2>/dev/null | grep -q "cluster: active"; then break; fi
+		if curl -s http://127.0.0.1:8081/readyz http://127.0.0.1:8082/readyz 2>/dev/null | grep -qE "cluster: active|share-group coordinator"; then break; fi
 		sleep 0.2
 	done
 	cat <<INFO
@@ -62,7 +63,7 @@ sharelog cluster up (files in $dir):
   NATS       nats://127.0.0.1:4222,4223,4224   (monitoring http://127.0.0.1:8222..8224)
   sharelog1  gRPC 127.0.0.1:9091  HTTP http://127.0.0.1:8081   log $dir/sharelog1.log
   sharelog2  gRPC 127.0.0.1:9092  HTTP http://127.0.0.1:8082   log $dir/sharelog2.log
-Either instance takes any call (the standby forwards to the active one).
+Either instance takes any call ($(if [ "${SHARELOG_CLUSTER_MODE:-}" = partitioned ]; then echo "each serves the partitions it owns and forwards the others"; else echo "the standby forwards to the active one"; fi)).
 CLI:     $dir/bin/sharelogctl --addr 127.0.0.1:9092 topics list
 Roles:   curl -s http://127.0.0.1:8081/readyz http://127.0.0.1:8082/readyz
 Fail:    scripts/cluster.sh kill 1    (SIGKILL of sharelog1)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -99,7 +100,11 @@ type workload struct {
 }
 
 func newWorkload(t *testing.T, c *child, topic string) *workload {
-	return &workload{t: t, logc: sharelogv1.NewLogServiceClient(c.conn), sg: sharelogv1.NewShareGroupServiceClient(c.conn),
+	return newWorkloadConn(t, c.conn, topic)
+}
+
+func newWorkloadConn(t *testing.T, conn grpc.ClientConnInterface, topic string) *workload {
+	return &workload{t: t, logc: sharelogv1.NewLogServiceClient(conn), sg: sharelogv1.NewShareGroupServiceClient(conn),
 		hist: newHistory(), topic: topic, produced: map[int64]string{}, accepted: map[int64]int{}, unknown: map[int64]bool{},
 		delivered: map[int64]int32{}, redeliv: map[int64][2]int32{}}
 }

@@ -18,5 +18,6 @@ func clusterFlags(fs *flag.FlagSet, c *server.ClusterConfig) {
 	fs.StringVar(&c.NATSPrefix, "nats-prefix", c.NATSPrefix, "prefix of every stream, subject and bucket (two deployments with different prefixes share nothing)")
 	fs.StringVar(&c.InstanceID, "instance-id", "", "this instance's name in the cluster (default: hostname:gRPC port)")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "the gRPC address other instances forward calls to (default: the bound --grpc-addr)")
+	fs.StringVar(&c.Mode, "cluster-mode", c.Mode, "with --store=jetstream: active-standby (one active instance serves, the others forward to it) or partitioned (partitions spread over every live instance)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "ownership lease time to live: a standby takes over this long after the active instance stops renewing")
 }

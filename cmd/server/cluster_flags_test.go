@@ -25,12 +25,13 @@ func TestClusterFlags(t *testing.T) {
 	env := map[string]string{"SHARELOG_STORE": "jetstream", "SHARELOG_NATS_URL": "nats://a:4222,nats://b:4222",
 		"SHARELOG_NATS_REPLICAS": "5", "SHARELOG_NATS_PREFIX": "PROD", "SHARELOG_INSTANCE_ID": "i1",
 		"SHARELOG_ADVERTISE_ADDR": "10.0.0.1:9090", "SHARELOG_LEASE_TTL": "3s", "SHARELOG_NATS_CREDS": "/c.creds",
-		"SHARELOG_NATS_TLS_CA": "ca.pem", "SHARELOG_NATS_TLS_CERT": "c.pem", "SHARELOG_NATS_TLS_KEY": "k.pem"}
+		"SHARELOG_NATS_TLS_CA": "ca.pem", "SHARELOG_NATS_TLS_CERT": "c.pem", "SHARELOG_NATS_TLS_KEY": "k.pem",
+		"SHARELOG_CLUSTER_MODE": "partitioned"}
 	cfg, _, err = parseFlags([]string{"--lease-ttl", "7s"}, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, server.ClusterConfig{Store: "jetstream", NATSURL: "nats://a:4222,nats://b:4222", NATSCreds: "/c.creds",
 		NATSTLSCA: "ca.pem", NATSTLSCert: "c.pem", NATSTLSKey: "k.pem", NATSReplicas: 5, NATSPrefix: "PROD",
-		InstanceID: "i1", AdvertiseAddr: "10.0.0.1:9090", LeaseTTL: 7 * time.Second}, cfg.Cluster)
+		InstanceID: "i1", AdvertiseAddr: "10.0.0.1:9090", LeaseTTL: 7 * time.Second, Mode: "partitioned"}, cfg.Cluster)
 
 	for _, bad := range [][]string{
 		{"--store", "s3"},
@@ -41,6 +42,7 @@ func TestClusterFlags(t *testing.T) {
 		{"--store", "jetstream", "--nats-tls-cert", "c.pem"},
 		{"--store", "jetstream", "--advertise-addr", "host"},
 		{"--store", "jetstream", "--advertise-addr", "host:0"},
+		{"--store", "jetstream", "--cluster-mode", "multi"},
 	} {
 		_, _, err := parseFlags(bad, none, io.Discard)
 		assert.Error(t, err, "%v must be refused", bad)
@@ -50,7 +52,7 @@ func TestClusterFlags(t *testing.T) {
 	_, _, err = parseFlags([]string{"--help"}, none, &help)
 	require.ErrorIs(t, err, flag.ErrHelp)
 	for _, f := range []string{"-store", "-nats-url", "-nats-creds", "-nats-tls-ca", "-nats-tls-cert", "-nats-tls-key",
-		"-nats-replicas", "-nats-prefix", "-instance-id", "-advertise-addr", "-lease-ttl"} {
+		"-nats-replicas", "-nats-prefix", "-instance-id", "-advertise-addr", "-lease-ttl", "-cluster-mode"} {
 		assert.Contains(t, help.String(), f+" ", "--help lists %s", f)
 	}
 }

@@ -30,4 +30,25 @@
 // sequence of the partition stream and share-state writes are
 // compare-and-set on the revision last read. A fenced write tells the
 // lease (Fenced), which drops the active state at once.
+//
+// # Members and per-item leases (phase 2)
+//
+// Every instance writes a heartbeat key, member.<hex ID>, in the same
+// bucket every TTL/4 with a TTL of Options.TTL (Heartbeat, RunHeartbeat):
+// its ID and gRPC and HTTP addresses. The live set is the keys that have
+// not expired (Members).
+//
+// Items (partitions: PartitionItem, share groups: GroupItem) each have a
+// lease key, item.<hex item>, created with the TTL and renewed by
+// compare-and-set as the phase-1 lease is. Its value names the owner and,
+// from the first renewal on, the epoch: the revision its term began at.
+// Place computes, from the live set and the current owners alone, a
+// balanced placement that moves as little as it can; Items.Step renews
+// the held leases, hands over the items the placement moved away (the
+// Release hook stops serving and flushes the item's state, then the key
+// is deleted at exactly the revision held) and creates the keys of the
+// free items placed on this instance (then the Acquired hook loads their
+// state). An item leaves the held set before its hook runs, so it is
+// released once per term; a new owner can only create the key after the
+// old one deleted it or it expired.
 package cluster

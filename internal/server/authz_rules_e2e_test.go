@@ -64,6 +64,21 @@ func TestAuthorizationListFiltering(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &listed))
 	assert.Len(t, listed.Topics, 2)
 
+	// DescribeCluster needs no permission of its own and leaves out, as the
+	// lists do, the topics and groups the caller may not describe.
+	dc, err := s.log.DescribeCluster(s.user, &sharelogv1.DescribeClusterRequest{})
+	require.NoError(t, err)
+	var dcTopics, dcGroups []string
+	for _, p := range dc.GetPartitions() {
+		dcTopics = append(dcTopics, p.GetTopic())
+	}
+	for _, g := range dc.GetGroups() {
+		dcGroups = append(dcGroups, g.GetGroupId())
+	}
+	assert.Equal(t, []string{"alpha", "beta.1"}, dcTopics)
+	assert.Equal(t, []string{"grp-alpha"}, dcGroups)
+	assert.Len(t, dc.GetInstances(), 1)
+
 	// A heartbeat subscribing to a describable and an undescribable topic
 	// subscribes to, and is assigned, the describable one only.
 	hb, err := s.sg.ShareGroupHeartbeat(s.user, &sharelogv1.ShareGroupHeartbeatRequest{GroupId: "grp-hb", MemberId: "m1",

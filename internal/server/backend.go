@@ -30,7 +30,8 @@ type backend struct {
 
 // openBackend builds a backend over store (already traced), keys (its key
 // index, untraced) and state, which the share-group manager takes over.
-func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, state sharestate.Store, o Options) (*backend, error) {
+// view is what DescribeCluster reports about the instances and owners.
+func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, state sharestate.Store, o Options, view service.ClusterSource) (*backend, error) {
 	cfg, log := s.cfg, s.log
 	b := &backend{}
 	var err error
@@ -66,7 +67,14 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 			b.share.TopicDeleted(ev.Topic.ID)
 		}
 	})
-	b.logSvc = service.NewLogService(logAPI, s.guard)
+	b.logSvc = service.NewLogService(logAPI, s.guard).WithCluster(view, func() ([]string, error) {
+		groups, err := b.share.ListGroups(sharegroup.StateUnknown)
+		ids := make([]string, len(groups))
+		for i, g := range groups {
+			ids[i] = g.GroupID
+		}
+		return ids, err
+	})
 	b.shareSv = service.NewShareGroupService(b.share, s.longPolls, s.guard, service.WithDLQAutoCreate(s.cfg.DLQAutoCreateTopics))
 	// Change streams get the traced store and the traced key index, so
 	// their reads are spans of the call, as every other RPC's.

@@ -17,6 +17,7 @@ import (
 	"github.com/sharelog/sharelog/internal/jetstream/jslog"
 	"github.com/sharelog/sharelog/internal/jetstream/jsstate"
 	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/service"
 	"github.com/sharelog/sharelog/internal/sharestate"
 	"github.com/sharelog/sharelog/internal/telemetry"
 )
@@ -48,6 +49,8 @@ type clusterNode struct {
 	conns   map[string]*grpc.ClientConn
 	closing bool
 	lease   *cluster.Lease // set once opened
+	self    cluster.Member // this instance's ID and addresses (set by start)
+	part    *partitioned   // --cluster-mode=partitioned only (partitioned.go)
 	closers sync.WaitGroup // backends being closed
 }
 
@@ -81,6 +84,9 @@ func (s *Server) newClusterNode(ctx context.Context, o Options, serverTLS *tls.C
 		return nil, fmt.Errorf("connect to NATS at --nats-url %s: %w", c.NATSURL, err)
 	}
 	n := &clusterNode{s: s, o: o, nc: nc, conns: map[string]*grpc.ClientConn{}, runDone: make(chan struct{})}
+	if c.Mode == ModePartitioned {
+		n.part = &partitioned{gates: map[string]*partitionGate{}}
+	}
 	if serverTLS != nil {
 		// Instances forward to each other over TLS, verified against the
 		// client CA when one is set (else the system roots), presenting
@@ -98,6 +104,9 @@ func (n *clusterNode) start(grpcAddr string) {
 	if addr == "" {
 		addr = grpcAddr
 	}
+	n.mu.Lock()
+	n.self = cluster.Member{ID: c.instanceID(grpcAddr), Addr: addr, HTTPAddr: n.s.HTTPAddr()}
+	n.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel
 	go func() {
@@ -128,7 +137,26 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 	}
 	n.mu.Lock()
 	n.lease = lease
+	self := n.self
 	n.mu.Unlock()
+	// The heartbeat lists this instance in DescribeCluster and, in
+	// partitioned mode, in the live set partitions are placed over.
+	beatDone := make(chan struct{})
+	go func() { lease.RunHeartbeat(ctx, self); close(beatDone) }()
+	itemsDone := make(chan struct{})
+	if n.part == nil {
+		close(itemsDone)
+	} else {
+		items := lease.Items(self, cluster.ItemHooks{Acquired: n.acquirePartition, Release: n.releasePartition})
+		n.mu.Lock()
+		n.part.items = items
+		n.mu.Unlock()
+		if !n.openPartitioned(ctx, lo.TTL) {
+			<-beatDone
+			return
+		}
+		go func() { items.Run(ctx, n.partitionItems); close(itemsDone) }()
+	}
 	leaseDone := make(chan struct{})
 	go func() { lease.Run(ctx); close(leaseDone) }()
 	for {
@@ -137,6 +165,8 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 		select {
 		case <-ctx.Done():
 			<-leaseDone
+			<-beatDone
+			<-itemsDone
 			n.apply(context.Background(), cluster.Status{Role: cluster.Standby})
 			return
 		case <-changed:
@@ -189,6 +219,9 @@ func (n *clusterNode) openBackend(ctx context.Context, epoch uint64) (*activeBac
 	c := n.s.cfg.Cluster
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	if n.part != nil {
+		return n.openCoordinatorBackend(ctx, epoch)
+	}
 	ls, err := jslog.Open(ctx, n.nc, jslog.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas})
 	if err != nil {
 		return nil, fmt.Errorf("open the JetStream log: %w", err)
@@ -200,7 +233,8 @@ func (n *clusterNode) openBackend(ctx context.Context, epoch uint64) (*activeBac
 	}
 	fence := func() { n.fenced(epoch) }
 	store := telemetry.TraceStore(fencedStore{Store: ls, fenced: fence}, n.s.tel.Tracer, n.s.tel.Meter)
-	b, err := n.s.openBackend(store, ls, fencedState{Store: ss, fenced: fence}, n.o)
+	view := func(ctx context.Context) (service.ClusterView, error) { return n.activeView(ctx, epoch) }
+	b, err := n.s.openBackend(store, ls, fencedState{Store: ss, fenced: fence}, n.o, view)
 	if err != nil {
 		_ = ss.Close()
 		_ = ls.Close()
@@ -240,7 +274,9 @@ func (n *clusterNode) closeAsync(b *activeBackend) {
 func (n *clusterNode) closeBackend(b *activeBackend) {
 	b.streams.Shutdown()
 	_ = b.close(n.s.log)
-	_ = b.store.Close()
+	if b.store != nil { // nil in partitioned mode: the store is shared
+		_ = b.store.Close()
+	}
 	b.calls.Wait()
 }
 
@@ -248,9 +284,16 @@ func (n *clusterNode) closeBackend(b *activeBackend) {
 func (n *clusterNode) beginShutdown() {
 	n.mu.RLock()
 	b := n.active
+	var logB *backend
+	if n.part != nil {
+		logB = n.part.logB
+	}
 	n.mu.RUnlock()
 	if b != nil {
 		b.streams.Shutdown()
+	}
+	if logB != nil {
+		logB.streams.Shutdown()
 	}
 }
 
@@ -274,6 +317,9 @@ func (n *clusterNode) close() error {
 		n.closeAsync(b)
 	}
 	n.closers.Wait()
+	if n.part != nil {
+		n.closePartitioned()
+	}
 	for _, cc := range conns {
 		_ = cc.Close()
 	}
@@ -319,7 +365,7 @@ func (n *clusterNode) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	cc, err := newForwardConn(addr, n.fwdTLS, n.s.cfg.MaxRequestBytes)
 	if err != nil {
-		return nil, ownerUnreachableErr(fmt.Sprintf("cannot dial the active instance at %s: %v", addr, err))
+		return nil, ownerUnreachableErr(fmt.Sprintf("cannot dial the owner at %s: %v", addr, err))
 	}
 	n.conns[addr] = cc
 	return cc, nil
@@ -339,6 +385,18 @@ func (n *clusterNode) readinessChecks() []ReadinessCheck {
 	return []ReadinessCheck{{Service: "", Check: func() (string, bool) {
 		role, holder, serving := n.status()
 		n.setRoleHealth(role, serving, holder)
+		if n.part != nil {
+			n.mu.RLock()
+			open := n.part.logB != nil
+			n.mu.RUnlock()
+			switch {
+			case role == cluster.Disconnected:
+				return "cluster: disconnected from NATS", false
+			case !open:
+				return "cluster: partitioned, opening the JetStream log", false
+			}
+			return "", true
+		}
 		switch {
 		case serving:
 			return "", true
@@ -373,6 +431,22 @@ func (n *clusterNode) setRoleHealth(role cluster.Role, serving bool, holder clus
 // roleLine is the one-line cluster role /readyz prints.
 func (n *clusterNode) roleLine() string {
 	role, holder, serving := n.status()
+	if n.part != nil {
+		line := "cluster: partitioned"
+		n.mu.RLock()
+		items := n.part.items
+		n.mu.RUnlock()
+		if items != nil {
+			line += fmt.Sprintf(", owning %d partitions", len(items.Held()))
+		}
+		switch {
+		case serving:
+			return line + ", share-group coordinator"
+		case holder.Addr != "":
+			return line + fmt.Sprintf(", share groups coordinated by %s at %s", holder.ID, holder.Addr)
+		}
+		return line + ", " + role.String()
+	}
 	switch {
 	case serving:
 		return "cluster: active"
@@ -428,4 +502,30 @@ func (f fencedState) Wait(ticket uint64) error {
 		f.fenced()
 	}
 	return err
+}
+
+// openCoordinatorBackend is openBackend in partitioned mode: the share
+// groups' backend of the coordinator, over the shared log store (appends
+// routed by partition owner) and the JetStream share state.
+func (n *clusterNode) openCoordinatorBackend(ctx context.Context, epoch uint64) (*activeBackend, error) {
+	c := n.s.cfg.Cluster
+	n.mu.RLock()
+	ls := n.part.store
+	n.mu.RUnlock()
+	if ls == nil {
+		return nil, errors.New("the JetStream log is not open")
+	}
+	ss, err := jsstate.Open(ctx, n.nc, jsstate.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas})
+	if err != nil {
+		return nil, fmt.Errorf("open the JetStream share state: %w", err)
+	}
+	fence := func() { n.fenced(epoch) }
+	store := telemetry.TraceStore(routedStore{Store: ls, n: n}, n.s.tel.Tracer, n.s.tel.Meter)
+	view := func(ctx context.Context) (service.ClusterView, error) { return n.partitionedView(ctx, epoch) }
+	b, err := n.s.openBackend(store, ls, fencedState{Store: ss, fenced: fence}, n.o, view)
+	if err != nil {
+		_ = ss.Close()
+		return nil, err
+	}
+	return &activeBackend{backend: b, epoch: epoch}, nil
 }

@@ -32,7 +32,7 @@ type clusterInstance struct {
 	log  sharelogv1.LogServiceClient
 }
 
-func startClusterInstance(t *testing.T, js *jstest.Cluster, prefix, id string) *clusterInstance {
+func startClusterInstance(t *testing.T, js *jstest.Cluster, prefix, id string, mutate ...func(*server.Config)) *clusterInstance {
 	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.DataDir = t.TempDir()
@@ -43,6 +43,9 @@ func startClusterInstance(t *testing.T, js *jstest.Cluster, prefix, id string) *
 	cfg.Cluster.InstanceID = id
 	cfg.Cluster.LeaseTTL = time.Second
 	cfg.ShutdownTimeout = 5 * time.Second
+	for _, m := range mutate {
+		m(&cfg)
+	}
 	srv, err := server.Start(context.Background(), cfg, nil, server.Options{ReadinessInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -16,6 +16,17 @@ const (
 	StoreJetStream = "jetstream"
 )
 
+// Cluster modes (--cluster-mode), also what DescribeCluster reports.
+const (
+	// ModeSingle is the file store: one instance owns everything.
+	ModeSingle = "single"
+	// ModeActiveStandby is phase 1: one active instance owns everything.
+	ModeActiveStandby = "active-standby"
+	// ModePartitioned is phase 2: partitions are spread over the live
+	// instances; one instance coordinates every share group.
+	ModePartitioned = "partitioned"
+)
+
 // ClusterConfig is the cluster mode's part of Config (docs/cluster.md).
 type ClusterConfig struct {
 	Store         string        // file | jetstream
@@ -29,13 +40,14 @@ type ClusterConfig struct {
 	InstanceID    string        // default: hostname + ":" + gRPC port
 	AdvertiseAddr string        // gRPC address other instances forward to; default: the bound gRPC address
 	LeaseTTL      time.Duration // lease time to live
+	Mode          string        // active-standby | partitioned
 }
 
 // DefaultClusterConfig is the file store; the NATS settings are the
 // defaults cluster mode starts with.
 func DefaultClusterConfig() ClusterConfig {
 	return ClusterConfig{Store: StoreFile, NATSURL: "nats://127.0.0.1:4222", NATSReplicas: 3, NATSPrefix: sljs.DefaultPrefix,
-		LeaseTTL: 5 * time.Second}
+		LeaseTTL: 5 * time.Second, Mode: ModeActiveStandby}
 }
 
 func (c ClusterConfig) validate(bad func(format string, args ...any)) {
@@ -46,6 +58,9 @@ func (c ClusterConfig) validate(bad func(format string, args ...any)) {
 	default:
 		bad("--store must be file or jetstream, got %q", c.Store)
 		return
+	}
+	if c.Mode != ModeActiveStandby && c.Mode != ModePartitioned {
+		bad("--cluster-mode must be active-standby or partitioned, got %q", c.Mode)
 	}
 	if strings.TrimSpace(c.NATSURL) == "" {
 		bad("--nats-url must not be empty with --store=jetstream")

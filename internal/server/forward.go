@@ -75,7 +75,10 @@ var methods = func() map[string]method {
 }()
 
 // impl is b's implementation of service.
-func (b *activeBackend) impl(svc string) any {
+func (b *activeBackend) impl(svc string) any { return implOf(b.backend, svc) }
+
+// implOf is b's implementation of service.
+func implOf(b *backend, svc string) any {
 	switch svc {
 	case sharelogv1.LogService_ServiceDesc.ServiceName:
 		return b.logSvc
@@ -89,16 +92,22 @@ func (b *activeBackend) impl(svc string) any {
 // after authentication, so a standby refuses what the active instance
 // would). Without a cluster node the chain is unchanged.
 func (s *Server) withCluster(chain []grpc.UnaryServerInterceptor) []grpc.UnaryServerInterceptor {
-	if s.cluster == nil {
+	switch {
+	case s.cluster == nil:
 		return chain
+	case s.cluster.part != nil:
+		return append(chain, s.cluster.punary)
 	}
 	return append(chain, s.cluster.unary)
 }
 
 // withClusterStream is withCluster for streaming calls.
 func (s *Server) withClusterStream(chain []grpc.StreamServerInterceptor) []grpc.StreamServerInterceptor {
-	if s.cluster == nil {
+	switch {
+	case s.cluster == nil:
 		return chain
+	case s.cluster.part != nil:
+		return append(chain, s.cluster.pstream)
 	}
 	return append(chain, s.cluster.stream)
 }
@@ -119,9 +128,14 @@ func (n *clusterNode) unary(ctx context.Context, req any, info *grpc.UnaryServer
 			return nil
 		}, nil)
 	}
+	return n.forwardUnary(ctx, cc, info.FullMethod, m, req)
+}
+
+// forwardUnary sends a unary call on to another instance over cc.
+func (n *clusterNode) forwardUnary(ctx context.Context, cc *grpc.ClientConn, fullMethod string, m method, req any) (any, error) {
 	out := m.out.New().Interface()
 	var hdr, trl metadata.MD
-	err = cc.Invoke(n.outgoing(ctx), info.FullMethod, req, out, grpc.Header(&hdr), grpc.Trailer(&trl))
+	err := cc.Invoke(n.outgoing(ctx), fullMethod, req, out, grpc.Header(&hdr), grpc.Trailer(&trl))
 	if len(hdr) > 0 {
 		_ = grpc.SetHeader(ctx, hdr)
 	}
@@ -148,11 +162,23 @@ func (n *clusterNode) stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		defer b.calls.Done()
 		return m.stream(b.impl(m.service), ss)
 	}
+	return n.forwardStream(ctx, cc, info.FullMethod, m, ss, nil)
+}
+
+// forwardStream relays a streaming call to another instance over cc; first,
+// when not nil, is a request already received from ss, sent ahead of the
+// rest.
+func (n *clusterNode) forwardStream(ctx context.Context, cc *grpc.ClientConn, fullMethod string, m method, ss grpc.ServerStream, first proto.Message) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cs, err := cc.NewStream(n.outgoing(ctx), &m.desc, info.FullMethod)
+	cs, err := cc.NewStream(n.outgoing(ctx), &m.desc, fullMethod)
 	if err != nil {
 		return forwardErr(cc.Target(), err)
+	}
+	if first != nil {
+		if err := cs.SendMsg(first); err != nil && !errors.Is(err, io.EOF) {
+			return forwardErr(cc.Target(), err)
+		}
 	}
 	// Requests: client → this instance → active instance.
 	go func() {
@@ -223,13 +249,13 @@ func forwardedFrom(ctx context.Context) string {
 	return ""
 }
 
-// forwardErr passes the active instance's own errors through unchanged and
-// turns a failure to reach it (UNAVAILABLE without a sharelog reason) into
-// OWNER_UNREACHABLE.
+// forwardErr passes the owner's own errors (the active instance's, a
+// partition owner's) through unchanged and turns a failure to reach it
+// (UNAVAILABLE without a sharelog reason) into OWNER_UNREACHABLE.
 func forwardErr(target string, err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
-		return ownerUnreachableErr(fmt.Sprintf("forwarding to the active instance at %s failed: %v", target, err))
+		return ownerUnreachableErr(fmt.Sprintf("forwarding to the owner at %s failed: %v", target, err))
 	}
 	if st.Code() == codes.Unavailable {
 		for _, d := range st.Details() {
@@ -237,7 +263,7 @@ func forwardErr(target string, err error) error {
 				return err
 			}
 		}
-		return ownerUnreachableErr(fmt.Sprintf("the active instance at %s did not answer: %s; retry", target, st.Message()))
+		return ownerUnreachableErr(fmt.Sprintf("the owner at %s did not answer: %s; retry", target, st.Message()))
 	}
 	return err
 }

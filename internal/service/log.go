@@ -22,6 +22,9 @@ type LogService struct {
 
 	log   *logapi.Log
 	guard *Guard
+
+	cluster ClusterSource            // DescribeCluster's view (WithCluster)
+	groups  func() ([]string, error) // the share groups' IDs
 }
 
 // NewLogService returns the LogService handlers, checking permissions with

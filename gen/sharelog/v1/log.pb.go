@@ -1382,6 +1382,334 @@ func (x *PurgePartitionResult) GetErrorMessage() string {
 	return ""
 }
 
+type DescribeClusterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeClusterRequest) Reset() {
+	*x = DescribeClusterRequest{}
+	mi := &file_sharelog_v1_log_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeClusterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeClusterRequest) ProtoMessage() {}
+
+func (x *DescribeClusterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_log_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeClusterRequest.ProtoReflect.Descriptor instead.
+func (*DescribeClusterRequest) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{22}
+}
+
+type DescribeClusterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How ownership works: "single" (--store=file: one instance owns
+	// everything), "active-standby" (--store=jetstream: the one active
+	// instance owns every partition and group, the others forward to it) or
+	// "partitioned" (--cluster-mode=partitioned: each partition has its own
+	// owner among the live instances; one instance coordinates every share
+	// group).
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// The live instances, sorted by instance_id. In "single" mode, the one
+	// answering.
+	Instances []*ClusterInstance `protobuf:"bytes,2,rep,name=instances,proto3" json:"instances,omitempty"`
+	// Every partition of every topic the caller may DESCRIBE, sorted by topic
+	// name and partition. Topics the caller may not describe are left out,
+	// as ListTopics does.
+	Partitions []*PartitionOwner `protobuf:"bytes,3,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// Every share group the caller may DESCRIBE, sorted by group ID.
+	Groups        []*GroupCoordinator `protobuf:"bytes,4,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeClusterResponse) Reset() {
+	*x = DescribeClusterResponse{}
+	mi := &file_sharelog_v1_log_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeClusterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeClusterResponse) ProtoMessage() {}
+
+func (x *DescribeClusterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_log_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeClusterResponse.ProtoReflect.Descriptor instead.
+func (*DescribeClusterResponse) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DescribeClusterResponse) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *DescribeClusterResponse) GetInstances() []*ClusterInstance {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+func (x *DescribeClusterResponse) GetPartitions() []*PartitionOwner {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *DescribeClusterResponse) GetGroups() []*GroupCoordinator {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// One sharelog instance.
+type ClusterInstance struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its --instance-id ("local" in single mode).
+	InstanceId string `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// The gRPC address other instances and clients reach it at
+	// (--advertise-addr, else the bound gRPC address).
+	GrpcAddress string `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	// The REST gateway's bound address; empty when the gateway is off or the
+	// instance did not say.
+	HttpAddress   string `protobuf:"bytes,3,opt,name=http_address,json=httpAddress,proto3" json:"http_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterInstance) Reset() {
+	*x = ClusterInstance{}
+	mi := &file_sharelog_v1_log_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterInstance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterInstance) ProtoMessage() {}
+
+func (x *ClusterInstance) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_log_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterInstance.ProtoReflect.Descriptor instead.
+func (*ClusterInstance) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ClusterInstance) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *ClusterInstance) GetGrpcAddress() string {
+	if x != nil {
+		return x.GrpcAddress
+	}
+	return ""
+}
+
+func (x *ClusterInstance) GetHttpAddress() string {
+	if x != nil {
+		return x.HttpAddress
+	}
+	return ""
+}
+
+// The owner of one partition: the instance that appends to it, serves its
+// share-partitions and change streams.
+type PartitionOwner struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	TopicId   string                 `protobuf:"bytes,2,opt,name=topic_id,json=topicId,proto3" json:"topic_id,omitempty"`
+	Partition int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	// instance_id of the owner; empty when no instance owns it right now
+	// (an election is under way: retry).
+	OwnerId string `protobuf:"bytes,4,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	// The owner epoch: it grows every time ownership changes hands, never
+	// while one owner keeps it. 0 in single mode.
+	Epoch         int64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionOwner) Reset() {
+	*x = PartitionOwner{}
+	mi := &file_sharelog_v1_log_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionOwner) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionOwner) ProtoMessage() {}
+
+func (x *PartitionOwner) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_log_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionOwner.ProtoReflect.Descriptor instead.
+func (*PartitionOwner) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PartitionOwner) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *PartitionOwner) GetTopicId() string {
+	if x != nil {
+		return x.TopicId
+	}
+	return ""
+}
+
+func (x *PartitionOwner) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionOwner) GetOwnerId() string {
+	if x != nil {
+		return x.OwnerId
+	}
+	return ""
+}
+
+func (x *PartitionOwner) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// The coordinator of one share group: the instance that serves its
+// membership (ShareGroupHeartbeat).
+type GroupCoordinator struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// instance_id of the coordinator; empty while none is elected.
+	CoordinatorId string `protobuf:"bytes,2,opt,name=coordinator_id,json=coordinatorId,proto3" json:"coordinator_id,omitempty"`
+	// As PartitionOwner.epoch.
+	Epoch         int64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupCoordinator) Reset() {
+	*x = GroupCoordinator{}
+	mi := &file_sharelog_v1_log_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupCoordinator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupCoordinator) ProtoMessage() {}
+
+func (x *GroupCoordinator) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_log_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupCoordinator.ProtoReflect.Descriptor instead.
+func (*GroupCoordinator) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GroupCoordinator) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *GroupCoordinator) GetCoordinatorId() string {
+	if x != nil {
+		return x.CoordinatorId
+	}
+	return ""
+}
+
+func (x *GroupCoordinator) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 var File_sharelog_v1_log_proto protoreflect.FileDescriptor
 
 const file_sharelog_v1_log_proto_rawDesc = "" +
@@ -1487,13 +1815,36 @@ const file_sharelog_v1_log_proto_rawDesc = "" +
 	"\rlow_watermark\x18\x02 \x01(\x03R\flowWatermark\x125\n" +
 	"\n" +
 	"error_code\x18\x03 \x01(\x0e2\x16.sharelog.v1.ErrorCodeR\terrorCode\x12#\n" +
-	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage*v\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\"\x18\n" +
+	"\x16DescribeClusterRequest\"\xdd\x01\n" +
+	"\x17DescribeClusterResponse\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12:\n" +
+	"\tinstances\x18\x02 \x03(\v2\x1c.sharelog.v1.ClusterInstanceR\tinstances\x12;\n" +
+	"\n" +
+	"partitions\x18\x03 \x03(\v2\x1b.sharelog.v1.PartitionOwnerR\n" +
+	"partitions\x125\n" +
+	"\x06groups\x18\x04 \x03(\v2\x1d.sharelog.v1.GroupCoordinatorR\x06groups\"x\n" +
+	"\x0fClusterInstance\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\tR\n" +
+	"instanceId\x12!\n" +
+	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
+	"\fhttp_address\x18\x03 \x01(\tR\vhttpAddress\"\x90\x01\n" +
+	"\x0ePartitionOwner\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x19\n" +
+	"\btopic_id\x18\x02 \x01(\tR\atopicId\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x19\n" +
+	"\bowner_id\x18\x04 \x01(\tR\aownerId\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x03R\x05epoch\"j\n" +
+	"\x10GroupCoordinator\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12%\n" +
+	"\x0ecoordinator_id\x18\x02 \x01(\tR\rcoordinatorId\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch*v\n" +
 	"\n" +
 	"OffsetSpec\x12\x1b\n" +
 	"\x17OFFSET_SPEC_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OFFSET_SPEC_EARLIEST\x10\x01\x12\x16\n" +
 	"\x12OFFSET_SPEC_LATEST\x10\x02\x12\x19\n" +
-	"\x15OFFSET_SPEC_TIMESTAMP\x10\x032\xd1\x04\n" +
+	"\x15OFFSET_SPEC_TIMESTAMP\x10\x032\xaf\x05\n" +
 	"\n" +
 	"LogService\x12B\n" +
 	"\vCreateTopic\x12\x1f.sharelog.v1.CreateTopicRequest\x1a\x12.sharelog.v1.Topic\x12P\n" +
@@ -1504,7 +1855,8 @@ const file_sharelog_v1_log_proto_rawDesc = "" +
 	"\aProduce\x12\x1b.sharelog.v1.ProduceRequest\x1a\x1c.sharelog.v1.ProduceResponse\x12>\n" +
 	"\x05Fetch\x12\x19.sharelog.v1.FetchRequest\x1a\x1a.sharelog.v1.FetchResponse\x12P\n" +
 	"\vListOffsets\x12\x1f.sharelog.v1.ListOffsetsRequest\x1a .sharelog.v1.ListOffsetsResponse\x12>\n" +
-	"\x05Purge\x12\x19.sharelog.v1.PurgeRequest\x1a\x1a.sharelog.v1.PurgeResponseB9Z7github.com/sharelog/sharelog/gen/sharelog/v1;sharelogv1b\x06proto3"
+	"\x05Purge\x12\x19.sharelog.v1.PurgeRequest\x1a\x1a.sharelog.v1.PurgeResponse\x12\\\n" +
+	"\x0fDescribeCluster\x12#.sharelog.v1.DescribeClusterRequest\x1a$.sharelog.v1.DescribeClusterResponseB9Z7github.com/sharelog/sharelog/gen/sharelog/v1;sharelogv1b\x06proto3"
 
 var (
 	file_sharelog_v1_log_proto_rawDescOnce sync.Once
@@ -1519,70 +1871,80 @@ func file_sharelog_v1_log_proto_rawDescGZIP() []byte {
 }
 
 var file_sharelog_v1_log_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sharelog_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_sharelog_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_sharelog_v1_log_proto_goTypes = []any{
-	(OffsetSpec)(0),              // 0: sharelog.v1.OffsetSpec
-	(*TopicConfig)(nil),          // 1: sharelog.v1.TopicConfig
-	(*Topic)(nil),                // 2: sharelog.v1.Topic
-	(*TopicPartition)(nil),       // 3: sharelog.v1.TopicPartition
-	(*CreateTopicRequest)(nil),   // 4: sharelog.v1.CreateTopicRequest
-	(*DeleteTopicRequest)(nil),   // 5: sharelog.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),  // 6: sharelog.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),    // 7: sharelog.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),   // 8: sharelog.v1.ListTopicsResponse
-	(*DescribeTopicRequest)(nil), // 9: sharelog.v1.DescribeTopicRequest
-	(*ProduceRequest)(nil),       // 10: sharelog.v1.ProduceRequest
-	(*ProduceResponse)(nil),      // 11: sharelog.v1.ProduceResponse
-	(*ProduceResult)(nil),        // 12: sharelog.v1.ProduceResult
-	(*FetchRequest)(nil),         // 13: sharelog.v1.FetchRequest
-	(*FetchResponse)(nil),        // 14: sharelog.v1.FetchResponse
-	(*ListOffsetsRequest)(nil),   // 15: sharelog.v1.ListOffsetsRequest
-	(*ListOffsetsResponse)(nil),  // 16: sharelog.v1.ListOffsetsResponse
-	(*PurgeRequest)(nil),         // 17: sharelog.v1.PurgeRequest
-	(*PurgeTopic)(nil),           // 18: sharelog.v1.PurgeTopic
-	(*PurgePartition)(nil),       // 19: sharelog.v1.PurgePartition
-	(*PurgeResponse)(nil),        // 20: sharelog.v1.PurgeResponse
-	(*PurgeTopicResult)(nil),     // 21: sharelog.v1.PurgeTopicResult
-	(*PurgePartitionResult)(nil), // 22: sharelog.v1.PurgePartitionResult
-	(ErrorCode)(0),               // 23: sharelog.v1.ErrorCode
-	(*Record)(nil),               // 24: sharelog.v1.Record
+	(OffsetSpec)(0),                 // 0: sharelog.v1.OffsetSpec
+	(*TopicConfig)(nil),             // 1: sharelog.v1.TopicConfig
+	(*Topic)(nil),                   // 2: sharelog.v1.Topic
+	(*TopicPartition)(nil),          // 3: sharelog.v1.TopicPartition
+	(*CreateTopicRequest)(nil),      // 4: sharelog.v1.CreateTopicRequest
+	(*DeleteTopicRequest)(nil),      // 5: sharelog.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),     // 6: sharelog.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),       // 7: sharelog.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),      // 8: sharelog.v1.ListTopicsResponse
+	(*DescribeTopicRequest)(nil),    // 9: sharelog.v1.DescribeTopicRequest
+	(*ProduceRequest)(nil),          // 10: sharelog.v1.ProduceRequest
+	(*ProduceResponse)(nil),         // 11: sharelog.v1.ProduceResponse
+	(*ProduceResult)(nil),           // 12: sharelog.v1.ProduceResult
+	(*FetchRequest)(nil),            // 13: sharelog.v1.FetchRequest
+	(*FetchResponse)(nil),           // 14: sharelog.v1.FetchResponse
+	(*ListOffsetsRequest)(nil),      // 15: sharelog.v1.ListOffsetsRequest
+	(*ListOffsetsResponse)(nil),     // 16: sharelog.v1.ListOffsetsResponse
+	(*PurgeRequest)(nil),            // 17: sharelog.v1.PurgeRequest
+	(*PurgeTopic)(nil),              // 18: sharelog.v1.PurgeTopic
+	(*PurgePartition)(nil),          // 19: sharelog.v1.PurgePartition
+	(*PurgeResponse)(nil),           // 20: sharelog.v1.PurgeResponse
+	(*PurgeTopicResult)(nil),        // 21: sharelog.v1.PurgeTopicResult
+	(*PurgePartitionResult)(nil),    // 22: sharelog.v1.PurgePartitionResult
+	(*DescribeClusterRequest)(nil),  // 23: sharelog.v1.DescribeClusterRequest
+	(*DescribeClusterResponse)(nil), // 24: sharelog.v1.DescribeClusterResponse
+	(*ClusterInstance)(nil),         // 25: sharelog.v1.ClusterInstance
+	(*PartitionOwner)(nil),          // 26: sharelog.v1.PartitionOwner
+	(*GroupCoordinator)(nil),        // 27: sharelog.v1.GroupCoordinator
+	(ErrorCode)(0),                  // 28: sharelog.v1.ErrorCode
+	(*Record)(nil),                  // 29: sharelog.v1.Record
 }
 var file_sharelog_v1_log_proto_depIdxs = []int32{
 	1,  // 0: sharelog.v1.Topic.config:type_name -> sharelog.v1.TopicConfig
 	3,  // 1: sharelog.v1.Topic.partitions:type_name -> sharelog.v1.TopicPartition
-	23, // 2: sharelog.v1.TopicPartition.error_code:type_name -> sharelog.v1.ErrorCode
+	28, // 2: sharelog.v1.TopicPartition.error_code:type_name -> sharelog.v1.ErrorCode
 	1,  // 3: sharelog.v1.CreateTopicRequest.config:type_name -> sharelog.v1.TopicConfig
 	2,  // 4: sharelog.v1.ListTopicsResponse.topics:type_name -> sharelog.v1.Topic
-	24, // 5: sharelog.v1.ProduceRequest.records:type_name -> sharelog.v1.Record
+	29, // 5: sharelog.v1.ProduceRequest.records:type_name -> sharelog.v1.Record
 	12, // 6: sharelog.v1.ProduceResponse.results:type_name -> sharelog.v1.ProduceResult
-	24, // 7: sharelog.v1.FetchResponse.records:type_name -> sharelog.v1.Record
+	29, // 7: sharelog.v1.FetchResponse.records:type_name -> sharelog.v1.Record
 	0,  // 8: sharelog.v1.ListOffsetsRequest.spec:type_name -> sharelog.v1.OffsetSpec
 	18, // 9: sharelog.v1.PurgeRequest.topics:type_name -> sharelog.v1.PurgeTopic
 	19, // 10: sharelog.v1.PurgeTopic.partitions:type_name -> sharelog.v1.PurgePartition
 	21, // 11: sharelog.v1.PurgeResponse.topics:type_name -> sharelog.v1.PurgeTopicResult
 	22, // 12: sharelog.v1.PurgeTopicResult.partitions:type_name -> sharelog.v1.PurgePartitionResult
-	23, // 13: sharelog.v1.PurgePartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
-	4,  // 14: sharelog.v1.LogService.CreateTopic:input_type -> sharelog.v1.CreateTopicRequest
-	5,  // 15: sharelog.v1.LogService.DeleteTopic:input_type -> sharelog.v1.DeleteTopicRequest
-	7,  // 16: sharelog.v1.LogService.ListTopics:input_type -> sharelog.v1.ListTopicsRequest
-	9,  // 17: sharelog.v1.LogService.DescribeTopic:input_type -> sharelog.v1.DescribeTopicRequest
-	10, // 18: sharelog.v1.LogService.Produce:input_type -> sharelog.v1.ProduceRequest
-	13, // 19: sharelog.v1.LogService.Fetch:input_type -> sharelog.v1.FetchRequest
-	15, // 20: sharelog.v1.LogService.ListOffsets:input_type -> sharelog.v1.ListOffsetsRequest
-	17, // 21: sharelog.v1.LogService.Purge:input_type -> sharelog.v1.PurgeRequest
-	2,  // 22: sharelog.v1.LogService.CreateTopic:output_type -> sharelog.v1.Topic
-	6,  // 23: sharelog.v1.LogService.DeleteTopic:output_type -> sharelog.v1.DeleteTopicResponse
-	8,  // 24: sharelog.v1.LogService.ListTopics:output_type -> sharelog.v1.ListTopicsResponse
-	2,  // 25: sharelog.v1.LogService.DescribeTopic:output_type -> sharelog.v1.Topic
-	11, // 26: sharelog.v1.LogService.Produce:output_type -> sharelog.v1.ProduceResponse
-	14, // 27: sharelog.v1.LogService.Fetch:output_type -> sharelog.v1.FetchResponse
-	16, // 28: sharelog.v1.LogService.ListOffsets:output_type -> sharelog.v1.ListOffsetsResponse
-	20, // 29: sharelog.v1.LogService.Purge:output_type -> sharelog.v1.PurgeResponse
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	28, // 13: sharelog.v1.PurgePartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
+	25, // 14: sharelog.v1.DescribeClusterResponse.instances:type_name -> sharelog.v1.ClusterInstance
+	26, // 15: sharelog.v1.DescribeClusterResponse.partitions:type_name -> sharelog.v1.PartitionOwner
+	27, // 16: sharelog.v1.DescribeClusterResponse.groups:type_name -> sharelog.v1.GroupCoordinator
+	4,  // 17: sharelog.v1.LogService.CreateTopic:input_type -> sharelog.v1.CreateTopicRequest
+	5,  // 18: sharelog.v1.LogService.DeleteTopic:input_type -> sharelog.v1.DeleteTopicRequest
+	7,  // 19: sharelog.v1.LogService.ListTopics:input_type -> sharelog.v1.ListTopicsRequest
+	9,  // 20: sharelog.v1.LogService.DescribeTopic:input_type -> sharelog.v1.DescribeTopicRequest
+	10, // 21: sharelog.v1.LogService.Produce:input_type -> sharelog.v1.ProduceRequest
+	13, // 22: sharelog.v1.LogService.Fetch:input_type -> sharelog.v1.FetchRequest
+	15, // 23: sharelog.v1.LogService.ListOffsets:input_type -> sharelog.v1.ListOffsetsRequest
+	17, // 24: sharelog.v1.LogService.Purge:input_type -> sharelog.v1.PurgeRequest
+	23, // 25: sharelog.v1.LogService.DescribeCluster:input_type -> sharelog.v1.DescribeClusterRequest
+	2,  // 26: sharelog.v1.LogService.CreateTopic:output_type -> sharelog.v1.Topic
+	6,  // 27: sharelog.v1.LogService.DeleteTopic:output_type -> sharelog.v1.DeleteTopicResponse
+	8,  // 28: sharelog.v1.LogService.ListTopics:output_type -> sharelog.v1.ListTopicsResponse
+	2,  // 29: sharelog.v1.LogService.DescribeTopic:output_type -> sharelog.v1.Topic
+	11, // 30: sharelog.v1.LogService.Produce:output_type -> sharelog.v1.ProduceResponse
+	14, // 31: sharelog.v1.LogService.Fetch:output_type -> sharelog.v1.FetchResponse
+	16, // 32: sharelog.v1.LogService.ListOffsets:output_type -> sharelog.v1.ListOffsetsResponse
+	20, // 33: sharelog.v1.LogService.Purge:output_type -> sharelog.v1.PurgeResponse
+	24, // 34: sharelog.v1.LogService.DescribeCluster:output_type -> sharelog.v1.DescribeClusterResponse
+	26, // [26:35] is the sub-list for method output_type
+	17, // [17:26] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_sharelog_v1_log_proto_init() }
@@ -1599,7 +1961,7 @@ func file_sharelog_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sharelog_v1_log_proto_rawDesc), len(file_sharelog_v1_log_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

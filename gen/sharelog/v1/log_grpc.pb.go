@@ -19,14 +19,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LogService_CreateTopic_FullMethodName   = "/sharelog.v1.LogService/CreateTopic"
-	LogService_DeleteTopic_FullMethodName   = "/sharelog.v1.LogService/DeleteTopic"
-	LogService_ListTopics_FullMethodName    = "/sharelog.v1.LogService/ListTopics"
-	LogService_DescribeTopic_FullMethodName = "/sharelog.v1.LogService/DescribeTopic"
-	LogService_Produce_FullMethodName       = "/sharelog.v1.LogService/Produce"
-	LogService_Fetch_FullMethodName         = "/sharelog.v1.LogService/Fetch"
-	LogService_ListOffsets_FullMethodName   = "/sharelog.v1.LogService/ListOffsets"
-	LogService_Purge_FullMethodName         = "/sharelog.v1.LogService/Purge"
+	LogService_CreateTopic_FullMethodName     = "/sharelog.v1.LogService/CreateTopic"
+	LogService_DeleteTopic_FullMethodName     = "/sharelog.v1.LogService/DeleteTopic"
+	LogService_ListTopics_FullMethodName      = "/sharelog.v1.LogService/ListTopics"
+	LogService_DescribeTopic_FullMethodName   = "/sharelog.v1.LogService/DescribeTopic"
+	LogService_Produce_FullMethodName         = "/sharelog.v1.LogService/Produce"
+	LogService_Fetch_FullMethodName           = "/sharelog.v1.LogService/Fetch"
+	LogService_ListOffsets_FullMethodName     = "/sharelog.v1.LogService/ListOffsets"
+	LogService_Purge_FullMethodName           = "/sharelog.v1.LogService/Purge"
+	LogService_DescribeCluster_FullMethodName = "/sharelog.v1.LogService/DescribeCluster"
 )
 
 // LogServiceClient is the client API for LogService service.
@@ -55,6 +56,14 @@ type LogServiceClient interface {
 	ListOffsets(ctx context.Context, in *ListOffsetsRequest, opts ...grpc.CallOption) (*ListOffsetsResponse, error)
 	// Moves log start offsets forward (Kafka DeleteRecords). Per-partition errors are in the body.
 	Purge(ctx context.Context, in *PurgeRequest, opts ...grpc.CallOption) (*PurgeResponse, error)
+	// Describes the cluster: its instances, each partition's owner and each
+	// share group's coordinator, with epochs. Clients may call any instance;
+	// a client that routes calls itself sends each partition's calls to its
+	// owner's address and calls DescribeCluster again when an answer says
+	// NOT_OWNER, OWNER_UNREACHABLE or NOT_LEADER_OR_FOLLOWER. The answer is a
+	// snapshot: ownership may have moved by the time it arrives, which costs
+	// one extra hop or one retry, never a wrong answer.
+	DescribeCluster(ctx context.Context, in *DescribeClusterRequest, opts ...grpc.CallOption) (*DescribeClusterResponse, error)
 }
 
 type logServiceClient struct {
@@ -145,6 +154,16 @@ func (c *logServiceClient) Purge(ctx context.Context, in *PurgeRequest, opts ...
 	return out, nil
 }
 
+func (c *logServiceClient) DescribeCluster(ctx context.Context, in *DescribeClusterRequest, opts ...grpc.CallOption) (*DescribeClusterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeClusterResponse)
+	err := c.cc.Invoke(ctx, LogService_DescribeCluster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LogServiceServer is the server API for LogService service.
 // All implementations must embed UnimplementedLogServiceServer
 // for forward compatibility.
@@ -171,6 +190,14 @@ type LogServiceServer interface {
 	ListOffsets(context.Context, *ListOffsetsRequest) (*ListOffsetsResponse, error)
 	// Moves log start offsets forward (Kafka DeleteRecords). Per-partition errors are in the body.
 	Purge(context.Context, *PurgeRequest) (*PurgeResponse, error)
+	// Describes the cluster: its instances, each partition's owner and each
+	// share group's coordinator, with epochs. Clients may call any instance;
+	// a client that routes calls itself sends each partition's calls to its
+	// owner's address and calls DescribeCluster again when an answer says
+	// NOT_OWNER, OWNER_UNREACHABLE or NOT_LEADER_OR_FOLLOWER. The answer is a
+	// snapshot: ownership may have moved by the time it arrives, which costs
+	// one extra hop or one retry, never a wrong answer.
+	DescribeCluster(context.Context, *DescribeClusterRequest) (*DescribeClusterResponse, error)
 	mustEmbedUnimplementedLogServiceServer()
 }
 
@@ -204,6 +231,9 @@ func (UnimplementedLogServiceServer) ListOffsets(context.Context, *ListOffsetsRe
 }
 func (UnimplementedLogServiceServer) Purge(context.Context, *PurgeRequest) (*PurgeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Purge not implemented")
+}
+func (UnimplementedLogServiceServer) DescribeCluster(context.Context, *DescribeClusterRequest) (*DescribeClusterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeCluster not implemented")
 }
 func (UnimplementedLogServiceServer) mustEmbedUnimplementedLogServiceServer() {}
 func (UnimplementedLogServiceServer) testEmbeddedByValue()                    {}
@@ -370,6 +400,24 @@ func _LogService_Purge_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LogService_DescribeCluster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeClusterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LogServiceServer).DescribeCluster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LogService_DescribeCluster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LogServiceServer).DescribeCluster(ctx, req.(*DescribeClusterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LogService_ServiceDesc is the grpc.ServiceDesc for LogService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -408,6 +456,10 @@ var LogService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Purge",
 			Handler:    _LogService_Purge_Handler,
+		},
+		{
+			MethodName: "DescribeCluster",
+			Handler:    _LogService_DescribeCluster_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

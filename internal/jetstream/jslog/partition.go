@@ -675,3 +675,37 @@ func (s *Store) PurgedTombstonesBelow(topic string, partition int32) (int64, err
 	_, _, err := s.Bounds(topic, partition)
 	return 0, err
 }
+
+// Resync re-reads the partition stream's end and start: an instance that
+// has just become a partition's owner calls it so that its first append
+// expects the end the previous owner left (rather than being fenced by
+// records its consumer has not delivered yet) and its purges and reads
+// start from the log start the previous owner left.
+func (s *Store) Resync(ctx context.Context, topic string, partition int32) error {
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	p, err := s.readyPartition(octx, topic, partition)
+	if err != nil {
+		return err
+	}
+	p.appendMu.Lock()
+	defer p.appendMu.Unlock()
+	st, err := p.s.js.Stream(octx, p.stream)
+	if err != nil {
+		return p.streamErr(ctx, "read the bounds of", err)
+	}
+	state := st.CachedInfo().State
+	last := int64(state.LastSeq)
+	p.mu.Lock()
+	moved := last > p.hw
+	p.hw = max(p.hw, last)
+	p.resync = false
+	p.mu.Unlock()
+	if state.FirstSeq > 0 {
+		p.raiseLogStart(min(int64(state.FirstSeq)-1, last))
+	}
+	if moved {
+		p.watch.Notify()
+	}
+	return nil
+}

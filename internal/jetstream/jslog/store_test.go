@@ -267,3 +267,40 @@ func TestStreamLeaderChange(t *testing.T) {
 		assert.Equal(t, fmt.Sprint(i), string(r.Value))
 	}
 }
+
+// Resync makes an instance that has just become the owner append after the
+// records it has not seen yet (no fence) and know the log start another
+// instance purged to.
+func TestResyncBeforeTakingOver(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	info, err := s.CreateTopic(bg, "resync", 1, logstore.TopicConfig{RetentionMs: -1})
+	require.NoError(t, err)
+	_, err = s.Append(bg, "resync", 0, []logstore.Record{rec("a", "mine")})
+	require.NoError(t, err)
+	p, err := s.partition("resync", 0)
+	require.NoError(t, err)
+	// This instance stops following the stream; the previous owner appends
+	// two records and purges below offset 2.
+	p.mu.Lock()
+	cc := p.cons
+	p.mu.Unlock()
+	cc.Stop()
+	for off := int64(1); off <= 2; off++ {
+		_, err = s.js.Publish(bg, sljs.Subject(s.prefix, info.ID, 0),
+			logstore.EncodeRecord(nil, &logstore.Record{Value: []byte("theirs")}, off, true))
+		require.NoError(t, err)
+	}
+	st, err := s.js.Stream(bg, sljs.StreamName(s.prefix, info.ID, 0))
+	require.NoError(t, err)
+	require.NoError(t, st.Purge(bg, njs.WithPurgeSequence(3)))
+
+	require.NoError(t, s.Resync(bg, "resync", 0))
+	ls, hw, err := s.Bounds("resync", 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), ls)
+	assert.Equal(t, int64(3), hw)
+	base, err := s.Append(bg, "resync", 0, []logstore.Record{rec("b", "new owner")})
+	require.NoError(t, err, "not fenced after a resync")
+	assert.Equal(t, int64(3), base)
+}

@@ -1,0 +1,315 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// itemNode is one instance in the item tests, recording its hooks.
+type itemNode struct {
+	l  *Lease
+	m  Member
+	it *Items
+
+	mu       sync.Mutex
+	acquired map[string][]uint64
+	released map[string][]string // "epoch/handover"
+}
+
+func newItemNode(t *testing.T, prefix, id string) *itemNode {
+	return newItemNodeTTL(t, prefix, id, time.Second)
+}
+
+func newItemNodeTTL(t *testing.T, prefix, id string, ttl time.Duration) *itemNode {
+	nc := testCluster.Connect(t)
+	l, err := Open(context.Background(), nc, Options{Prefix: prefix, TTL: ttl, InstanceID: id, AdvertiseAddr: id + ":9090"})
+	require.NoError(t, err)
+	n := &itemNode{l: l, m: Member{ID: id, Addr: id + ":9090"},
+		acquired: map[string][]uint64{}, released: map[string][]string{}}
+	n.it = n.l.Items(n.m, ItemHooks{
+		Acquired: func(_ context.Context, item string, epoch uint64) error {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			n.acquired[item] = append(n.acquired[item], epoch)
+			return nil
+		},
+		Release: func(item string, epoch uint64, handover bool) {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			n.released[item] = append(n.released[item], fmt.Sprintf("%d/%v", epoch, handover))
+		},
+	})
+	return n
+}
+
+// releasedSnapshot copies what the Release hook recorded (assertions must
+// not hold n.mu: a failing one would leave it locked for the hooks).
+func (n *itemNode) releasedSnapshot() map[string][]string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string][]string, len(n.released))
+	for k, v := range n.released {
+		out[k] = slices.Clone(v)
+	}
+	return out
+}
+
+func (n *itemNode) acquiredSnapshot() map[string][]uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string][]uint64, len(n.acquired))
+	for k, v := range n.acquired {
+		out[k] = slices.Clone(v)
+	}
+	return out
+}
+
+func (n *itemNode) reset() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.acquired, n.released = map[string][]uint64{}, map[string][]string{}
+}
+
+func (n *itemNode) step(t *testing.T, items []string) {
+	t.Helper()
+	ctx := context.Background()
+	// On a loaded machine a heartbeat or a step can time out, as they may
+	// in production: the next round retries, and settle checks the outcome.
+	if err := n.l.Heartbeat(ctx, n.m); err != nil {
+		t.Logf("%s: heartbeat: %v", n.m.ID, err)
+	}
+	if err := n.it.Step(ctx, items); err != nil {
+		t.Logf("%s: step: %v", n.m.ID, err)
+	}
+}
+
+// settle steps the nodes in rounds until every item is held by exactly
+// the owner the lease keys name and the placement is balanced.
+func settle(t *testing.T, items []string, nodes ...*itemNode) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, n := range nodes {
+			n.step(t, items)
+		}
+		owners, _, err := nodes[0].l.Owners(context.Background())
+		require.NoError(t, err)
+		got := map[string]string{}
+		ok := len(owners) == len(items)
+		for _, n := range nodes {
+			for item, epoch := range n.it.Held() {
+				if _, dup := got[item]; dup {
+					t.Fatalf("item %s held by two instances", item)
+				}
+				got[item] = n.m.ID
+				if owners[item].Owner.ID != n.m.ID || owners[item].Epoch != epoch {
+					ok = false
+				}
+			}
+		}
+		if ok && len(got) == len(items) {
+			c := counts(got)
+			lo, hi := len(items)/len(nodes), (len(items)+len(nodes)-1)/len(nodes)
+			balanced := len(c) == min(len(nodes), len(items))
+			for _, k := range c {
+				balanced = balanced && k >= lo && k <= hi
+			}
+			if balanced {
+				return got
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no balanced placement within 10s: held %v, leases %v", got, owners)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestItemsSpreadMoveOnLeaveAndJoin(t *testing.T) {
+	prefix := testCluster.Prefix()
+	var items []string
+	for p := range int32(10) {
+		items = append(items, PartitionItem("t1", p))
+	}
+	items = append(items, GroupItem("g1"), GroupItem("g2"))
+	a, b, c := newItemNode(t, prefix, "a"), newItemNode(t, prefix, "b"), newItemNode(t, prefix, "c")
+	before := settle(t, items, a, b, c)
+	epochs := map[string]uint64{}
+	for _, n := range []*itemNode{a, b, c} {
+		n.reset() // the first instance to step took everything and handed most over
+		for item, e := range n.it.Held() {
+			epochs[item] = e
+		}
+	}
+
+	// c dies (no more steps, no more heartbeats): after the TTL its items
+	// go to a and b; theirs do not move and keep their epochs.
+	after := settle(t, items, a, b)
+	for item, o := range before {
+		if o != "c" {
+			require.Equal(t, o, after[item], "item %s moved although its owner lived", item)
+			e, _ := map[string]*itemNode{"a": a, "b": b}[o].it.Owns(item)
+			require.Equal(t, epochs[item], e, "item %s changed term", item)
+		} else {
+			e, _ := map[string]*itemNode{"a": a, "b": b}[after[item]].it.Owns(item)
+			require.Greater(t, e, epochs[item], "a new owner's epoch is higher")
+		}
+	}
+	for _, n := range []*itemNode{a, b} {
+		require.Empty(t, n.releasedSnapshot(), "%s released something while nothing moved away from it", n.m.ID)
+	}
+
+	// d joins: it takes a fair share (4 of 12), handed over by a and b,
+	// each released once, with a handover.
+	d := newItemNode(t, prefix, "d")
+	joined := settle(t, items, a, b, d)
+	require.Equal(t, 4, counts(joined)["d"])
+	for item, o := range joined {
+		if o != "d" {
+			require.Equal(t, after[item], o)
+			continue
+		}
+		prev := map[string]*itemNode{"a": a, "b": b}[after[item]]
+		rel := prev.releasedSnapshot()[item]
+		require.Len(t, rel, 1, "item %s released %v", item, rel)
+		require.Contains(t, rel[0], "/true")
+		require.Len(t, d.acquiredSnapshot()[item], 1)
+	}
+
+	// A clean stop hands everything over at once.
+	d.it.ReleaseAll(context.Background())
+	require.NoError(t, d.l.Leave(context.Background(), d.m.ID))
+	require.Empty(t, d.it.Held())
+	settle(t, items, a, b)
+}
+
+func TestParsePartitionItem(t *testing.T) {
+	id, p, ok := ParsePartitionItem(PartitionItem("5c92b0b8-fc4c", 12))
+	require.True(t, ok)
+	require.Equal(t, "5c92b0b8-fc4c", id)
+	require.Equal(t, int32(12), p)
+	for _, bad := range []string{GroupItem("g"), "p/", "p/x", "p//1", "p/x/-1", "p/x/y"} {
+		_, _, ok := ParsePartitionItem(bad)
+		require.False(t, ok, bad)
+	}
+}
+
+func TestItemsFencedAndTakenLeasesAreDropped(t *testing.T) {
+	prefix := testCluster.Prefix()
+	items := []string{PartitionItem("t", 0), PartitionItem("t", 1)}
+	a := newItemNode(t, prefix, "a")
+	settle(t, items, a)
+	e0, ok := a.it.Owns(items[0])
+	require.True(t, ok)
+
+	// A fenced write drops the item at once, without a handover.
+	a.it.Fenced(items[0], e0+1) // another term: ignored
+	_, ok = a.it.Owns(items[0])
+	require.True(t, ok)
+	a.it.Fenced(items[0], e0)
+	_, ok = a.it.Owns(items[0])
+	require.False(t, ok)
+	require.Equal(t, []string{fmt.Sprintf("%d/false", e0)}, a.releasedSnapshot()[items[0]])
+
+	// Another instance overwrites the lease of items[1]: a's next renewal
+	// fails its compare-and-set and a drops the item.
+	e1, _ := a.it.Owns(items[1])
+	_, err := a.l.kv.Put(context.Background(), itemKey(items[1]), []byte(`{"id":"x","addr":"x:1"}`))
+	require.NoError(t, err)
+	a.it.renewAll(context.Background())
+	_, ok = a.it.Owns(items[1])
+	require.False(t, ok)
+	require.Equal(t, []string{fmt.Sprintf("%d/false", e1)}, a.releasedSnapshot()[items[1]])
+}
+
+// Many items, two instances driven by Run: the placement settles, every
+// lease is renewed round after round without one being lost, and a
+// stopping instance hands everything over.
+func TestItemsRunRenewsManyItems(t *testing.T) {
+	prefix := testCluster.Prefix()
+	var items []string
+	for p := range int32(200) {
+		items = append(items, PartitionItem("big", p))
+	}
+	// The default TTL (5 s): what must hold in production, on a loaded
+	// 2-core machine running the tests with -race.
+	a, b := newItemNodeTTL(t, prefix, "a", 5*time.Second), newItemNodeTTL(t, prefix, "b", 5*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, n := range []*itemNode{a, b} {
+		wg.Go(func() { n.l.RunHeartbeat(ctx, n.m) })
+		wg.Go(func() { n.it.Run(ctx, func() ([]string, error) { return items, nil }) })
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			wg.Wait()
+		}
+	}
+	t.Cleanup(stop)
+
+	var owners map[string]ItemOwner
+	require.Eventually(t, func() bool {
+		var err error
+		owners, _, err = a.l.Owners(context.Background())
+		ha, hb := a.it.Held(), b.it.Held()
+		return err == nil && len(owners) == 200 && len(ha) == 100 && len(hb) == 100
+	}, 20*time.Second, 50*time.Millisecond)
+	for _, n := range []*itemNode{a, b} {
+		n.reset()
+	}
+	epochs := map[string]uint64{}
+	for item, o := range owners {
+		epochs[item] = o.Epoch
+	}
+	// Two rounds in which every lease is renewed after the round began.
+	for range 2 {
+		_, revs, err := a.l.Owners(context.Background())
+		require.NoError(t, err)
+		var top uint64
+		for _, r := range revs {
+			top = max(top, r)
+		}
+		require.Eventually(t, func() bool {
+			_, now, err := a.l.Owners(context.Background())
+			if err != nil || len(now) != 200 {
+				return false
+			}
+			for _, r := range now {
+				if r <= top {
+					return false
+				}
+			}
+			return true
+		}, 10*time.Second, 50*time.Millisecond)
+	}
+	for _, n := range []*itemNode{a, b} {
+		require.Empty(t, n.releasedSnapshot(), "%s lost or moved items while both lived", n.m.ID)
+		for item, e := range n.it.Held() {
+			require.Equal(t, epochs[item], e, "item %s changed term", item)
+		}
+	}
+
+	// A clean stop hands every item over; nothing is left held.
+	stop()
+	require.Empty(t, a.it.Held())
+	require.Empty(t, b.it.Held())
+	owners, _, err := a.l.Owners(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, owners)
+	for _, n := range []*itemNode{a, b} {
+		released := n.releasedSnapshot()
+		require.Len(t, released, 100)
+		for item, rs := range released {
+			require.Equal(t, []string{fmt.Sprintf("%d/true", epochs[item])}, rs)
+		}
+	}
+}

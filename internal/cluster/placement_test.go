@@ -1,0 +1,104 @@
+package cluster
+
+import (
+	"fmt"
+	"maps"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func items(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("p%02d", i)
+	}
+	return out
+}
+
+func counts(p map[string]string) map[string]int {
+	c := map[string]int{}
+	for _, o := range p {
+		c[o]++
+	}
+	return c
+}
+
+func requireBalanced(t *testing.T, p map[string]string, live []string, n int) {
+	t.Helper()
+	require.Len(t, p, n)
+	c := counts(p)
+	lo, hi := n/len(live), (n+len(live)-1)/len(live)
+	for _, id := range live {
+		require.GreaterOrEqual(t, c[id], lo, "instance %s in %v", id, c)
+		require.LessOrEqual(t, c[id], hi, "instance %s in %v", id, c)
+	}
+	require.Len(t, c, min(len(live), n), "only live instances own items: %v", c)
+}
+
+func moved(a, b map[string]string) int {
+	n := 0
+	for it, o := range a {
+		if b[it] != o {
+			n++
+		}
+	}
+	return n
+}
+
+func TestPlaceBalancedFromNothing(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 7, 12, 13} {
+		for _, m := range []int{1, 2, 3, 5} {
+			live := items(m)
+			for i := range live {
+				live[i] = fmt.Sprintf("i%d", i)
+			}
+			p := Place(items(n), live, nil)
+			requireBalanced(t, p, live, n)
+			// Deterministic, whatever the order of the arguments.
+			rev := make([]string, len(live))
+			for i, id := range live {
+				rev[len(live)-1-i] = id
+			}
+			require.Equal(t, p, Place(items(n), rev, nil))
+			// A balanced placement does not move.
+			require.Equal(t, p, Place(items(n), live, p))
+		}
+	}
+}
+
+func TestPlaceLeaveMovesOnlyTheLeaversItems(t *testing.T) {
+	live := []string{"a", "b", "c"}
+	p := Place(items(12), live, nil)
+	after := Place(items(12), []string{"a", "c"}, p)
+	requireBalanced(t, after, []string{"a", "c"}, 12)
+	for it, o := range p {
+		if o != "b" {
+			require.Equal(t, o, after[it], "item %s of a live owner moved", it)
+		}
+	}
+	require.Equal(t, counts(p)["b"], moved(p, after))
+}
+
+func TestPlaceJoinTakesAFairShare(t *testing.T) {
+	p := Place(items(13), []string{"a", "b"}, nil)
+	after := Place(items(13), []string{"a", "b", "c"}, p)
+	requireBalanced(t, after, []string{"a", "b", "c"}, 13)
+	// Only what c takes moves: 13/3 rounds to 4 or 5.
+	require.Equal(t, counts(after)["c"], moved(p, after))
+	for it, o := range after {
+		if o != "c" {
+			require.Equal(t, p[it], o)
+		}
+	}
+}
+
+func TestPlaceIgnoresDeadOwnersAndUnknownItems(t *testing.T) {
+	cur := map[string]string{"p00": "x", "p01": "a", "gone": "a"}
+	p := Place(items(3), []string{"a", "b"}, cur)
+	requireBalanced(t, p, []string{"a", "b"}, 3)
+	require.Equal(t, "a", p["p01"])
+	require.NotContains(t, p, "gone")
+	require.Empty(t, Place(items(3), nil, cur))
+	require.True(t, maps.Equal(p, Place(items(3), []string{"b", "a", "a"}, cur)))
+}

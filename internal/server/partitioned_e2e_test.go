@@ -1,0 +1,295 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharelog/sharelog/client/router"
+	"github.com/sharelog/sharelog/client/shareconsumer"
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/jetstream/jstest"
+	"github.com/sharelog/sharelog/internal/server"
+)
+
+func partitionedMode(c *server.Config) { c.Cluster.Mode = server.ModePartitioned }
+
+// owners is partition → (owner, epoch) as DescribeCluster answers, once
+// every partition of the topic has an owner and they are spread evenly
+// over want instances.
+func waitOwners(t *testing.T, in *clusterInstance, partitions int, want []string) map[int32]*sharelogv1.PartitionOwner {
+	t.Helper()
+	var last *sharelogv1.DescribeClusterResponse
+	var lastErr error
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		last, lastErr = in.log.DescribeCluster(context.Background(), &sharelogv1.DescribeClusterRequest{})
+		if lastErr == nil && len(last.GetPartitions()) == partitions && len(last.GetInstances()) == len(want) {
+			count := map[string]int{}
+			out := map[int32]*sharelogv1.PartitionOwner{}
+			for _, p := range last.GetPartitions() {
+				count[p.GetOwnerId()]++
+				out[p.GetPartition()] = p
+			}
+			ok := len(count) == len(want)
+			for _, id := range want {
+				c := count[id]
+				ok = ok && c >= partitions/len(want) && c <= (partitions+len(want)-1)/len(want)
+			}
+			if ok {
+				return out
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("partitions not spread over %v within 20s: %v %v", want, last, lastErr)
+	return nil
+}
+
+// produceRetry produces to one partition through in, retrying while the
+// answer is retryable (ownership moving).
+func produceRetry(t *testing.T, in *clusterInstance, topic string, p int32, value string) int64 {
+	t.Helper()
+	var resp *sharelogv1.ProduceResponse
+	var err error
+	require.Eventually(t, func() bool {
+		resp, err = in.log.Produce(context.Background(), &sharelogv1.ProduceRequest{Topic: topic, Partition: &p,
+			Records: []*sharelogv1.Record{{Value: []byte(value)}}})
+		return err == nil
+	}, 15*time.Second, 20*time.Millisecond, "produce %s to %s-%d: %v", value, topic, p, err)
+	return resp.GetResults()[0].GetOffset()
+}
+
+// fetchValues reads a partition from offset from on.
+func fetchValues(t *testing.T, in *clusterInstance, topic string, p int32, from int64) []string {
+	t.Helper()
+	var fr *sharelogv1.FetchResponse
+	var err error
+	if !assert.Eventually(t, func() bool {
+		fr, err = in.log.Fetch(context.Background(), &sharelogv1.FetchRequest{Topic: topic, Partition: p, Offset: from, MaxRecords: 1000})
+		return err == nil
+	}, 15*time.Second, 20*time.Millisecond) {
+		t.Fatalf("fetch %s-%d from %d: %v", topic, p, from, err)
+	}
+	var out []string
+	for _, r := range fr.GetRecords() {
+		out = append(out, string(r.GetValue()))
+	}
+	return out
+}
+
+func TestPartitionedSpreadMoveAndJoin(t *testing.T) {
+	js, err := jstest.Start(jstest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(js.Shutdown)
+	prefix := js.Prefix()
+	a := startClusterInstance(t, js, prefix, "a", partitionedMode)
+	b := startClusterInstance(t, js, prefix, "b", partitionedMode)
+	c := startClusterInstance(t, js, prefix, "c", partitionedMode)
+	for _, in := range []*clusterInstance{a, b, c} {
+		in.waitReadyz(t, "cluster: partitioned", 10*time.Second)
+	}
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		_, err = b.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 6})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
+
+	// Two partitions per instance; every instance takes every call.
+	before := waitOwners(t, a, 6, []string{"a", "b", "c"})
+	want := map[int32][]string{}
+	for p := range int32(6) {
+		for i, in := range []*clusterInstance{a, b, c} {
+			v := fmt.Sprintf("p%d-%s", p, in.id)
+			require.Equal(t, int64(i), produceRetry(t, in, "t", p, v), "offsets are dense whichever instance takes the call")
+			want[p] = append(want[p], v)
+		}
+	}
+	// A produce routed by key spans owners: each partition's batch goes to
+	// its owner.
+	var recs []*sharelogv1.Record
+	for i := range 30 {
+		recs = append(recs, &sharelogv1.Record{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "k%d", i)})
+	}
+	resp, err := c.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Records: recs})
+	require.NoError(t, err)
+	for i, r := range resp.GetResults() {
+		require.Equal(t, int64(len(want[r.GetPartition()])), r.GetOffset())
+		want[r.GetPartition()] = append(want[r.GetPartition()], fmt.Sprintf("k%d", i))
+	}
+	for p := range int32(6) {
+		assert.Equal(t, want[p], fetchValues(t, b, "t", p, 0), "partition %d", p)
+	}
+	// A purge over every partition is split by owner.
+	purge := &sharelogv1.PurgeRequest{Topics: []*sharelogv1.PurgeTopic{{Topic: "t"}}}
+	for p := range int32(6) {
+		purge.Topics[0].Partitions = append(purge.Topics[0].Partitions, &sharelogv1.PurgePartition{Partition: 5 - p, Offset: 1})
+	}
+	pr, err := a.log.Purge(ctx, purge)
+	require.NoError(t, err)
+	for i, r := range pr.GetTopics()[0].GetPartitions() {
+		require.Equal(t, int32(5-i), r.GetPartition(), "answers in the request's order")
+		require.Equal(t, sharelogv1.ErrorCode_ERROR_CODE_NONE, r.GetErrorCode(), r.GetErrorMessage())
+		require.Equal(t, int64(1), r.GetLowWatermark())
+	}
+	for p := range int32(6) {
+		want[p] = want[p][1:]
+	}
+
+	// c leaves: only its partitions move, to a and b; the others keep
+	// their owner and epoch. Nothing acknowledged is lost.
+	require.NoError(t, c.srv.Close())
+	after := waitOwners(t, a, 6, []string{"a", "b"})
+	for p, o := range before {
+		if o.GetOwnerId() != "c" {
+			require.Equal(t, o.GetOwnerId(), after[p].GetOwnerId(), "partition %d moved though its owner lived", p)
+			require.Equal(t, o.GetEpoch(), after[p].GetEpoch(), "partition %d changed term", p)
+		} else {
+			require.Greater(t, after[p].GetEpoch(), o.GetEpoch())
+		}
+	}
+	for p := range int32(6) {
+		v := fmt.Sprintf("p%d-after-c", p)
+		require.Equal(t, int64(len(want[p])+1), produceRetry(t, b, "t", p, v))
+		want[p] = append(want[p], v)
+		assert.Equal(t, want[p], fetchValues(t, a, "t", p, 1), "partition %d", p)
+	}
+
+	// d joins: it takes a fair share (two), moved from a and b.
+	d := startClusterInstance(t, js, prefix, "d", partitionedMode)
+	d.waitReadyz(t, "cluster: partitioned", 10*time.Second)
+	joined := waitOwners(t, d, 6, []string{"a", "b", "d"})
+	moved := 0
+	for p, o := range joined {
+		if o.GetOwnerId() != after[p].GetOwnerId() {
+			require.Equal(t, "d", o.GetOwnerId())
+			moved++
+		}
+	}
+	require.Equal(t, 2, moved)
+	for p := range int32(6) {
+		v := fmt.Sprintf("p%d-after-d", p)
+		require.Equal(t, int64(len(want[p])+1), produceRetry(t, d, "t", p, v))
+		want[p] = append(want[p], v)
+		assert.Equal(t, want[p], fetchValues(t, b, "t", p, 1), "partition %d", p)
+	}
+}
+
+// Share groups are served by one coordinator whichever instance a consumer
+// uses, reading partitions owned by every instance; change streams are
+// served by each partition's owner, whichever instance they reach.
+func TestPartitionedShareGroupsAndChangeStreams(t *testing.T) {
+	js, err := jstest.Start(jstest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(js.Shutdown)
+	prefix := js.Prefix()
+	ins := []*clusterInstance{
+		startClusterInstance(t, js, prefix, "a", partitionedMode),
+		startClusterInstance(t, js, prefix, "b", partitionedMode),
+		startClusterInstance(t, js, prefix, "c", partitionedMode),
+	}
+	for _, in := range ins {
+		in.waitReadyz(t, "cluster: partitioned", 10*time.Second)
+	}
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		_, err = ins[0].log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 3})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
+	waitOwners(t, ins[1], 3, []string{"a", "b", "c"})
+	total := 0
+	for p := range int32(3) {
+		for i := range 10 {
+			produceRetry(t, ins[i%3], "t", p, fmt.Sprintf("%d-%d", p, i))
+			total++
+		}
+	}
+
+	// One consumer through c: every record delivered once, accepted.
+	earliest := "earliest"
+	require.Eventually(t, func() bool { // the coordinator may still be taking its lease
+		_, err = sharelogv1.NewShareGroupServiceClient(ins[0].conn).UpdateShareGroupConfig(ctx, &sharelogv1.UpdateShareGroupConfigRequest{
+			GroupId: "g", Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: &earliest}})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "update config: %v", err)
+	sc, err := shareconsumer.New(ins[2].conn, shareconsumer.Config{GroupID: "g", Topics: []string{"t"}, MaxWait: 100 * time.Millisecond})
+	require.NoError(t, err)
+	seen := map[string]int{}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(seen) < total && time.Now().Before(deadline) {
+		recs, err := sc.Poll(ctx)
+		require.NoError(t, err)
+		for _, r := range recs {
+			seen[fmt.Sprintf("%d/%d", r.Partition, r.Offset)]++
+			assert.Equal(t, int32(1), r.DeliveryCount)
+		}
+	}
+	require.NoError(t, sc.Close(ctx))
+	require.Len(t, seen, total)
+	for k, n := range seen {
+		require.Equal(t, 1, n, "record %s delivered %d times", k, n)
+	}
+	dc, err := ins[1].log.DescribeCluster(ctx, &sharelogv1.DescribeClusterRequest{})
+	require.NoError(t, err)
+	require.Equal(t, server.ModePartitioned, dc.GetMode())
+	require.Len(t, dc.GetGroups(), 1)
+	coordinator := dc.GetGroups()[0].GetCoordinatorId()
+	require.Contains(t, []string{"a", "b", "c"}, coordinator)
+	require.Positive(t, dc.GetGroups()[0].GetEpoch())
+	for _, in := range ins {
+		code, body := in.readyz(t)
+		require.Equal(t, 200, code)
+		if in.id == coordinator {
+			require.Contains(t, body, "share-group coordinator")
+		} else {
+			require.Contains(t, body, "share groups coordinated by "+coordinator)
+		}
+	}
+
+	// client/router sends each partition's calls straight to its owner.
+	owners := waitOwners(t, ins[0], 3, []string{"a", "b", "c"})
+	addr := map[string]string{}
+	for _, in := range ins {
+		addr[in.id] = in.srv.GRPCAddr()
+	}
+	d := &countingDialer{calls: map[string]int{}}
+	rc := router.New(ins[0].conn, d.dial(t), router.Options{})
+	t.Cleanup(func() { _ = rc.Close() })
+	for p := range int32(3) {
+		owner := addr[owners[p].GetOwnerId()]
+		before := d.count(owner)
+		_, err := sharelogv1.NewLogServiceClient(rc).Fetch(ctx, &sharelogv1.FetchRequest{Topic: "t", Partition: p})
+		require.NoError(t, err)
+		require.Equal(t, before+1, d.count(owner), "partition %d's fetch went to its owner %s", p, owners[p].GetOwnerId())
+	}
+
+	// A change stream of each partition through each instance.
+	end := int64(10)
+	for p := range int32(3) {
+		for _, in := range ins {
+			cs, err := sharelogv1.NewChangeStreamServiceClient(in.conn).StreamChanges(ctx,
+				&sharelogv1.StreamChangesRequest{Topic: "t", Partition: p, EndOffset: &end})
+			require.NoError(t, err)
+			var last *sharelogv1.StreamEnd
+			for {
+				resp, err := cs.Recv()
+				if err == io.EOF {
+					break
+				}
+				require.NoError(t, err, "stream of %d through %s", p, in.id)
+				for _, ev := range resp.GetEvents() {
+					if ev.GetStreamEnd() != nil {
+						last = ev.GetStreamEnd()
+					}
+				}
+			}
+			require.NotNil(t, last, "stream of %d through %s ended without stream_end", p, in.id)
+			require.Equal(t, sharelogv1.StreamEndReason_STREAM_END_REASON_OK, last.GetReason())
+		}
+	}
+}

@@ -65,6 +65,7 @@ type sizes struct {
 	unaryDur    time.Duration
 	seqWriteMiB int
 	fsyncN      int
+	commitRefN  int // write + fdatasync calls per P2 reference size
 }
 
 var quickSizes = sizes{
@@ -74,7 +75,7 @@ var quickSizes = sizes{
 	d1Total: 120_000, d1Purge: 100_000, d1Base: 1500 * time.Millisecond, s3Dur: 5 * time.Second,
 	k1Calls: 500, k2Recs: 100_000,
 	xRecords: 30_000, xCap: 60 * time.Second, xLeaseTTL: 2 * time.Second, xBefore: 2 * time.Second, xAfter: 2 * time.Second,
-	unaryDur: 2 * time.Second, seqWriteMiB: 128, fsyncN: 300,
+	unaryDur: 2 * time.Second, seqWriteMiB: 256, fsyncN: 300, commitRefN: 100,
 }
 
 var fullSizes = sizes{
@@ -84,7 +85,7 @@ var fullSizes = sizes{
 	d1Total: 1_200_000, d1Purge: 1_000_000, d1Base: 3 * time.Second, s3Dur: 60 * time.Second,
 	k1Calls: 2000, k2Recs: 400_000,
 	xRecords: 200_000, xCap: 180 * time.Second, xLeaseTTL: 5 * time.Second, xBefore: 5 * time.Second, xAfter: 5 * time.Second,
-	unaryDur: 5 * time.Second, seqWriteMiB: 512, fsyncN: 2000,
+	unaryDur: 5 * time.Second, seqWriteMiB: 512, fsyncN: 2000, commitRefN: 400,
 }
 
 // env is what every scenario gets.
@@ -100,9 +101,10 @@ type env struct {
 	logf        func(string, ...any)
 
 	// Machine limits measured at the start, used by bars that refer to them.
-	nullP50  float64 // ms, plain grpc-go unary round trip
-	fsyncP99 float64 // ms, 4 KiB append + fsync
-	seqWrite float64 // MiB/s
+	nullP50   float64         // ms, plain grpc-go unary round trip
+	fsyncP99  float64         // ms, 4 KiB append + fsync
+	seqWrite  float64         // MiB/s, sequential write + one fdatasync
+	commitP99 map[int]float64 // ms, write + fdatasync of one group commit at P2's producer counts
 }
 
 // dataDir makes a fresh directory for one server instance.
@@ -126,6 +128,7 @@ type rowSpec struct {
 	peerName   string // label of a self-peer column
 	ratioLabel string
 	ratioAbs   bool // the per-run ratio is an absolute value (unit in ratioLabel)
+	cpu        bool // judge server CPU per 1M records against the peer's (cpuRows)
 }
 
 // group is a set of rows measured on one server instance per run.
@@ -230,6 +233,7 @@ func run(quick bool, sz sizes, only, outDir, repo string, keep bool, logf func(s
 	e.nullP50 = limStart.nullP50
 	e.fsyncP99 = limStart.fsyncP99
 	e.seqWrite = limStart.seqWrite
+	e.commitP99 = limStart.commitP99
 
 	failed := false
 	for _, g := range groups(e) {
@@ -238,6 +242,7 @@ func run(quick bool, sz sizes, only, outDir, repo string, keep bool, logf func(s
 		}
 		rows := runGroup(ctx, e, g)
 		rep.Rows = append(rep.Rows, rows...)
+		rep.Rows = append(rep.Rows, cpuRows(g.rows, rows)...)
 	}
 	logf("machine limits (end)")
 	currentGroup.Store("limits")
@@ -431,6 +436,39 @@ func aggregate(spec rowSpec, oursRuns, peerRuns []*runOut) report.Row {
 		r.Notes = []string{r.Notes[0], r.Notes[len(r.Notes)-1]}
 	}
 	return r
+}
+
+// cpuBar is the version-2 CPU bar: for every P, C and S scenario with a
+// peer, sharelog's server CPU per 1M records is at most half the peer's.
+var cpuBar = report.AtMostBar(0.5, "server CPU-s per 1M records ≤ 0.5 × the peer's")
+
+// cpuRows derives one judged CPU row from every row whose spec says cpu
+// (the throughput rows of P, C and S scenarios with a JetStream peer):
+// the values are the server CPU-seconds per 1M records of each run, the
+// ratio ours/peer of their medians. specs and rows are in the same order
+// (runGroup's). A failed or unavailable source row gives a row in the same
+// state, so a CPU bar never silently disappears.
+func cpuRows(specs []rowSpec, rows []report.Row) []report.Row {
+	var out []report.Row
+	for i, spec := range specs {
+		if !spec.cpu || i >= len(rows) {
+			continue
+		}
+		r := rows[i]
+		c := report.Row{ID: "CPU", Name: r.ID + " " + r.Name, Unit: "CPU-s/1M rec", Dir: report.OursOverPeer,
+			RatioLabel: "ours/peer CPU", Bar: cpuBar, Status: r.Status, Reason: r.Reason}
+		if r.Status == report.OK {
+			for _, v := range r.Ours.CPU {
+				c.Ours.Add(v, nan, nan, nan, nan)
+			}
+			for _, v := range r.Peer.CPU {
+				c.Peer.Add(v, nan, nan, nan, nan)
+			}
+		}
+		c.Compute()
+		out = append(out, c)
+	}
+	return out
 }
 
 func machineInfo() string {

@@ -66,7 +66,7 @@ func prefilledGroup(e *env) group {
 		for _, n := range c1Consumers {
 			g.rows = append(g.rows, rowSpec{key: fmt.Sprintf("c1-%s-%d", dur, n), id: "C1",
 				name: fmt.Sprintf("ShareFetch 500 + ACCEPT of %s records, %d consumer(s), fsync %s", report.Human(float64(e.sz.prefill)), n, dur),
-				unit: "rec/s", dir: report.OursOverPeer, peer: true, bar: report.AtLeastBar(1.5, "≥ 1.5× JetStream pull + explicit ack")})
+				unit: "rec/s", dir: report.OursOverPeer, peer: true, cpu: true, bar: report.AtLeastBar(1.5, "≥ 1.5× JetStream pull + explicit ack")})
 		}
 		g.rows = append(g.rows, rowSpec{key: "c1-" + dur + "-scale", id: "C1", name: "16 consumers vs 4, fsync " + dur,
 			unit: "% of 4", dir: report.Custom, peer: true, ratioLabel: "ours 16/4", bar: report.AtLeastBar(0.9, "16 consumers ≥ 90% of 4")})
@@ -86,7 +86,7 @@ func prefilledGroup(e *env) group {
 		}
 	}
 	g.rows = append(g.rows, rowSpec{key: "s1", id: "S1", name: fmt.Sprintf("ordered change stream of the whole partition (%s records of 1 KiB)", report.Human(float64(e.sz.prefill))), unit: "rec/s",
-		dir: report.OursOverPeer, peer: true, bar: report.AtLeastBar(2, "≥ 2× JetStream ordered consumer replay")})
+		dir: report.OursOverPeer, peer: true, cpu: true, bar: report.AtLeastBar(2, "≥ 2× JetStream ordered consumer replay")})
 	for _, f := range s2Fractions {
 		bar := report.Bar{}
 		if f.name == "1%" {

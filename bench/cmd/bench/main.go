@@ -41,17 +41,23 @@ type sizes struct {
 	g1Calls1, g1Calls100 int
 
 	prefill int64 // records of the C1/C2/S1/S2 partition
-	c1Cap   time.Duration
-	c2Acks  int
-	c3Dur   time.Duration
-	c4Recs  int64
-	c4Lock  time.Duration
-	d1Total int64
-	d1Purge int64
-	d1Base  time.Duration
-	s3Dur   time.Duration
-	k1Calls int   // K1: Produce calls of 100 records each way
-	k2Recs  int64 // K2: records each share consumer group drains
+	// S2 on a partition of its own of this many records (0 = S2 uses the
+	// prefill partition), measured in the first run of ours only when
+	// s2FirstRunOnly, with one ordered scan per prefix when s2OrderedOnce.
+	s2Records      int64
+	s2FirstRunOnly bool
+	s2OrderedOnce  bool
+	c1Cap          time.Duration
+	c2Acks         int
+	c3Dur          time.Duration
+	c4Recs         int64
+	c4Lock         time.Duration
+	d1Total        int64
+	d1Purge        int64
+	d1Base         time.Duration
+	s3Dur          time.Duration
+	k1Calls        int   // K1: Produce calls of 100 records each way
+	k2Recs         int64 // K2: records each share consumer group drains
 
 	// Cluster mode (X1–X3): records per side of X1 and X2 and their cap;
 	// --lease-ttl; X3's load before the SIGKILL and after the first write
@@ -71,7 +77,7 @@ type sizes struct {
 var quickSizes = sizes{
 	reps: 2, p1Single: 8000, p1Batched: 200_000, p1Cap: 5 * time.Second, p2Records: 60_000, p2Cap: 4 * time.Second,
 	g1Calls1: 1500, g1Calls100: 300,
-	prefill: 100_000, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second,
+	prefill: 100_000, s2Records: 1_000_000, s2FirstRunOnly: true, s2OrderedOnce: true, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second,
 	d1Total: 120_000, d1Purge: 100_000, d1Base: 1500 * time.Millisecond, s3Dur: 5 * time.Second,
 	k1Calls: 500, k2Recs: 100_000,
 	xRecords: 30_000, xCap: 60 * time.Second, xLeaseTTL: 2 * time.Second, xBefore: 2 * time.Second, xAfter: 2 * time.Second,
@@ -385,6 +391,9 @@ func aggregate(spec rowSpec, oursRuns, peerRuns []*runOut) report.Row {
 	var unavailable, failure error
 	collect := func(runs []*runOut, key string, side *report.Side, ratios *[]float64, notes bool) {
 		for _, o := range runs {
+			if o.skipped[key] {
+				continue
+			}
 			if err, ok := o.errs[key]; ok {
 				var u *errUnavailable
 				if errors.As(err, &u) {

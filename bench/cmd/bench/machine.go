@@ -91,7 +91,9 @@ func unaryRate(ctx context.Context, addr string, d time.Duration) (qps float64, 
 	return float64(n) / time.Since(t0).Seconds(), lat, nil
 }
 
-// seqWrite writes mib MiB in 1 MiB blocks and fsyncs once; MiB/s.
+// seqWrite writes mib MiB in 1 MiB blocks and calls fdatasync once at the
+// end; MiB/s over the whole (writes + fdatasync). This is the sequential
+// write bandwidth the P1b and P2b bars are fractions of.
 func seqWrite(dir string, mib int) (float64, error) {
 	f, err := os.Create(filepath.Join(dir, "seqwrite"))
 	if err != nil {
@@ -106,10 +108,55 @@ func seqWrite(dir string, mib int) (float64, error) {
 			return 0, err
 		}
 	}
-	if err := f.Sync(); err != nil {
+	if err := syscall.Fdatasync(int(f.Fd())); err != nil {
 		return 0, err
 	}
 	return float64(mib) / time.Since(t0).Seconds(), nil
+}
+
+// commitBytes is what one group commit holds when every one of producers
+// producers has one Produce of 100 records of 1 KiB waiting (payload only).
+func commitBytes(producers int) int { return producers * 100 * recordSize }
+
+// commitRefProducers are the producer counts of P2, whose durable ack p99 is
+// judged against a write + fdatasync of commitBytes(producers).
+var commitRefProducers = []int{1, 4, 16}
+
+// writeSyncLatency appends size bytes and calls fdatasync, n times: the
+// reference for one group commit of that size. The file is replaced every
+// 64 MiB so the run does not fill the disk; every call still appends to
+// the end of a file, as a segment write does.
+func writeSyncLatency(dir string, size, n int) (*stats.Latencies, error) {
+	buf := payload(size, 11)
+	lat := &stats.Latencies{}
+	name := filepath.Join(dir, "commitref")
+	defer os.Remove(name)
+	var f *os.File
+	written := 0
+	for range n {
+		if f == nil || written+size > 64<<20 {
+			if f != nil {
+				f.Close()
+			}
+			var err error
+			if f, err = os.Create(name); err != nil {
+				return nil, err
+			}
+			written = 0
+		}
+		t := time.Now()
+		if _, err := f.Write(buf); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			f.Close()
+			return nil, err
+		}
+		lat.Add(time.Since(t))
+		written += size
+	}
+	return lat, f.Close()
 }
 
 // fsyncLatency appends 4 KiB and fsyncs, n times.
@@ -136,10 +183,11 @@ func fsyncLatency(dir string, n int) (*stats.Latencies, error) {
 }
 
 type limits struct {
-	rows     []report.Row
-	nullP50  float64
-	fsyncP99 float64
-	seqWrite float64
+	rows      []report.Row
+	nullP50   float64
+	fsyncP99  float64
+	seqWrite  float64
+	commitP99 map[int]float64 // producers -> p99 ms of write + fdatasync of commitBytes(producers)
 }
 
 func limitRow(name, unit string) report.Row { return report.Row{Name: name, Unit: unit} }
@@ -194,7 +242,7 @@ func machineLimits(ctx context.Context, e *env) limits {
 	}()
 	l.rows = append(l.rows, sl)
 
-	sw := limitRow(fmt.Sprintf("sequential write, %d MiB in 1 MiB writes + one fsync (data disk)", e.sz.seqWriteMiB), "MiB/s")
+	sw := limitRow(fmt.Sprintf("sequential write, %d MiB in 1 MiB writes + one fdatasync (data disk)", e.sz.seqWriteMiB), "MiB/s")
 	if v, err := seqWrite(e.work, e.sz.seqWriteMiB); err != nil {
 		failRow(&sw, err)
 	} else {
@@ -211,6 +259,19 @@ func machineLimits(ctx context.Context, e *env) limits {
 		fs.Ours.Add(1000/lat.PercentileMs(50), lat.PercentileMs(50), l.fsyncP99, nan, nan)
 	}
 	l.rows = append(l.rows, fs)
+
+	l.commitP99 = map[int]float64{}
+	for _, k := range commitRefProducers {
+		size := commitBytes(k)
+		cr := limitRow(fmt.Sprintf("append %d KiB + fdatasync, %d times (one group commit of %d × 100 KiB, the P2 reference; data disk)", size/1024, e.sz.commitRefN, k), "commits/s")
+		if lat, err := writeSyncLatency(e.work, size, e.sz.commitRefN); err != nil {
+			failRow(&cr, err)
+		} else {
+			l.commitP99[k] = lat.PercentileMs(99)
+			cr.Ours.Add(1000/lat.PercentileMs(50), lat.PercentileMs(50), l.commitP99[k], nan, nan)
+		}
+		l.rows = append(l.rows, cr)
+	}
 	for _, r := range l.rows {
 		if r.Status == report.Failed {
 			e.logf("  limit %q FAILED: %s", r.Name, r.Reason)

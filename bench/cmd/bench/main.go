@@ -41,17 +41,23 @@ type sizes struct {
 	g1Calls1, g1Calls100 int
 
 	prefill int64 // records of the C1/C2/S1/S2 partition
-	c1Cap   time.Duration
-	c2Acks  int
-	c3Dur   time.Duration
-	c4Recs  int64
-	c4Lock  time.Duration
-	d1Total int64
-	d1Purge int64
-	d1Base  time.Duration
-	s3Dur   time.Duration
-	k1Calls int   // K1: Produce calls of 100 records each way
-	k2Recs  int64 // K2: records each share consumer group drains
+	// S2 on a partition of its own of this many records (0 = S2 uses the
+	// prefill partition), measured in the first run of ours only when
+	// s2FirstRunOnly, with one ordered scan per prefix when s2OrderedOnce.
+	s2Records      int64
+	s2FirstRunOnly bool
+	s2OrderedOnce  bool
+	c1Cap          time.Duration
+	c2Acks         int
+	c3Dur          time.Duration
+	c4Recs         int64
+	c4Lock         time.Duration
+	d1Total        int64
+	d1Purge        int64
+	d1Base         time.Duration
+	s3Dur          time.Duration
+	k1Calls        int   // K1: Produce calls of 100 records each way
+	k2Recs         int64 // K2: records each share consumer group drains
 
 	// Cluster mode (X1–X3): records per side of X1 and X2 and their cap;
 	// --lease-ttl; X3's load before the SIGKILL and after the first write
@@ -65,16 +71,17 @@ type sizes struct {
 	unaryDur    time.Duration
 	seqWriteMiB int
 	fsyncN      int
+	commitRefN  int // write + fdatasync calls per P2 reference size
 }
 
 var quickSizes = sizes{
 	reps: 2, p1Single: 8000, p1Batched: 200_000, p1Cap: 5 * time.Second, p2Records: 60_000, p2Cap: 4 * time.Second,
 	g1Calls1: 1500, g1Calls100: 300,
-	prefill: 100_000, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second,
+	prefill: 100_000, s2Records: 1_000_000, s2FirstRunOnly: true, s2OrderedOnce: true, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second,
 	d1Total: 120_000, d1Purge: 100_000, d1Base: 1500 * time.Millisecond, s3Dur: 5 * time.Second,
 	k1Calls: 500, k2Recs: 100_000,
 	xRecords: 30_000, xCap: 60 * time.Second, xLeaseTTL: 2 * time.Second, xBefore: 2 * time.Second, xAfter: 2 * time.Second,
-	unaryDur: 2 * time.Second, seqWriteMiB: 128, fsyncN: 300,
+	unaryDur: 2 * time.Second, seqWriteMiB: 256, fsyncN: 300, commitRefN: 200,
 }
 
 var fullSizes = sizes{
@@ -84,7 +91,7 @@ var fullSizes = sizes{
 	d1Total: 1_200_000, d1Purge: 1_000_000, d1Base: 3 * time.Second, s3Dur: 60 * time.Second,
 	k1Calls: 2000, k2Recs: 400_000,
 	xRecords: 200_000, xCap: 180 * time.Second, xLeaseTTL: 5 * time.Second, xBefore: 5 * time.Second, xAfter: 5 * time.Second,
-	unaryDur: 5 * time.Second, seqWriteMiB: 512, fsyncN: 2000,
+	unaryDur: 5 * time.Second, seqWriteMiB: 512, fsyncN: 2000, commitRefN: 1000,
 }
 
 // env is what every scenario gets.
@@ -100,9 +107,10 @@ type env struct {
 	logf        func(string, ...any)
 
 	// Machine limits measured at the start, used by bars that refer to them.
-	nullP50  float64 // ms, plain grpc-go unary round trip
-	fsyncP99 float64 // ms, 4 KiB append + fsync
-	seqWrite float64 // MiB/s
+	nullP50   float64         // ms, plain grpc-go unary round trip
+	fsyncP99  float64         // ms, 4 KiB append + fsync
+	seqWrite  float64         // MiB/s, sequential write + one fdatasync
+	commitP99 map[int]float64 // ms, write + fdatasync of one group commit at P2's producer counts
 }
 
 // dataDir makes a fresh directory for one server instance.
@@ -126,6 +134,7 @@ type rowSpec struct {
 	peerName   string // label of a self-peer column
 	ratioLabel string
 	ratioAbs   bool // the per-run ratio is an absolute value (unit in ratioLabel)
+	cpu        bool // judge server CPU per 1M records against the peer's (cpuRows)
 }
 
 // group is a set of rows measured on one server instance per run.
@@ -230,6 +239,7 @@ func run(quick bool, sz sizes, only, outDir, repo string, keep bool, logf func(s
 	e.nullP50 = limStart.nullP50
 	e.fsyncP99 = limStart.fsyncP99
 	e.seqWrite = limStart.seqWrite
+	e.commitP99 = limStart.commitP99
 
 	failed := false
 	for _, g := range groups(e) {
@@ -238,6 +248,7 @@ func run(quick bool, sz sizes, only, outDir, repo string, keep bool, logf func(s
 		}
 		rows := runGroup(ctx, e, g)
 		rep.Rows = append(rep.Rows, rows...)
+		rep.Rows = append(rep.Rows, cpuRows(g.rows, rows)...)
 	}
 	logf("machine limits (end)")
 	currentGroup.Store("limits")
@@ -380,6 +391,9 @@ func aggregate(spec rowSpec, oursRuns, peerRuns []*runOut) report.Row {
 	var unavailable, failure error
 	collect := func(runs []*runOut, key string, side *report.Side, ratios *[]float64, notes bool) {
 		for _, o := range runs {
+			if o.skipped[key] {
+				continue
+			}
 			if err, ok := o.errs[key]; ok {
 				var u *errUnavailable
 				if errors.As(err, &u) {
@@ -431,6 +445,53 @@ func aggregate(spec rowSpec, oursRuns, peerRuns []*runOut) report.Row {
 		r.Notes = []string{r.Notes[0], r.Notes[len(r.Notes)-1]}
 	}
 	return r
+}
+
+// cpuBar is the version-2 CPU bar: for every P, C and S scenario with a
+// peer, sharelog's server CPU per 1M records is at most half the peer's.
+var cpuBar = report.AtMostBar(0.5, "server CPU-s per 1M records ≤ 0.5 × the peer's")
+
+// cpuRows derives one judged CPU row from every row whose spec says cpu
+// (the throughput rows of P, C and S scenarios with a JetStream peer):
+// the values are the server CPU-seconds per 1M records of each run, the
+// ratio ours/peer of their medians. specs and rows are in the same order
+// (runGroup's). A failed or unavailable source row gives a row in the same
+// state, so a CPU bar never silently disappears.
+func cpuRows(specs []rowSpec, rows []report.Row) []report.Row {
+	var out []report.Row
+	for i, spec := range specs {
+		if !spec.cpu || i >= len(rows) {
+			continue
+		}
+		r := rows[i]
+		c := report.Row{ID: "CPU", Name: r.ID + " " + r.Name, Unit: "CPU-s/1M rec", Dir: report.OursOverPeer,
+			RatioLabel: "ours/peer CPU", Bar: cpuBar, Status: r.Status, Reason: r.Reason}
+		if r.Status == report.OK {
+			for _, v := range r.Ours.CPU {
+				c.Ours.Add(v, nan, nan, nan, nan)
+			}
+			for _, v := range r.Peer.CPU {
+				c.Peer.Add(v, nan, nan, nan, nan)
+			}
+		}
+		c.Compute()
+		out = append(out, c)
+	}
+	return out
+}
+
+// commitRefText lists the group-commit reference p99 per producer count.
+func commitRefText(m map[int]float64) string {
+	var parts []string
+	for _, k := range commitRefProducers {
+		if v, ok := m[k]; ok {
+			parts = append(parts, fmt.Sprintf("%d KiB %.3f ms", commitBytes(k)/1024, v))
+		}
+	}
+	if len(parts) == 0 {
+		return "not measured"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func machineInfo() string {
@@ -494,7 +555,8 @@ func methods(e *env) []string {
 		"Every scenario verifies its own result and is printed as FAILED (no number) when the check fails: produce — distinct offsets/sequences and high watermark = records acknowledged; share consumers — every offset delivered exactly once with delivery count 1 (C1, C3) or accounted for (C4: accepted once, rejected, or archived at the delivery limit; none lost, none past the limit); change streams — record count, ascending offsets and for S2 the same key→offset map from OSO, ordered and auto; purge — new log start offset / first sequence and produce continuity.",
 		"A part whose RPCs answer UNIMPLEMENTED is reported as not available; it never fails the run.",
 		fmt.Sprintf("Cluster rows (X1–X3): each run starts a %d-node NATS cluster (child processes on loopback, routes between them, `sync_interval: always`) and sharelog instances with `--store jetstream --nats-replicas %d --lease-ttl %v` on it (one active, the others standbys). X1 and X2 measure both sides on that cluster in one run, alternating the order between runs; the peer's streams are R%d. X3 SIGKILLs the active instance under load; its value is the time to the first Produce started after the kill that succeeded (through a standby), and it FAILS on any acknowledged record or ACCEPT lost.", clusterNodes, clusterReplicas, e.sz.xLeaseTTL, clusterReplicas),
-		fmt.Sprintf("Bars that refer to machine limits use the start-of-run values: null gRPC p50 %.3f ms, fsync p99 %.3f ms.", e.nullP50, e.fsyncP99),
+		fmt.Sprintf("Bars that refer to machine limits use the start-of-run values: null gRPC p50 %.3f ms, fsync p99 %.3f ms, sequential write %.1f MiB/s, group-commit reference p99 %s.", e.nullP50, e.fsyncP99, e.seqWrite, commitRefText(e.commitP99)),
+		"Version-2 rows: P2's ack p99 is judged against 2 × the p99 of appending exactly one group commit's bytes (producers × 100 records × 1 KiB of value) to a file on the data directories' file system and calling fdatasync, plus 1 ms (the v1 4 KiB-fsync ratio stays as information). P1b (batch 1000, 4 producers, fsync never) and P2b (durable, batch 100, 16 producers) are record-value bytes per second (1 KiB × acknowledged records; keys, framing and indexes not counted) over the sequential write bandwidth: 1 MiB writes then one fdatasync, on the same file system. CPU rows: the server CPU-s per 1M records of every P, C and S throughput row with a JetStream peer (and S3), ours/peer ≤ 0.5. D1's one-record purges run after the large purge's measurement window, under the same produce load. S2 in -quick runs on a 1M-record partition of its own, in the first run of ours only, with one ordered scan per prefix.",
 		"Server CPU profile: `BENCH_SERVER_CPUPROFILE=<dir> go run ./cmd/bench -only <ID>` builds `./cmd/sharelog-prof` (the same server with a CPU profile written on shutdown) instead of `cmd/server`; inspect with `go tool pprof <dir>/<file>.pprof`.",
 	}
 }

@@ -60,13 +60,34 @@ func expectedCount(prefix []byte, n int64) int64 {
 
 var c1Consumers = []int{1, 4, 16}
 
+// s2Records is the size of the partition S2 runs on: at least a million
+// records also in the quick mode, where the C1/C2/S1 partition is smaller,
+// so the OSO and auto bars are judged at the shape they are set for.
+func (e *env) s2Records() int64 {
+	if e.sz.s2Records > 0 {
+		return e.sz.s2Records
+	}
+	return e.sz.prefill
+}
+
+// s2Reps is how many times one S2 measurement runs (the median counts):
+// three for the small prefixes, whose times are short and noisy, once for
+// the rest and, in the quick mode, once for every ordered scan (it reads
+// the whole partition whatever the prefix, so it is long and steady).
+func s2Reps(want, total int64, mode sharelogv1.OsoMode, orderedOnce bool) int {
+	if want*10 >= total || (orderedOnce && mode == sharelogv1.OsoMode_OSO_MODE_OFF) {
+		return 1
+	}
+	return 3
+}
+
 func prefilledGroup(e *env) group {
 	g := group{name: "C1/C2/S1/S2 on a prefilled partition", ids: []string{"C1", "C2", "S1", "S2"}, max: 40 * time.Minute}
 	for _, dur := range []string{"never", "always"} {
 		for _, n := range c1Consumers {
 			g.rows = append(g.rows, rowSpec{key: fmt.Sprintf("c1-%s-%d", dur, n), id: "C1",
 				name: fmt.Sprintf("ShareFetch 500 + ACCEPT of %s records, %d consumer(s), fsync %s", report.Human(float64(e.sz.prefill)), n, dur),
-				unit: "rec/s", dir: report.OursOverPeer, peer: true, bar: report.AtLeastBar(1.5, "≥ 1.5× JetStream pull + explicit ack")})
+				unit: "rec/s", dir: report.OursOverPeer, peer: true, cpu: true, bar: report.AtLeastBar(1.5, "≥ 1.5× JetStream pull + explicit ack")})
 		}
 		g.rows = append(g.rows, rowSpec{key: "c1-" + dur + "-scale", id: "C1", name: "16 consumers vs 4, fsync " + dur,
 			unit: "% of 4", dir: report.Custom, peer: true, ratioLabel: "ours 16/4", bar: report.AtLeastBar(0.9, "16 consumers ≥ 90% of 4")})
@@ -86,13 +107,13 @@ func prefilledGroup(e *env) group {
 		}
 	}
 	g.rows = append(g.rows, rowSpec{key: "s1", id: "S1", name: fmt.Sprintf("ordered change stream of the whole partition (%s records of 1 KiB)", report.Human(float64(e.sz.prefill))), unit: "rec/s",
-		dir: report.OursOverPeer, peer: true, bar: report.AtLeastBar(2, "≥ 2× JetStream ordered consumer replay")})
+		dir: report.OursOverPeer, peer: true, cpu: true, bar: report.AtLeastBar(2, "≥ 2× JetStream ordered consumer replay")})
 	for _, f := range s2Fractions {
 		bar := report.Bar{}
 		if f.name == "1%" {
 			bar = report.AtLeastBar(10, "OSO ≥ 10× faster at 1%")
 		}
-		g.rows = append(g.rows, rowSpec{key: "s2-oso-" + f.name, id: "S2", name: fmt.Sprintf("OSO vs ordered filtered scan, prefix = %s of %s records", f.name, report.Human(float64(e.sz.prefill))),
+		g.rows = append(g.rows, rowSpec{key: "s2-oso-" + f.name, id: "S2", name: fmt.Sprintf("OSO vs ordered filtered scan, prefix = %s of %s records", f.name, report.Human(float64(e.s2Records()))),
 			unit: "ms", dir: report.Custom, selfPeer: true, peerName: "(ordered, self)", ratioLabel: "ordered/OSO time", bar: bar})
 	}
 	for _, f := range s2Fractions {
@@ -249,16 +270,17 @@ func prefilledOurs(ctx context.Context, e *env, rep int, o *runOut) error {
 		hash     [3]*streamResult
 	}
 	s2 := map[string]*s2m{}
+	s2N, s2Topic := n, "data"
+	if e.s2Records() != n {
+		s2N, s2Topic = e.s2Records(), "s2data"
+	}
 	measure := func(cl *client, f fraction, mode sharelogv1.OsoMode, wantOSO int) (float64, *streamResult, error) {
-		want := expectedCount(f.prefix, n)
-		reps := 1
-		if want*10 < n {
-			reps = 3
-		}
+		want := expectedCount(f.prefix, s2N)
+		reps := s2Reps(want, s2N, mode, e.sz.s2OrderedOnce)
 		var times []float64
 		var last *streamResult
 		for range reps {
-			req := &sharelogv1.StreamChangesRequest{Topic: "data", EndOffset: ptr(n), OsoMode: mode}
+			req := &sharelogv1.StreamChangesRequest{Topic: s2Topic, EndOffset: ptr(s2N), OsoMode: mode}
 			if f.prefix != nil {
 				req.KeyPrefix = f.prefix
 			}
@@ -292,11 +314,37 @@ func prefilledOurs(ctx context.Context, e *env, rep int, o *runOut) error {
 	// on a restarted server with --oso-backfill=auto: both measured after
 	// the same restart, each after one unmeasured warm-up call.
 	warm := func(cl *client) error {
-		_, err := streamChanges(ctx, cl, &sharelogv1.StreamChangesRequest{Topic: "data", EndOffset: ptr(n),
+		_, err := streamChanges(ctx, cl, &sharelogv1.StreamChangesRequest{Topic: s2Topic, EndOffset: ptr(s2N),
 			OsoMode: sharelogv1.OsoMode_OSO_MODE_ON, KeyPrefix: s2Fractions[0].prefix}, nil)
 		return err
 	}
+	s2Run := !(e.sz.s2FirstRunOnly && rep > 0)
+	if !s2Run {
+		o.skip(append(s2keys("s2-oso-"), s2keys("s2-auto-")...))
+	}
+	if s2Run && s2Topic != "data" {
+		o.part(append(s2keys("s2-oso-"), s2keys("s2-auto-")...), func() error {
+			c, err := dial(p.grpcAddr)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			if err := createTopic(ctx, c, s2Topic, 1, 0); err != nil {
+				return err
+			}
+			t0 := time.Now()
+			if _, err := produceOurs(ctx, p.grpcAddr, produceSpec{topic: s2Topic, batch: 1000, producers: 2, total: s2N, maxDur: 10 * time.Minute,
+				value: payload(recordSize, 3), key: dataKey}); err != nil {
+				return fmt.Errorf("S2 prefill: %w", err)
+			}
+			e.logf("  prefilled %d records for S2 in %v", s2N, time.Since(t0).Round(time.Millisecond))
+			return nil
+		})
+	}
 	o.part(s2keys("s2-oso-"), func() error {
+		if !s2Run || o.errs["s2-oso-"+s2Fractions[0].name] != nil {
+			return nil // skipped, or the S2 prefill failed (its error is set)
+		}
 		if err := restart("--fsync", "never", "--oso-backfill", "enabled"); err != nil {
 			return err
 		}
@@ -332,6 +380,9 @@ func prefilledOurs(ctx context.Context, e *env, rep int, o *runOut) error {
 
 	// S2 auto on a restarted server with --oso-backfill=auto.
 	o.part(s2keys("s2-auto-"), func() error {
+		if !s2Run || o.errs["s2-auto-"+s2Fractions[0].name] != nil {
+			return nil
+		}
 		if err := restart("--fsync", "never", "--oso-backfill", "auto"); err != nil {
 			return err
 		}

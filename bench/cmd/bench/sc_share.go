@@ -408,7 +408,7 @@ func c4Group() group {
 	g.rows = []rowSpec{
 		{key: "c4-redeliver", id: "C4", name: "redelivery of a dead consumer's 500 locks, lock 1 s (max delay past expiry)", unit: "ms",
 			dir: report.Custom, peer: true, ratioLabel: "ms past expiry (ours max)", ratioAbs: true, bar: report.AtMostBar(100, "redelivery ≤ lock + 100 ms")},
-		{key: "c4-rate", id: "C4", name: "records settled per second during the scenario", unit: "rec/s", dir: report.OursOverPeer, peer: true},
+		{key: "c4-rate", id: "C4", name: "records settled per second during the scenario", unit: "rec/s", dir: report.OursOverPeer, peer: true, cpu: true},
 	}
 	g.ours = c4Ours
 	g.peer = c4Peer

@@ -56,11 +56,24 @@ func newMeas(value float64) meas {
 // runOut collects the measurements and per-row errors of one run of a
 // scenario group (one server instance, ours or peer).
 type runOut struct {
-	vals map[string]meas
-	errs map[string]error
+	vals    map[string]meas
+	errs    map[string]error
+	skipped map[string]bool // rows this run deliberately did not measure
 }
 
-func newRunOut() *runOut { return &runOut{vals: map[string]meas{}, errs: map[string]error{}} }
+func newRunOut() *runOut {
+	return &runOut{vals: map[string]meas{}, errs: map[string]error{}, skipped: map[string]bool{}}
+}
+
+// skip records that this run does not measure keys (and their self-peer
+// keys) on purpose, e.g. S2 in the quick mode's later runs; aggregate
+// leaves the run out of those rows instead of calling it a harness bug.
+func (o *runOut) skip(keys []string) {
+	for _, k := range keys {
+		o.skipped[k] = true
+		o.skipped[k+"#peer"] = true
+	}
+}
 
 func (o *runOut) set(key string, m meas) { o.vals[key] = m }
 

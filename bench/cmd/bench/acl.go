@@ -61,6 +61,11 @@ func aclDialOptions() []grpc.DialOption {
 		return nil
 	}
 	add := func(ctx context.Context) context.Context {
+		// A call that already names its principal (loadACL, as the super
+		// user) keeps it: the server refuses two authorization values.
+		if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md.Get("authorization")) > 0 {
+			return ctx
+		}
 		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+aclClientToken)
 	}
 	return []grpc.DialOption{

@@ -433,6 +433,10 @@ func TestClusterKillActiveInstance(t *testing.T) {
 	w.runProducers(ctx, stop, 3, &wg)
 	wg.Go(func() { w.consume(ctx, "m1", stop) })
 	time.Sleep(1500 * time.Millisecond)
+	// A member that acquires records and never acknowledges them, so the
+	// kill always leaves locks behind (m1 alone may have none in flight
+	// at the instant of the kill): they must come back.
+	held := w.hold(ctx, t, "holder")
 
 	a.kill(t)
 	killed := time.Now()
@@ -456,7 +460,40 @@ func TestClusterKillActiveInstance(t *testing.T) {
 	w.verify(t)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	require.NotEmpty(t, w.redeliv, "the records locked by the killed instance's session came back")
+	for _, off := range held {
+		require.Contains(t, w.redeliv, off, "offset %d, locked by the killed instance's session, did not come back", off)
+	}
+}
+
+// hold opens a share session for member, acquires records and never
+// acknowledges them; it records them as delivered and returns their
+// offsets.
+func (w *workload) hold(ctx context.Context, t *testing.T, member string) []int64 {
+	var held []int64
+	require.Eventually(t, func() bool {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		resp, err := w.sg.ShareFetch(cctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: member, MaxWaitMs: 500,
+			MaxRecords: proto.Int32(5), Topics: []*sharelogv1.ShareFetchTopic{{Topic: w.topic,
+				Partitions: []*sharelogv1.ShareFetchPartition{{Partition: 0}}}}})
+		if err != nil {
+			return false
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, tr := range resp.GetResponses() {
+			for _, p := range tr.GetPartitions() {
+				for _, a := range p.GetAcquiredRecords() {
+					for off := a.GetFirstOffset(); off <= a.GetLastOffset(); off++ {
+						w.delivered[off] = a.GetDeliveryCount()
+						held = append(held, off)
+					}
+				}
+			}
+		}
+		return len(held) > 0
+	}, 10*time.Second, 50*time.Millisecond, "the holder acquired nothing")
+	return held
 }
 
 // proxy is a TCP proxy to a NATS server that the test can cut.

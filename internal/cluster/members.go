@@ -26,6 +26,9 @@ type Member struct {
 	Addr string `json:"addr"`
 	// HTTPAddr is the REST gateway's address, empty when it is off.
 	HTTPAddr string `json:"http_addr,omitempty"`
+	// Mode is the instance's --cluster-mode: every instance of a
+	// deployment must run the same one (docs/cluster.md).
+	Mode string `json:"mode,omitempty"`
 }
 
 func memberKey(id string) string { return memberKeyPrefix + hex.EncodeToString([]byte(id)) }

@@ -51,6 +51,7 @@ type clusterNode struct {
 	lease   *cluster.Lease // set once opened
 	self    cluster.Member // this instance's ID and addresses (set by start)
 	part    *partitioned   // --cluster-mode=partitioned only (partitioned.go)
+	refused string         // why this instance refused to join (another --cluster-mode runs)
 	closers sync.WaitGroup // backends being closed
 }
 
@@ -105,7 +106,7 @@ func (n *clusterNode) start(grpcAddr string) {
 		addr = grpcAddr
 	}
 	n.mu.Lock()
-	n.self = cluster.Member{ID: c.instanceID(grpcAddr), Addr: addr, HTTPAddr: n.s.HTTPAddr()}
+	n.self = cluster.Member{ID: c.instanceID(grpcAddr), Addr: addr, HTTPAddr: n.s.HTTPAddr(), Mode: c.Mode}
 	n.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel
@@ -139,10 +140,23 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 	n.lease = lease
 	self := n.self
 	n.mu.Unlock()
+	// An instance of the other --cluster-mode must not join: the two modes
+	// decide ownership differently, and their writes would fence each
+	// other's. The one that starts second refuses, and stays out.
+	if other, ok := n.otherMode(ctx, lease, self); ok {
+		reason := fmt.Sprintf("instance %s at %s runs --cluster-mode %s, this one %s: every instance of a deployment must use the same mode",
+			other.ID, other.Addr, other.Mode, self.Mode)
+		n.mu.Lock()
+		n.refused = reason
+		n.mu.Unlock()
+		n.s.log.Error("refusing to join the cluster", "reason", reason)
+		return
+	}
 	// The heartbeat lists this instance in DescribeCluster and, in
 	// partitioned mode, in the live set partitions are placed over.
 	beatDone := make(chan struct{})
 	go func() { lease.RunHeartbeat(ctx, self); close(beatDone) }()
+	go n.watchModes(ctx, lease, self)
 	itemsDone := make(chan struct{})
 	if n.part == nil {
 		close(itemsDone)
@@ -170,6 +184,59 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 			n.apply(context.Background(), cluster.Status{Role: cluster.Standby})
 			return
 		case <-changed:
+		}
+	}
+}
+
+// otherMode returns a live instance (not self) that runs another
+// --cluster-mode, retrying the listing while NATS does not answer.
+func (n *clusterNode) otherMode(ctx context.Context, lease *cluster.Lease, self cluster.Member) (cluster.Member, bool) {
+	for {
+		lctx, cancel := context.WithTimeout(ctx, n.s.cfg.Cluster.LeaseTTL)
+		members, err := lease.Members(lctx)
+		cancel()
+		if err == nil {
+			for _, m := range members {
+				if m.ID != self.ID && m.Mode != "" && m.Mode != self.Mode {
+					return m, true
+				}
+			}
+			return cluster.Member{}, false
+		}
+		n.s.log.Warn("cannot list the cluster members; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return cluster.Member{}, false
+		case <-time.After(n.s.cfg.Cluster.LeaseTTL / 4):
+		}
+	}
+}
+
+// watchModes logs, once per instance, an error for every live instance
+// that runs another --cluster-mode (two instances started at the same
+// moment with different modes both pass the check at start).
+func (n *clusterNode) watchModes(ctx context.Context, lease *cluster.Lease, self cluster.Member) {
+	seen := map[string]bool{}
+	t := time.NewTicker(n.s.cfg.Cluster.LeaseTTL)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lctx, cancel := context.WithTimeout(ctx, n.s.cfg.Cluster.LeaseTTL)
+		members, err := lease.Members(lctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, m := range members {
+			if m.ID != self.ID && m.Mode != "" && m.Mode != self.Mode && !seen[m.ID] {
+				seen[m.ID] = true
+				n.s.log.Error("an instance of another --cluster-mode is in the cluster; stop it", "instance", m.ID, "addr", m.Addr,
+					"its_mode", m.Mode, "this_mode", self.Mode)
+			}
 		}
 	}
 }
@@ -383,6 +450,12 @@ func (n *clusterNode) status() (role cluster.Role, holder cluster.Holder, servin
 // disconnected.
 func (n *clusterNode) readinessChecks() []ReadinessCheck {
 	return []ReadinessCheck{{Service: "", Check: func() (string, bool) {
+		n.mu.RLock()
+		refused := n.refused
+		n.mu.RUnlock()
+		if refused != "" {
+			return "cluster: refused to join: " + refused, false
+		}
 		role, holder, serving := n.status()
 		n.setRoleHealth(role, serving, holder)
 		if n.part != nil {
@@ -430,6 +503,12 @@ func (n *clusterNode) setRoleHealth(role cluster.Role, serving bool, holder clus
 
 // roleLine is the one-line cluster role /readyz prints.
 func (n *clusterNode) roleLine() string {
+	n.mu.RLock()
+	refused := n.refused
+	n.mu.RUnlock()
+	if refused != "" {
+		return "cluster: refused to join: " + refused
+	}
 	role, holder, serving := n.status()
 	if n.part != nil {
 		line := "cluster: partitioned"

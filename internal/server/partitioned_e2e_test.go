@@ -4,11 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sharelog/sharelog/client/router"
 	"github.com/sharelog/sharelog/client/shareconsumer"
@@ -292,4 +297,44 @@ func TestPartitionedShareGroupsAndChangeStreams(t *testing.T) {
 			require.Equal(t, sharelogv1.StreamEndReason_STREAM_END_REASON_OK, last.GetReason())
 		}
 	}
+}
+
+// An instance started with the other --cluster-mode refuses to join: it
+// takes no lease, writes no heartbeat, says why in /readyz, and the
+// cluster goes on without it.
+func TestClusterModesDoNotMix(t *testing.T) {
+	js, err := jstest.Start(jstest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(js.Shutdown)
+	prefix := js.Prefix()
+	a := startClusterInstance(t, js, prefix, "a", partitionedMode)
+	a.waitReadyz(t, "cluster: partitioned", 10*time.Second)
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		_, err = a.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 2})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
+	waitOwners(t, a, 2, []string{"a"})
+
+	b := startClusterInstance(t, js, prefix, "b") // active-standby, the default
+	var body string
+	require.Eventually(t, func() bool {
+		var code int
+		code, body = b.readyz(t)
+		return code == http.StatusServiceUnavailable &&
+			strings.Contains(body, "refused to join: instance a at "+a.srv.GRPCAddr()+" runs --cluster-mode partitioned, this one active-standby")
+	}, 10*time.Second, 50*time.Millisecond, "readyz of b: %s", body)
+	_, err = b.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Partition: proto.Int32(0),
+		Records: []*sharelogv1.Record{{Value: []byte("x")}}})
+	require.Equal(t, codes.Unavailable, status.Code(err), "b serves nothing: %v", err)
+
+	// a keeps both partitions, does not list b, and serves.
+	time.Sleep(2 * time.Second) // two lease TTLs: b would have a heartbeat and a placement by now
+	dc, err := a.log.DescribeCluster(ctx, &sharelogv1.DescribeClusterRequest{})
+	require.NoError(t, err)
+	require.Len(t, dc.GetInstances(), 1)
+	for _, p := range dc.GetPartitions() {
+		require.Equal(t, "a", p.GetOwnerId())
+	}
+	require.Equal(t, int64(0), produceRetry(t, a, "t", 0, "v"))
 }

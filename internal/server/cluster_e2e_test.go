@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/jetstream/jslog"
@@ -58,6 +59,21 @@ func startClusterInstance(t *testing.T, js *jstest.Cluster, prefix, id string, m
 	return in
 }
 
+// createTopic creates a topic through log, retrying UNAVAILABLE: it is
+// retryable (a fresh NATS cluster may still be electing the leader of a
+// stream the call needs), as every client is told to.
+func createTopic(t *testing.T, log sharelogv1.LogServiceClient, name string, partitions int32) *sharelogv1.Topic {
+	t.Helper()
+	var resp *sharelogv1.Topic
+	var err error
+	require.Eventually(t, func() bool {
+		resp, err = log.CreateTopic(context.Background(), &sharelogv1.CreateTopicRequest{Name: name, Partitions: partitions})
+		return status.Code(err) != codes.Unavailable
+	}, 10*time.Second, 50*time.Millisecond, "last error: %v", err)
+	require.NoError(t, err)
+	return resp
+}
+
 // readyz is the instance's /readyz status and body.
 func (c *clusterInstance) readyz(t *testing.T) (int, string) {
 	t.Helper()
@@ -96,8 +112,7 @@ func TestClusterStandbyForwardsAndTakesOver(t *testing.T) {
 
 	ctx := context.Background()
 	// Everything through the standby: forwarded to a.
-	_, err = b.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 1})
-	require.NoError(t, err)
+	createTopic(t, b.log, "t", 1)
 	p := int32(0)
 	for i := range 3 {
 		resp, err := b.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Partition: &p,
@@ -222,8 +237,7 @@ func TestClusterOtherWriterIsFencedOrFollowed(t *testing.T) {
 	a := startClusterInstance(t, js, prefix, "a")
 	a.waitReadyz(t, "cluster: active", 10*time.Second)
 	ctx := context.Background()
-	_, err = a.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 1})
-	require.NoError(t, err)
+	createTopic(t, a.log, "t", 1)
 	p := int32(0)
 	produce := func() (*sharelogv1.ProduceResponse, error) {
 		return a.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Partition: &p, Records: []*sharelogv1.Record{{Value: []byte("a")}}})
@@ -274,8 +288,7 @@ func TestClusterShareStateConflictDeposes(t *testing.T) {
 	a := startClusterInstance(t, js, prefix, "a")
 	a.waitReadyz(t, "cluster: active", 10*time.Second)
 	ctx := context.Background()
-	_, err = a.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 1})
-	require.NoError(t, err)
+	createTopic(t, a.log, "t", 1)
 	p := int32(0)
 	_, err = a.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Partition: &p,
 		Records: []*sharelogv1.Record{{Value: []byte("1")}, {Value: []byte("2")}}})

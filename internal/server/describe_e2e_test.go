@@ -59,8 +59,7 @@ func TestClusterDescribeClusterActiveStandby(t *testing.T) {
 	b := startClusterInstance(t, js, prefix, "b")
 	b.waitReadyz(t, "cluster: standby, forwarding to a", 10*time.Second)
 	ctx := context.Background()
-	topic, err := b.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 2})
-	require.NoError(t, err)
+	topic := createTopic(t, b.log, "t", 2)
 
 	// Asked of the standby, answered (forwarded) by the active instance;
 	// both instances are listed once their heartbeats are in.

@@ -65,8 +65,7 @@ func TestClusterRouterSkipsTheHop(t *testing.T) {
 	b := startClusterInstance(t, js, prefix, "b")
 	b.waitReadyz(t, "cluster: standby, forwarding to a", 10*time.Second)
 	ctx := context.Background()
-	_, err = b.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 2})
-	require.NoError(t, err)
+	createTopic(t, b.log, "t", 2)
 
 	// The seed is the standby; calls go straight to the active instance.
 	d := &countingDialer{calls: map[string]int{}}
@@ -162,8 +161,7 @@ func TestClusterRouterChangeStreamFollowsTheOwner(t *testing.T) {
 	b := startClusterInstance(t, js, prefix, "b")
 	b.waitReadyz(t, "cluster: standby, forwarding to a", 10*time.Second)
 	ctx := context.Background()
-	_, err = b.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 1})
-	require.NoError(t, err)
+	createTopic(t, b.log, "t", 1)
 	p := int32(0)
 	produce := func(from, to int) {
 		t.Helper()

@@ -2,11 +2,13 @@ package server
 
 import (
 	"bytes"
+	stdjson "encoding/json"
 	"errors"
 	"io"
 	"strings"
 	"testing"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
@@ -180,4 +182,37 @@ func FuzzFastJSONProduce(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body string) {
 		decodeBoth(t, body, func(s string) io.Reader { return strings.NewReader(s) })
 	})
+}
+
+// The Produce answer is the JSON protojson writes (compacted: protojson
+// adds spaces at random to keep callers from depending on its bytes).
+func TestFastJSONProduceResponseMatchesProtojson(t *testing.T) {
+	for _, resp := range []*sharelogv1.ProduceResponse{
+		{},
+		{Results: []*sharelogv1.ProduceResult{}},
+		{Results: []*sharelogv1.ProduceResult{{}}},
+		{LogAppendTime: 1700000000123, Results: []*sharelogv1.ProduceResult{{Partition: 0, Offset: 0}, {Partition: 3, Offset: 41}}},
+		{LogAppendTime: -1, Results: []*sharelogv1.ProduceResult{{Partition: -2147483648, Offset: -9223372036854775808}}},
+		{LogAppendTime: 9223372036854775807, Results: []*sharelogv1.ProduceResult{{Partition: 2147483647, Offset: 9223372036854775807}}},
+	} {
+		want, err := jsonMarshaler.Marshal(resp)
+		require.NoError(t, err)
+		var compact bytes.Buffer
+		require.NoError(t, stdjson.Compact(&compact, want))
+		got, err := fastJSON{jsonMarshaler}.Marshal(resp)
+		require.NoError(t, err)
+		require.Equal(t, compact.String(), string(got))
+		// And through the gateway's marshaler stack.
+		got, err = ndjsonStreams{&runtime.HTTPBodyMarshaler{Marshaler: fastJSON{jsonMarshaler}}}.Marshal(resp)
+		require.NoError(t, err)
+		require.Equal(t, compact.String(), string(got))
+	}
+	// A nil answer and other messages are protojson's.
+	for _, v := range []any{(*sharelogv1.ProduceResponse)(nil), &sharelogv1.ProduceResult{Offset: 5}} {
+		want, err := jsonMarshaler.Marshal(v)
+		require.NoError(t, err)
+		got, err := fastJSON{jsonMarshaler}.Marshal(v)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got))
+	}
 }

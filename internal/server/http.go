@@ -93,7 +93,7 @@ func (m ndjsonStreams) Marshal(v any) ([]byte, error) {
 // /readyz and /metrics, all traced by otelhttp.
 func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (http.Handler, error) {
 	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, ndjsonStreams{&runtime.HTTPBodyMarshaler{Marshaler: jsonMarshaler}}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, ndjsonStreams{&runtime.HTTPBodyMarshaler{Marshaler: fastJSON{jsonMarshaler}}}),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		// gRPC response metadata (content-type and the like) is the
 		// transport's business, not the REST client's: no Grpc-Metadata-*

@@ -67,6 +67,9 @@ type sizes struct {
 	xLeaseTTL time.Duration
 	xBefore   time.Duration
 	xAfter    time.Duration
+	// X4: records per instance count (1, 2, 3) and run, spread evenly over
+	// its partitions; its cap is xCap.
+	x4Records int64
 
 	unaryDur    time.Duration
 	seqWriteMiB int
@@ -80,7 +83,7 @@ var quickSizes = sizes{
 	prefill: 100_000, s2Records: 1_000_000, s2FirstRunOnly: true, s2OrderedOnce: true, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second,
 	d1Total: 120_000, d1Purge: 100_000, d1Base: 1500 * time.Millisecond, s3Dur: 5 * time.Second,
 	k1Calls: 500, k2Recs: 100_000,
-	xRecords: 30_000, xCap: 60 * time.Second, xLeaseTTL: 2 * time.Second, xBefore: 2 * time.Second, xAfter: 2 * time.Second,
+	xRecords: 30_000, xCap: 60 * time.Second, xLeaseTTL: 2 * time.Second, xBefore: 2 * time.Second, xAfter: 2 * time.Second, x4Records: 30_000,
 	unaryDur: 2 * time.Second, seqWriteMiB: 256, fsyncN: 300, commitRefN: 200,
 }
 
@@ -90,7 +93,7 @@ var fullSizes = sizes{
 	prefill: 1_000_000, c1Cap: 180 * time.Second, c2Acks: 2000, c3Dur: 10 * time.Second, c4Recs: 50_000, c4Lock: time.Second,
 	d1Total: 1_200_000, d1Purge: 1_000_000, d1Base: 3 * time.Second, s3Dur: 60 * time.Second,
 	k1Calls: 2000, k2Recs: 400_000,
-	xRecords: 200_000, xCap: 180 * time.Second, xLeaseTTL: 5 * time.Second, xBefore: 5 * time.Second, xAfter: 5 * time.Second,
+	xRecords: 200_000, xCap: 180 * time.Second, xLeaseTTL: 5 * time.Second, xBefore: 5 * time.Second, xAfter: 5 * time.Second, x4Records: 240_000,
 	unaryDur: 5 * time.Second, seqWriteMiB: 512, fsyncN: 2000, commitRefN: 1000,
 }
 

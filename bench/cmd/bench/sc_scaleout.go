@@ -165,14 +165,14 @@ func x4Measure(ctx context.Context, e *env, nc *natsCluster, rep, n int, value [
 	}
 	// An owner serves a partition once it has re-read the stream's ends:
 	// until ListOffsets sent to it answers, a Produce could be refused.
+	// (Not DescribeTopic: on a partitioned instance it loads every
+	// partition of the topic and follows them all from then on, a cost the
+	// load would then pay on every instance.)
 	for p, id := range owners {
-		if err := retryUnavailable(ctx, 20*time.Second, func() error {
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			_, err := clients[id].log.ListOffsets(cctx, &sharelogv1.ListOffsetsRequest{Topic: x4Topic, Partition: p, Spec: sharelogv1.OffsetSpec_OFFSET_SPEC_LATEST})
-			return err
-		}); err != nil {
-			return nil, fmt.Errorf("ListOffsets of partition %d at its owner %s: %w", p, id, classify("LogService.ListOffsets", err))
+		if hw, err := latestOffset(ctx, clients[id], p, 20*time.Second); err != nil {
+			return nil, fmt.Errorf("partition %d at its owner %s: %w", p, id, err)
+		} else if hw != 0 {
+			return nil, fmt.Errorf("partition %d of the new topic has high watermark %d", p, hw)
 		}
 	}
 	addr := map[string]string{}
@@ -189,7 +189,7 @@ func x4Measure(ctx context.Context, e *env, nc *natsCluster, rep, n int, value [
 	for p := range int32(x4Partitions) {
 		wg.Go(func() {
 			results[p], errs[p] = produceOurs(ctx, addr[owners[p]], produceSpec{topic: x4Topic, partition: p, batch: x4Batch, producers: 1,
-				total: perPart, maxDur: e.sz.xCap, value: value})
+				total: perPart, maxDur: e.sz.xCap, value: value, noHWCheck: true})
 			if errs[p] != nil {
 				errs[p] = fmt.Errorf("partition %d (owner %s): %w", p, owners[p], errs[p])
 			}
@@ -207,6 +207,15 @@ func x4Measure(ctx context.Context, e *env, nc *natsCluster, rep, n int, value [
 		}
 		r.acked += res.acked
 		r.lat.Merge(&res.lat)
+		// produceOurs checked distinct offsets in [0, perPart); with the
+		// high watermark at perPart every acknowledged record is there.
+		hw, err := latestOffset(ctx, clients[owners[int32(p)]], int32(p), 20*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("partition %d: %w", p, err)
+		}
+		if hw != res.acked {
+			return nil, fmt.Errorf("partition %d: high watermark %d != %d records acknowledged", p, hw, res.acked)
+		}
 	}
 	// A partition that changed hands during the load was partly produced
 	// through a forward: not the cost this row measures.
@@ -260,4 +269,19 @@ func ownersText(owners map[int32]string) string {
 		parts = append(parts, id+": "+strings.Join(nums, ","))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// latestOffset is the partition's high watermark as ListOffsets(LATEST)
+// answers through c, retried while UNAVAILABLE (the owner may still be
+// taking the partition over) for at most within.
+func latestOffset(ctx context.Context, c *client, p int32, within time.Duration) (int64, error) {
+	var hw int64
+	err := retryUnavailable(ctx, within, func() error {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		resp, err := c.log.ListOffsets(cctx, &sharelogv1.ListOffsetsRequest{Topic: x4Topic, Partition: p, Spec: sharelogv1.OffsetSpec_OFFSET_SPEC_LATEST})
+		hw = resp.GetOffset()
+		return err
+	})
+	return hw, classify("LogService.ListOffsets", err)
 }

@@ -393,14 +393,23 @@ func phaseOf(ps ...*proc) multiMeter {
 }
 
 func (mm multiMeter) done() phaseResult {
+	r, _ := mm.doneEach()
+	return r
+}
+
+// doneEach is done, with each process's own result as well (in phaseOf's
+// order).
+func (mm multiMeter) doneEach() (phaseResult, []phaseResult) {
 	var r phaseResult
+	each := make([]phaseResult, len(mm))
 	for i, m := range mm {
 		d := m.done()
+		each[i] = d
 		if i == 0 {
 			r.elapsed = d.elapsed
 		}
 		r.cpu += d.cpu
 		r.rssMiB += d.rssMiB
 	}
-	return r
+	return r, each
 }

@@ -4,9 +4,11 @@ package main
 
 import (
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -312,5 +314,24 @@ func TestX4Rows(t *testing.T) {
 	o.set("x4", m)
 	if r := aggregate(bar, []*runOut{o}, nil); r.Verdict() != "**missed**" {
 		t.Errorf("1.23× must miss the bar: %s", r.Verdict())
+	}
+}
+
+func TestMultiMeterDoneEach(t *testing.T) {
+	self := &proc{name: "self", pid: os.Getpid()}
+	mm := phaseOf(self, self)
+	deadline := time.Now().Add(30 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ { // some CPU for the meters to see
+		_ = x * x
+	}
+	sum, each := mm.doneEach()
+	if len(each) != 2 {
+		t.Fatalf("%d results for 2 processes", len(each))
+	}
+	if sum.cpu != each[0].cpu+each[1].cpu || sum.rssMiB != each[0].rssMiB+each[1].rssMiB || sum.elapsed != each[0].elapsed {
+		t.Fatalf("sum %+v is not the sum of %+v", sum, each)
+	}
+	if each[0].elapsed <= 0 || each[0].rssMiB <= 0 {
+		t.Fatalf("nothing measured: %+v", each[0])
 	}
 }

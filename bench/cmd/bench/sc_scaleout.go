@@ -82,6 +82,7 @@ type x4Result struct {
 	elapsed  time.Duration
 	lat      stats.Latencies
 	sharelog phaseResult // summed over the instances
+	perInst  []string    // each instance's CPU, "a 0.41 s"
 	nats     phaseResult // summed over the NATS nodes
 	owners   map[int32]string
 }
@@ -117,9 +118,9 @@ func x4Run(ctx context.Context, e *env, rep int, o *runOut) error {
 			slm := newMeas(r.sharelog.cpuPerM(r.acked))
 			slm.p50, slm.p99 = r.lat.PercentileMs(50), r.lat.PercentileMs(99)
 			slm.cpu, slm.rss = slm.value, r.sharelog.rssMiB
-			slm.note = fmt.Sprintf("run %d: %d records, %s rec/s, produce p50/p99 %s / %s ms, owners %s; NATS nodes %s CPU-s/1M rec",
+			slm.note = fmt.Sprintf("run %d: %d records, %s rec/s, produce p50/p99 %s / %s ms, owners %s; CPU per instance %s; NATS nodes %s CPU-s/1M rec",
 				rep+1, r.acked, report.Human(r.rate()), report.Human(slm.p50), report.Human(slm.p99), ownersText(r.owners),
-				report.Human(r.nats.cpuPerM(r.acked)))
+				strings.Join(r.perInst, ", "), report.Human(r.nats.cpuPerM(r.acked)))
 			nm := newMeas(r.nats.cpuPerM(r.acked))
 			nm.cpu, nm.rss = nm.value, r.nats.rssMiB
 			o.set(x4Key(n), slm)
@@ -204,7 +205,12 @@ func x4Measure(ctx context.Context, e *env, nc *natsCluster, rep, n int, value [
 	}
 	wg.Wait()
 	r := &x4Result{elapsed: time.Since(t0), owners: owners}
-	r.sharelog, r.nats = msl.done(), mnats.done()
+	var each []phaseResult
+	r.sharelog, each = msl.doneEach()
+	r.nats = mnats.done()
+	for i, ph := range each {
+		r.perInst = append(r.perInst, fmt.Sprintf("%s %.2f s", cl.ids[i], ph.cpu.Seconds()))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -2,18 +2,22 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
 // The X rows run sharelog in cluster mode (docs/cluster.md): a 3-node NATS
@@ -173,10 +177,16 @@ func (c *sharelogCluster) procs() []*proc {
 
 func (c *sharelogCluster) stop() {
 	// sharelog first: a clean shutdown releases the lease in NATS.
+	c.stopMembers()
+	c.nats.stop()
+}
+
+// stopMembers stops the sharelog instances only, leaving the NATS cluster
+// running for the next set of instances.
+func (c *sharelogCluster) stopMembers() {
 	for _, m := range c.members {
 		_ = m.stop()
 	}
-	c.nats.stop()
 }
 
 // startCluster starts a NATS cluster and n sharelog instances in cluster
@@ -217,6 +227,108 @@ func (e *env) startCluster(ctx context.Context, name string, n int, ttl time.Dur
 		}
 	}
 	return c, nil
+}
+
+// startPartitioned starts n sharelog instances in --cluster-mode
+// partitioned on the running NATS cluster nc, under their own NATS name
+// prefix, so a set of instances started earlier on the same cluster (and
+// stopped) leaves them nothing to see: no leases, topics or share state.
+// It returns once the first one (id "a") coordinates the share groups and
+// every other one is ready and names "a" as the coordinator. Stop them with
+// stopMembers; nc keeps running.
+func (e *env) startPartitioned(ctx context.Context, name string, nc *natsCluster, prefix string, n int, ttl time.Duration) (*sharelogCluster, error) {
+	c := &sharelogCluster{nats: nc}
+	for i := range n {
+		id := string(rune('a' + i))
+		d, err := e.dataDir(name + "-" + id)
+		if err != nil {
+			c.stopMembers()
+			return nil, err
+		}
+		p, err := startSharelog(e.sharelogBin, d, "--store", "jetstream", "--cluster-mode", "partitioned", "--nats-url", nc.url(),
+			"--nats-replicas", fmt.Sprint(clusterReplicas), "--nats-prefix", prefix, "--instance-id", id, "--lease-ttl", ttl.String())
+		if err != nil {
+			c.stopMembers()
+			return nil, err
+		}
+		c.members = append(c.members, p)
+		c.ids = append(c.ids, id)
+		want := "share groups coordinated by a "
+		if i == 0 {
+			want = "share-group coordinator"
+		}
+		if err := waitReadyz(ctx, p, want, 60*time.Second); err != nil {
+			c.stopMembers()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// partitionSpread checks DescribeCluster's partition list for topic: each
+// of its n partitions has an owner among live, and every live instance owns
+// ⌊n/m⌋ or ⌈n/m⌉ of them (m = len(live)), the placement the partitioned
+// mode converges to. It returns partition → owner ID, or why not yet.
+func partitionSpread(parts []*sharelogv1.PartitionOwner, topic string, n int, live []string) (map[int32]string, error) {
+	owners := map[int32]string{}
+	count := map[string]int{}
+	for _, p := range parts {
+		if p.GetTopic() != topic {
+			continue
+		}
+		if p.GetPartition() < 0 || int(p.GetPartition()) >= n {
+			return nil, fmt.Errorf("partition %d listed, the topic has %d", p.GetPartition(), n)
+		}
+		if _, dup := owners[p.GetPartition()]; dup {
+			return nil, fmt.Errorf("partition %d listed twice", p.GetPartition())
+		}
+		if p.GetOwnerId() == "" {
+			return nil, fmt.Errorf("partition %d has no owner yet", p.GetPartition())
+		}
+		if !slices.Contains(live, p.GetOwnerId()) {
+			return nil, fmt.Errorf("partition %d owned by %q, not one of %v", p.GetPartition(), p.GetOwnerId(), live)
+		}
+		owners[p.GetPartition()] = p.GetOwnerId()
+		count[p.GetOwnerId()]++
+	}
+	if len(owners) != n {
+		return nil, fmt.Errorf("%d of %d partitions listed", len(owners), n)
+	}
+	lo, hi := n/len(live), (n+len(live)-1)/len(live)
+	for _, id := range live {
+		if count[id] < lo || count[id] > hi {
+			return nil, fmt.Errorf("instance %s owns %d partitions, want %d to %d (owners %v)", id, count[id], lo, hi, owners)
+		}
+	}
+	return owners, nil
+}
+
+// waitSpread asks DescribeCluster through c until partitionSpread accepts
+// the answer, for at most within.
+func waitSpread(ctx context.Context, c *client, topic string, n int, live []string, within time.Duration) (map[int32]string, error) {
+	deadline := time.Now().Add(within)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := c.log.DescribeCluster(cctx, &sharelogv1.DescribeClusterRequest{})
+		cancel()
+		var owners map[int32]string
+		if err == nil {
+			owners, err = partitionSpread(resp.GetPartitions(), topic, n, live)
+		} else {
+			err = classify("LogService.DescribeCluster", err)
+		}
+		if err == nil {
+			return owners, nil
+		}
+		var u *errUnavailable
+		if errors.As(err, &u) {
+			return nil, err
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("the %d partitions of %s not spread over %v within %v: %w", n, topic, live, within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // readyz is the instance's /readyz answer: status code and body.
@@ -281,14 +393,23 @@ func phaseOf(ps ...*proc) multiMeter {
 }
 
 func (mm multiMeter) done() phaseResult {
+	r, _ := mm.doneEach()
+	return r
+}
+
+// doneEach is done, with each process's own result as well (in phaseOf's
+// order).
+func (mm multiMeter) doneEach() (phaseResult, []phaseResult) {
 	var r phaseResult
+	each := make([]phaseResult, len(mm))
 	for i, m := range mm {
 		d := m.done()
+		each[i] = d
 		if i == 0 {
 			r.elapsed = d.elapsed
 		}
 		r.cpu += d.cpu
 		r.rssMiB += d.rssMiB
 	}
-	return r
+	return r, each
 }

@@ -1,15 +1,21 @@
 package main
 
-// Tests of the cluster rows' pure parts (X1–X3): no server, no network.
+// Tests of the cluster rows' pure parts (X1–X4): no server, no network.
 
 import (
 	"errors"
+	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sharelog/sharelog/bench/internal/report"
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
 func TestNATSClusterConf(t *testing.T) {
@@ -154,21 +160,29 @@ func TestClusterRowsSelectable(t *testing.T) {
 				if !anyWanted(g.ids, map[string]bool{id: true}) || g.ours == nil || len(g.rows) == 0 {
 					t.Errorf("group %s cannot run alone", g.name)
 				}
+				judged := 0
 				for _, r := range g.rows {
-					if r.bar.Text == "" {
-						t.Errorf("%s row %s has no bar", id, r.key)
+					if r.bar.Op != report.NoBar {
+						judged++
+						if r.bar.Text == "" {
+							t.Errorf("%s row %s has a bar without its text", id, r.key)
+						}
 					}
+				}
+				if judged == 0 {
+					t.Errorf("%s has no judged row", id)
 				}
 			}
 		}
 	}
-	for _, id := range []string{"X1", "X2", "X3"} {
+	for _, id := range []string{"X1", "X2", "X3", "X4"} {
 		if !seen[id] {
 			t.Errorf("no group runs %s", id)
 		}
 	}
 	for _, sz := range []sizes{quickSizes, fullSizes} {
-		if sz.xRecords <= 0 || sz.xCap <= 0 || sz.xLeaseTTL <= 0 || sz.xBefore <= 0 || sz.xAfter <= 0 {
+		if sz.xRecords <= 0 || sz.xCap <= 0 || sz.xLeaseTTL <= 0 || sz.xBefore <= 0 || sz.xAfter <= 0 ||
+			sz.x4Records <= 0 || sz.x4Records%x4Partitions != 0 {
 			t.Errorf("cluster sizes not set: %+v", sz)
 		}
 	}
@@ -191,5 +205,133 @@ func TestProfileLabel(t *testing.T) {
 		"--nats-replicas", "3", "--instance-id", "a", "--lease-ttl", "2s"})
 	if strings.ContainsAny(got, "/:,") || len(got) > 80 || !strings.HasSuffix(got, "instance-id_a_lease-ttl_2s") {
 		t.Errorf("profileLabel of cluster flags: %q", got)
+	}
+}
+
+func owned(topic string, owners ...string) []*sharelogv1.PartitionOwner {
+	out := make([]*sharelogv1.PartitionOwner, len(owners))
+	for i, id := range owners {
+		out[i] = &sharelogv1.PartitionOwner{Topic: topic, Partition: int32(i), OwnerId: id}
+	}
+	return out
+}
+
+func TestPartitionSpread(t *testing.T) {
+	live := []string{"a", "b", "c"}
+	// Another topic's partitions are not counted.
+	parts := append(owned("x4", "a", "b", "c", "a", "b", "c"), owned("other", "a", "a", "a", "a")...)
+	got, err := partitionSpread(parts, "x4", 6, live)
+	if err != nil {
+		t.Fatalf("an even spread: %v", err)
+	}
+	if len(got) != 6 || got[0] != "a" || got[4] != "b" || got[5] != "c" {
+		t.Fatalf("owners %v", got)
+	}
+	// 7 over 3: 2 or 3 each is balanced within one.
+	if _, err := partitionSpread(owned("t", "a", "a", "a", "b", "b", "c", "c"), "t", 7, live); err != nil {
+		t.Fatalf("7 over 3 as 3/2/2: %v", err)
+	}
+	for _, c := range []struct {
+		name  string
+		parts []*sharelogv1.PartitionOwner
+		n     int
+		want  string
+	}{
+		{"an instance over its share", owned("x4", "a", "a", "a", "a", "b", "c"), 6, "owns 4 partitions"},
+		{"a live instance owning none", owned("x4", "a", "a", "b", "b"), 4, "instance c owns 0"},
+		{"a partition without owner", owned("x4", "a", "b", "c", "a", "b", ""), 6, "no owner"},
+		{"an owner not live", owned("x4", "a", "b", "c", "a", "b", "d"), 6, "not one of"},
+		{"a partition missing", owned("x4", "a", "b", "c", "a", "b"), 6, "5 of 6"},
+		{"a partition beyond the count", owned("x4", "a", "b", "c", "a", "b", "c", "a"), 6, "partition 6 listed"},
+		{"a partition twice", append(owned("x4", "a", "b", "c", "a", "b", "c"), &sharelogv1.PartitionOwner{Topic: "x4", Partition: 2, OwnerId: "c"}), 6, "listed twice"},
+	} {
+		if _, err := partitionSpread(c.parts, "x4", c.n, live); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+	// One instance owns everything.
+	if _, err := partitionSpread(owned("x4", "a", "a", "a", "a", "a", "a"), "x4", 6, []string{"a"}); err != nil {
+		t.Fatalf("one instance: %v", err)
+	}
+}
+
+func TestMovedPartitions(t *testing.T) {
+	before := map[int32]string{0: "a", 1: "b", 2: "c"}
+	if got := movedPartitions(before, map[int32]string{0: "a", 1: "b", 2: "c"}); len(got) != 0 {
+		t.Fatalf("nothing moved: %v", got)
+	}
+	got := movedPartitions(before, map[int32]string{0: "a", 1: "c", 2: "c", 3: "a"})
+	if want := []string{"1: b → c", "3: none → a"}; !slices.Equal(got, want) {
+		t.Fatalf("moved %v, want %v", got, want)
+	}
+	if got := ownersText(map[int32]string{3: "b", 0: "a", 1: "b", 2: "a"}); got != "a: 0,2; b: 1,3" {
+		t.Errorf("ownersText: %q", got)
+	}
+}
+
+func TestX4Rows(t *testing.T) {
+	// Every instance count once per run, the order reversed every other run.
+	if got := x4Order(0); !slices.Equal(got, []int{1, 2, 3}) {
+		t.Errorf("run 1 order %v", got)
+	}
+	if got := x4Order(1); !slices.Equal(got, []int{3, 2, 1}) {
+		t.Errorf("run 2 order %v", got)
+	}
+	if !slices.Equal(x4Instances, []int{1, 2, 3}) {
+		t.Errorf("instance counts %v, want 1, 2, 3", x4Instances)
+	}
+	for _, n := range x4Instances {
+		if x4Partitions%n != 0 {
+			t.Errorf("%d partitions do not spread evenly over %d instances", x4Partitions, n)
+		}
+	}
+	// One informational row per instance count, then the judged ratio of 3
+	// instances over 1 with its bar at 1.2×.
+	g := x4Group()
+	if len(g.rows) != len(x4Instances)+1 || g.ours == nil || !slices.Equal(g.ids, []string{"X4"}) {
+		t.Fatalf("X4 group: %d rows, ids %v", len(g.rows), g.ids)
+	}
+	for i, n := range x4Instances {
+		r := g.rows[i]
+		if r.key != x4Key(n) || r.bar.Op != report.NoBar || !r.selfPeer || r.cpu {
+			t.Errorf("row for %d instance(s): %+v", n, r)
+		}
+	}
+	bar := g.rows[len(g.rows)-1]
+	if bar.key != "x4" || bar.bar.Op != report.AtMost || bar.bar.Threshold != 1.2 || bar.dir != report.Custom || !bar.selfPeer {
+		t.Fatalf("bar row: %+v", bar)
+	}
+	// The ratio is ours (3 instances) over the self-peer (1 instance).
+	o := newRunOut()
+	m := newMeas(36)
+	m.ratio = 36.0 / 30
+	o.set("x4", m)
+	o.set("x4#peer", newMeas(30))
+	if r := aggregate(bar, []*runOut{o}, nil); r.Ratio != 1.2 || r.Verdict() != "met" {
+		t.Errorf("1.2× must meet the bar: ratio %v, %s", r.Ratio, r.Verdict())
+	}
+	m.ratio = 37.0 / 30
+	o.set("x4", m)
+	if r := aggregate(bar, []*runOut{o}, nil); r.Verdict() != "**missed**" {
+		t.Errorf("1.23× must miss the bar: %s", r.Verdict())
+	}
+}
+
+func TestMultiMeterDoneEach(t *testing.T) {
+	self := &proc{name: "self", pid: os.Getpid()}
+	mm := phaseOf(self, self)
+	deadline := time.Now().Add(30 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ { // some CPU for the meters to see
+		_ = x * x
+	}
+	sum, each := mm.doneEach()
+	if len(each) != 2 {
+		t.Fatalf("%d results for 2 processes", len(each))
+	}
+	if sum.cpu != each[0].cpu+each[1].cpu || sum.rssMiB != each[0].rssMiB+each[1].rssMiB || sum.elapsed != each[0].elapsed {
+		t.Fatalf("sum %+v is not the sum of %+v", sum, each)
+	}
+	if each[0].elapsed <= 0 || each[0].rssMiB <= 0 {
+		t.Fatalf("nothing measured: %+v", each[0])
 	}
 }

@@ -67,6 +67,9 @@ type sizes struct {
 	xLeaseTTL time.Duration
 	xBefore   time.Duration
 	xAfter    time.Duration
+	// X4: records per instance count (1, 2, 3) and run, spread evenly over
+	// its partitions; its cap is xCap.
+	x4Records int64
 
 	unaryDur    time.Duration
 	seqWriteMiB int
@@ -80,7 +83,7 @@ var quickSizes = sizes{
 	prefill: 100_000, s2Records: 1_000_000, s2FirstRunOnly: true, s2OrderedOnce: true, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second,
 	d1Total: 120_000, d1Purge: 100_000, d1Base: 1500 * time.Millisecond, s3Dur: 5 * time.Second,
 	k1Calls: 500, k2Recs: 100_000,
-	xRecords: 30_000, xCap: 60 * time.Second, xLeaseTTL: 2 * time.Second, xBefore: 2 * time.Second, xAfter: 2 * time.Second,
+	xRecords: 30_000, xCap: 60 * time.Second, xLeaseTTL: 2 * time.Second, xBefore: 2 * time.Second, xAfter: 2 * time.Second, x4Records: 30_000,
 	unaryDur: 2 * time.Second, seqWriteMiB: 256, fsyncN: 300, commitRefN: 200,
 }
 
@@ -90,7 +93,7 @@ var fullSizes = sizes{
 	prefill: 1_000_000, c1Cap: 180 * time.Second, c2Acks: 2000, c3Dur: 10 * time.Second, c4Recs: 50_000, c4Lock: time.Second,
 	d1Total: 1_200_000, d1Purge: 1_000_000, d1Base: 3 * time.Second, s3Dur: 60 * time.Second,
 	k1Calls: 2000, k2Recs: 400_000,
-	xRecords: 200_000, xCap: 180 * time.Second, xLeaseTTL: 5 * time.Second, xBefore: 5 * time.Second, xAfter: 5 * time.Second,
+	xRecords: 200_000, xCap: 180 * time.Second, xLeaseTTL: 5 * time.Second, xBefore: 5 * time.Second, xAfter: 5 * time.Second, x4Records: 240_000,
 	unaryDur: 5 * time.Second, seqWriteMiB: 512, fsyncN: 2000, commitRefN: 1000,
 }
 
@@ -554,7 +557,7 @@ func methods(e *env) []string {
 		"Throughput rows: records acknowledged (or consumed) divided by the wall time of the phase. Latency rows: per-call wall time in the client. p50/p99 by nearest rank.",
 		"Every scenario verifies its own result and is printed as FAILED (no number) when the check fails: produce — distinct offsets/sequences and high watermark = records acknowledged; share consumers — every offset delivered exactly once with delivery count 1 (C1, C3) or accounted for (C4: accepted once, rejected, or archived at the delivery limit; none lost, none past the limit); change streams — record count, ascending offsets and for S2 the same key→offset map from OSO, ordered and auto; purge — new log start offset / first sequence and produce continuity.",
 		"A part whose RPCs answer UNIMPLEMENTED is reported as not available; it never fails the run.",
-		fmt.Sprintf("Cluster rows (X1–X3): each run starts a %d-node NATS cluster (child processes on loopback, routes between them, `sync_interval: always`) and sharelog instances with `--store jetstream --nats-replicas %d --lease-ttl %v` on it (one active, the others standbys). X1 and X2 measure both sides on that cluster in one run, alternating the order between runs; the peer's streams are R%d. X3 SIGKILLs the active instance under load; its value is the time to the first Produce started after the kill that succeeded (through a standby), and it FAILS on any acknowledged record or ACCEPT lost.", clusterNodes, clusterReplicas, e.sz.xLeaseTTL, clusterReplicas),
+		fmt.Sprintf("Cluster rows (X1–X4): each run starts a %d-node NATS cluster (child processes on loopback, routes between them, `sync_interval: always`) and sharelog instances with `--store jetstream --nats-replicas %d --lease-ttl %v` on it (one active, the others standbys). X1 and X2 measure both sides on that cluster in one run, alternating the order between runs; the peer's streams are R%d. X3 SIGKILLs the active instance under load; its value is the time to the first Produce started after the kill that succeeded (through a standby), and it FAILS on any acknowledged record or ACCEPT lost. X4 runs sets of 1, 2 and 3 instances with `--cluster-mode partitioned --lease-ttl %v` one after the other on one NATS cluster, each with the same load (%d records over %d partitions, one producer per partition calling the partition's owner); its bar is the sharelog CPU per record with 3 instances over that with 1.", clusterNodes, clusterReplicas, e.sz.xLeaseTTL, clusterReplicas, x4LeaseTTL, e.sz.x4Records, x4Partitions),
 		fmt.Sprintf("Bars that refer to machine limits use the start-of-run values: null gRPC p50 %.3f ms, fsync p99 %.3f ms, sequential write %.1f MiB/s, group-commit reference p99 %s.", e.nullP50, e.fsyncP99, e.seqWrite, commitRefText(e.commitP99)),
 		"Version-2 rows: P2's ack p99 is judged against 2 × the p99 of appending exactly one group commit's bytes (producers × 100 records × 1 KiB of value) to a file on the data directories' file system and calling fdatasync, plus 1 ms (the v1 4 KiB-fsync ratio stays as information). P1b (batch 1000, 4 producers, fsync never) and P2b (durable, batch 100, 16 producers) are record-value bytes per second (1 KiB × acknowledged records; keys, framing and indexes not counted) over the sequential write bandwidth: 1 MiB writes then one fdatasync, on the same file system. CPU rows: the server CPU-s per 1M records of every P, C and S throughput row with a JetStream peer (and S3), ours/peer ≤ 0.5. D1's one-record purges run after the large purge's measurement window, under the same produce load. S2 in -quick runs on a 1M-record partition of its own, in the first run of ours only, with one ordered scan per prefix.",
 		"Server CPU profile: `BENCH_SERVER_CPUPROFILE=<dir> go run ./cmd/bench -only <ID>` builds `./cmd/sharelog-prof` (the same server with a CPU profile written on shutdown) instead of `cmd/server`; inspect with `go tool pprof <dir>/<file>.pprof`.",

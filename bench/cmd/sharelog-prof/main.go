@@ -40,6 +40,8 @@ func main() {
 	flag.IntVar(&cfg.Cluster.NATSReplicas, "nats-replicas", cfg.Cluster.NATSReplicas, "replicas of every stream and bucket")
 	flag.StringVar(&cfg.Cluster.InstanceID, "instance-id", cfg.Cluster.InstanceID, "this instance's name in the cluster")
 	flag.DurationVar(&cfg.Cluster.LeaseTTL, "lease-ttl", cfg.Cluster.LeaseTTL, "ownership lease time to live")
+	flag.StringVar(&cfg.Cluster.NATSPrefix, "nats-prefix", cfg.Cluster.NATSPrefix, "prefix of every stream, subject and bucket")
+	flag.StringVar(&cfg.Cluster.Mode, "cluster-mode", cfg.Cluster.Mode, "active-standby or partitioned")
 	flag.StringVar(&logFormat, "log-format", "json", "json (only)")
 	flag.StringVar(&logLevel, "log-level", "info", "log level")
 	flag.StringVar(&profile, "cpuprofile", "", "write a CPU profile here on shutdown")

@@ -155,6 +155,17 @@ func (p *partition) shutdown(err error) {
 	p.watch.Shutdown(err)
 }
 
+// knownBounds is bounds without loading: loaded is false while this
+// instance does not follow the partition.
+func (p *partition) knownBounds() (ls, hw int64, loaded bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gone != nil {
+		return 0, 0, false, p.gone
+	}
+	return p.logStart, p.hw, p.loaded, nil
+}
+
 func (p *partition) bounds() (int64, int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

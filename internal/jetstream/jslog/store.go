@@ -147,7 +147,13 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 		return nil, sljs.Wrap(ctx, "open the topic metadata bucket", err, logstore.ErrStorage)
 	}
 	wctx, stop := context.WithCancel(context.Background())
-	w, err := s.kv.WatchAll(wctx)
+	var w njs.KeyWatcher
+	// Creating the watch's consumer can time out while the meta layer is
+	// busy (a bucket another instance has just created): transient.
+	err = sljs.Retry(octx, func(context.Context) (err error) {
+		w, err = s.kv.WatchAll(wctx)
+		return err
+	})
 	if err != nil {
 		stop()
 		return nil, sljs.Wrap(ctx, "watch the topic metadata bucket", err, logstore.ErrStorage)
@@ -514,19 +520,25 @@ func (s *Store) Topic(ctx context.Context, name string) (logstore.TopicInfo, []l
 	defer cancel()
 	parts := make([]logstore.PartitionInfo, len(t.parts))
 	for i, p := range t.parts {
-		if err := p.load(octx); err != nil {
-			return logstore.TopicInfo{}, nil, err
-		}
+		// The stream's state gives the bounds; describing a topic does not
+		// start following its partitions (in partitioned mode that would
+		// make every instance that answers DescribeTopic read every record
+		// of partitions it does not own). A partition this instance follows
+		// may know a little more (appends acknowledged here, a purge seen
+		// by a read), never less.
 		st, err := s.js.Stream(octx, p.stream)
 		if err != nil {
 			return logstore.TopicInfo{}, nil, p.streamErr(ctx, "describe", err)
 		}
-		ls, hw, err := p.bounds()
-		if err != nil {
+		state := st.CachedInfo().State
+		ls, hw := int64(max(state.FirstSeq, 1))-1, int64(state.LastSeq)
+		if kls, khw, loaded, err := p.knownBounds(); err != nil {
 			return logstore.TopicInfo{}, nil, err
+		} else if loaded {
+			ls, hw = max(ls, kls), max(hw, khw)
 		}
 		parts[i] = logstore.PartitionInfo{Partition: p.id, LogStartOffset: ls, HighWatermark: hw,
-			SizeBytes: int64(st.CachedInfo().State.Bytes), SegmentCount: 1}
+			SizeBytes: int64(state.Bytes), SegmentCount: 1}
 	}
 	return t.info, parts, nil
 }

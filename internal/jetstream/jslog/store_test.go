@@ -304,3 +304,39 @@ func TestResyncBeforeTakingOver(t *testing.T) {
 	require.NoError(t, err, "not fenced after a resync")
 	assert.Equal(t, int64(3), base)
 }
+
+// Describing a topic reads each partition's bounds from its stream and
+// does not start following the partitions: an instance that answers
+// DescribeTopic must not go on reading partitions it does not serve.
+func TestTopicDoesNotFollow(t *testing.T) {
+	t.Parallel()
+	a, b := pair(t)
+	_, err := a.CreateTopic(bg, "described", 2, logstore.TopicConfig{RetentionMs: -1})
+	require.NoError(t, err)
+	for i := range 5 {
+		_, err := a.Append(bg, "described", 1, []logstore.Record{rec("k", fmt.Sprint(i))})
+		require.NoError(t, err)
+	}
+	_, err = a.DeleteRecordsBefore(bg, "described", 1, 2)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, err := b.TopicID("described"); return err == nil }, waitTimeout, 5*time.Millisecond)
+
+	_, parts, err := b.Topic(bg, "described")
+	require.NoError(t, err)
+	require.Len(t, parts, 2)
+	assert.Equal(t, int64(0), parts[0].HighWatermark)
+	assert.Equal(t, int64(2), parts[1].LogStartOffset, "the purge, from the stream's first sequence")
+	assert.Equal(t, int64(5), parts[1].HighWatermark, "the end, from the stream's last sequence")
+	for i := range int32(2) {
+		p, err := b.partition("described", i)
+		require.NoError(t, err)
+		p.mu.Lock()
+		loaded := p.loaded
+		p.mu.Unlock()
+		assert.False(t, loaded, "partition %d is followed after a describe", i)
+	}
+	// The writer's own view agrees.
+	_, own, err := a.Topic(bg, "described")
+	require.NoError(t, err)
+	assert.Equal(t, parts, own)
+}

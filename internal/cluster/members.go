@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -111,5 +112,39 @@ func (l *Lease) RunHeartbeat(ctx context.Context, m Member) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// secretKey holds the cluster's instance secret in the lease bucket.
+const secretKey = "instance-secret"
+
+// Secret returns the cluster's instance secret: 32 random bytes, hex, made
+// by the first instance that asks and kept in the lease bucket (no TTL).
+// Instances present it on the calls they make on their own behalf to one
+// another (a dead-letter copy appended at another partition's owner), as
+// Kafka brokers use an inter-broker principal. Anyone who can read the
+// bucket can read it — as anyone with those NATS permissions can read and
+// write every record directly.
+func (l *Lease) Secret(ctx context.Context) (string, error) {
+	for {
+		e, err := l.kv.Get(ctx, secretKey)
+		if err == nil && len(e.Value()) == 64 {
+			return string(e.Value()), nil
+		}
+		if err != nil && !errors.Is(err, njs.ErrKeyNotFound) {
+			return "", fmt.Errorf("read the instance secret: %w", err)
+		}
+		if err == nil {
+			return "", fmt.Errorf("the instance secret in %s is damaged (%d bytes; delete the key %s and restart)", l.bucket, len(e.Value()), secretKey)
+		}
+		var b [32]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", err
+		}
+		if _, err := l.kv.Create(ctx, secretKey, []byte(hex.EncodeToString(b[:]))); err != nil && !errors.Is(err, njs.ErrKeyExists) {
+			return "", fmt.Errorf("write the instance secret: %w", err)
+		}
+		// Created here or by another instance at the same moment: read
+		// what won.
 	}
 }

@@ -88,6 +88,10 @@ type authenticator struct {
 	clientCerts bool   // --tls-client-ca: verified client certificates name principals
 	log         *slog.Logger
 	table       atomic.Pointer[[]authToken]
+	// instance is the SHA-256 of the cluster's instance secret (cluster
+	// mode with tokens only): the credential instances present on the
+	// calls they make on their own behalf, principal InstancePrincipal.
+	instance atomic.Pointer[[sha256.Size]byte]
 
 	mu      sync.Mutex // serialises reloads; guards the fields below
 	lastSum [sha256.Size]byte
@@ -251,6 +255,8 @@ func validTokenName(name string) error {
 		return errors.New(`the name ANONYMOUS is the principal of calls without credentials`)
 	case name == "*":
 		return errors.New(`the name * is the wildcard of ACL bindings`)
+	case name == instanceName:
+		return errors.New(`the name ` + instanceName + ` is the principal of calls between the instances of a cluster`)
 	case strings.HasPrefix(name, "User:"):
 		return errors.New(`write the name without "User:" (it is added)`)
 	case strings.ContainsAny(name, ","):
@@ -346,10 +352,25 @@ func (a *authenticator) identify(header string) (string, bool) {
 	for i, t := range *tokens {
 		found = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(sum[:], t.sum[:]), i, found)
 	}
-	if found < 0 {
-		return "", false
+	if found >= 0 {
+		return (*tokens)[found].user, true
 	}
-	return (*tokens)[found].user, true
+	if inst := a.instance.Load(); inst != nil && subtle.ConstantTimeCompare(sum[:], inst[:]) == 1 {
+		return InstancePrincipal, true
+	}
+	return "", false
+}
+
+// InstancePrincipal is the principal of a call an instance of the cluster
+// makes on its own behalf (docs/cluster.md); no token may be named so.
+const InstancePrincipal = "User:" + instanceName
+
+const instanceName = "sharelog-instance"
+
+// setInstanceSecret makes the cluster's instance secret a credential.
+func (a *authenticator) setInstanceSecret(secret string) {
+	sum := sha256.Sum256([]byte(secret))
+	a.instance.Store(&sum)
 }
 
 // authenticate returns the principal of a call ("" = anonymous) from its

@@ -91,6 +91,7 @@ func TestParseTokens(t *testing.T) {
 		{name: "same token, once hashed", file: "alice s3cret\n#\nbob sha256:" + sha256Hex("s3cret") + "\n", wantErr: "line 3: the same token as line 1"},
 		{name: "duplicate bare line", file: "tok\ntok\n", wantErr: "line 2: the same token as line 1"},
 		{name: "ANONYMOUS", file: "ANONYMOUS s3cret\n", wantErr: "line 1: the name ANONYMOUS"},
+		{name: "instance principal", file: "sharelog-instance s3cret\n", wantErr: "line 1: the name sharelog-instance"},
 		{name: "wildcard", file: "* s3cret\n", wantErr: "line 1: the name *"},
 		{name: "User: prefix", file: "User:alice s3cret\n", wantErr: `line 1: write the name without "User:"`},
 		{name: "comma", file: "a,b s3cret\n", wantErr: "line 1: a name must not contain a comma"},
@@ -106,6 +107,26 @@ func TestParseTokens(t *testing.T) {
 			assert.Equal(t, tc.want, principalsOf(t, tokens, tc.try...))
 		})
 	}
+}
+
+// The cluster's instance secret, once set, is a credential of its own
+// principal; a token of the file stays its user's.
+func TestIdentifyInstanceSecret(t *testing.T) {
+	tokens, err := parseTokens(strings.NewReader("alice s3cret\n"))
+	require.NoError(t, err)
+	a := &authenticator{path: "x"}
+	a.table.Store(&tokens)
+	_, ok := a.identify("Bearer cluster-secret")
+	require.False(t, ok, "no secret set yet")
+	a.setInstanceSecret("cluster-secret")
+	user, ok := a.identify("Bearer cluster-secret")
+	require.True(t, ok)
+	assert.Equal(t, InstancePrincipal, user)
+	user, ok = a.identify("Bearer s3cret")
+	require.True(t, ok)
+	assert.Equal(t, "User:alice", user)
+	_, ok = a.identify("Bearer cluster-secre")
+	assert.False(t, ok)
 }
 
 // The scheme word is case-insensitive; anything else is no credential.

@@ -52,6 +52,7 @@ type clusterNode struct {
 	self    cluster.Member // this instance's ID and addresses (set by start)
 	part    *partitioned   // --cluster-mode=partitioned only (partitioned.go)
 	refused string         // why this instance refused to join (another --cluster-mode runs)
+	secret  string         // the cluster's instance secret, with --auth-tokens-file (outgoing)
 	closers sync.WaitGroup // backends being closed
 }
 
@@ -152,6 +153,9 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 		n.s.log.Error("refusing to join the cluster", "reason", reason)
 		return
 	}
+	if n.s.auth != nil && n.s.auth.tokensEnabled() && !n.loadSecret(ctx, lease) {
+		return
+	}
 	// The heartbeat lists this instance in DescribeCluster and, in
 	// partitioned mode, in the live set partitions are placed over.
 	beatDone := make(chan struct{})
@@ -184,6 +188,30 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 			n.apply(context.Background(), cluster.Status{Role: cluster.Standby})
 			return
 		case <-changed:
+		}
+	}
+}
+
+// loadSecret reads (or makes) the cluster's instance secret, retrying
+// while NATS does not answer: with tokens on, the calls instances make on
+// their own behalf present it. False when ctx ended first.
+func (n *clusterNode) loadSecret(ctx context.Context, lease *cluster.Lease) bool {
+	for {
+		sctx, cancel := context.WithTimeout(ctx, n.s.cfg.Cluster.LeaseTTL)
+		secret, err := lease.Secret(sctx)
+		cancel()
+		if err == nil {
+			n.s.auth.setInstanceSecret(secret)
+			n.mu.Lock()
+			n.secret = secret
+			n.mu.Unlock()
+			return true
+		}
+		n.s.log.Warn("cannot read the cluster's instance secret; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(n.s.cfg.Cluster.LeaseTTL / 4):
 		}
 	}
 }

@@ -221,8 +221,19 @@ func (n *clusterNode) forwardStream(ctx context.Context, cc *grpc.ClientConn, fu
 // this instance's forwarding mark and the caller's principal, for the call
 // to the active instance.
 func (n *clusterNode) outgoing(ctx context.Context) context.Context {
-	in, _ := metadata.FromIncomingContext(ctx)
+	in, incoming := metadata.FromIncomingContext(ctx)
 	out := metadata.MD{}
+	if !incoming {
+		// A call this instance makes on its own behalf (a dead-letter
+		// copy appended at another partition's owner), not a caller's
+		// call passed on: it presents the cluster's instance secret.
+		n.mu.RLock()
+		secret := n.secret
+		n.mu.RUnlock()
+		if secret != "" {
+			out.Set("authorization", "Bearer "+secret)
+		}
+	}
 	for k, v := range in {
 		switch {
 		case strings.HasPrefix(k, ":"), strings.HasPrefix(k, "grpc-"), k == "content-type", k == "user-agent", k == "te",

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -337,4 +340,109 @@ func TestClusterModesDoNotMix(t *testing.T) {
 		require.Equal(t, "a", p.GetOwnerId())
 	}
 	require.Equal(t, int64(0), produceRetry(t, a, "t", 0, "v"))
+}
+
+// With tokens on, a dead-letter copy the coordinator appends at another
+// instance (the owner of the dead-letter partition) presents the
+// cluster's instance secret: every rejected record reaches the
+// dead-letter topic, whichever instance owns its partition.
+func TestPartitionedDeadLettersWithTokens(t *testing.T) {
+	js, err := jstest.Start(jstest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(js.Shutdown)
+	prefix := js.Prefix()
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("admin s3cret-admin-token\n"), 0o600))
+	withTokens := func(c *server.Config) { c.AuthTokensFile = tokens }
+	a := startClusterInstance(t, js, prefix, "a", partitionedMode, withTokens)
+	b := startClusterInstance(t, js, prefix, "b", partitionedMode, withTokens)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer s3cret-admin-token")
+	for _, in := range []*clusterInstance{a, b} {
+		require.Eventually(t, func() bool { code, _ := in.readyz(t); return code == http.StatusOK }, 10*time.Second, 50*time.Millisecond)
+	}
+	for _, topic := range []string{"src", "dlq"} {
+		require.Eventually(t, func() bool {
+			_, err = a.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: topic, Partitions: 4})
+			return err == nil || status.Code(err) == codes.AlreadyExists
+		}, 10*time.Second, 50*time.Millisecond, "create %s: %v", topic, err)
+	}
+	// Eight partitions over two instances: the dead-letter partitions of
+	// some source partitions are owned by the instance that does not
+	// coordinate the group.
+	var dc *sharelogv1.DescribeClusterResponse
+	require.Eventually(t, func() bool {
+		dc, err = a.log.DescribeCluster(ctx, &sharelogv1.DescribeClusterRequest{})
+		if err != nil || len(dc.GetPartitions()) != 8 {
+			return false
+		}
+		owners := map[string]int{}
+		for _, p := range dc.GetPartitions() {
+			owners[p.GetOwnerId()]++
+		}
+		return owners["a"] == 4 && owners["b"] == 4
+	}, 15*time.Second, 50*time.Millisecond, "spread: %v %v", dc, err)
+	for p := range int32(4) {
+		require.Eventually(t, func() bool {
+			_, err = a.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "src", Partition: proto.Int32(p),
+				Records: []*sharelogv1.Record{{Value: fmt.Appendf(nil, "bad-%d", p)}}})
+			return err == nil
+		}, 10*time.Second, 50*time.Millisecond, "produce: %v", err)
+	}
+	sg := sharelogv1.NewShareGroupServiceClient(a.conn)
+	require.Eventually(t, func() bool {
+		_, err = sg.UpdateShareGroupConfig(ctx, &sharelogv1.UpdateShareGroupConfigRequest{GroupId: "g",
+			Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: proto.String("earliest"), DeadLetterTopic: proto.String("dlq")}})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "update config: %v", err)
+
+	// Acquire every record and REJECT it.
+	parts := make([]*sharelogv1.ShareFetchPartition, 4)
+	for p := range int32(4) {
+		parts[p] = &sharelogv1.ShareFetchPartition{Partition: p}
+	}
+	got := map[int32]int64{}
+	epoch := int32(0)
+	deadline := time.Now().Add(15 * time.Second)
+	for len(got) < 4 && time.Now().Before(deadline) {
+		resp, err := sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: epoch, MaxWaitMs: 200,
+			Topics: []*sharelogv1.ShareFetchTopic{{Topic: "src", Partitions: parts}}})
+		if err != nil {
+			epoch = 0
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		epoch++
+		for _, tr := range resp.GetResponses() {
+			for _, pr := range tr.GetPartitions() {
+				for _, ar := range pr.GetAcquiredRecords() {
+					got[pr.GetPartition()] = ar.GetFirstOffset()
+				}
+			}
+		}
+	}
+	require.Len(t, got, 4, "every source record acquired")
+	var acks []*sharelogv1.ShareFetchPartition
+	for p, off := range got {
+		acks = append(acks, &sharelogv1.ShareFetchPartition{Partition: p, AcknowledgementBatches: []*sharelogv1.AcknowledgementBatch{{
+			FirstOffset: off, LastOffset: off, AcknowledgeTypes: []sharelogv1.AcknowledgeType{sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_REJECT}}}})
+	}
+	resp, err := sg.ShareAcknowledge(ctx, &sharelogv1.ShareAcknowledgeRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: epoch,
+		Topics: []*sharelogv1.ShareFetchTopic{{Topic: "src", Partitions: acks}}})
+	require.NoError(t, err)
+	for _, tr := range resp.GetResponses() {
+		for _, pr := range tr.GetPartitions() {
+			require.Equal(t, sharelogv1.ErrorCode_ERROR_CODE_NONE, pr.GetErrorCode(), "partition %d", pr.GetPartition())
+		}
+	}
+
+	// One copy in each dead-letter partition, local or remote.
+	for p := range int32(4) {
+		var recs []*sharelogv1.Record
+		require.Eventually(t, func() bool {
+			r, err := a.log.Fetch(ctx, &sharelogv1.FetchRequest{Topic: "dlq", Partition: p, Offset: 0, MaxRecords: 10})
+			recs = r.GetRecords()
+			return err == nil && len(recs) == 1
+		}, 15*time.Second, 100*time.Millisecond, "dead-letter partition %d: %v", p, recs)
+		require.Equal(t, fmt.Sprintf("bad-%d", p), string(recs[0].GetValue()))
+	}
 }

@@ -183,17 +183,12 @@ func (l *Lease) Owners(ctx context.Context) (map[string]ItemOwner, map[string]ui
 			if e.Operation() != njs.KeyValuePut {
 				continue
 			}
-			raw, err := hex.DecodeString(e.Key()[len(itemKeyPrefix):])
-			var v itemValue
-			if err != nil || json.Unmarshal(e.Value(), &v) != nil || v.ID == "" {
-				continue // not ours; it expires
+			o, ok := itemOwner(e.Key(), e.Value(), e.Revision())
+			if !ok {
+				continue
 			}
-			item := string(raw)
-			epoch := v.Epoch
-			if epoch == 0 {
-				epoch = e.Revision()
-			}
-			owners[item] = ItemOwner{Item: item, Owner: Holder{ID: v.ID, Addr: v.Addr}, Epoch: epoch}
+			item := o.Item
+			owners[item] = o
 			revs[item] = e.Revision()
 		}
 	}
@@ -211,11 +206,11 @@ func (it *Items) Step(ctx context.Context, items []string) error {
 	// waits for it.
 	rctx, cancel := context.WithTimeout(ctx, it.l.o.TTL/2)
 	defer cancel()
-	members, err := it.l.Members(rctx)
+	members, err := it.l.LiveMembers(rctx)
 	if err != nil {
 		return err
 	}
-	owners, _, err := it.l.Owners(rctx)
+	owners, err := it.l.LiveOwners(rctx)
 	if err != nil {
 		return err
 	}

@@ -103,6 +103,8 @@ type Lease struct {
 	seenAt    time.Time // when follow first read seenRev
 	lastSeen  time.Time // when NATS last answered a lease read
 	changed   chan struct{}
+
+	view view // the heartbeats and item leases, as a watch delivers them
 }
 
 // Open creates the lease bucket if it is absent. It takes nothing yet.
@@ -158,6 +160,7 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Lease, error) {
 		return nil, fmt.Errorf("open the lease bucket %s: %w", l.bucket, err)
 	}
 	l.lastSeen = o.Now()
+	l.view.l = l
 	return l, nil
 }
 

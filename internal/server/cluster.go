@@ -254,7 +254,7 @@ func (n *clusterNode) watchModes(ctx context.Context, lease *cluster.Lease, self
 		case <-t.C:
 		}
 		lctx, cancel := context.WithTimeout(ctx, n.s.cfg.Cluster.LeaseTTL)
-		members, err := lease.Members(lctx)
+		members, err := lease.LiveMembers(lctx)
 		cancel()
 		if err != nil {
 			continue

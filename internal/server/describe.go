@@ -37,7 +37,7 @@ func (n *clusterNode) activeView(ctx context.Context, epoch uint64) (service.Clu
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		var err error
-		if members, err = lease.Members(ctx); err != nil {
+		if members, err = lease.LiveMembers(ctx); err != nil {
 			return service.ClusterView{}, ownerUnreachableErr("cannot read the cluster members from NATS: " + err.Error())
 		}
 	}

@@ -493,7 +493,7 @@ func (n *clusterNode) partitionedView(ctx context.Context, epoch uint64) (servic
 	n.mu.RUnlock()
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	owners, _, err := lease.Owners(rctx)
+	owners, err := lease.LiveOwners(rctx)
 	if err != nil {
 		return v, ownerUnreachableErr("cannot read the partition leases from NATS: " + err.Error())
 	}

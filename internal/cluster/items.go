@@ -187,9 +187,8 @@ func (l *Lease) Owners(ctx context.Context) (map[string]ItemOwner, map[string]ui
 			if !ok {
 				continue
 			}
-			item := o.Item
-			owners[item] = o
-			revs[item] = e.Revision()
+			owners[o.Item] = o
+			revs[o.Item] = e.Revision()
 		}
 	}
 }

@@ -35,6 +35,7 @@ type view struct {
 }
 
 type viewEntry struct {
+	key string
 	val []byte
 	rev uint64
 	at  time.Time // when this instance received it
@@ -73,7 +74,6 @@ func (v *view) watchOnce() {
 	}
 	defer func() { _ = w.Stop() }()
 	members, items := map[string]viewEntry{}, map[string]viewEntry{}
-	initial := true
 	tick := time.NewTicker(v.l.interval())
 	defer tick.Stop()
 	for {
@@ -92,36 +92,31 @@ func (v *view) watchOnce() {
 				v.mu.Lock()
 				v.members, v.items, v.ready = members, items, true
 				v.mu.Unlock()
-				initial = false
 				continue
 			}
 			m := items
 			if strings.HasPrefix(e.Key(), memberKeyPrefix) {
 				m = members
 			}
-			if !initial {
-				v.mu.Lock()
-			}
+			v.mu.Lock() // the maps are the view's once the first nil came
 			if e.Operation() == njs.KeyValuePut {
-				m[e.Key()] = viewEntry{val: e.Value(), rev: e.Revision(), at: v.l.o.Now()}
+				m[e.Key()] = viewEntry{key: e.Key(), val: e.Value(), rev: e.Revision(), at: v.l.o.Now()}
 			} else {
 				delete(m, e.Key())
 			}
-			if !initial {
-				v.mu.Unlock()
-			}
+			v.mu.Unlock()
 		}
 	}
 }
 
 // snapshot returns copies of the current entries, or false when the view
 // is not ready (the callers then read the bucket).
-func (v *view) snapshot() (members, items []viewEntry, keys []string, ok bool) {
+func (v *view) snapshot() (members, items []viewEntry, ok bool) {
 	v.start()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if !v.ready {
-		return nil, nil, nil, false
+		return nil, nil, false
 	}
 	limit := 2 * v.l.o.TTL
 	now := v.l.o.Now()
@@ -130,20 +125,19 @@ func (v *view) snapshot() (members, items []viewEntry, keys []string, ok bool) {
 			members = append(members, e)
 		}
 	}
-	for k, e := range v.items {
+	for _, e := range v.items {
 		if now.Sub(e.at) < limit {
 			items = append(items, e)
-			keys = append(keys, k)
 		}
 	}
-	return members, items, keys, true
+	return members, items, true
 }
 
 // LiveMembers is Members from the lease bucket's watch: as current as the
 // watch (milliseconds behind a change), without a read of the bucket. It
 // reads the bucket like Members until the watch has started.
 func (l *Lease) LiveMembers(ctx context.Context) ([]Member, error) {
-	entries, _, _, ok := l.view.snapshot()
+	entries, _, ok := l.view.snapshot()
 	if !ok {
 		return l.Members(ctx)
 	}
@@ -162,14 +156,14 @@ func (l *Lease) LiveMembers(ctx context.Context) ([]Member, error) {
 // LiveOwners is Owners from the lease bucket's watch, as LiveMembers is
 // Members.
 func (l *Lease) LiveOwners(ctx context.Context) (map[string]ItemOwner, error) {
-	_, entries, keys, ok := l.view.snapshot()
+	_, entries, ok := l.view.snapshot()
 	if !ok {
 		owners, _, err := l.Owners(ctx)
 		return owners, err
 	}
 	owners := make(map[string]ItemOwner, len(entries))
-	for i, e := range entries {
-		if o, ok := itemOwner(keys[i], e.val, e.rev); ok {
+	for _, e := range entries {
+		if o, ok := itemOwner(e.key, e.val, e.rev); ok {
 			owners[o.Item] = o
 		}
 	}

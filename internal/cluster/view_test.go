@@ -19,7 +19,7 @@ func TestLiveViewFollowsTheBucket(t *testing.T) {
 	ms, err := a.LiveMembers(ctx)
 	require.NoError(t, err)
 	require.Empty(t, ms)
-	require.Eventually(t, func() bool { _, _, _, ok := a.view.snapshot(); return ok }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { _, _, ok := a.view.snapshot(); return ok }, 5*time.Second, 10*time.Millisecond)
 
 	ma, mb := Member{ID: "a", Addr: "a:9090"}, Member{ID: "b", Addr: "b:9090", Mode: "partitioned"}
 	require.NoError(t, a.Heartbeat(ctx, ma))

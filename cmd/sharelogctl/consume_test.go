@@ -172,14 +172,16 @@ func TestE2EConsumeErrors(t *testing.T) {
 
 // Not parallel: it changes the progress display's package variables.
 func TestE2EConsumeProgressOnATerminal(t *testing.T) {
+	s := startServer(t)
+	requireOK(t, s.ctl("", "topics", "create", "t"))
+	// Produced before the display is switched on: produce shows progress
+	// on a terminal too, and on a loaded machine it can take 20 ms.
+	produceValues(t, s, "t", 50)
+
 	oldInterval, oldIsTerminal := progressInterval, isTerminal
 	progressInterval = 20 * time.Millisecond
 	isTerminal = func(io.Writer) bool { return true }
 	t.Cleanup(func() { progressInterval, isTerminal = oldInterval, oldIsTerminal })
-
-	s := startServer(t)
-	requireOK(t, s.ctl("", "topics", "create", "t"))
-	produceValues(t, s, "t", 50)
 	res := s.ctl("", "consume", "--group", "g", "t", "--auto-offset-reset", "earliest", "--max-records", "5", "--idle-timeout", "300ms")
 	requireOK(t, res)
 	assert.Contains(t, res.stdout, "\r\x1b[Kconsumed ")

@@ -611,6 +611,8 @@ func (s *Store) groupWrites(g string, ng *sharestate.GroupState) []*kvWrite {
 	return out
 }
 
+// cloneConfig copies every field of c (sharestate.GroupConfig's fields, as
+// sharestate's Image copies them), so Write retains nothing of the caller's.
 func cloneConfig(c sharestate.GroupConfig) sharestate.GroupConfig {
 	i32 := func(v *int32) *int32 {
 		if v == nil {
@@ -624,6 +626,10 @@ func cloneConfig(c sharestate.GroupConfig) sharestate.GroupConfig {
 	if c.AutoOffsetReset != nil {
 		x := *c.AutoOffsetReset
 		out.AutoOffsetReset = &x
+	}
+	if c.DeadLetterTopic != nil {
+		x := *c.DeadLetterTopic
+		out.DeadLetterTopic = &x
 	}
 	return out
 }

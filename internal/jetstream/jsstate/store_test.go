@@ -236,3 +236,25 @@ func TestFailedStartupSnapshotDeletesNothing(t *testing.T) {
 	}
 	require.Equal(t, []string{"a epoch=2", "b epoch=1"}, got)
 }
+
+// Every field of a group's config survives Write and a re-open, the
+// dead-letter topic included.
+func TestGroupConfigRoundTrip(t *testing.T) {
+	t.Parallel()
+	m := newMedium(t)
+	s := openStarted(t, m)
+	i32 := func(v int32) *int32 { return &v }
+	str := func(v string) *string { return &v }
+	cfg := sharestate.GroupConfig{RecordLockDurationMs: i32(1), DeliveryCountLimit: i32(2), PartitionMaxRecordLocks: i32(3),
+		AutoOffsetReset: str("earliest"), SessionTimeoutMs: i32(4), HeartbeatIntervalMs: i32(5), DeadLetterTopic: str("dlq")}
+	tk, err := s.Write(sharestate.Entry{Kind: sharestate.KindGroup, Group: "g", GroupEpoch: 1, Config: cfg})
+	require.NoError(t, err)
+	require.NoError(t, s.Wait(tk))
+	require.NoError(t, s.Close())
+
+	again := m.Open(t)
+	t.Cleanup(func() { _ = again.Close() })
+	rec := again.Recovered()
+	require.Len(t, rec.Groups, 1)
+	require.Equal(t, cfg, rec.Groups[0].Config)
+}

@@ -33,6 +33,32 @@
 // tickets are lost and this instance must stop serving (its ownership is
 // gone). Snapshots of the same round written before the failure stay.
 //
+// # Scoped mode
+//
+// When several sharelog instances serve one cluster, each share group is
+// coordinated by one of them — the instance holding the group's lease —
+// which must read and write only that group's snapshots. A store opened
+// with Options.Scoped reads nothing at Open (Recovered is empty) and owns
+// no group until it adopts one:
+//
+//   - AdoptGroup reads one group's keys (g.<hex(group)> and
+//     p.<hex(group)>.>) with the decoding rules of Open, returns its state
+//     and makes the group's writes conditional on the revisions read.
+//   - DropGroup waits until the entries written before it are settled,
+//     reports whether any of the group's was lost, and forgets the
+//     group's revisions.
+//   - GroupIDs lists every group of the bucket, whoever coordinates it.
+//
+// A handover is DropGroup on the old coordinator, then AdoptGroup on the
+// new one, which sees everything the old one wrote. Fencing covers the
+// rest: a write of the old coordinator after its DropGroup creates the
+// group's keys if absent and fails with ErrConflict when they exist (the
+// group key is created before any share-partition key of the round, so a
+// fenced round adds no key either); an instance that lost the group without
+// DropGroup is fenced key by key, as described under Fencing. Start deletes
+// only snapshots of groups the store adopted or wrote: those of other
+// instances' groups are never touched.
+//
 // # Durability and failures
 //
 // Wait returns once every snapshot write of the ticket's round has been

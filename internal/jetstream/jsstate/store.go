@@ -34,8 +34,16 @@ type Options struct {
 	Prefix string
 	// Replicas of the bucket's stream (default 3).
 	Replicas int
-	// Timeout bounds opening the store and each commit round (default 10 s).
+	// Timeout bounds opening the store and each commit round (default 10 s),
+	// and AdoptGroup's and GroupIDs' reads when their context has no
+	// deadline.
 	Timeout time.Duration
+	// Scoped opens the store without reading the bucket: Recovered is
+	// empty, and the instance loads and owns only the groups it adopts
+	// (AdoptGroup) until it drops them (DropGroup) — for when each group
+	// is coordinated by one of several instances. See the package
+	// documentation.
+	Scoped bool
 }
 
 // writeParallel is how many snapshot writes one commit round has in flight.
@@ -47,6 +55,7 @@ const writeParallel = 16
 type Store struct {
 	kv      njs.KeyValue
 	timeout time.Duration
+	scoped  bool
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -60,27 +69,53 @@ type Store struct {
 	recovered *sharestate.State
 	done      chan struct{} // closed when the committer has stopped
 
-	// durable is what the bucket holds, as this instance wrote or read it.
-	// Only the committer goroutine uses it after Open.
-	durable map[string]*dGroup
+	// adopted holds, in scoped mode, the groups adopted and not dropped:
+	// the control of the AdoptGroup call that adopts each.
+	adopted map[string]*control
+	// groupLost is, in scoped mode, the first failure of an entry of each
+	// group since the group was last adopted or dropped (DropGroup's
+	// result). The committer sets it when it settles a failed round.
+	groupLost map[string]error
+
+	// durable is what the bucket holds, as this instance wrote or read it:
+	// in scoped mode only the groups it adopted or wrote itself. Only the
+	// committer goroutine uses it after Open.
+	durable durableMap
 }
 
 var _ sharestate.Store = (*Store)(nil)
 
 // pendingEntry is an entry waiting for its commit round, or a reset marker
 // (Start's snapshot follows it and replaces everything before it), or a
-// no-op (a reset marker whose snapshot failed).
+// no-op (a reset marker whose snapshot failed), or a control.
 type pendingEntry struct {
 	ticket uint64
 	e      sharestate.Entry
 	reset  bool
 	noop   bool
+	ctl    *control
+}
+
+// control is AdoptGroup's or DropGroup's change of durable: a round of its
+// own, so the committer applies it in ticket order, after every entry
+// queued before it is settled, and writes nothing.
+type control struct {
+	group string
+	adopt bool    // AdoptGroup: install dg; DropGroup: forget the group
+	dg    *dGroup // the group's snapshots as AdoptGroup read them; nil: none
+	// lost is the group's entry failure the committer found when it
+	// applied a DropGroup (groupLost); set before the control's ticket is
+	// settled.
+	lost error
 }
 
 type lostRange struct {
 	lo, hi uint64
 	err    error
 }
+
+// durableMap is durable's type: the bucket's snapshots by group.
+type durableMap map[string]*dGroup
 
 // dGroup is one group as the bucket holds it.
 type dGroup struct {
@@ -142,11 +177,8 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w (%w)", err, ErrStorage)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := withTimeout(ctx, o.Timeout)
+	defer cancel()
 	bucket := sljs.ShareBucket(o.Prefix)
 	var kv njs.KeyValue
 	err = sljs.Retry(ctx, func(ctx context.Context) (err error) {
@@ -168,33 +200,66 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if err != nil {
 		return nil, sljs.Wrap(ctx, "open the share state bucket "+bucket, err, ErrStorage)
 	}
-	s := &Store{kv: kv, timeout: o.Timeout, durable: make(map[string]*dGroup), done: make(chan struct{})}
+	s := &Store{kv: kv, timeout: o.Timeout, scoped: o.Scoped, durable: make(durableMap), done: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)
-	if err := s.load(ctx); err != nil {
+	if o.Scoped {
+		s.recovered = &sharestate.State{}
+		s.adopted = make(map[string]*control)
+		s.groupLost = make(map[string]error)
+	} else if err := s.load(ctx); err != nil {
 		return nil, err
 	}
 	go s.committer()
 	return s, nil
 }
 
+// withTimeout bounds ctx by d when it has no deadline of its own.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
+
 // load reads every snapshot of the bucket into durable and builds the
-// recovered state. A snapshot that cannot be decoded marks its
-// share-partition offline (its state is lost) rather than failing the
-// open; an undecodable group snapshot makes a group with no config.
+// recovered state (readSnapshots).
 func (s *Store) load(ctx context.Context) error {
 	w, err := s.kv.WatchAll(ctx, njs.IgnoreDeletes())
 	if err != nil {
 		return sljs.Wrap(ctx, "read the share state bucket", err, ErrStorage)
 	}
 	defer func() { _ = w.Stop() }()
+	dm, st, err := readSnapshots(ctx, w)
+	if err != nil {
+		return sljs.Wrap(ctx, "read the share state bucket", err, ErrStorage)
+	}
+	s.durable, s.recovered = dm, st
+	return nil
+}
+
+// readSnapshots reads the snapshots w delivers up to the end of its initial
+// values: their revisions and values by group, and the state they hold. A
+// snapshot that cannot be decoded marks its share-partition offline (its
+// state is lost) rather than failing the read; an undecodable group
+// snapshot makes a group with no config (decodeGroup, partEntries).
+func readSnapshots(ctx context.Context, w njs.KeyWatcher) (durableMap, *sharestate.State, error) {
+	dm := make(durableMap)
 	im := sharestate.NewImage()
 	var parts []sharestate.Entry
 	for {
-		var e njs.KeyValueEntry
+		var (
+			e  njs.KeyValueEntry
+			ok bool
+		)
 		select {
-		case e = <-w.Updates():
+		case e, ok = <-w.Updates():
 		case <-ctx.Done():
-			return sljs.Wrap(ctx, "read the share state bucket", ctx.Err(), ErrStorage)
+			return nil, nil, ctx.Err()
+		}
+		if !ok {
+			// The subscription closed (the connection did) before the
+			// end of the initial values: what was read is not all.
+			return nil, nil, errors.New("the watch ended before every snapshot was read")
 		}
 		if e == nil {
 			break
@@ -206,11 +271,10 @@ func (s *Store) load(ctx context.Context) error {
 			if err != nil {
 				continue // not a key this store writes
 			}
-			var v groupValue
-			_ = json.Unmarshal(e.Value(), &v) // undecodable: a group with no config
-			dg := s.group(g)
+			dg := dm.group(g)
 			dg.rev, dg.val = e.Revision(), slices.Clone(e.Value())
-			im.Apply(&sharestate.Entry{Kind: sharestate.KindGroup, Group: g, GroupEpoch: v.Epoch, Config: v.Config})
+			ge := decodeGroup(g, dg.val)
+			im.Apply(&ge)
 		case len(tok) == 4 && tok[0] == "p":
 			g, err1 := sljs.UnhexKey(tok[1])
 			tid, err2 := sljs.UnhexKey(tok[2])
@@ -219,19 +283,9 @@ func (s *Store) load(ctx context.Context) error {
 				continue
 			}
 			k := partKey{topicID: tid, part: int32(pn)}
-			var v partValue
-			if err := json.Unmarshal(e.Value(), &v); err != nil {
-				v = partValue{TopicID: tid, Partition: k.part, Offline: "its snapshot in the share state bucket is undecodable: " + err.Error()}
-			}
-			s.group(g).parts[k] = &dPart{rev: e.Revision(), val: slices.Clone(e.Value())}
-			if v.Initialized {
-				parts = append(parts, sharestate.Entry{Kind: sharestate.KindPartFull, Group: g, Topic: v.Topic, TopicID: v.TopicID,
-					Partition: v.Partition, SPSO: v.SPSO, Ranges: v.Ranges})
-			}
-			if v.Offline != "" {
-				parts = append(parts, sharestate.Entry{Kind: sharestate.KindPartOffline, Group: g, Topic: v.Topic, TopicID: v.TopicID,
-					Partition: v.Partition, Reason: v.Offline})
-			}
+			val := slices.Clone(e.Value())
+			dm.group(g).parts[k] = &dPart{rev: e.Revision(), val: val}
+			parts = partEntries(parts, g, k, val)
 		}
 	}
 	// Share-partitions after their groups: a group entry does not touch
@@ -239,15 +293,41 @@ func (s *Store) load(ctx context.Context) error {
 	for i := range parts {
 		im.Apply(&parts[i])
 	}
-	s.recovered = im.State()
-	return nil
+	return dm, im.State(), nil
 }
 
-func (s *Store) group(g string) *dGroup {
-	dg := s.durable[g]
+// decodeGroup returns the entry that rebuilds group g from its snapshot;
+// an undecodable snapshot is a group with no config.
+func decodeGroup(g string, val []byte) sharestate.Entry {
+	var v groupValue
+	_ = json.Unmarshal(val, &v)
+	return sharestate.Entry{Kind: sharestate.KindGroup, Group: g, GroupEpoch: v.Epoch, Config: v.Config}
+}
+
+// partEntries appends to dst the full entries that rebuild share-partition
+// k of group g from its snapshot; an undecodable snapshot is the
+// share-partition offline (its state is lost).
+func partEntries(dst []sharestate.Entry, g string, k partKey, val []byte) []sharestate.Entry {
+	var v partValue
+	if err := json.Unmarshal(val, &v); err != nil {
+		v = partValue{TopicID: k.topicID, Partition: k.part, Offline: "its snapshot in the share state bucket is undecodable: " + err.Error()}
+	}
+	if v.Initialized {
+		dst = append(dst, sharestate.Entry{Kind: sharestate.KindPartFull, Group: g, Topic: v.Topic, TopicID: v.TopicID,
+			Partition: v.Partition, SPSO: v.SPSO, Ranges: v.Ranges})
+	}
+	if v.Offline != "" {
+		dst = append(dst, sharestate.Entry{Kind: sharestate.KindPartOffline, Group: g, Topic: v.Topic, TopicID: v.TopicID,
+			Partition: v.Partition, Reason: v.Offline})
+	}
+	return dst
+}
+
+func (dm durableMap) group(g string) *dGroup {
+	dg := dm[g]
 	if dg == nil {
 		dg = &dGroup{parts: make(map[partKey]*dPart)}
-		s.durable[g] = dg
+		dm[g] = dg
 	}
 	return dg
 }
@@ -327,6 +407,11 @@ func (s *Store) Failures() uint64 {
 // in the bucket (what it does not write is deleted), committed as one round.
 // Snapshots never grow (one value per key), so there is no later
 // compaction and snap is called only here.
+//
+// What it deletes are the snapshots in durable: in scoped mode those of
+// the groups adopted so far (or written by this instance), so nothing when
+// Start follows Open; the groups other instances coordinate are never
+// touched.
 func (s *Store) Start(snap func() error) error {
 	s.mu.Lock()
 	if s.closed {
@@ -362,6 +447,167 @@ func (s *Store) Start(snap func() error) error {
 		return fmt.Errorf("startup snapshot: %w", err)
 	}
 	return nil
+}
+
+// AdoptGroup makes this instance the coordinator of group's share state
+// (scoped mode only): it reads the group's snapshots — and nothing else of
+// the bucket — with the decoding rules of Open, and from then on the
+// group's writes are conditional on the revisions read. It returns the
+// group's recovered state, nil when the bucket holds nothing of it.
+//
+// ctx bounds the read (the store's timeout when ctx has no deadline). The
+// revisions take effect in ticket order, after every entry written before
+// the call is settled; AdoptGroup returns once they have, so write the
+// group's entries after it returns. A Start whose snapshot is being taken
+// delays it until the snapshot is written (so it must not be called from
+// snap). Adopting a group that is adopted and not dropped is an error.
+func (s *Store) AdoptGroup(ctx context.Context, group string) (*sharestate.GroupState, error) {
+	if !s.scoped {
+		return nil, errors.New("share state store: AdoptGroup needs a scoped store (Options.Scoped)")
+	}
+	c := &control{group: group, adopt: true}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, sharestate.ErrClosed
+	}
+	if s.adopted[group] != nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("share state store: group %q is adopted already", group)
+	}
+	s.adopted[group] = c
+	s.mu.Unlock()
+
+	dg, gs, err := s.readGroup(ctx, group)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.hold && !s.closed {
+		s.cond.Wait()
+	}
+	switch {
+	case err != nil:
+	case s.closed:
+		err = sharestate.ErrClosed
+	case s.adopted[group] != c:
+		err = fmt.Errorf("share state store: group %q was dropped while it was being adopted", group)
+	}
+	if err != nil {
+		if s.adopted[group] == c {
+			delete(s.adopted, group)
+		}
+		return nil, err
+	}
+	c.dg = dg
+	t := s.enqueue(pendingEntry{ctl: c})
+	for s.settled < t {
+		s.cond.Wait()
+	}
+	return gs, nil
+}
+
+// readGroup reads group's snapshots: g.<hex(group)> and
+// p.<hex(group)>.> (the package documentation's layout).
+func (s *Store) readGroup(ctx context.Context, group string) (*dGroup, *sharestate.GroupState, error) {
+	ctx, cancel := withTimeout(ctx, s.timeout)
+	defer cancel()
+	op := fmt.Sprintf("read group %q from the share state bucket", group)
+	h := sljs.HexKey(group)
+	w, err := s.kv.WatchFiltered(ctx, []string{"g." + h, "p." + h + ".>"}, njs.IgnoreDeletes())
+	if err != nil {
+		return nil, nil, sljs.Wrap(ctx, op, err, ErrStorage)
+	}
+	defer func() { _ = w.Stop() }()
+	dm, st, err := readSnapshots(ctx, w)
+	if err != nil {
+		return nil, nil, sljs.Wrap(ctx, op, err, ErrStorage)
+	}
+	var gs *sharestate.GroupState
+	if i := slices.IndexFunc(st.Groups, func(g sharestate.GroupState) bool { return g.ID == group }); i >= 0 {
+		gs = &st.Groups[i]
+	}
+	return dm[group], gs, nil
+}
+
+// DropGroup ends this instance's coordination of group (scoped mode only),
+// to hand it over to another instance: it waits until every entry written
+// before the call is settled (written or lost), then forgets the group's
+// revisions, in ticket order. It returns the first failure of an entry of
+// group since the group was last adopted or dropped (entries of other
+// groups do not count) — nil when all of them were written — so the
+// caller knows whether the state it hands over is complete. Dropping a
+// group that is not adopted only settles and forgets.
+//
+// Afterwards an entry of group is written as for a group never adopted:
+// each snapshot create-if-absent, which fails with ErrConflict (the entry
+// is lost) once the group's keys exist. That is the fencing of the
+// handover: the instance that adopts the group next owns those keys, and
+// a late write of this one changes none of them. A Start whose snapshot is
+// being taken delays it until the snapshot is written.
+func (s *Store) DropGroup(group string) error {
+	if !s.scoped {
+		return errors.New("share state store: DropGroup needs a scoped store (Options.Scoped)")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.hold && !s.closed {
+		s.cond.Wait()
+	}
+	if s.closed {
+		return sharestate.ErrClosed
+	}
+	delete(s.adopted, group)
+	c := &control{group: group}
+	t := s.enqueue(pendingEntry{ctl: c})
+	for s.settled < t {
+		s.cond.Wait()
+	}
+	if c.lost != nil {
+		return fmt.Errorf("share state store: group %q: %w", group, c.lost)
+	}
+	return nil
+}
+
+// enqueue gives p the next ticket and queues it; s.mu is held.
+func (s *Store) enqueue(p pendingEntry) uint64 {
+	s.next++
+	p.ticket = s.next
+	s.pending = append(s.pending, p)
+	s.cond.Broadcast()
+	return s.next
+}
+
+// GroupIDs returns the IDs of the groups whose group snapshot is in the
+// bucket, sorted: every group, whoever coordinates it. ctx bounds the read
+// (the store's timeout when ctx has no deadline).
+func (s *Store) GroupIDs(ctx context.Context) ([]string, error) {
+	ctx, cancel := withTimeout(ctx, s.timeout)
+	defer cancel()
+	const op = "list the groups of the share state bucket"
+	ids := []string{}
+	kl, err := s.kv.ListKeysFiltered(ctx, "g.*")
+	if errors.Is(err, njs.ErrNoKeysFound) {
+		return ids, nil
+	}
+	if err != nil {
+		return nil, sljs.Wrap(ctx, op, err, ErrStorage)
+	}
+	// The lister closes its channel at the end of the keys, or when ctx
+	// ends (and stops its watch itself).
+	for k := range kl.Keys() {
+		tok := strings.Split(k, ".")
+		if len(tok) != 2 {
+			continue
+		}
+		if g, err := sljs.UnhexKey(tok[1]); err == nil {
+			ids = append(ids, g)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, sljs.Wrap(ctx, op, err, ErrStorage)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
 }
 
 // Close implements sharestate.Store: it commits what is pending and stops.
@@ -401,21 +647,51 @@ func (s *Store) committer() {
 			s.mu.Unlock()
 			return
 		}
+		// A control is a round of its own, after the entries before it.
+		if i := slices.IndexFunc(s.pending[:n], func(p pendingEntry) bool { return p.ctl != nil }); i >= 0 {
+			n = max(i, 1)
+		}
 		batch := slices.Clone(s.pending[:n])
 		s.pending = slices.Delete(s.pending, 0, n)
 		s.mu.Unlock()
 
-		err := s.commit(batch)
+		var err error
+		ctl := batch[0].ctl
+		if ctl != nil {
+			s.applyControl(ctl)
+		} else {
+			err = s.commit(batch)
+		}
 
 		s.mu.Lock()
 		lo, hi := batch[0].ticket, batch[len(batch)-1].ticket
 		if err != nil {
 			s.lost = append(s.lost, lostRange{lo: lo, hi: hi, err: err})
 			s.failures++
+			if s.scoped {
+				for _, pe := range batch {
+					if _, ok := s.groupLost[pe.e.Group]; !ok && !pe.reset && !pe.noop {
+						s.groupLost[pe.e.Group] = err
+					}
+				}
+			}
+		}
+		if ctl != nil {
+			ctl.lost = s.groupLost[ctl.group]
+			delete(s.groupLost, ctl.group)
 		}
 		s.settled = hi
 		s.cond.Broadcast()
 		s.mu.Unlock()
+	}
+}
+
+// applyControl applies AdoptGroup's or DropGroup's control to durable.
+func (s *Store) applyControl(c *control) {
+	if c.adopt && c.dg != nil {
+		s.durable[c.group] = c.dg
+	} else {
+		delete(s.durable, c.group)
 	}
 }
 
@@ -424,6 +700,7 @@ type kvWrite struct {
 	key   string
 	val   []byte
 	rev   uint64
+	gkey  bool             // the group's key
 	apply func(rev uint64) // records the result in durable
 	err   error
 	newRv uint64
@@ -473,8 +750,33 @@ func (s *Store) commit(batch []pendingEntry) error {
 	if len(writes) == 0 {
 		return nil
 	}
+	// A group key this instance does not know is created first, and the
+	// round goes on only if that worked: when the group exists (another
+	// instance wrote it — or owns it now, see DropGroup) the create fails
+	// with ErrConflict before any of the group's share-partition keys is
+	// written, so a fenced instance adds no key to a group it lost.
+	creates := slices.DeleteFunc(slices.Clone(writes), func(w *kvWrite) bool { return !w.gkey || w.val == nil || w.rev != 0 })
+	rest := writes
+	if len(creates) > 0 {
+		rest = slices.DeleteFunc(writes, func(w *kvWrite) bool { return w.gkey && w.val != nil && w.rev == 0 })
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
+	err := s.runWrites(ctx, creates)
+	if err == nil {
+		err = s.runWrites(ctx, rest)
+	}
+	for g, dg := range s.durable {
+		if dg.rev == 0 && len(dg.parts) == 0 {
+			delete(s.durable, g)
+		}
+	}
+	return err
+}
+
+// runWrites performs writes in parallel, records each that succeeded in
+// durable and returns the first failure.
+func (s *Store) runWrites(ctx context.Context, writes []*kvWrite) error {
 	sem := make(chan struct{}, writeParallel)
 	var wg sync.WaitGroup
 	for _, w := range writes {
@@ -494,11 +796,6 @@ func (s *Store) commit(batch []pendingEntry) error {
 			continue
 		}
 		w.apply(w.newRv)
-	}
-	for g, dg := range s.durable {
-		if dg.rev == 0 && len(dg.parts) == 0 {
-			delete(s.durable, g)
-		}
 	}
 	return first
 }
@@ -533,22 +830,14 @@ func (s *Store) replayDurable(im *sharestate.Image, g string) {
 		return
 	}
 	if dg.rev != 0 {
-		var v groupValue
-		_ = json.Unmarshal(dg.val, &v)
-		im.Apply(&sharestate.Entry{Kind: sharestate.KindGroup, Group: g, GroupEpoch: v.Epoch, Config: v.Config})
+		ge := decodeGroup(g, dg.val)
+		im.Apply(&ge)
 	}
+	var buf [2]sharestate.Entry
 	for k, dp := range dg.parts {
-		var v partValue
-		if err := json.Unmarshal(dp.val, &v); err != nil {
-			v = partValue{TopicID: k.topicID, Partition: k.part, Offline: "its snapshot in the share state bucket is undecodable: " + err.Error()}
-		}
-		if v.Initialized {
-			im.Apply(&sharestate.Entry{Kind: sharestate.KindPartFull, Group: g, Topic: v.Topic, TopicID: v.TopicID,
-				Partition: v.Partition, SPSO: v.SPSO, Ranges: v.Ranges})
-		}
-		if v.Offline != "" {
-			im.Apply(&sharestate.Entry{Kind: sharestate.KindPartOffline, Group: g, Topic: v.Topic, TopicID: v.TopicID,
-				Partition: v.Partition, Reason: v.Offline})
+		es := partEntries(buf[:0], g, k, dp.val)
+		for i := range es {
+			im.Apply(&es[i])
 		}
 	}
 }
@@ -565,8 +854,8 @@ func (s *Store) groupWrites(g string, ng *sharestate.GroupState) []*kvWrite {
 			if dg != nil {
 				rev = dg.rev
 			}
-			out = append(out, &kvWrite{key: groupKey(g), val: val, rev: rev, apply: func(r uint64) {
-				d := s.group(g)
+			out = append(out, &kvWrite{key: groupKey(g), val: val, rev: rev, gkey: true, apply: func(r uint64) {
+				d := s.durable.group(g)
 				d.rev, d.val = r, val
 			}})
 		}
@@ -588,7 +877,7 @@ func (s *Store) groupWrites(g string, ng *sharestate.GroupState) []*kvWrite {
 				}
 			}
 			out = append(out, &kvWrite{key: partKeyName(g, k), val: val, rev: rev, apply: func(r uint64) {
-				s.group(g).parts[k] = &dPart{rev: r, val: val}
+				s.durable.group(g).parts[k] = &dPart{rev: r, val: val}
 			}})
 		}
 	}
@@ -598,12 +887,12 @@ func (s *Store) groupWrites(g string, ng *sharestate.GroupState) []*kvWrite {
 				continue
 			}
 			out = append(out, &kvWrite{key: partKeyName(g, k), rev: dp.rev, apply: func(uint64) {
-				delete(s.group(g).parts, k)
+				delete(s.durable.group(g).parts, k)
 			}})
 		}
 		if ng == nil && dg.rev != 0 {
-			out = append(out, &kvWrite{key: groupKey(g), rev: dg.rev, apply: func(uint64) {
-				d := s.group(g)
+			out = append(out, &kvWrite{key: groupKey(g), rev: dg.rev, gkey: true, apply: func(uint64) {
+				d := s.durable.group(g)
 				d.rev, d.val = 0, nil
 			}})
 		}

@@ -79,6 +79,7 @@ const (
 	EndEvicted                       // idle past IdleTimeout
 	EndGroupDeleted                  // its group was deleted
 	EndShutdown                      // Cache.Close
+	EndMoved                         // its group moved to another instance
 )
 
 func (r EndReason) String() string {
@@ -93,6 +94,8 @@ func (r EndReason) String() string {
 		return "group deleted"
 	case EndShutdown:
 		return "shutdown"
+	case EndMoved:
+		return "group moved"
 	}
 	return "EndReason(" + strconv.Itoa(int(r)) + ")"
 }

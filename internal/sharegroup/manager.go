@@ -182,50 +182,62 @@ func Open(store logstore.Store, state sharestate.Store, opts Options) (*Manager,
 // load builds the live groups from the recovered state: share-partitions
 // of deleted topics are dropped and SPSO is clamped to the log start.
 func (m *Manager) load(st *sharestate.State) error {
-	ctx := context.Background()
 	infos := map[string]*logstore.TopicInfo{}
 	for gi := range st.Groups {
-		rg := &st.Groups[gi]
-		g := m.newGroup(rg.ID)
-		g.explicit, g.epoch = GroupConfig(rg.Config), rg.GroupEpoch
-		g.mem.assignEpoch = rg.GroupEpoch
-		g.cfg.Store(m.opts.effective(&g.explicit))
-		m.groups[g.id] = g
-		for pi := range rg.Partitions {
-			rp := &rg.Partitions[pi]
-			info, ok := infos[rp.Topic]
-			if !ok {
-				ti, err := m.store.TopicInfo(ctx, rp.Topic)
-				switch {
-				case err == nil:
-					info = &ti
-				case errors.Is(err, logstore.ErrUnknownTopic):
-				default:
-					return fmt.Errorf("looking up topic %q: %w", rp.Topic, err)
-				}
-				infos[rp.Topic] = info
-			}
-			if info == nil || info.ID != rp.TopicID || rp.Partition >= info.Partitions {
-				m.log.Info("dropping share state of a deleted topic", "group", g.id, "topic", rp.Topic, "topic_id", rp.TopicID, "partition", rp.Partition)
-				continue
-			}
-			sp := newSharePartition(g, rp.Topic, rp.TopicID, rp.Partition)
-			sp.restoreDurable(rp)
-			g.parts[partKey{rp.TopicID, rp.Partition}] = sp
-			if sp.dlqCheck {
-				m.dlq.add(sp)
-			}
-			if sp.status != spLive {
-				continue
-			}
-			if ls, _, err := m.store.Bounds(rp.Topic, rp.Partition); err == nil {
-				sp.mu.Lock()
-				sp.prepare(ls, m.now())
-				sp.mu.Unlock()
-			}
+		g, _, err := m.loadGroup(&st.Groups[gi], infos)
+		if err != nil {
+			return err
 		}
+		m.groups[g.id] = g
 	}
 	return nil
+}
+
+// loadGroup builds one live group from its recovered state (infos caches
+// topic lookups across groups). It returns the group, not registered yet,
+// and the share-partitions it dropped because their topic is gone.
+func (m *Manager) loadGroup(rg *sharestate.GroupState, infos map[string]*logstore.TopicInfo) (*group, []*sharestate.PartitionState, error) {
+	ctx := context.Background()
+	g := m.newGroup(rg.ID)
+	g.explicit, g.epoch = GroupConfig(rg.Config), rg.GroupEpoch
+	g.mem.assignEpoch = rg.GroupEpoch
+	g.cfg.Store(m.opts.effective(&g.explicit))
+	var dropped []*sharestate.PartitionState
+	for pi := range rg.Partitions {
+		rp := &rg.Partitions[pi]
+		info, ok := infos[rp.Topic]
+		if !ok {
+			ti, err := m.store.TopicInfo(ctx, rp.Topic)
+			switch {
+			case err == nil:
+				info = &ti
+			case errors.Is(err, logstore.ErrUnknownTopic):
+			default:
+				return nil, nil, fmt.Errorf("looking up topic %q: %w", rp.Topic, err)
+			}
+			infos[rp.Topic] = info
+		}
+		if info == nil || info.ID != rp.TopicID || rp.Partition >= info.Partitions {
+			m.log.Info("dropping share state of a deleted topic", "group", g.id, "topic", rp.Topic, "topic_id", rp.TopicID, "partition", rp.Partition)
+			dropped = append(dropped, rp)
+			continue
+		}
+		sp := newSharePartition(g, rp.Topic, rp.TopicID, rp.Partition)
+		sp.restoreDurable(rp)
+		g.parts[partKey{rp.TopicID, rp.Partition}] = sp
+		if sp.dlqCheck {
+			m.dlq.add(sp)
+		}
+		if sp.status != spLive {
+			continue
+		}
+		if ls, _, err := m.store.Bounds(rp.Topic, rp.Partition); err == nil {
+			sp.mu.Lock()
+			sp.prepare(ls, m.now())
+			sp.mu.Unlock()
+		}
+	}
+	return g, dropped, nil
 }
 
 // restoreDurable sets a new share-partition's state from its recovered

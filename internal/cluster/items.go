@@ -98,6 +98,7 @@ type Items struct {
 	self  Member
 	hooks ItemHooks
 
+	takeMu sync.Mutex // serialises Take
 	mu     sync.Mutex
 	held   map[string]*heldItem
 	owners map[string]ItemOwner // as the last Step read them
@@ -225,7 +226,7 @@ func (it *Items) Step(ctx context.Context, items []string) error {
 	for item, o := range owners {
 		current[item] = o.Owner.ID
 	}
-	target := Place(items, live, current)
+	target := placeByKind(items, live, current)
 
 	// Hand over what the placement moved away, and what is no item any more.
 	var away, free []string
@@ -250,6 +251,22 @@ func (it *Items) Step(ctx context.Context, items []string) error {
 	}
 	it.parallel(free, func(item string) { it.take(ctx, item) })
 	return nil
+}
+
+// placeByKind places each kind of item (partitions, groups: the prefix
+// before the first '/') on its own, so each kind is balanced within one
+// item per instance, not only their sum.
+func placeByKind(items []string, live []string, current map[string]string) map[string]string {
+	kinds := map[string][]string{}
+	for _, item := range items {
+		k, _, _ := strings.Cut(item, "/")
+		kinds[k] = append(kinds[k], item)
+	}
+	out := make(map[string]string, len(items))
+	for _, its := range kinds {
+		maps.Copy(out, Place(its, live, current))
+	}
+	return out
 }
 
 // parallel runs fn for every item, renewParallel at a time: each is one
@@ -391,6 +408,20 @@ func (it *Items) handover(ctx context.Context, item string) {
 	if err := it.l.kv.Delete(dctx, itemKey(item), njs.LastRevision(h.rev)); err != nil {
 		it.l.o.Logger.Warn("could not release an item lease; it expires after its TTL", "item", item, "err", err)
 	}
+}
+
+// Take takes item now if it is free, outside the placement (a call for a
+// share group nobody coordinates yet): true when this instance owns it
+// afterwards. The next steps may move it, as any other item.
+func (it *Items) Take(ctx context.Context, item string) bool {
+	it.takeMu.Lock() // one take of an item at a time: the others see its result
+	defer it.takeMu.Unlock()
+	if _, ok := it.Owns(item); ok {
+		return true
+	}
+	it.take(ctx, item)
+	_, ok := it.Owns(item)
+	return ok
 }
 
 func (it *Items) take(ctx context.Context, item string) {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -101,4 +102,16 @@ func TestPlaceIgnoresDeadOwnersAndUnknownItems(t *testing.T) {
 	require.NotContains(t, p, "gone")
 	require.Empty(t, Place(items(3), nil, cur))
 	require.True(t, maps.Equal(p, Place(items(3), []string{"b", "a", "a"}, cur)))
+}
+
+// Each kind is balanced on its own: an instance with its fair share of
+// partitions but both groups hands one group over, not a partition.
+func TestPlaceByKind(t *testing.T) {
+	current := map[string]string{"p/t/0": "a", "p/t/1": "a", "p/t/2": "b", "p/t/3": "b", "g/x": "a", "g/y": "a"}
+	items := slices.Sorted(maps.Keys(current))
+	got := placeByKind(items, []string{"a", "b"}, current)
+	for _, p := range []string{"p/t/0", "p/t/1", "p/t/2", "p/t/3"} {
+		require.Equal(t, current[p], got[p], p)
+	}
+	require.ElementsMatch(t, []string{"a", "b"}, []string{got["g/x"], got["g/y"]})
 }

@@ -9,9 +9,10 @@
 //
 //   - When one instance owns every partition and group (file mode, and the
 //     active instance of the active-standby mode), every call goes to it.
-//   - Otherwise a request with a topic and a partition goes to that
-//     partition's owner, and any other call to the seed connection, whose
-//     instance forwards it.
+//   - Otherwise a request naming a share group (ShareGroupService: its
+//     group_id) goes to the group's coordinator, a request with a topic
+//     and a partition to that partition's owner, and any other call to the
+//     seed connection, whose instance forwards it.
 //   - When the view cannot be read (an older server, an error), when the
 //     owner is unknown, or when dialling the owner fails, the call goes to
 //     the seed connection: routing never makes a call fail that the seed
@@ -239,6 +240,14 @@ func ownerAddr(view *sharelogv1.DescribeClusterResponse, args any) string {
 	if !ok {
 		return ""
 	}
+	if group, ok := groupID(m.ProtoReflect()); ok {
+		for _, g := range view.GetGroups() {
+			if g.GetGroupId() == group {
+				return addrs[g.GetCoordinatorId()]
+			}
+		}
+		return ""
+	}
 	topic, partition, ok := topicPartition(m.ProtoReflect())
 	if !ok {
 		return ""
@@ -275,6 +284,17 @@ func singleOwner(view *sharelogv1.DescribeClusterResponse) (string, bool) {
 		}
 	}
 	return id, id != ""
+}
+
+// groupID reads a request's "group_id" (string, set) field: the share
+// group whose coordinator serves it.
+func groupID(m protoreflect.Message) (string, bool) {
+	f := m.Descriptor().Fields().ByName("group_id")
+	if f == nil || f.Kind() != protoreflect.StringKind || f.Cardinality() == protoreflect.Repeated {
+		return "", false
+	}
+	g := m.Get(f).String()
+	return g, g != ""
 }
 
 // topicPartition reads a request's "topic" (string) and "partition"

@@ -19,6 +19,8 @@ func TestOwnerAddr(t *testing.T) {
 	split := &sharelogv1.DescribeClusterResponse{Instances: insts, Partitions: []*sharelogv1.PartitionOwner{
 		{Topic: "t", Partition: 0, OwnerId: "a"}, {Topic: "t", Partition: 1, OwnerId: "b"}}}
 	p0, p1, p9 := int32(0), int32(1), int32(9)
+	groups := &sharelogv1.DescribeClusterResponse{Instances: insts, Partitions: split.Partitions, Groups: []*sharelogv1.GroupCoordinator{
+		{GroupId: "g", CoordinatorId: "a"}, {GroupId: "h", CoordinatorId: "b"}}}
 	for _, c := range []struct {
 		name string
 		view *sharelogv1.DescribeClusterResponse
@@ -40,6 +42,10 @@ func TestOwnerAddr(t *testing.T) {
 			Partitions: []*sharelogv1.PartitionOwner{{Topic: "t", OwnerId: "b"}, {Topic: "t", Partition: 1}}},
 			&sharelogv1.FetchRequest{Topic: "t", Partition: p1}, ""},
 		{"nothing owned", &sharelogv1.DescribeClusterResponse{Instances: insts}, &sharelogv1.ListTopicsRequest{}, ""},
+		{"by group", groups, &sharelogv1.ShareFetchRequest{GroupId: "h"}, "b:1"},
+		{"by group, admin call", groups, &sharelogv1.DescribeShareGroupOffsetsRequest{GroupId: "g"}, "a:1"},
+		{"a group without a coordinator", groups, &sharelogv1.ShareGroupHeartbeatRequest{GroupId: "new"}, ""},
+		{"no group named", groups, &sharelogv1.ListShareGroupsRequest{}, ""},
 	} {
 		require.Equal(t, c.want, ownerAddr(c.view, c.req), c.name)
 	}

@@ -165,7 +165,7 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 	if n.part == nil {
 		close(itemsDone)
 	} else {
-		items := lease.Items(self, cluster.ItemHooks{Acquired: n.acquirePartition, Release: n.releasePartition})
+		items := lease.Items(self, cluster.ItemHooks{Acquired: n.acquireItem, Release: n.releaseItem})
 		n.mu.Lock()
 		n.part.items = items
 		n.mu.Unlock()
@@ -173,7 +173,7 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 			<-beatDone
 			return
 		}
-		go func() { items.Run(ctx, n.partitionItems); close(itemsDone) }()
+		go func() { items.Run(ctx, n.placeItems); close(itemsDone) }()
 	}
 	leaseDone := make(chan struct{})
 	go func() { lease.Run(ctx); close(leaseDone) }()
@@ -544,13 +544,21 @@ func (n *clusterNode) roleLine() string {
 		items := n.part.items
 		n.mu.RUnlock()
 		if items != nil {
-			line += fmt.Sprintf(", owning %d partitions", len(items.Held()))
+			parts, groups := 0, 0
+			for item := range items.Held() {
+				if _, ok := groupOf(item); ok {
+					groups++
+				} else {
+					parts++
+				}
+			}
+			line += fmt.Sprintf(", owning %d partitions, coordinating %d share groups", parts, groups)
 		}
 		switch {
 		case serving:
-			return line + ", share-group coordinator"
+			return line + ", serving topic changes"
 		case holder.Addr != "":
-			return line + fmt.Sprintf(", share groups coordinated by %s at %s", holder.ID, holder.Addr)
+			return line + fmt.Sprintf(", topic changes served by %s at %s", holder.ID, holder.Addr)
 		}
 		return line + ", " + role.String()
 	}
@@ -611,27 +619,21 @@ func (f fencedState) Wait(ticket uint64) error {
 	return err
 }
 
-// openCoordinatorBackend is openBackend in partitioned mode: the share
-// groups' backend of the coordinator, over the shared log store (appends
-// routed by partition owner) and the JetStream share state.
-func (n *clusterNode) openCoordinatorBackend(ctx context.Context, epoch uint64) (*activeBackend, error) {
-	c := n.s.cfg.Cluster
+// openCoordinatorBackend is openBackend in partitioned mode for the holder
+// of the phase-1 lease, which serves CreateTopic, DeleteTopic and
+// DescribeCluster. Share groups have coordinators of their own
+// (groups.go): this backend's share-group manager is never called.
+func (n *clusterNode) openCoordinatorBackend(_ context.Context, epoch uint64) (*activeBackend, error) {
 	n.mu.RLock()
 	ls := n.part.store
 	n.mu.RUnlock()
 	if ls == nil {
 		return nil, errors.New("the JetStream log is not open")
 	}
-	ss, err := jsstate.Open(ctx, n.nc, jsstate.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas})
-	if err != nil {
-		return nil, fmt.Errorf("open the JetStream share state: %w", err)
-	}
-	fence := func() { n.fenced(epoch) }
 	store := telemetry.TraceStore(routedStore{Store: ls, n: n}, n.s.tel.Tracer, n.s.tel.Meter)
 	view := func(ctx context.Context) (service.ClusterView, error) { return n.partitionedView(ctx, epoch) }
-	b, err := n.s.openBackend(store, ls, fencedState{Store: ss, fenced: fence}, n.o, view)
+	b, err := n.s.openBackend(store, ls, sharestate.NewMem(), n.o, view)
 	if err != nil {
-		_ = ss.Close()
 		return nil, err
 	}
 	return &activeBackend{backend: b, epoch: epoch}, nil

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,15 +24,16 @@ import (
 	"github.com/sharelog/sharelog/internal/cluster"
 	sljs "github.com/sharelog/sharelog/internal/jetstream"
 	"github.com/sharelog/sharelog/internal/jetstream/jslog"
+	"github.com/sharelog/sharelog/internal/jetstream/jsstate"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/service"
-	"github.com/sharelog/sharelog/internal/sharestate"
 	"github.com/sharelog/sharelog/internal/telemetry"
 )
 
 // partitioned is the per-partition side of an instance in partitioned mode.
 type partitioned struct {
 	store *jslog.Store   // shared by the log backend and the coordinator's backend
+	state *jsstate.Store // scoped: the share groups this instance coordinates (groups.go)
 	logB  *backend       // serves LogService and ChangeStreamService calls
 	items *cluster.Items // this instance's partition leases
 	calls sync.WaitGroup // calls running on logB
@@ -47,6 +49,10 @@ type partitionGate struct {
 	mu    sync.RWMutex
 	owned bool
 	epoch uint64
+	// For a share group (groups.go): calls ends when the group is given
+	// up, stop ends it.
+	calls context.Context
+	stop  context.CancelFunc
 }
 
 func (p *partitioned) gate(item string) *partitionGate {
@@ -90,21 +96,11 @@ func (n *clusterNode) openPartitioned(ctx context.Context, ttl time.Duration) bo
 		ls, err := jslog.Open(octx, n.nc, jslog.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas})
 		cancel()
 		if err == nil {
-			store := telemetry.TraceStore(routedStore{Store: ls, n: n}, n.s.tel.Tracer, n.s.tel.Meter)
-			// The log backend's share-group manager is never called: every
-			// ShareGroupService call goes to the coordinator.
-			unused := func(context.Context) (service.ClusterView, error) {
-				return service.ClusterView{}, notOwnerErr("DescribeCluster is answered by the share-group coordinator; retry")
-			}
-			b, berr := n.s.openBackend(store, ls, sharestate.NewMem(), n.o, unused)
-			if berr == nil {
-				n.mu.Lock()
-				n.part.store, n.part.logB = ls, b
-				n.mu.Unlock()
+			err = n.openLogBackend(ctx, ls)
+			if err == nil {
 				return true
 			}
 			_ = ls.Close()
-			err = berr
 		}
 		n.s.log.Warn("cannot open the JetStream log; retrying", "err", err)
 		select {
@@ -113,6 +109,33 @@ func (n *clusterNode) openPartitioned(ctx context.Context, ttl time.Duration) bo
 		case <-time.After(ttl / 4):
 		}
 	}
+}
+
+// openLogBackend opens the instance's backend over the shared log store:
+// LogService and ChangeStreamService calls of the partitions it owns, and
+// ShareGroupService calls of the groups it coordinates, over a scoped
+// share state store (groups.go).
+func (n *clusterNode) openLogBackend(ctx context.Context, ls *jslog.Store) error {
+	c := n.s.cfg.Cluster
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ss, err := jsstate.Open(sctx, n.nc, jsstate.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, Scoped: true})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("open the JetStream share state: %w", err)
+	}
+	store := telemetry.TraceStore(routedStore{Store: ls, n: n}, n.s.tel.Tracer, n.s.tel.Meter)
+	// DescribeCluster is answered by the holder of the phase-1 lease.
+	unused := func(context.Context) (service.ClusterView, error) {
+		return service.ClusterView{}, notOwnerErr("DescribeCluster is answered by another instance; retry")
+	}
+	b, err := n.s.openBackend(store, ls, ss, n.o, unused) // closes ss on failure
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.part.store, n.part.logB, n.part.state = ls, b, ss
+	n.mu.Unlock()
+	return nil
 }
 
 // partitionItems lists every partition of every topic, as leases name them.
@@ -299,8 +322,10 @@ func (n *clusterNode) partitionOf(ctx context.Context, topic string, part int32)
 }
 
 // punary routes a unary call in partitioned mode:
-//   - ShareGroupService, CreateTopic, DeleteTopic and DescribeCluster go to
-//     the share-group coordinator (the phase-1 path);
+//   - ShareGroupService calls go to the group's coordinator (groups.go),
+//     ListShareGroups to every instance;
+//   - CreateTopic, DeleteTopic and DescribeCluster go to the holder of the
+//     phase-1 lease (the phase-1 path);
 //   - Fetch, ListOffsets and Produce with a partition go to the
 //     partition's owner;
 //   - Purge is split by owner;
@@ -313,7 +338,13 @@ func (n *clusterNode) punary(ctx context.Context, req any, info *grpc.UnaryServe
 		return handler(ctx, req)
 	}
 	if m.service == sharelogv1.ShareGroupService_ServiceDesc.ServiceName {
-		return n.unary(ctx, req, info, handler)
+		if r, ok := req.(*sharelogv1.ListShareGroupsRequest); ok {
+			return n.listGroups(ctx, info.FullMethod, m, r)
+		}
+		if r, ok := req.(groupRequest); ok {
+			return n.groupCall(ctx, info.FullMethod, m, req, r.GetGroupId())
+		}
+		return n.serveLocal(ctx, m, req)
 	}
 	switch r := req.(type) {
 	case *sharelogv1.CreateTopicRequest, *sharelogv1.DeleteTopicRequest, *sharelogv1.DescribeClusterRequest:
@@ -480,8 +511,9 @@ func requestPartition(m proto.Message) (string, int32, bool) {
 }
 
 // partitionedView is DescribeCluster in partitioned mode, answered by the
-// share-group coordinator: the live instances, each partition's owner
-// from the leases, this instance coordinating every group.
+// holder of the phase-1 lease: the live instances, each partition's owner
+// and each group's coordinator from the leases; the groups are those with
+// state in the share bucket and those with a coordinator.
 func (n *clusterNode) partitionedView(ctx context.Context, epoch uint64) (service.ClusterView, error) {
 	v, err := n.activeView(ctx, epoch)
 	if err != nil {
@@ -489,7 +521,7 @@ func (n *clusterNode) partitionedView(ctx context.Context, epoch uint64) (servic
 	}
 	v.Mode = ModePartitioned
 	n.mu.RLock()
-	lease := n.lease
+	lease, state := n.lease, n.part.state
 	n.mu.RUnlock()
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -501,6 +533,22 @@ func (n *clusterNode) partitionedView(ctx context.Context, epoch uint64) (servic
 		o := owners[cluster.PartitionItem(topicID, p)]
 		return o.Owner.ID, int64(o.Epoch)
 	}
+	v.Coordinator = func(group string) (string, int64) {
+		o := owners[cluster.GroupItem(group)]
+		return o.Owner.ID, int64(o.Epoch)
+	}
+	v.Groups = []string{}
+	if state != nil {
+		if v.Groups, err = state.GroupIDs(rctx); err != nil {
+			return v, ownerUnreachableErr("cannot list the share groups in NATS: " + err.Error())
+		}
+	}
+	for item := range owners {
+		if id, ok := groupOf(item); ok && !slices.Contains(v.Groups, id) {
+			v.Groups = append(v.Groups, id)
+		}
+	}
+	slices.Sort(v.Groups)
 	return v, nil
 }
 
@@ -510,7 +558,7 @@ func (n *clusterNode) partitionedView(ctx context.Context, epoch uint64) (servic
 func (n *clusterNode) closePartitioned() {
 	n.mu.Lock()
 	b, store := n.part.logB, n.part.store
-	n.part.logB, n.part.store = nil, nil
+	n.part.logB, n.part.store, n.part.state = nil, nil, nil
 	n.mu.Unlock()
 	if b != nil {
 		b.streams.Shutdown()

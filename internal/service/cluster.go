@@ -23,6 +23,9 @@ type ClusterView struct {
 	Owner func(topicID string, partition int32) (id string, epoch int64)
 	// Coordinator names a share group's coordinator and epoch.
 	Coordinator func(group string) (id string, epoch int64)
+	// Groups, when not nil, lists the share groups (else WithCluster's
+	// groups function does).
+	Groups []string
 }
 
 // ClusterSource reads the cluster view for one DescribeCluster call.
@@ -50,8 +53,8 @@ func (s *LogService) DescribeCluster(ctx context.Context, _ *sharelogv1.Describe
 	if err != nil {
 		return nil, err
 	}
-	var groups []string
-	if s.groups != nil {
+	groups := view.Groups
+	if groups == nil && s.groups != nil {
 		if groups, err = s.groups(); err != nil {
 			return nil, err
 		}

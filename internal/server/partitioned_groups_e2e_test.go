@@ -1,0 +1,183 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharelog/sharelog/client/router"
+	"github.com/sharelog/sharelog/client/shareconsumer"
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/jetstream/jstest"
+)
+
+// waitCoordinators is group → coordinator as DescribeCluster answers, once
+// every group of want has a coordinator among ids, spread evenly over them.
+func waitCoordinators(t *testing.T, in *clusterInstance, groups []string, ids []string) map[string]*sharelogv1.GroupCoordinator {
+	t.Helper()
+	var last *sharelogv1.DescribeClusterResponse
+	var lastErr error
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		last, lastErr = in.log.DescribeCluster(context.Background(), &sharelogv1.DescribeClusterRequest{})
+		out := map[string]*sharelogv1.GroupCoordinator{}
+		count := map[string]int{}
+		for _, g := range last.GetGroups() {
+			if g.GetCoordinatorId() != "" {
+				out[g.GetGroupId()] = g
+				count[g.GetCoordinatorId()]++
+			}
+		}
+		ok := lastErr == nil && len(out) == len(groups) && len(count) == len(ids)
+		for _, id := range ids {
+			c := count[id]
+			ok = ok && c >= len(groups)/len(ids) && c <= (len(groups)+len(ids)-1)/len(ids)
+		}
+		if ok {
+			return out
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("groups not spread over %v within 20s: %v %v", ids, last, lastErr)
+	return nil
+}
+
+// consumeAll polls group through in until want records were delivered (or
+// 20 s passed) and returns partition/offset → deliveries; every delivery
+// is accepted.
+func consumeAll(t *testing.T, in *clusterInstance, group string, want int) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	sc, err := shareconsumer.New(in.conn, shareconsumer.Config{GroupID: group, Topics: []string{"t"}, MaxWait: 100 * time.Millisecond})
+	require.NoError(t, err)
+	seen := map[string]int{}
+	deadline := time.Now().Add(20 * time.Second)
+	total := 0
+	for total < want && time.Now().Before(deadline) {
+		recs, err := sc.Poll(ctx)
+		if err != nil {
+			t.Logf("poll %s through %s: %v", group, in.id, err)
+			continue
+		}
+		for _, r := range recs {
+			seen[fmt.Sprintf("%d/%d", r.Partition, r.Offset)]++
+			total++
+		}
+	}
+	require.NoError(t, sc.Close(ctx))
+	return seen
+}
+
+// Share groups are spread over the instances: each has a coordinator,
+// balanced within one group per instance; every instance serves every
+// group's calls (forwarding them); when an instance leaves only its groups
+// move, and what they acknowledged stays acknowledged.
+func TestPartitionedShareGroupsSpread(t *testing.T) {
+	js, err := jstest.Start(jstest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(js.Shutdown)
+	prefix := js.Prefix()
+	ins := []*clusterInstance{
+		startClusterInstance(t, js, prefix, "a", partitionedMode),
+		startClusterInstance(t, js, prefix, "b", partitionedMode),
+		startClusterInstance(t, js, prefix, "c", partitionedMode),
+	}
+	for _, in := range ins {
+		in.waitReadyz(t, "cluster: partitioned", 10*time.Second)
+	}
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		_, err = ins[0].log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 3})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
+	waitOwners(t, ins[1], 3, []string{"a", "b", "c"})
+	for p := range int32(3) {
+		for i := range 5 {
+			produceRetry(t, ins[i%3], "t", p, fmt.Sprintf("%d-%d", p, i))
+		}
+	}
+
+	// Six groups, each made through one instance (all through a for the
+	// first three): the placement spreads them two per instance.
+	groups := []string{"g0", "g1", "g2", "g3", "g4", "g5"}
+	earliest := "earliest"
+	for i, g := range groups {
+		in := ins[max(0, i-3)]
+		require.Eventually(t, func() bool {
+			_, err = sharelogv1.NewShareGroupServiceClient(in.conn).UpdateShareGroupConfig(ctx, &sharelogv1.UpdateShareGroupConfigRequest{
+				GroupId: g, Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: &earliest}})
+			return err == nil
+		}, 10*time.Second, 50*time.Millisecond, "update config of %s: %v", g, err)
+	}
+	before := waitCoordinators(t, ins[2], groups, []string{"a", "b", "c"})
+	for _, in := range ins {
+		code, body := in.readyz(t)
+		require.Equal(t, 200, code)
+		require.Contains(t, body, "coordinating 2 share groups", in.id)
+	}
+
+	// Every group consumed through an instance that does not coordinate
+	// it: each record once, with delivery count 1.
+	through := func(g string, coordinator string) *clusterInstance {
+		for _, in := range ins {
+			if in.id != coordinator && in.id != "c" {
+				return in
+			}
+		}
+		return ins[0]
+	}
+	for _, g := range groups {
+		seen := consumeAll(t, through(g, before[g].GetCoordinatorId()), g, 15)
+		require.Len(t, seen, 15, g)
+		for k, n := range seen {
+			require.Equal(t, 1, n, "group %s: record %s delivered %d times", g, k, n)
+		}
+	}
+	list, err := sharelogv1.NewShareGroupServiceClient(ins[1].conn).ListShareGroups(ctx, &sharelogv1.ListShareGroupsRequest{})
+	require.NoError(t, err)
+	var listed []string
+	for _, l := range list.GetGroups() {
+		listed = append(listed, l.GetGroupId())
+	}
+	require.Equal(t, groups, listed, "every instance's groups")
+
+	// client/router sends a group's calls straight to its coordinator.
+	addr := map[string]string{}
+	for _, in := range ins {
+		addr[in.id] = in.srv.GRPCAddr()
+	}
+	d := &countingDialer{calls: map[string]int{}}
+	rc := router.New(ins[0].conn, d.dial(t), router.Options{})
+	t.Cleanup(func() { _ = rc.Close() })
+	for _, g := range groups {
+		coord := addr[before[g].GetCoordinatorId()]
+		n := d.count(coord)
+		_, err := sharelogv1.NewShareGroupServiceClient(rc).DescribeShareGroup(ctx, &sharelogv1.DescribeShareGroupRequest{GroupId: g})
+		require.NoError(t, err)
+		require.Equal(t, n+1, d.count(coord), "group %s's call went to its coordinator %s", g, before[g].GetCoordinatorId())
+	}
+
+	// c leaves: only its groups move; nothing acknowledged is delivered
+	// again, and new records are delivered once.
+	require.NoError(t, ins[2].srv.Close())
+	ins = ins[:2]
+	after := waitCoordinators(t, ins[0], groups, []string{"a", "b"})
+	for g, o := range before {
+		if o.GetCoordinatorId() != "c" {
+			require.Equal(t, o.GetCoordinatorId(), after[g].GetCoordinatorId(), "group %s moved though its coordinator lived", g)
+			require.Equal(t, o.GetEpoch(), after[g].GetEpoch(), "group %s changed term", g)
+		} else {
+			require.Greater(t, after[g].GetEpoch(), o.GetEpoch())
+		}
+	}
+	for p := range int32(3) {
+		produceRetry(t, ins[0], "t", p, fmt.Sprintf("%d-after", p))
+	}
+	for _, g := range groups {
+		seen := consumeAll(t, ins[1], g, 3)
+		require.Equal(t, map[string]int{"0/5": 1, "1/5": 1, "2/5": 1}, seen, "group %s after c left", g)
+	}
+}

@@ -65,9 +65,9 @@ func waitSpread(t *testing.T, c *child, n int, live []string, within time.Durati
 	return nil
 }
 
-// SIGKILL of the owner of a partition under produce, purge and share-ack
-// load through another instance: only the killed instance's partitions
-// move, the load resumes, every acknowledged offset is ACCEPTed exactly
+// SIGKILL of the owner of a partition, also the share group's coordinator,
+// under produce, purge and share-ack load through another instance: only
+// the killed instance's partitions move, the group moves, the load resumes, every acknowledged offset is ACCEPTed exactly
 // once and the history of the partition is linearizable.
 func TestPartitionedKillOwner(t *testing.T) {
 	js := startJS(t)
@@ -82,16 +82,26 @@ func TestPartitionedKillOwner(t *testing.T) {
 		_, err := admin.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "spread", Partitions: 5})
 		return err == nil || status.Code(err) == codes.AlreadyExists
 	}, 10*time.Second, 100*time.Millisecond)
-	w0 := newWorkload(t, members["a"], "orders")
-	w0.setup(t)
+	require.Eventually(t, func() bool {
+		_, err := admin.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "orders", Partitions: 1})
+		return err == nil || status.Code(err) == codes.AlreadyExists
+	}, 10*time.Second, 100*time.Millisecond)
 	before := waitSpread(t, members["a"], 6, []string{"a", "b", "c"}, 15*time.Second)
 
-	// The workload goes through an instance that does not own orders/0.
+	// The workload goes through an instance that does not own orders/0;
+	// the victim, its owner, also coordinates the share group (the first
+	// call for a new group is taken by the instance it reaches).
 	victim := before["orders/0"].GetOwnerId()
 	via := "a"
 	if victim == "a" {
 		via = "b"
 	}
+	newWorkload(t, members[victim], "orders").setup(t)
+	var groupBefore *sharelogv1.GroupCoordinator
+	require.Eventually(t, func() bool {
+		groupBefore = coordinatorOf(t, members[via], "g")
+		return groupBefore.GetCoordinatorId() == victim
+	}, 5*time.Second, 50*time.Millisecond, "the group's coordinator is the victim: %v", groupBefore)
 	w := newWorkload(t, members[via], "orders")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -124,6 +134,10 @@ func TestPartitionedKillOwner(t *testing.T) {
 			require.Equal(t, o.GetEpoch(), after[k].GetEpoch(), "%s changed term", k)
 		}
 	}
+	require.Eventually(t, func() bool {
+		g := coordinatorOf(t, members[via], "g")
+		return g.GetCoordinatorId() != "" && g.GetCoordinatorId() != victim && g.GetEpoch() > groupBefore.GetEpoch()
+	}, leaseTTL+5*time.Second, 50*time.Millisecond, "the share group moves to a live instance")
 	time.Sleep(1500 * time.Millisecond) // load goes on after the move
 	close(stop)
 	stopped = true
@@ -143,6 +157,22 @@ func TestPartitionedKillOwner(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, moved)
+}
+
+// coordinatorOf is group's coordinator as DescribeCluster through c names
+// it (empty when none, or when the call fails: the instance answering it
+// may be changing).
+func coordinatorOf(t *testing.T, c *child, group string) *sharelogv1.GroupCoordinator {
+	dc, err := sharelogv1.NewLogServiceClient(c.conn).DescribeCluster(context.Background(), &sharelogv1.DescribeClusterRequest{})
+	if err != nil {
+		t.Logf("describe cluster: %v", err)
+	}
+	for _, g := range dc.GetGroups() {
+		if g.GetGroupId() == group {
+			return g
+		}
+	}
+	return &sharelogv1.GroupCoordinator{GroupId: group}
 }
 
 // offsetCounter is a change-stream handler that only follows the stream.

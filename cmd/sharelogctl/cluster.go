@@ -25,7 +25,7 @@ func (a *app) clusterDescribeCmd() *cobra.Command {
 		Long: `Describe the cluster as the server sees it now. The first line gives the mode: "single"
 (--store=file, one instance owns everything), "active-standby" (--store=jetstream: the active
 instance owns everything, the others forward to it) or "partitioned" (each partition has its own
-owner, one instance coordinates the share groups). Then three tables: the live instances with
+owner and each share group its own coordinator). Then three tables: the live instances with
 their gRPC and HTTP addresses; each partition's owner and owner epoch (the epoch grows when
 ownership changes hands); each share group's coordinator. Topics and groups you may not
 describe are left out.`,

@@ -38,3 +38,15 @@ $`
 	require.Len(t, resp.GetPartitions(), 2)
 	assert.Equal(t, s.addr, resp.GetInstances()[0].GetGrpcAddress())
 }
+
+// share-groups describe --state names the group's coordinator from
+// DescribeCluster in a cluster, the server talked to otherwise.
+func TestCoordinatorName(t *testing.T) {
+	dc := &sharelogv1.DescribeClusterResponse{Mode: "partitioned",
+		Instances: []*sharelogv1.ClusterInstance{{InstanceId: "a", GrpcAddress: "h1:9091"}, {InstanceId: "b", GrpcAddress: "h2:9092"}},
+		Groups:    []*sharelogv1.GroupCoordinator{{GroupId: "g", CoordinatorId: "b"}, {GroupId: "idle"}}}
+	assert.Equal(t, "h2:9092 (b)", coordinatorName(dc, "g", "self (0)"))
+	assert.Equal(t, "self (0)", coordinatorName(dc, "idle", "self (0)"), "no coordinator at the moment")
+	assert.Equal(t, "self (0)", coordinatorName(dc, "other", "self (0)"))
+	assert.Equal(t, "self (0)", coordinatorName(&sharelogv1.DescribeClusterResponse{Mode: "single"}, "g", "self (0)"))
+}

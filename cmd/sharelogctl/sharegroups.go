@@ -162,7 +162,8 @@ func (a *app) sgDescribeCmd() *cobra.Command {
                        copied there) and DLQ-SKIPPED (archived without a copy), both
                        counted since the server started
 
-The coordinator is the server sharelogctl talks to (node id 0).`,
+The coordinator is the group's coordinator as DescribeCluster names it (its gRPC address and
+instance ID) in a cluster, the server sharelogctl talks to (node id 0) otherwise.`,
 		Example: `  sharelogctl share-groups describe workers
   sharelogctl share-groups describe workers --members -v
   sharelogctl share-groups describe workers --state -o json`,
@@ -201,9 +202,44 @@ The coordinator is the server sharelogctl talks to (node id 0).`,
 		if members {
 			return a.printMembers(d)
 		}
-		return a.printState(d)
+		return a.printState(d, a.coordinatorOf(ctx, group))
 	})
 	return cmd
+}
+
+// coordinatorOf is the group's coordinator as "host:port (id)" when the
+// server names one (DescribeCluster: a cluster in partitioned mode), else
+// the server sharelogctl talks to, as node 0.
+func (a *app) coordinatorOf(ctx context.Context, group string) string {
+	self := a.addr + " (0)"
+	client, err := a.logClient()
+	if err != nil {
+		return self
+	}
+	dc, err := client.DescribeCluster(ctx, &sharelogv1.DescribeClusterRequest{})
+	if err != nil {
+		return self
+	}
+	return coordinatorName(dc, group, self)
+}
+
+// coordinatorName is group's coordinator in dc as "host:port (id)", or
+// fallback when dc names none (a single server, a group without one).
+func coordinatorName(dc *sharelogv1.DescribeClusterResponse, group, fallback string) string {
+	if dc.GetMode() == "single" {
+		return fallback
+	}
+	for _, g := range dc.GetGroups() {
+		if g.GetGroupId() != group || g.GetCoordinatorId() == "" {
+			continue
+		}
+		for _, in := range dc.GetInstances() {
+			if in.GetInstanceId() == g.GetCoordinatorId() {
+				return in.GetGrpcAddress() + " (" + in.GetInstanceId() + ")"
+			}
+		}
+	}
+	return fallback
 }
 
 func orMissing(s string) string {
@@ -289,8 +325,7 @@ func (a *app) printMembers(d *sharelogv1.DescribeShareGroupResponse) error {
 	return tw.Flush()
 }
 
-func (a *app) printState(d *sharelogv1.DescribeShareGroupResponse) error {
-	coordinator := a.addr + " (0)"
+func (a *app) printState(d *sharelogv1.DescribeShareGroupResponse, coordinator string) error {
 	dlq := d.GetConfig().GetDeadLetterTopic()
 	var dlqHead, dlqCols string
 	if dlq != "" {

@@ -22,8 +22,8 @@ const (
 	ModeSingle = "single"
 	// ModeActiveStandby is phase 1: one active instance owns everything.
 	ModeActiveStandby = "active-standby"
-	// ModePartitioned is phase 2: partitions are spread over the live
-	// instances; one instance coordinates every share group.
+	// ModePartitioned is phase 2: partitions and share groups are spread
+	// over the live instances.
 	ModePartitioned = "partitioned"
 )
 

@@ -1424,8 +1424,8 @@ type DescribeClusterResponse struct {
 	// everything), "active-standby" (--store=jetstream: the one active
 	// instance owns every partition and group, the others forward to it) or
 	// "partitioned" (--cluster-mode=partitioned: each partition has its own
-	// owner among the live instances; one instance coordinates every share
-	// group).
+	// owner and each share group its own coordinator among the live
+	// instances).
 	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
 	// The live instances, sorted by instance_id. In "single" mode, the one
 	// answering.

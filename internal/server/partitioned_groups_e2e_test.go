@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sharelog/sharelog/client/router"
 	"github.com/sharelog/sharelog/client/shareconsumer"
@@ -179,5 +181,77 @@ func TestPartitionedShareGroupsSpread(t *testing.T) {
 	for _, g := range groups {
 		seen := consumeAll(t, ins[1], g, 3)
 		require.Equal(t, map[string]int{"0/5": 1, "1/5": 1, "2/5": 1}, seen, "group %s after c left", g)
+	}
+}
+
+// A group's handover does not wait for its long polls: a fetch waiting on
+// the group that moves returns at once with a retryable NOT_OWNER, one
+// waiting on a group that stays keeps waiting.
+func TestPartitionedGroupHandoverEndsLongPolls(t *testing.T) {
+	js, err := jstest.Start(jstest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(js.Shutdown)
+	prefix := js.Prefix()
+	a := startClusterInstance(t, js, prefix, "a", partitionedMode)
+	a.waitReadyz(t, "cluster: partitioned", 10*time.Second)
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		_, err = a.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 1})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
+	sg := sharelogv1.NewShareGroupServiceClient(a.conn)
+	tps := []*sharelogv1.ShareFetchTopic{{Topic: "t", Partitions: []*sharelogv1.ShareFetchPartition{{Partition: 0}}}}
+	for _, g := range []string{"g1", "g2"} {
+		require.Eventually(t, func() bool {
+			_, err = sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: g, MemberId: "m", ShareSessionEpoch: 0, Topics: tps})
+			return err == nil
+		}, 10*time.Second, 50*time.Millisecond, "open a session of %s: %v", g, err)
+	}
+	waitCoordinators(t, a, []string{"g1", "g2"}, []string{"a"})
+
+	type result struct {
+		err  error
+		took time.Duration
+	}
+	done := map[string]chan result{}
+	for _, g := range []string{"g1", "g2"} {
+		done[g] = make(chan result, 1)
+		go func() {
+			start := time.Now()
+			_, err := sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: g, MemberId: "m", ShareSessionEpoch: 1,
+				MaxWaitMs: 30000, MinBytes: 1})
+			done[g] <- result{err, time.Since(start)}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // both wait
+
+	b := startClusterInstance(t, js, prefix, "b", partitionedMode)
+	moved := waitCoordinators(t, a, []string{"g1", "g2"}, []string{"a", "b"})
+	var gone, kept string
+	for g, c := range moved {
+		if c.GetCoordinatorId() == "b" {
+			gone = g
+		} else {
+			kept = g
+		}
+	}
+	select {
+	case r := <-done[gone]:
+		require.Equal(t, codes.Unavailable, status.Code(r.err), "%v", r.err)
+		require.Contains(t, r.err.Error(), "moved to another instance")
+		require.Less(t, r.took, 10*time.Second)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the fetch waiting on %s, which moved to b, did not return", gone)
+	}
+	select {
+	case r := <-done[kept]:
+		t.Fatalf("the fetch waiting on %s, which stayed, returned: %v", kept, r.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	// The moved group serves through either instance: a new session.
+	for _, in := range []*clusterInstance{a, b} {
+		_, err := sharelogv1.NewShareGroupServiceClient(in.conn).ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: gone,
+			MemberId: "m-" + in.id, ShareSessionEpoch: 0, Topics: tps})
+		require.NoError(t, err)
 	}
 }

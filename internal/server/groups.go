@@ -44,7 +44,7 @@ func (n *clusterNode) placeItems() ([]string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.s.cfg.Cluster.LeaseTTL/2)
 	defer cancel()
-	ids, err := state.GroupIDs(ctx)
+	ids, err := state.LiveGroupIDs(ctx)
 	if err != nil {
 		return nil, err
 	}

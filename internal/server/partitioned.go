@@ -539,7 +539,7 @@ func (n *clusterNode) partitionedView(ctx context.Context, epoch uint64) (servic
 	}
 	v.Groups = []string{}
 	if state != nil {
-		if v.Groups, err = state.GroupIDs(rctx); err != nil {
+		if v.Groups, err = state.LiveGroupIDs(rctx); err != nil {
 			return v, ownerUnreachableErr("cannot list the share groups in NATS: " + err.Error())
 		}
 	}

@@ -57,6 +57,8 @@ type Store struct {
 	timeout time.Duration
 	scoped  bool
 
+	groupWatch groupWatch // LiveGroupIDs (groupwatch.go)
+
 	mu        sync.Mutex
 	cond      *sync.Cond
 	pending   []pendingEntry // written, not yet committed, in ticket order
@@ -612,6 +614,10 @@ func (s *Store) GroupIDs(ctx context.Context) ([]string, error) {
 
 // Close implements sharestate.Store: it commits what is pending and stops.
 func (s *Store) Close() error {
+	s.groupWatch.once.Do(func() {}) // no watch starts from now on
+	if s.groupWatch.stop != nil {
+		s.groupWatch.stop()
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -571,4 +572,31 @@ func TestAdoptGroupWaitsForStartSnapshot(t *testing.T) {
 	require.Equal(t, before, kvStreamLast(t, m), "the snapshot equals the bucket: nothing was deleted or written")
 	require.NoError(t, s.Close())
 	require.Len(t, recoveredGroups(t, m), 3)
+}
+
+// LiveGroupIDs follows the bucket's group keys through its watch: a group
+// written by another store appears, a deleted one goes.
+func TestLiveGroupIDs(t *testing.T) {
+	t.Parallel()
+	m := newMedium(t)
+	u := openStarted(t, m)
+	write(t, u, groupEntry("a", 1))
+	s := openScoped(t, m)
+	ids, err := s.LiveGroupIDs(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, []string{"a"}, ids)
+	require.Eventually(t, s.GroupWatchReady, 5*time.Second, 10*time.Millisecond, "the watch delivers the bucket's keys")
+	write(t, u, groupEntry("b", 1))
+	require.Eventually(t, func() bool {
+		ids, err = s.LiveGroupIDs(context.Background())
+		return err == nil && slices.Equal(ids, []string{"a", "b"})
+	}, 5*time.Second, 10*time.Millisecond, "%v %v", ids, err)
+	write(t, u, sharestate.Entry{Kind: sharestate.KindGroupDelete, Group: "a"})
+	require.Eventually(t, func() bool {
+		ids, err = s.LiveGroupIDs(context.Background())
+		return err == nil && slices.Equal(ids, []string{"b"})
+	}, 5*time.Second, 10*time.Millisecond, "%v %v", ids, err)
+	require.True(t, s.GroupWatchReady(), "answered from the watch")
+	require.NoError(t, s.Close())
+	require.Eventually(t, func() bool { return !s.GroupWatchReady() }, 5*time.Second, 10*time.Millisecond, "Close stops the watch")
 }

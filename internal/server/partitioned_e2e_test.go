@@ -192,24 +192,8 @@ func TestPartitionedSpreadMoveAndJoin(t *testing.T) {
 // uses, reading partitions owned by every instance; change streams are
 // served by each partition's owner, whichever instance they reach.
 func TestPartitionedShareGroupsAndChangeStreams(t *testing.T) {
-	js, err := jstest.Start(jstest.Options{})
-	require.NoError(t, err)
-	t.Cleanup(js.Shutdown)
-	prefix := js.Prefix()
-	ins := []*clusterInstance{
-		startClusterInstance(t, js, prefix, "a", partitionedMode),
-		startClusterInstance(t, js, prefix, "b", partitionedMode),
-		startClusterInstance(t, js, prefix, "c", partitionedMode),
-	}
-	for _, in := range ins {
-		in.waitReadyz(t, "cluster: partitioned", 10*time.Second)
-	}
+	ins := startPartitionedTrio(t)
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		_, err = ins[0].log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 3})
-		return err == nil
-	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
-	waitOwners(t, ins[1], 3, []string{"a", "b", "c"})
 	total := 0
 	for p := range int32(3) {
 		for i := range 10 {
@@ -220,6 +204,7 @@ func TestPartitionedShareGroupsAndChangeStreams(t *testing.T) {
 
 	// One consumer through c: every record delivered once, accepted.
 	earliest := "earliest"
+	var err error
 	require.Eventually(t, func() bool { // the coordinator may still be taking its lease
 		_, err = sharelogv1.NewShareGroupServiceClient(ins[0].conn).UpdateShareGroupConfig(ctx, &sharelogv1.UpdateShareGroupConfigRequest{
 			GroupId: "g", Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: &earliest}})
@@ -306,17 +291,8 @@ func TestPartitionedShareGroupsAndChangeStreams(t *testing.T) {
 // takes no lease, writes no heartbeat, says why in /readyz, and the
 // cluster goes on without it.
 func TestClusterModesDoNotMix(t *testing.T) {
-	js, err := jstest.Start(jstest.Options{})
-	require.NoError(t, err)
-	t.Cleanup(js.Shutdown)
-	prefix := js.Prefix()
-	a := startClusterInstance(t, js, prefix, "a", partitionedMode)
-	a.waitReadyz(t, "cluster: partitioned", 10*time.Second)
+	js, prefix, a := startPartitionedSolo(t, 2)
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		_, err = a.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 2})
-		return err == nil
-	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
 	waitOwners(t, a, 2, []string{"a"})
 
 	b := startClusterInstance(t, js, prefix, "b") // active-standby, the default
@@ -327,7 +303,7 @@ func TestClusterModesDoNotMix(t *testing.T) {
 		return code == http.StatusServiceUnavailable &&
 			strings.Contains(body, "refused to join: instance a at "+a.srv.GRPCAddr()+" runs --cluster-mode partitioned, this one active-standby")
 	}, 10*time.Second, 50*time.Millisecond, "readyz of b: %s", body)
-	_, err = b.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Partition: proto.Int32(0),
+	_, err := b.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Partition: proto.Int32(0),
 		Records: []*sharelogv1.Record{{Value: []byte("x")}}})
 	require.Equal(t, codes.Unavailable, status.Code(err), "b serves nothing: %v", err)
 

@@ -16,6 +16,49 @@ import (
 	"github.com/sharelog/sharelog/internal/jetstream/jstest"
 )
 
+// startPartitionedTrio starts instances a, b and c in partitioned mode on a
+// new JetStream cluster, creates topic t with 3 partitions and waits until
+// they are spread one per instance.
+func startPartitionedTrio(t *testing.T) []*clusterInstance {
+	t.Helper()
+	js, err := jstest.Start(jstest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(js.Shutdown)
+	prefix := js.Prefix()
+	ins := []*clusterInstance{
+		startClusterInstance(t, js, prefix, "a", partitionedMode),
+		startClusterInstance(t, js, prefix, "b", partitionedMode),
+		startClusterInstance(t, js, prefix, "c", partitionedMode),
+	}
+	for _, in := range ins {
+		in.waitReadyz(t, "cluster: partitioned", 10*time.Second)
+	}
+	require.Eventually(t, func() bool {
+		_, err = ins[0].log.CreateTopic(context.Background(), &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 3})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
+	waitOwners(t, ins[1], 3, []string{"a", "b", "c"})
+	return ins
+}
+
+// startPartitionedSolo starts instance a in partitioned mode on a new
+// JetStream cluster (returned with its prefix, for more instances) and
+// creates topic t with the given number of partitions.
+func startPartitionedSolo(t *testing.T, partitions int32) (*jstest.Cluster, string, *clusterInstance) {
+	t.Helper()
+	js, err := jstest.Start(jstest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(js.Shutdown)
+	prefix := js.Prefix()
+	a := startClusterInstance(t, js, prefix, "a", partitionedMode)
+	a.waitReadyz(t, "cluster: partitioned", 10*time.Second)
+	require.Eventually(t, func() bool {
+		_, err = a.log.CreateTopic(context.Background(), &sharelogv1.CreateTopicRequest{Name: "t", Partitions: partitions})
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
+	return js, prefix, a
+}
+
 // waitCoordinators is group → coordinator as DescribeCluster answers, once
 // every group of want has a coordinator among ids, spread evenly over them.
 func waitCoordinators(t *testing.T, in *clusterInstance, groups []string, ids []string) map[string]*sharelogv1.GroupCoordinator {
@@ -78,24 +121,8 @@ func consumeAll(t *testing.T, in *clusterInstance, group string, want int) map[s
 // group's calls (forwarding them); when an instance leaves only its groups
 // move, and what they acknowledged stays acknowledged.
 func TestPartitionedShareGroupsSpread(t *testing.T) {
-	js, err := jstest.Start(jstest.Options{})
-	require.NoError(t, err)
-	t.Cleanup(js.Shutdown)
-	prefix := js.Prefix()
-	ins := []*clusterInstance{
-		startClusterInstance(t, js, prefix, "a", partitionedMode),
-		startClusterInstance(t, js, prefix, "b", partitionedMode),
-		startClusterInstance(t, js, prefix, "c", partitionedMode),
-	}
-	for _, in := range ins {
-		in.waitReadyz(t, "cluster: partitioned", 10*time.Second)
-	}
+	ins := startPartitionedTrio(t)
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		_, err = ins[0].log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 3})
-		return err == nil
-	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
-	waitOwners(t, ins[1], 3, []string{"a", "b", "c"})
 	for p := range int32(3) {
 		for i := range 5 {
 			produceRetry(t, ins[i%3], "t", p, fmt.Sprintf("%d-%d", p, i))
@@ -106,6 +133,7 @@ func TestPartitionedShareGroupsSpread(t *testing.T) {
 	// first three): the placement spreads them two per instance.
 	groups := []string{"g0", "g1", "g2", "g3", "g4", "g5"}
 	earliest := "earliest"
+	var err error
 	for i, g := range groups {
 		in := ins[max(0, i-3)]
 		require.Eventually(t, func() bool {
@@ -188,19 +216,11 @@ func TestPartitionedShareGroupsSpread(t *testing.T) {
 // the group that moves returns at once with a retryable NOT_OWNER, one
 // waiting on a group that stays keeps waiting.
 func TestPartitionedGroupHandoverEndsLongPolls(t *testing.T) {
-	js, err := jstest.Start(jstest.Options{})
-	require.NoError(t, err)
-	t.Cleanup(js.Shutdown)
-	prefix := js.Prefix()
-	a := startClusterInstance(t, js, prefix, "a", partitionedMode)
-	a.waitReadyz(t, "cluster: partitioned", 10*time.Second)
+	js, prefix, a := startPartitionedSolo(t, 1)
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		_, err = a.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 1})
-		return err == nil
-	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
 	sg := sharelogv1.NewShareGroupServiceClient(a.conn)
 	tps := []*sharelogv1.ShareFetchTopic{{Topic: "t", Partitions: []*sharelogv1.ShareFetchPartition{{Partition: 0}}}}
+	var err error
 	for _, g := range []string{"g1", "g2"} {
 		require.Eventually(t, func() bool {
 			_, err = sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: g, MemberId: "m", ShareSessionEpoch: 0, Topics: tps})

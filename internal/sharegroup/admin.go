@@ -516,11 +516,19 @@ func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error {
 		g.mu.Unlock()
 		return storageError("share group %q: deletion not saved: %v", groupID, err)
 	}
+	g.stopTimerLocked()
+	m.forget(g, sps, sessioncache.EndGroupDeleted)
+	return nil
+}
+
+// forget removes a DEAD group (op held) from the manager: its
+// share-partitions sps (locked by the caller, unlocked here) are dropped,
+// waking their fetches, and its sessions end with why.
+func (m *Manager) forget(g *group, sps []*sharePartition, why sessioncache.EndReason) {
 	for _, sp := range sps {
 		sp.dropLocked()
 	}
 	unlockPartitions(sps)
-	g.stopTimerLocked()
 	m.mu.Lock()
 	g.mu.Lock()
 	g.deleted = true
@@ -529,6 +537,5 @@ func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error {
 		delete(m.groups, g.id)
 	}
 	m.mu.Unlock()
-	m.sessions.EndIfSession(func(s *session) bool { return s.State.g == g }, sessioncache.EndGroupDeleted)
-	return nil
+	m.sessions.EndIfSession(func(s *session) bool { return s.State.g == g }, why)
 }

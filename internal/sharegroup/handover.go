@@ -72,21 +72,8 @@ func (m *Manager) ReleaseGroup(groupID string) {
 	g.mu.Lock()
 	g.dead = true // no new share-partition
 	g.mu.Unlock()
-	sps := lockPartitions(g.partitions())
-	for _, sp := range sps {
-		sp.dropLocked()
-	}
-	unlockPartitions(sps)
-	m.mu.Lock()
-	g.mu.Lock()
-	g.deleted = true
-	g.mu.Unlock()
-	if m.groups[g.id] == g {
-		delete(m.groups, g.id)
-	}
-	m.mu.Unlock()
+	m.forget(g, lockPartitions(g.partitions()), sessioncache.EndMoved)
 	g.op.Unlock()
-	m.sessions.EndIfSession(func(s *session) bool { return s.State.g == g }, sessioncache.EndMoved)
 }
 
 // HasGroup reports whether the group is live here (it has state or

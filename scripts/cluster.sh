@@ -52,10 +52,10 @@ up() {
 		wait_port 127.0.0.1 "808$i" "sharelog$i"
 	done
 	# A fresh NATS cluster elects its JetStream meta leader first: wait
-	# until one instance is active, or coordinates the share groups in
+	# until one instance is active, or serves topic changes in
 	# partitioned mode (at most 60 s).
 	for _ in $(seq 1 300); do
-		if curl -s http://127.0.0.1:8081/readyz http://127.0.0.1:8082/readyz 2>/dev/null | grep -qE "cluster: active|share-group coordinator"; then break; fi
+		if curl -s http://127.0.0.1:8081/readyz http://127.0.0.1:8082/readyz 2>/dev/null | grep -qE "cluster: active|serving topic changes"; then break; fi
 		sleep 0.2
 	done
 	cat <<INFO

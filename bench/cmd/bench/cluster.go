@@ -253,9 +253,9 @@ func (e *env) startPartitioned(ctx context.Context, name string, nc *natsCluster
 		}
 		c.members = append(c.members, p)
 		c.ids = append(c.ids, id)
-		want := "share groups coordinated by a "
+		want := "topic changes served by a "
 		if i == 0 {
-			want = "share-group coordinator"
+			want = "serving topic changes"
 		}
 		if err := waitReadyz(ctx, p, want, 60*time.Second); err != nil {
 			c.stopMembers()

@@ -162,7 +162,7 @@ func x4Measure(ctx context.Context, e *env, nc *natsCluster, rep, n int, value [
 		defer c.close()
 		clients[cl.ids[i]] = c
 	}
-	adm := clients[cl.ids[0]] // the share-group coordinator serves CreateTopic and DescribeCluster
+	adm := clients[cl.ids[0]] // the holder of the phase-1 lease serves CreateTopic and DescribeCluster
 	if err := retryUnavailable(ctx, 20*time.Second, func() error { return createTopic(ctx, adm, x4Topic, x4Partitions, 0) }); err != nil {
 		return nil, err
 	}

@@ -169,6 +169,17 @@ func TestClusterStandbyForwardsAndTakesOver(t *testing.T) {
 		}
 	}
 
+	// The share-group metrics come from the active instance, none from
+	// the standby: a session opened through b lives on a.
+	_, err = sharelogv1.NewShareGroupServiceClient(b.conn).ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m",
+		Topics: []*sharelogv1.ShareFetchTopic{{Topic: "t", Partitions: []*sharelogv1.ShareFetchPartition{{Partition: 0}}}}})
+	require.NoError(t, err)
+	v, ok := series(t, scrapeInstance(t, a), "sharelog_share_sessions", map[string]string{"group": "g"})
+	require.True(t, ok, "the active instance reports its share groups")
+	require.Equal(t, 1.0, v)
+	_, ok = series(t, scrapeInstance(t, b), "sharelog_share_sessions", map[string]string{"group": "g"})
+	require.False(t, ok, "a standby has no share groups")
+
 	// The active instance goes away (released lease): b takes over.
 	start := time.Now()
 	require.NoError(t, a.srv.Close())

@@ -45,6 +45,26 @@ type domainSources struct {
 	streams *changestream.Manager
 }
 
+// domainSources is what the domain metrics read now: the file store's
+// backend, or in cluster mode the backend serving here (the active
+// instance's in phase 1, nothing on a standby; in partitioned mode the
+// instance's own, with the share groups it coordinates).
+func (s *Server) domainSources() domainSources {
+	if s.cluster == nil {
+		return domainSources{store: s.store, share: s.share, streams: s.streams}
+	}
+	n := s.cluster
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	switch {
+	case n.part != nil && n.part.logB != nil:
+		return domainSources{share: n.part.logB.share, streams: n.part.logB.streams}
+	case n.part == nil && n.active != nil:
+		return domainSources{share: n.active.share, streams: n.active.streams}
+	}
+	return domainSources{}
+}
+
 // ackTypeNames label acknowledgements by type (index: sharegroup.AckType).
 var ackTypeNames = map[sharegroup.AckType]string{
 	sharegroup.AckAccept: "accept", sharegroup.AckRelease: "release", sharegroup.AckReject: "reject",
@@ -100,48 +120,51 @@ func registerDomainMetrics(mp metric.MeterProvider, src func() domainSources) er
 	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := src()
-		if s.store == nil || s.share == nil || s.streams == nil {
-			return nil // not started yet
-		}
-		for _, w := range s.store.Watermarks() {
-			at := metric.WithAttributes(attribute.String("topic", w.Topic), attribute.String("partition", strconv.Itoa(int(w.Partition))))
-			o.ObserveInt64(logStart, w.LogStart, at)
-			o.ObserveInt64(highWM, w.HighWatermark, at)
-		}
-		groups, parts := s.share.Metrics()
-		for _, g := range groups {
-			at := metric.WithAttributes(attribute.String("group", g.Group))
-			o.ObserveInt64(members, int64(g.Members), at)
-			o.ObserveInt64(sessions, int64(g.Sessions), at)
-			o.ObserveInt64(dlqCopies, g.DeadLettered, at)
-			o.ObserveInt64(dlqSkipped, g.DeadLetterSkipped, at)
-		}
-		for _, p := range parts {
-			kv := []attribute.KeyValue{attribute.String("group", p.Group), attribute.String("topic", p.Topic),
-				attribute.String("partition", strconv.Itoa(int(p.Partition)))}
-			at := metric.WithAttributes(kv...)
-			o.ObserveInt64(spso, p.StartOffset, at)
-			o.ObserveInt64(lag, p.Lag, at)
-			o.ObserveInt64(acquired, p.Acquired, at)
-			o.ObserveInt64(expiries, p.Expired, at)
-			o.ObserveInt64(limitArch, p.LimitArchived, at)
-			for t, name := range ackTypeNames {
-				o.ObserveInt64(acks, p.Acks[t], metric.WithAttributes(append(kv, attribute.String("type", name))...))
+		if s.store != nil {
+			for _, w := range s.store.Watermarks() {
+				at := metric.WithAttributes(attribute.String("topic", w.Topic), attribute.String("partition", strconv.Itoa(int(w.Partition))))
+				o.ObserveInt64(logStart, w.LogStart, at)
+				o.ObserveInt64(highWM, w.HighWatermark, at)
+			}
+			cs := s.store.CompactionStats()
+			o.ObserveInt64(cRuns, cs.Runs)
+			o.ObserveInt64(cRead, cs.BytesRead)
+			o.ObserveInt64(cWritten, cs.BytesWritten)
+			o.ObserveInt64(cRemoved, cs.RecordsRemoved)
+			o.ObserveInt64(cTombs, cs.TombstonesRemoved)
+			for _, p := range cs.Partitions {
+				o.ObserveFloat64(dirty, p.DirtyRatio, metric.WithAttributes(attribute.String("topic", p.Topic),
+					attribute.String("partition", strconv.Itoa(int(p.Partition)))))
 			}
 		}
-		st := s.share.Stats()
-		o.ObserveInt64(unreadable, int64(st.UnreadableArchived))
-		o.ObserveInt64(stateFails, int64(st.StateWriteFailures))
-		o.ObserveInt64(streamsOpen, s.streams.Open())
-		cs := s.store.CompactionStats()
-		o.ObserveInt64(cRuns, cs.Runs)
-		o.ObserveInt64(cRead, cs.BytesRead)
-		o.ObserveInt64(cWritten, cs.BytesWritten)
-		o.ObserveInt64(cRemoved, cs.RecordsRemoved)
-		o.ObserveInt64(cTombs, cs.TombstonesRemoved)
-		for _, p := range cs.Partitions {
-			o.ObserveFloat64(dirty, p.DirtyRatio, metric.WithAttributes(attribute.String("topic", p.Topic),
-				attribute.String("partition", strconv.Itoa(int(p.Partition)))))
+		if s.share != nil {
+			groups, parts := s.share.Metrics()
+			for _, g := range groups {
+				at := metric.WithAttributes(attribute.String("group", g.Group))
+				o.ObserveInt64(members, int64(g.Members), at)
+				o.ObserveInt64(sessions, int64(g.Sessions), at)
+				o.ObserveInt64(dlqCopies, g.DeadLettered, at)
+				o.ObserveInt64(dlqSkipped, g.DeadLetterSkipped, at)
+			}
+			for _, p := range parts {
+				kv := []attribute.KeyValue{attribute.String("group", p.Group), attribute.String("topic", p.Topic),
+					attribute.String("partition", strconv.Itoa(int(p.Partition)))}
+				at := metric.WithAttributes(kv...)
+				o.ObserveInt64(spso, p.StartOffset, at)
+				o.ObserveInt64(lag, p.Lag, at)
+				o.ObserveInt64(acquired, p.Acquired, at)
+				o.ObserveInt64(expiries, p.Expired, at)
+				o.ObserveInt64(limitArch, p.LimitArchived, at)
+				for t, name := range ackTypeNames {
+					o.ObserveInt64(acks, p.Acks[t], metric.WithAttributes(append(kv, attribute.String("type", name))...))
+				}
+			}
+			st := s.share.Stats()
+			o.ObserveInt64(unreadable, int64(st.UnreadableArchived))
+			o.ObserveInt64(stateFails, int64(st.StateWriteFailures))
+		}
+		if s.streams != nil {
+			o.ObserveInt64(streamsOpen, s.streams.Open())
 		}
 		return nil
 	}, logStart, highWM, spso, lag, acquired, expiries, acks, limitArch, dlqCopies, dlqSkipped, members, sessions,

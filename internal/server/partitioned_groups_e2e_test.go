@@ -3,9 +3,13 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -57,6 +61,19 @@ func startPartitionedSolo(t *testing.T, partitions int32) (*jstest.Cluster, stri
 		return err == nil
 	}, 10*time.Second, 50*time.Millisecond, "create: %v", err)
 	return js, prefix, a
+}
+
+// scrapeInstance fetches and parses an instance's /metrics.
+func scrapeInstance(t *testing.T, in *clusterInstance) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + in.srv.HTTPAddr() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	return fams
 }
 
 // waitCoordinators is group → coordinator as DescribeCluster answers, once
@@ -164,6 +181,23 @@ func TestPartitionedShareGroupsSpread(t *testing.T) {
 		require.Len(t, seen, 15, g)
 		for k, n := range seen {
 			require.Equal(t, 1, n, "group %s: record %s delivered %d times", g, k, n)
+		}
+	}
+	// Each coordinator's /metrics has its groups' share-partitions, and
+	// only its own.
+	for _, in := range ins {
+		fams := scrapeInstance(t, in)
+		for _, g := range groups {
+			for p := range 3 {
+				labels := map[string]string{"group": g, "topic": "t", "partition": fmt.Sprint(p), "type": "accept"}
+				v, ok := series(t, fams, "sharelog_share_acknowledgements_total", labels)
+				if before[g].GetCoordinatorId() == in.id {
+					require.True(t, ok, "%s's metrics lack group %s", in.id, g)
+					require.Equal(t, 5.0, v, "%s/%d accepted", g, p)
+				} else {
+					require.False(t, ok, "%s reports group %s, coordinated by %s", in.id, g, before[g].GetCoordinatorId())
+				}
+			}
 		}
 	}
 	list, err := sharelogv1.NewShareGroupServiceClient(ins[1].conn).ListShareGroups(ctx, &sharelogv1.ListShareGroupsRequest{})

@@ -290,9 +290,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			return nil, fmt.Errorf("kafka listener on --kafka-addr %s: %w", cfg.KafkaAddr, err)
 		}
 	}
-	if err := registerDomainMetrics(s.tel.Meter, func() domainSources {
-		return domainSources{store: s.store, share: s.share, streams: s.streams}
-	}); err != nil {
+	if err := registerDomainMetrics(s.tel.Meter, s.domainSources); err != nil {
 		return nil, err
 	}
 	healthLimit, healthBurst := rate.Limit(cfg.HealthProbesPerSec), 2*cfg.HealthProbesPerSec

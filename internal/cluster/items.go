@@ -226,6 +226,13 @@ func (it *Items) Step(ctx context.Context, items []string) error {
 	for item, o := range owners {
 		current[item] = o.Owner.ID
 	}
+	// What this instance holds is its own, whatever the view says: the view
+	// may not show a lease it took a moment ago (or still show the owner
+	// before it), and placing that item as unowned would hand it over at
+	// once.
+	for item := range it.Held() {
+		current[item] = it.self.ID
+	}
 	target := placeByKind(items, live, current)
 
 	// Hand over what the placement moved away, and what is no item any more.

@@ -21,6 +21,7 @@ import (
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/cluster"
+	"github.com/sharelog/sharelog/internal/sharegroup"
 )
 
 // groupOf is the share group a lease item names, false for other items.
@@ -135,12 +136,12 @@ func (n *clusterNode) releaseGroup(item, id string, epoch uint64, handover bool)
 // coordinator: served here when this instance holds the group's lease,
 // forwarded when another does, and taken here when none does.
 func (n *clusterNode) groupCall(ctx context.Context, fullMethod string, m method, req any, id string) (any, error) {
-	if id == "" {
+	if sharegroup.ValidGroupID(id) != nil {
 		return n.serveLocal(ctx, m, req) // the service answers the invalid request
 	}
 	item := cluster.GroupItem(id)
 	n.mu.RLock()
-	its, lease, self := n.part.items, n.lease, n.self.ID
+	its, lease, self, state := n.part.items, n.lease, n.self.ID, n.part.state
 	n.mu.RUnlock()
 	if its == nil || lease == nil {
 		return nil, notOwnerErr("this instance has not joined the cluster yet; retry")
@@ -162,6 +163,22 @@ func (n *clusterNode) groupCall(ctx context.Context, fullMethod string, m method
 				return nil, err
 			}
 			return n.forwardUnary(ctx, cc, fullMethod, m, req)
+		}
+		// No coordinator. A call that may create the group takes it here;
+		// any other answers as for a group that does not exist when none
+		// has state, and waits for the placement when one has.
+		if !createsGroup(req) {
+			if state == nil {
+				return nil, notOwnerErr("this instance has not opened the share state yet; retry")
+			}
+			ids, err := state.LiveGroupIDs(ctx)
+			if err != nil {
+				return nil, ownerUnreachableErr("cannot list the share groups in NATS: " + err.Error())
+			}
+			if !slices.Contains(ids, id) {
+				return n.serveLocal(ctx, m, req)
+			}
+			return nil, notOwnerErr(fmt.Sprintf("share group %q has no coordinator at the moment; retry", id))
 		}
 		tctx, cancel := context.WithTimeout(ctx, n.s.cfg.Cluster.LeaseTTL/2)
 		its.Take(tctx, item)
@@ -231,6 +248,21 @@ func (n *clusterNode) listGroups(ctx context.Context, fullMethod string, m metho
 	slices.SortFunc(out.Groups, func(a, b *sharelogv1.ShareGroupListing) int { return strings.Compare(a.GroupId, b.GroupId) })
 	out.Groups = slices.CompactFunc(out.Groups, func(a, b *sharelogv1.ShareGroupListing) bool { return a.GroupId == b.GroupId })
 	return out, nil
+}
+
+// createsGroup reports whether a call may create its group (as on a
+// single server): only those take a group nobody coordinates, so a call
+// about a group that does not exist creates no lease.
+func createsGroup(req any) bool {
+	switch r := req.(type) {
+	case *sharelogv1.ShareGroupHeartbeatRequest:
+		return r.GetMemberEpoch() == 0
+	case *sharelogv1.ShareFetchRequest:
+		return r.GetShareSessionEpoch() == 0
+	case *sharelogv1.UpdateShareGroupConfigRequest, *sharelogv1.AlterShareGroupOffsetsRequest:
+		return true
+	}
+	return false
 }
 
 // groupRequest is a ShareGroupService request naming one group.

@@ -160,6 +160,15 @@ func TestPartitionedShareGroupsSpread(t *testing.T) {
 		}, 10*time.Second, 50*time.Millisecond, "update config of %s: %v", g, err)
 	}
 	before := waitCoordinators(t, ins[2], groups, []string{"a", "b", "c"})
+	// A call about a group that does not exist answers as on one server,
+	// and makes no coordinator for it.
+	_, err = sharelogv1.NewShareGroupServiceClient(ins[0].conn).DescribeShareGroup(ctx, &sharelogv1.DescribeShareGroupRequest{GroupId: "nope"})
+	require.Equal(t, codes.NotFound, status.Code(err), "%v", err)
+	dc, err := ins[1].log.DescribeCluster(ctx, &sharelogv1.DescribeClusterRequest{})
+	require.NoError(t, err)
+	for _, g := range dc.GetGroups() {
+		require.NotEqual(t, "nope", g.GetGroupId())
+	}
 	for _, in := range ins {
 		code, body := in.readyz(t)
 		require.Equal(t, 200, code)

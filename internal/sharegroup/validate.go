@@ -18,6 +18,10 @@ func validGroupID(id string) error {
 	return nil
 }
 
+// ValidGroupID reports whether id can name a share group (the error is
+// the INVALID_REQUEST every call with such an ID answers).
+func ValidGroupID(id string) error { return validGroupID(id) }
+
 func validIDs(group, member string) error {
 	if err := validGroupID(group); err != nil {
 		return err

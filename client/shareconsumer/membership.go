@@ -32,6 +32,7 @@ type membership struct {
 	epoch         int32            // member epoch; 0 while (re)joining
 	assignment    []TopicPartition // sorted
 	fatal         error            // membership refused for good
+	joinSent      bool             // a join (epoch 0) was sent: the server may know the member even if its answer never came
 	ready         chan struct{}    // closed once mode != modeUnknown or fatal != nil
 	changed       chan struct{}    // closed (and replaced) whenever the assignment changes
 	isReady       bool             //
@@ -91,6 +92,9 @@ func (c *Consumer) heartbeatLoop() {
 		}
 		if epoch == 0 {
 			req.SubscribedTopicNames = c.cfg.Topics
+			c.mu.Lock()
+			c.member.joinSent = true
+			c.mu.Unlock()
 		}
 		callCtx, cancel := c.callContext(ctx, 0)
 		resp, err := c.groups.ShareGroupHeartbeat(callCtx, req)
@@ -201,12 +205,26 @@ func (c *Consumer) fallback() {
 	m.markReady()
 }
 
-// leave sends the leave heartbeat (-1) if the consumer is a member.
+// leave sends the leave heartbeat (-1) if the consumer is a member,
+// retrying while the failure is retryable. When it may be one — a join
+// whose answer Close cut off (rejoining included) may have made the member
+// on the server, which would otherwise hold its assignment until its
+// session times out — it sends one leave and ignores its outcome (a server
+// that never had the member answers UNKNOWN_MEMBER_ID).
 func (c *Consumer) leave(ctx context.Context) error {
 	c.mu.Lock()
-	mode, epoch := c.member.mode, c.member.epoch
+	mode, epoch, joinSent := c.member.mode, c.member.epoch, c.member.joinSent
 	c.mu.Unlock()
-	if mode != modeMember || epoch <= 0 {
+	switch {
+	case mode == modeFallback || epoch < 0 || !joinSent:
+		return nil
+	case mode != modeMember || epoch == 0:
+		callCtx, cancel := c.callContext(ctx, 0)
+		defer cancel()
+		_, _ = c.groups.ShareGroupHeartbeat(callCtx, &sharelogv1.ShareGroupHeartbeatRequest{
+			GroupId: c.cfg.GroupID, MemberId: c.cfg.MemberID, MemberEpoch: -1,
+		})
+		c.setEpoch(-1)
 		return nil
 	}
 	for attempt := 0; ; attempt++ {

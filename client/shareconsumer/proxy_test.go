@@ -432,3 +432,38 @@ func TestCancelledPollReopensTheSession(t *testing.T) {
 	require.Equal(t, []int64{0}, offsets(recs))
 	require.Equal(t, []int32{0, 1, 0}, p.fetchEpochs())
 }
+
+// Close while a join is in flight sends the leave all the same: the
+// server may have made the member, which would otherwise keep its
+// assignment until its session timed out.
+func TestCloseDuringJoinLeaves(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createTopic("t", 1)
+	e.configureGroup("g", 30*time.Second)
+	p, conn := startProxy(t, e)
+	g := &scriptedGroup{}
+	g.assign(0)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	p.heartbeat = func(req *sharelogv1.ShareGroupHeartbeatRequest) (*sharelogv1.ShareGroupHeartbeatResponse, error) {
+		if req.GetMemberEpoch() == 0 {
+			once.Do(func() { close(arrived) })
+			<-release // the server takes the join, its answer comes too late
+		}
+		return g.heartbeat(req)
+	}
+	c, err := New(conn, Config{GroupID: "g", Topics: []string{"t"}})
+	require.NoError(t, err)
+	<-arrived
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close(t.Context()) }()
+	time.Sleep(100 * time.Millisecond) // Close has cancelled the join's call
+	close(release)
+	require.NoError(t, <-closed)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.Len(t, p.heartbeats, 2, "the join, then the leave")
+	require.EqualValues(t, -1, p.heartbeats[1].req.GetMemberEpoch())
+	require.Equal(t, c.MemberID(), p.heartbeats[1].req.GetMemberId())
+}

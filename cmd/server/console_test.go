@@ -331,6 +331,8 @@ func TestConsoleBrowser(t *testing.T) {
 			setValue("#produce input[name=value]", fmt.Sprintf(`{"n":%d,"item":"book"}`, i)), chromedp.Click(css("#produce button")),
 			waitText("#status", fmt.Sprintf("Produced to partition 0 at offset %d.", i)))
 	}
+	// The page reloaded after each produce and kept the partition picked.
+	b.run(t, "partition kept", poll(`document.querySelector("#produce select").value === "0"`))
 	// More through the API, as a running producer would.
 	recs := make([]*sharelogv1.Record, 7)
 	for i := range recs {

@@ -35,6 +35,7 @@ export function topicsPage() {
 export function topicPage(topic) {
   const body = h('div', {});
   const el = h('section', {}, h('p', {}, h('a', { href: '#/topics' }, '← Topics')), h('h1', {}, 'Topic ', h('code', {}, topic)), body);
+  const chosen = { partition: '' }; // the produce form's partition, kept across reloads of the page
   const load = async () => {
     const t = await api.get('/v1/topics/' + api.enc(topic));
     const ps = t.partitions || [];
@@ -42,7 +43,7 @@ export function topicPage(topic) {
       return [p.partition, p.logStartOffset, p.highWatermark, n(p.highWatermark) - n(p.logStartOffset), fmtBytes(p.sizeBytes), p.segmentCount,
         h('a', { href: `#/records?topic=${encodeURIComponent(topic)}&partition=${p.partition}` }, 'Browse')];
     });
-    const produce = produceForm(topic, t.partitionCount, load);
+    const produce = produceForm(topic, t.partitionCount, load, chosen);
     const del = h('button', { type: 'button', class: 'danger', id: 'delete-topic', onclick: async () => {
       if (!(await confirmDialog(`Delete topic ${topic} and all its records? This cannot be undone.`, topic))) return;
       try { await api.del('/v1/topics/' + api.enc(topic)); flash(`Topic ${topic} deleted.`); location.hash = '#/topics'; }
@@ -78,9 +79,14 @@ export function topicPage(topic) {
   return { title: topic, el, load };
 }
 
-function produceForm(topic, partitions, after) {
+// produceForm is the topic page's produce form. chosen.partition keeps the
+// partition picked across the page's reloads (every produce reloads it),
+// so a second record goes where the first went.
+function produceForm(topic, partitions, after, chosen) {
   const part = h('select', { name: 'partition' }, h('option', { value: '' }, 'by key'),
     Array.from({ length: partitions }, (_, i) => h('option', { value: i }, String(i))));
+  if (chosen.partition !== '' && Number(chosen.partition) < partitions) part.value = chosen.partition;
+  part.addEventListener('change', () => { chosen.partition = part.value; });
   const key = h('input', { name: 'key', placeholder: '(none)' });
   const value = h('input', { name: 'value', size: 40 });
   const form = h('form', { class: 'inline', id: 'produce', 'aria-label': 'Produce a record' },
@@ -94,9 +100,10 @@ function produceForm(topic, partitions, after) {
     try {
       const res = await api.post('/v1/topics/' + api.enc(topic) + '/records', req);
       const r = res.results?.[0];
-      setStatus(`Produced to partition ${r?.partition} at offset ${r?.offset}.`);
       value.value = '';
       await after();
+      // After the reload: the status says the page shows the new record.
+      setStatus(`Produced to partition ${r?.partition} at offset ${r?.offset}.`);
     } catch (e) { if (e.status !== 401) setStatus('Produce failed: ' + e.message, true); }
   });
   return form;

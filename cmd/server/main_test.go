@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -50,26 +51,40 @@ type child struct {
 	logs tailLog
 }
 
-// tailLog keeps the last lines written to it.
+// tailLog keeps the last lines written to it: the server's own log lines
+// and, apart, the last per-call lines ("finished call"), which a client
+// retrying in a loop would otherwise push every other line out with.
 type tailLog struct {
 	mu    sync.Mutex
 	lines []string
+	calls []string
 }
 
 func (l *tailLog) add(line string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if strings.Contains(line, `"msg":"finished call"`) {
+		l.calls = append(l.calls, line)
+		if len(l.calls) > 10 {
+			l.calls = l.calls[len(l.calls)-10:]
+		}
+		return
+	}
 	l.lines = append(l.lines, line)
 	if len(l.lines) > 200 {
 		l.lines = l.lines[len(l.lines)-200:]
 	}
 }
 
-// Tail returns the last n lines.
+// Tail returns the last n log lines, then the last per-call lines.
 func (l *tailLog) Tail(n int) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]string(nil), l.lines[max(0, len(l.lines)-n):]...)
+	out := append([]string(nil), l.lines[max(0, len(l.lines)-n):]...)
+	if len(l.calls) > 0 {
+		out = append(append(out, "(last calls:)"), l.calls...)
+	}
+	return out
 }
 
 // startChild runs the server in a child process and waits until it serves.

@@ -226,17 +226,40 @@ func withTimeout(ctx context.Context, d time.Duration) (context.Context, context
 // load reads every snapshot of the bucket into durable and builds the
 // recovered state (readSnapshots).
 func (s *Store) load(ctx context.Context) error {
-	w, err := s.kv.WatchAll(ctx, njs.IgnoreDeletes())
-	if err != nil {
-		return sljs.Wrap(ctx, "read the share state bucket", err, ErrStorage)
-	}
-	defer func() { _ = w.Stop() }()
-	dm, st, err := readSnapshots(ctx, w)
+	dm, st, err := watchSnapshots(ctx, func(ctx context.Context) (njs.KeyWatcher, error) {
+		return s.kv.WatchAll(ctx, njs.IgnoreDeletes())
+	})
 	if err != nil {
 		return sljs.Wrap(ctx, "read the share state bucket", err, ErrStorage)
 	}
 	s.durable, s.recovered = dm, st
 	return nil
+}
+
+// errWatchEnded: a watch's subscription closed before the end of its
+// initial values, so what it delivered is not all there is.
+var errWatchEnded = errors.New("the watch ended before every snapshot was read")
+
+// watchSnapshots reads the snapshots of a watch that open starts, starting
+// a new watch when one ends early (the stream's leader moved, a NATS node
+// went away) until ctx ends: the partial read is dropped, never used.
+func watchSnapshots(ctx context.Context, open func(context.Context) (njs.KeyWatcher, error)) (durableMap, *sharestate.State, error) {
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		w, err := open(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		dm, st, err := readSnapshots(ctx, w)
+		_ = w.Stop()
+		if !errors.Is(err, errWatchEnded) {
+			return dm, st, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, err
+		case <-time.After(backoff):
+		}
+	}
 }
 
 // readSnapshots reads the snapshots w delivers up to the end of its initial
@@ -261,7 +284,7 @@ func readSnapshots(ctx context.Context, w njs.KeyWatcher) (durableMap, *sharesta
 		if !ok {
 			// The subscription closed (the connection did) before the
 			// end of the initial values: what was read is not all.
-			return nil, nil, errors.New("the watch ended before every snapshot was read")
+			return nil, nil, errWatchEnded
 		}
 		if e == nil {
 			break
@@ -515,12 +538,9 @@ func (s *Store) readGroup(ctx context.Context, group string) (*dGroup, *sharesta
 	defer cancel()
 	op := fmt.Sprintf("read group %q from the share state bucket", group)
 	h := sljs.HexKey(group)
-	w, err := s.kv.WatchFiltered(ctx, []string{"g." + h, "p." + h + ".>"}, njs.IgnoreDeletes())
-	if err != nil {
-		return nil, nil, sljs.Wrap(ctx, op, err, ErrStorage)
-	}
-	defer func() { _ = w.Stop() }()
-	dm, st, err := readSnapshots(ctx, w)
+	dm, st, err := watchSnapshots(ctx, func(ctx context.Context) (njs.KeyWatcher, error) {
+		return s.kv.WatchFiltered(ctx, []string{"g." + h, "p." + h + ".>"}, njs.IgnoreDeletes())
+	})
 	if err != nil {
 		return nil, nil, sljs.Wrap(ctx, op, err, ErrStorage)
 	}

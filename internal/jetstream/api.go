@@ -118,7 +118,11 @@ func transient(err error) bool {
 // elected one, and a read or write in between finds no responder.
 func WaitLeader(ctx context.Context, js njs.JetStream, stream string) error {
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, 200*time.Millisecond) {
-		st, err := js.Stream(ctx, stream)
+		// Each request bounded as in Retry: a stream-info request the
+		// server dropped would otherwise wait out the whole of ctx.
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		st, err := js.Stream(actx, stream)
+		cancel()
 		if err == nil {
 			if ci := st.CachedInfo().Cluster; ci == nil || ci.Leader != "" {
 				return nil

@@ -138,7 +138,10 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 		return err
 	})
 	if errors.Is(err, njs.ErrBucketExists) {
-		s.kv, err = js.KeyValue(octx, bucket) // as the operator left it
+		err = sljs.Retry(octx, func(ctx context.Context) (err error) {
+			s.kv, err = js.KeyValue(ctx, bucket) // as the operator left it
+			return err
+		})
 	}
 	if err == nil {
 		err = sljs.WaitLeader(octx, js, "KV_"+bucket)

@@ -194,7 +194,10 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 		return err
 	})
 	if errors.Is(err, njs.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, bucket)
+		err = sljs.Retry(ctx, func(ctx context.Context) (err error) {
+			kv, err = js.KeyValue(ctx, bucket)
+			return err
+		})
 	}
 	if err == nil {
 		err = sljs.WaitLeader(ctx, js, "KV_"+bucket)

@@ -22,7 +22,13 @@ import (
 // scrapeMetrics fetches and parses /metrics.
 func scrapeMetrics(t testing.TB, s *stack) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := s.http.Client().Get(s.http.URL + "/metrics")
+	return scrapeURL(t, s.http.Client(), s.http.URL+"/metrics")
+}
+
+// scrapeURL fetches and parses a metrics page.
+func scrapeURL(t testing.TB, c *http.Client, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := c.Get(url)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)

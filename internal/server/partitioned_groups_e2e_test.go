@@ -9,8 +9,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -69,14 +67,7 @@ func startPartitionedSolo(t *testing.T, partitions int32) (*jstest.Cluster, stri
 // scrapeInstance fetches and parses an instance's /metrics.
 func scrapeInstance(t *testing.T, in *clusterInstance) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get("http://" + in.srv.HTTPAddr() + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	require.NoError(t, err)
-	return fams
+	return scrapeURL(t, http.DefaultClient, "http://"+in.srv.HTTPAddr()+"/metrics")
 }
 
 // waitCoordinators is group → coordinator as DescribeCluster answers, once

@@ -55,7 +55,10 @@
 // group's keys if absent and fails with ErrConflict when they exist (the
 // group key is created before any share-partition key of the round, so a
 // fenced round adds no key either); an instance that lost the group without
-// DropGroup is fenced key by key, as described under Fencing. Start deletes
+// DropGroup is fenced key by key, as described under Fencing: AdoptGroup
+// rewrites every key it read, unchanged and on condition of the revision
+// read (reading again if one changed meanwhile), so no write of the
+// previous coordinator can land after the adoption's read. Start deletes
 // only snapshots of groups the store adopted or wrote: those of other
 // instances' groups are never touched.
 //

@@ -506,7 +506,7 @@ func (s *Store) AdoptGroup(ctx context.Context, group string) (*sharestate.Group
 	s.adopted[group] = c
 	s.mu.Unlock()
 
-	dg, gs, err := s.readGroup(ctx, group)
+	dg, gs, err := s.readFenced(ctx, group)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -532,6 +532,51 @@ func (s *Store) AdoptGroup(ctx context.Context, group string) (*sharestate.Group
 		s.cond.Wait()
 	}
 	return gs, nil
+}
+
+// readFenced reads group's snapshots and rewrites each, unchanged, on
+// condition of the revision read, so that the previous coordinator — which
+// may not know yet that it lost the group (its lease expired under load) —
+// can write none of them any more: its next write is an ErrConflict, and
+// an acknowledgement it confirmed is in what was read. A key written in
+// between makes the read start again. (Phase 1 gets the same from its
+// startup snapshot, which rewrites every key.)
+func (s *Store) readFenced(ctx context.Context, group string) (*dGroup, *sharestate.GroupState, error) {
+	ctx, cancel := withTimeout(ctx, s.timeout)
+	defer cancel()
+	for {
+		dg, gs, err := s.readGroup(ctx, group)
+		if err != nil || dg == nil {
+			return dg, gs, err
+		}
+		err = s.touch(ctx, group, dg)
+		if err == nil {
+			return dg, gs, nil
+		}
+		if !errors.Is(err, ErrConflict) || ctx.Err() != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// touch rewrites group's keys (dg) with their values, each on condition
+// of its revision, and records the new revisions in dg.
+func (s *Store) touch(ctx context.Context, group string, dg *dGroup) error {
+	if dg.rev != 0 {
+		rev, err := s.put(ctx, &kvWrite{key: groupKey(group), val: dg.val, rev: dg.rev})
+		if err != nil {
+			return err
+		}
+		dg.rev = rev
+	}
+	for k, dp := range dg.parts {
+		rev, err := s.put(ctx, &kvWrite{key: partKeyName(group, k), val: dp.val, rev: dp.rev})
+		if err != nil {
+			return err
+		}
+		dp.rev = rev
+	}
+	return nil
 }
 
 // readGroup reads group's snapshots: g.<hex(group)> and

@@ -569,7 +569,9 @@ func TestAdoptGroupWaitsForStartSnapshot(t *testing.T) {
 	gs := <-adoptedC
 	require.NotNil(t, gs)
 	require.Equal(t, int64(3), gs.Partitions[0].SPSO)
-	require.Equal(t, before, kvStreamLast(t, m), "the snapshot equals the bucket: nothing was deleted or written")
+	// The snapshot equals the bucket, so it wrote and deleted nothing; the
+	// adoption rewrote c's keys once each (its fence of c's previous coordinator).
+	require.Equal(t, before+uint64(1+len(gs.Partitions)), kvStreamLast(t, m), "the snapshot wrote nothing, the adoption each of c's keys once")
 	require.NoError(t, s.Close())
 	require.Len(t, recoveredGroups(t, m), 3)
 }
@@ -599,4 +601,28 @@ func TestLiveGroupIDs(t *testing.T) {
 	require.True(t, s.GroupWatchReady(), "answered from the watch")
 	require.NoError(t, s.Close())
 	require.Eventually(t, func() bool { return !s.GroupWatchReady() }, 5*time.Second, 10*time.Millisecond, "Close stops the watch")
+}
+
+// Adopting a group fences its previous coordinator even when that one
+// never dropped it (its lease expired while it still served): the new
+// coordinator reads everything the old one confirmed, and the old one's
+// next write is refused instead of landing after that read unseen.
+func TestAdoptFencesACoordinatorThatDidNotDrop(t *testing.T) {
+	t.Parallel()
+	m := newMedium(t)
+	a, b := openScoped(t, m), openScoped(t, m)
+	_, err := a.AdoptGroup(context.Background(), "g")
+	require.NoError(t, err)
+	write(t, a, groupEntry("g", 1), partDelta("g", "tid", 0, 0, ack(0, 4)))
+
+	gs, err := b.AdoptGroup(context.Background(), "g") // a did not DropGroup
+	require.NoError(t, err)
+	require.Len(t, gs.Partitions, 1)
+	require.Equal(t, int64(5), gs.Partitions[0].SPSO, "what a confirmed is read")
+
+	tk, err := a.Write(partDelta("g", "tid", 0, 5, ack(5, 9)))
+	require.NoError(t, err)
+	require.ErrorIs(t, a.Wait(tk), jsstate.ErrConflict, "a late write of the old coordinator is refused")
+	write(t, b, partDelta("g", "tid", 0, 5, ack(5, 6)))
+	require.Equal(t, int64(7), recoveredGroups(t, m)["g"].Partitions[0].SPSO)
 }

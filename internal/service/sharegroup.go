@@ -358,6 +358,8 @@ func codeToProto(c sharegroup.ErrorCode) sharelogv1.ErrorCode {
 		return sharelogv1.ErrorCode_ERROR_CODE_KAFKA_STORAGE_ERROR
 	case sharegroup.CodeOffsetOutOfRange:
 		return sharelogv1.ErrorCode_ERROR_CODE_OFFSET_OUT_OF_RANGE
+	case sharegroup.CodeNotLeaderOrFollower:
+		return sharelogv1.ErrorCode_ERROR_CODE_NOT_LEADER_OR_FOLLOWER
 	default:
 		return sharelogv1.ErrorCode_ERROR_CODE_UNKNOWN_SERVER_ERROR
 	}

@@ -36,6 +36,10 @@ func (m *Manager) processAcks(s *session, g *group, es []PartitionEntry, named [
 			out[i].code, out[i].msg = CodeUnknownTopicOrPartition, "topic or partition does not exist"
 			continue
 		}
+		if named[i].away != "" {
+			out[i].code, out[i].msg = CodeNotLeaderOrFollower, notHere(named[i].away)
+			continue
+		}
 		sp := g.partition(named[i].topicID, e.Topic, e.Partition, true)
 		if sp == nil {
 			out[i].code, out[i].msg = CodeUnknownTopicOrPartition, "share group was deleted"

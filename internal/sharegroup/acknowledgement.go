@@ -36,7 +36,7 @@ func (p *sharePartition) ack(s *session, batches []AckBatch) ackResult {
 	defer p.mu.Unlock()
 	res := ackResult{sp: p}
 	if p.status == spDropped {
-		res.code, res.msg = CodeUnknownTopicOrPartition, "topic was deleted"
+		res.code, res.msg = p.droppedResult()
 		return res
 	}
 	if p.offline != "" {

@@ -79,7 +79,7 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 	defer p.mu.Unlock()
 	for attempt := 0; ; attempt++ {
 		if p.status == spDropped {
-			out.fail(CodeUnknownTopicOrPartition, "topic was deleted")
+			out.fail(p.droppedResult())
 			return nil
 		}
 		if p.offline != "" {

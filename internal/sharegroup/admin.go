@@ -53,6 +53,9 @@ func (m *Manager) ListGroups(filter GroupState) ([]GroupListing, error) {
 	defer m.leave()
 	var out []GroupListing
 	for _, g := range m.groupList() {
+		if !m.coordinates(g.id) {
+			continue // a follower here (owners.go): its coordinator lists it
+		}
 		st := g.state()
 		if filter == StateUnknown || filter == st {
 			out = append(out, GroupListing{GroupID: g.id, State: st})

@@ -83,6 +83,9 @@ const (
 	CodeKafkaStorageError
 	CodeUnknownServerError
 	CodeOffsetOutOfRange
+	// CodeNotLeaderOrFollower: the partition is served by another instance
+	// of the cluster, named in the message (owners.go).
+	CodeNotLeaderOrFollower
 )
 
 // AcquiredRange is an acquired_records entry.

@@ -37,6 +37,22 @@ type Options struct {
 	// MaxSessionsPerPrincipal is --max-share-sessions-per-principal (0 = half of MaxShareSessions).
 	MaxSessionsPerPrincipal int
 
+	// Cluster mode, partitioned (owners.go, docs/cluster.md
+	// "Share-partitions at their owners"); nil for a single server, which
+	// serves every partition and coordinates every group.
+	//
+	// Owner returns "" when this manager serves the partition's
+	// share-partitions, otherwise who does (for error messages). It is
+	// asked on every ShareFetch and ShareAcknowledge and must not block.
+	Owner func(topic string, partition int32) string
+	// Coordinates reports whether this manager coordinates the group
+	// (writes its config and epoch); must not block.
+	Coordinates func(group string) bool
+	// FollowedConfig returns the explicit config of a group coordinated
+	// elsewhere, when a follower group is created here; false: unknown
+	// (the defaults apply until FollowConfig).
+	FollowedConfig func(group string) (GroupConfig, bool)
+
 	// DeadLetterAfterAppend, a test hook, runs after the dead-letter worker
 	// appended copies and before it archives their records: the point
 	// where a crash leaves copies whose records are still ARCHIVING.

@@ -15,7 +15,8 @@ import (
 // namedPart is a topics[] entry after resolution (the resolution step).
 type namedPart struct {
 	topicID string
-	ok      bool // the topic and partition exist
+	ok      bool   // the topic and partition exist
+	away    string // ok, but served by this owner, not here (owners.go)
 }
 
 func (m *Manager) resolveAll(ctx context.Context, es []PartitionEntry) ([]namedPart, error) {
@@ -26,6 +27,9 @@ func (m *Manager) resolveAll(ctx context.Context, es []PartitionEntry) ([]namedP
 			return nil, err
 		}
 		out[i] = namedPart{topicID: id, ok: ok}
+		if ok {
+			out[i].away = m.ownerOf(es[i].Topic, es[i].Partition)
+		}
 	}
 	return out, nil
 }
@@ -84,9 +88,9 @@ func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchRespon
 	g := s.State.g
 	s.Mu.Unlock()
 
-	// Step 3: session partitions whose topic was deleted leave the session
-	// and are reported once.
-	var gone []TopicPartition
+	// Step 3: session partitions whose topic was deleted, or which another
+	// instance serves now, leave the session and are reported once.
+	var gone []PartitionFetchResult
 	if req.Epoch >= 0 {
 		gone, err = m.dropDeleted(ctx, s)
 		if err != nil {
@@ -196,7 +200,7 @@ func (m *Manager) sessionStep(ctx context.Context, req *FetchRequest, named []na
 		if g := m.groupFor(req.GroupID, false); g != nil {
 			sps = make([]*sharePartition, len(named))
 			for i, n := range named {
-				if n.ok {
+				if n.ok && n.away == "" {
 					e := &req.Partitions[i]
 					sps[i] = g.partition(n.topicID, e.Topic, e.Partition, true)
 				}
@@ -206,6 +210,10 @@ func (m *Manager) sessionStep(ctx context.Context, req *FetchRequest, named []na
 			st := &s.State
 			for i, n := range named {
 				tp := req.Partitions[i].TopicPartition
+				if n.away != "" {
+					st.remove(tp) // served elsewhere (now): not in this session
+					continue
+				}
 				if !n.ok || sps == nil || sps[i] == nil {
 					continue
 				}
@@ -235,7 +243,7 @@ func (m *Manager) sessionStep(ctx context.Context, req *FetchRequest, named []na
 func (m *Manager) sessionParts(g *group, es []PartitionEntry, named []namedPart, added []bool) []*sessPart {
 	parts := make([]*sessPart, 0, len(named))
 	for i, n := range named {
-		if n.ok {
+		if n.ok && n.away == "" {
 			e := &es[i]
 			sp := g.partition(n.topicID, e.Topic, e.Partition, true)
 			if sp == nil {
@@ -261,25 +269,31 @@ func (m *Manager) liveGroup(g *group, created bool) *group {
 }
 
 // dropDeleted removes from the session the partitions whose topic no
-// longer exists or now has another ID.
-func (m *Manager) dropDeleted(ctx context.Context, s *session) ([]TopicPartition, error) {
+// longer exists or now has another ID, and those another instance serves
+// now (owners.go), and returns their results to report.
+func (m *Manager) dropDeleted(ctx context.Context, s *session) ([]PartitionFetchResult, error) {
 	s.Mu.Lock()
 	parts := slices.Clone(s.State.parts)
 	s.Mu.Unlock()
-	var gone []TopicPartition
+	var gone []PartitionFetchResult
 	for _, sp := range parts {
 		id, ok, err := m.resolve(ctx, sp.tp)
 		if err != nil {
 			return nil, err
 		}
-		if !ok || id != sp.topicID {
-			gone = append(gone, sp.tp)
+		switch {
+		case !ok || id != sp.topicID:
+			gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, ErrorCode: CodeUnknownTopicOrPartition, ErrorMessage: "topic was deleted"})
+		default:
+			if owner := m.ownerOf(sp.tp.Topic, sp.tp.Partition); owner != "" {
+				gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, ErrorCode: CodeNotLeaderOrFollower, ErrorMessage: notHere(owner)})
+			}
 		}
 	}
 	if len(gone) > 0 {
 		s.Mu.Lock()
-		for _, tp := range gone {
-			s.State.remove(tp)
+		for _, r := range gone {
+			s.State.remove(r.TopicPartition)
 		}
 		s.Mu.Unlock()
 	}
@@ -397,7 +411,7 @@ func (m *Manager) fetchRecords(ctx context.Context, s *session, parts []*sessPar
 // shape builds the response and remembers which partitions reported
 // an error, for the "cleared, reported once with NONE" rule.
 func (m *Manager) shape(s *session, g *group, req *FetchRequest, named []namedPart, added []bool, acks []ackOutcome,
-	gone []TopicPartition, parts []*sessPart, res []partFetch) FetchResponse {
+	gone []PartitionFetchResult, parts []*sessPart, res []partFetch) FetchResponse {
 	resp := FetchResponse{AcquisitionLockTimeoutMs: g.config().lockMs}
 	find := namedIndex(req.Partitions)
 	result := func(tp TopicPartition, pf *partFetch) PartitionFetchResult {
@@ -418,6 +432,12 @@ func (m *Manager) shape(s *session, g *group, req *FetchRequest, named []namedPa
 		j := 0
 		for i := range req.Partitions {
 			tp := req.Partitions[i].TopicPartition
+			if named[i].away != "" {
+				r := result(tp, nil)
+				r.ErrorCode, r.ErrorMessage = CodeNotLeaderOrFollower, notHere(named[i].away)
+				resp.Partitions = append(resp.Partitions, r)
+				continue
+			}
 			if !named[i].ok || j >= len(parts) || parts[j].tp != tp {
 				resp.Partitions = append(resp.Partitions, PartitionFetchResult{TopicPartition: tp,
 					ErrorCode: CodeUnknownTopicOrPartition, ErrorMessage: "topic or partition does not exist"})
@@ -448,17 +468,20 @@ func (m *Manager) shape(s *session, g *group, req *FetchRequest, named []namedPa
 			r := result(tp, nil)
 			r.ErrorCode, r.ErrorMessage = CodeUnknownTopicOrPartition, "topic or partition does not exist"
 			resp.Partitions = append(resp.Partitions, r)
+		case named[i].away != "":
+			r := result(tp, nil)
+			r.ErrorCode, r.ErrorMessage = CodeNotLeaderOrFollower, notHere(named[i].away)
+			resp.Partitions = append(resp.Partitions, r)
 		case acks[i].has && !inFetch[tp]:
 			// Acknowledged but forgotten by the same request.
 			resp.Partitions = append(resp.Partitions, result(tp, nil))
 		}
 	}
-	for _, tp := range gone {
-		if find(tp) >= 0 {
+	for _, r := range gone {
+		if find(r.TopicPartition) >= 0 {
 			continue // named again by this request: reported above
 		}
-		resp.Partitions = append(resp.Partitions, PartitionFetchResult{TopicPartition: tp,
-			ErrorCode: CodeUnknownTopicOrPartition, ErrorMessage: "topic was deleted"})
+		resp.Partitions = append(resp.Partitions, r)
 	}
 	return resp
 }

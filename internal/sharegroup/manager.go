@@ -197,14 +197,33 @@ func (m *Manager) load(st *sharestate.State) error {
 // topic lookups across groups). It returns the group, not registered yet,
 // and the share-partitions it dropped because their topic is gone.
 func (m *Manager) loadGroup(rg *sharestate.GroupState, infos map[string]*logstore.TopicInfo) (*group, []*sharestate.PartitionState, error) {
-	ctx := context.Background()
 	g := m.newGroup(rg.ID)
 	g.explicit, g.epoch = GroupConfig(rg.Config), rg.GroupEpoch
 	g.mem.assignEpoch = rg.GroupEpoch
 	g.cfg.Store(m.opts.effective(&g.explicit))
+	sps, dropped, err := m.loadPartitions(g, rg.Partitions, infos)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, sp := range sps {
+		g.parts[partKey{sp.topicID, sp.part}] = sp
+		if sp.dlqCheck {
+			m.dlq.add(sp)
+		}
+	}
+	return g, dropped, nil
+}
+
+// loadPartitions builds g's share-partitions from their recovered states,
+// settled against the log (a log start moved meanwhile applies), without
+// adding them to g. It also returns the states it dropped because their
+// topic is gone.
+func (m *Manager) loadPartitions(g *group, rps []sharestate.PartitionState, infos map[string]*logstore.TopicInfo) ([]*sharePartition, []*sharestate.PartitionState, error) {
+	ctx := context.Background()
+	var sps []*sharePartition
 	var dropped []*sharestate.PartitionState
-	for pi := range rg.Partitions {
-		rp := &rg.Partitions[pi]
+	for pi := range rps {
+		rp := &rps[pi]
 		info, ok := infos[rp.Topic]
 		if !ok {
 			ti, err := m.store.TopicInfo(ctx, rp.Topic)
@@ -224,10 +243,7 @@ func (m *Manager) loadGroup(rg *sharestate.GroupState, infos map[string]*logstor
 		}
 		sp := newSharePartition(g, rp.Topic, rp.TopicID, rp.Partition)
 		sp.restoreDurable(rp)
-		g.parts[partKey{rp.TopicID, rp.Partition}] = sp
-		if sp.dlqCheck {
-			m.dlq.add(sp)
-		}
+		sps = append(sps, sp)
 		if sp.status != spLive {
 			continue
 		}
@@ -237,7 +253,7 @@ func (m *Manager) loadGroup(rg *sharestate.GroupState, infos map[string]*logstor
 			sp.mu.Unlock()
 		}
 	}
-	return g, dropped, nil
+	return sps, dropped, nil
 }
 
 // restoreDurable sets a new share-partition's state from its recovered
@@ -267,6 +283,9 @@ func (m *Manager) newGroup(id string) *group {
 	g := &group{m: m, id: id, parts: make(map[partKey]*sharePartition)}
 	g.mem.members = make(map[string]*member)
 	g.cfg.Store(m.opts.effective(&g.explicit))
+	if !m.coordinates(id) {
+		m.follow(g) // a follower: the coordinator's config (owners.go)
+	}
 	return g
 }
 
@@ -288,13 +307,13 @@ func (m *Manager) leave() { m.ops.Done() }
 // groupFor returns the group, creating it (EMPTY) if asked.
 func (m *Manager) groupFor(id string, create bool) *group {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	g := m.groups[id]
-	if g == nil && create {
-		g = m.newGroup(id)
-		m.registerLocked(g)
+	m.mu.Unlock()
+	if g != nil || !create {
+		return g
 	}
-	return g
+	// Made outside the lock: a follower's config may be looked up.
+	return m.register(m.newGroup(id))
 }
 
 // register adds a group made with newGroup, unless one of that ID was
@@ -311,6 +330,9 @@ func (m *Manager) register(g *group) *group {
 
 func (m *Manager) registerLocked(g *group) {
 	m.groups[g.id] = g
+	if !m.coordinates(g.id) {
+		return // a follower writes nothing of the group's own (owners.go)
+	}
 	// Group creation is written without waiting.
 	_, _ = m.state.Write(sharestate.Entry{Kind: sharestate.KindGroup, Group: g.id, Config: sharestate.GroupConfig(g.explicit)})
 }
@@ -572,7 +594,10 @@ func (m *Manager) writeSnapshot() error {
 			g.mu.Unlock()
 			continue
 		}
-		_, err := m.state.Write(g.entryLocked())
+		var err error
+		if m.coordinates(g.id) {
+			_, err = m.state.Write(g.entryLocked())
+		}
 		parts := make([]*sharePartition, 0, len(g.parts))
 		for _, sp := range g.parts {
 			parts = append(parts, sp)

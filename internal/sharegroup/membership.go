@@ -485,6 +485,9 @@ func (g *group) initPartitions(ctx context.Context, tps []TopicPartition, ids []
 	m := g.m
 	var sps []*sharePartition
 	for i, tp := range tps {
+		if m.ownerOf(tp.Topic, tp.Partition) != "" {
+			continue // its owner initialises it, at its first fetch (owners.go)
+		}
 		if sp := g.partition(ids[i], tp.Topic, tp.Partition, true); sp != nil {
 			sps = append(sps, sp)
 		}

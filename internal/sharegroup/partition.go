@@ -52,6 +52,10 @@ type sharePartition struct {
 	// lost (found at Open); "" when it is not. Set at load, cleared only by
 	// a repair; read under mu.
 	offline string
+	// movedTo names the instance that owns the partition now, once
+	// ReleasePartition dropped this share-partition (owners.go); set with
+	// status spDropped, under mu.
+	movedTo string
 	// dlqCheck: ARCHIVING records may already have their dead-letter copy
 	// (recovered ARCHIVING, or an append whose outcome is unknown): the
 	// next copy pass looks for them first (deadletter.go). Guarded by mu.

@@ -1,0 +1,194 @@
+package sharegroup
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/sharestate"
+)
+
+// owners is a test cluster's placement: who owns each partition of topic
+// "t" and who coordinates testGroup.
+type owners struct {
+	mu          sync.Mutex
+	parts       map[int32]string
+	coordinator string
+	config      GroupConfig // the coordinator's explicit config, for followers
+}
+
+func (o *owners) set(part int32, who string) {
+	o.mu.Lock()
+	o.parts[part] = who
+	o.mu.Unlock()
+}
+
+// ownerEnv opens a manager for instance self over store, placed by o.
+func ownerEnv(t *testing.T, store logstore.Store, st sharestate.Store, self string, o *owners) *env {
+	t.Helper()
+	opts := testOpts{Options: Options{Logger: slog.New(slog.DiscardHandler),
+		Owner: func(topic string, part int32) string {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			if who := o.parts[part]; who != self {
+				return "instance " + who
+			}
+			return ""
+		},
+		Coordinates: func(string) bool {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			return o.coordinator == self
+		},
+		FollowedConfig: func(string) (GroupConfig, bool) {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			return o.config, true
+		},
+	}}
+	m, err := Open(store, st, opts.Options)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return &env{t: t, store: store, m: m, opts: opts, epochs: map[string]int32{}}
+}
+
+// partitionStates is what a partition-scoped store adopting topic's
+// partition reads: each group's state of that one partition, as st holds
+// it durably.
+func partitionStates(t *testing.T, st sharestate.Store, topicID string, part int32) []sharestate.GroupState {
+	t.Helper()
+	var out []sharestate.GroupState
+	rec := sharestate.OpenMem(st.(*sharestate.Mem).Medium().Crash()).Recovered()
+	for _, g := range rec.Groups {
+		for _, p := range g.Partitions {
+			if p.TopicID == topicID && p.Partition == part {
+				out = append(out, sharestate.GroupState{ID: g.ID, Partitions: []sharestate.PartitionState{p}})
+			}
+		}
+	}
+	return out
+}
+
+// Each instance serves the share-partitions of the partitions it owns and
+// answers NOT_LEADER_OR_FOLLOWER, naming the owner, for the others, in
+// ShareFetch and ShareAcknowledge alike; an instance that does not
+// coordinate the group follows its config and writes none of the group's
+// own state.
+func TestOwnersServeTheirPartitions(t *testing.T) {
+	store := logstore.NewMem()
+	t.Cleanup(func() { store.Close() })
+	o := &owners{parts: map[int32]string{0: "A", 1: "B"}, coordinator: "A", config: GroupConfig{DeliveryCountLimit: i32(3)}}
+	stB := &recordingState{Store: sharestate.NewMem()}
+	a, b := ownerEnv(t, store, sharestate.NewMem(), "A", o), ownerEnv(t, store, stB, "B", o)
+	a.topic("t", 2)
+	x0, x1 := tp("t", 0), tp("t", 1)
+	a.update(GroupConfig{DeliveryCountLimit: i32(3)})
+
+	resp := a.open("m", x0, x1)
+	require.Equal(t, CodeNotLeaderOrFollower, part(t, resp, x1).ErrorCode)
+	require.Contains(t, part(t, resp, x1).ErrorMessage, "instance B")
+	require.Equal(t, CodeNone, part(t, resp, x0).ErrorCode)
+	resp = b.open("m", x0, x1)
+	require.Equal(t, CodeNotLeaderOrFollower, part(t, resp, x0).ErrorCode)
+	require.Contains(t, part(t, resp, x0).ErrorMessage, "instance A")
+	require.Equal(t, CodeNone, part(t, resp, x1).ErrorCode)
+
+	a.produce("t", 0, 10, 10)
+	a.produce("t", 1, 20, 10)
+	resp = a.fetch("m", FetchRequest{})
+	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, resp, x0))
+	require.False(t, hasPart(resp, x1), "a partition served elsewhere is not in the session")
+	resp = b.fetch("m", FetchRequest{})
+	require.Equal(t, []AcquiredRange{rng(0, 19, 1)}, acquired(t, resp, x1))
+	require.False(t, hasPart(resp, x0), "a partition served elsewhere is not in the session")
+
+	// Acknowledgements go to the owner; elsewhere they are refused.
+	ack := a.ack("m", ackEntry(x1, batch(0, 19, AckAccept)))
+	require.Equal(t, CodeNotLeaderOrFollower, ack.Partitions[0].ErrorCode)
+	ack = b.ack("m", ackEntry(x1, batch(0, 19, AckAccept)))
+	require.Equal(t, CodeNone, ack.Partitions[0].ErrorCode)
+	require.Equal(t, "spso=20", b.state(x1))
+
+	// B follows the coordinator's config and writes nothing of the group's own.
+	cfg, err := b.m.GetConfig(testGroup)
+	require.NoError(t, err)
+	require.Equal(t, int32(3), *cfg.DeliveryCountLimit)
+	b.m.FollowConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(5)})
+	cfg, err = b.m.GetConfig(testGroup)
+	require.NoError(t, err)
+	require.Equal(t, int32(5), *cfg.DeliveryCountLimit)
+	a.m.FollowConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(7)})
+	cfg, err = a.m.GetConfig(testGroup)
+	require.NoError(t, err)
+	require.Equal(t, int32(3), *cfg.DeliveryCountLimit, "the coordinator's own config is not followed")
+	stB.mu.Lock()
+	for _, e := range stB.written {
+		require.NotEqual(t, sharestate.KindGroup, e.Kind, "a follower wrote the group's entry")
+		require.Equal(t, int32(1), e.Partition, "B wrote state of a partition it does not own")
+	}
+	stB.mu.Unlock()
+	la, err := a.m.ListGroups(StateUnknown)
+	require.NoError(t, err)
+	require.Len(t, la, 1)
+	lb, err := b.m.ListGroups(StateUnknown)
+	require.NoError(t, err)
+	require.Empty(t, lb, "only the coordinator lists the group")
+}
+
+// A partition that moves keeps every acknowledgement: the old owner
+// releases it (writing nothing), its sessions report NOT_LEADER_OR_FOLLOWER
+// once and forget it, a fetch waiting on it returns at once, and the new
+// owner adopts the durable state and delivers only what was not
+// acknowledged.
+func TestPartitionMovesBetweenOwners(t *testing.T) {
+	store := logstore.NewMem()
+	t.Cleanup(func() { store.Close() })
+	o := &owners{parts: map[int32]string{0: "A"}, coordinator: "A"}
+	stA := sharestate.NewMem()
+	a, b := ownerEnv(t, store, stA, "A", o), ownerEnv(t, store, sharestate.NewMem(), "B", o)
+	info := a.topic("t", 1)
+	x := tp("t", 0)
+	a.open("m", x)
+	a.produce("t", 0, 10, 10)
+	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, a.fetch("m", FetchRequest{}), x))
+	ack := a.ack("m", ackEntry(x, batch(0, 4, AckAccept)))
+	require.Equal(t, CodeNone, ack.Partitions[0].ErrorCode)
+
+	// A second member waits on the partition when it moves.
+	a.open("w", x)
+	waiting := make(chan FetchResponse, 1)
+	go func() {
+		resp, err := a.m.ShareFetch(context.Background(), FetchRequest{GroupID: testGroup, MemberID: "w", Epoch: a.next("w"), MaxWaitMs: 30000})
+		assert.NoError(t, err)
+		waiting <- resp
+	}()
+	time.Sleep(100 * time.Millisecond) // let it wait (a slow machine only makes the test weaker)
+
+	o.set(0, "B")
+	a.m.ReleasePartition(info.ID, 0, "instance B")
+	select {
+	case resp := <-waiting:
+		require.Equal(t, CodeNotLeaderOrFollower, part(t, resp, x).ErrorCode)
+		require.Contains(t, part(t, resp, x).ErrorMessage, "instance B")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting fetch did not return when its partition moved")
+	}
+
+	resp := a.fetch("m", FetchRequest{})
+	require.Equal(t, CodeNotLeaderOrFollower, part(t, resp, x).ErrorCode)
+	require.False(t, hasPart(a.fetch("m", FetchRequest{}), x), "reported once, then gone from the session")
+	ack = a.ack("m", ackEntry(x, batch(5, 9, AckAccept)))
+	require.Equal(t, CodeNotLeaderOrFollower, ack.Partitions[0].ErrorCode, "an acknowledgement after the move is refused")
+
+	states := partitionStates(t, stA, info.ID, 0)
+	require.Len(t, states, 1)
+	require.NoError(t, b.m.AdoptPartition(states))
+	require.Error(t, b.m.AdoptPartition(states), "adopting a live share-partition")
+	require.Equal(t, []AcquiredRange{rng(5, 9, 1)}, acquired(t, b.open("n", x), x))
+}

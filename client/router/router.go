@@ -9,10 +9,13 @@
 //
 //   - When one instance owns every partition and group (file mode, and the
 //     active instance of the active-standby mode), every call goes to it.
-//   - Otherwise a request naming a share group (ShareGroupService: its
-//     group_id) goes to the group's coordinator, a request with a topic
-//     and a partition to that partition's owner, and any other call to the
-//     seed connection, whose instance forwards it.
+//   - Otherwise ShareFetch and ShareAcknowledge go to the owner of the
+//     first partition they name (the instance serving its
+//     share-partitions, where the share session lives; the seed when they
+//     name none), any other request naming a share group (its group_id)
+//     to the group's coordinator, a request with a topic and a partition
+//     to that partition's owner, and any other call to the seed
+//     connection, whose instance forwards it.
 //   - When the view cannot be read (an older server, an error), when the
 //     owner is unknown, or when dialling the owner fails, the call goes to
 //     the seed connection: routing never makes a call fail that the seed
@@ -240,6 +243,16 @@ func ownerAddr(view *sharelogv1.DescribeClusterResponse, args any) string {
 	if !ok {
 		return ""
 	}
+	// A share session lives on the instance that serves its partitions'
+	// share-partitions, their owner: ShareFetch and ShareAcknowledge go
+	// to the owner of the first partition they name (the seed when they
+	// name none).
+	switch r := m.(type) {
+	case *sharelogv1.ShareFetchRequest:
+		return firstNamedOwner(view, addrs, r.GetTopics())
+	case *sharelogv1.ShareAcknowledgeRequest:
+		return firstNamedOwner(view, addrs, r.GetTopics())
+	}
 	if group, ok := groupID(m.ProtoReflect()); ok {
 		for _, g := range view.GetGroups() {
 			if g.GetGroupId() == group {
@@ -252,6 +265,20 @@ func ownerAddr(view *sharelogv1.DescribeClusterResponse, args any) string {
 	if !ok {
 		return ""
 	}
+	return partitionOwner(view, addrs, topic, partition)
+}
+
+// firstNamedOwner is the address of the owner of the first partition
+// named, "" when none is.
+func firstNamedOwner(view *sharelogv1.DescribeClusterResponse, addrs map[string]string, topics []*sharelogv1.ShareFetchTopic) string {
+	if len(topics) == 0 || len(topics[0].GetPartitions()) == 0 {
+		return ""
+	}
+	return partitionOwner(view, addrs, topics[0].GetTopic(), topics[0].GetPartitions()[0].GetPartition())
+}
+
+// partitionOwner is the address of the partition's owner, "" if unknown.
+func partitionOwner(view *sharelogv1.DescribeClusterResponse, addrs map[string]string, topic string, partition int32) string {
 	for _, p := range view.GetPartitions() {
 		if p.GetTopic() == topic && p.GetPartition() == partition {
 			return addrs[p.GetOwnerId()]

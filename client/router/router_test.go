@@ -42,7 +42,12 @@ func TestOwnerAddr(t *testing.T) {
 			Partitions: []*sharelogv1.PartitionOwner{{Topic: "t", OwnerId: "b"}, {Topic: "t", Partition: 1}}},
 			&sharelogv1.FetchRequest{Topic: "t", Partition: p1}, ""},
 		{"nothing owned", &sharelogv1.DescribeClusterResponse{Instances: insts}, &sharelogv1.ListTopicsRequest{}, ""},
-		{"by group", groups, &sharelogv1.ShareFetchRequest{GroupId: "h"}, "b:1"},
+		{"by group", groups, &sharelogv1.ShareGroupHeartbeatRequest{GroupId: "h"}, "b:1"},
+		{"a share fetch by its first partition", groups, &sharelogv1.ShareFetchRequest{GroupId: "g", Topics: []*sharelogv1.ShareFetchTopic{
+			{Topic: "t", Partitions: []*sharelogv1.ShareFetchPartition{{Partition: 1}, {Partition: 0}}}}}, "b:1"},
+		{"an acknowledgement by its first partition", groups, &sharelogv1.ShareAcknowledgeRequest{GroupId: "h", Topics: []*sharelogv1.ShareFetchTopic{
+			{Topic: "t", Partitions: []*sharelogv1.ShareFetchPartition{{Partition: 0}}}}}, "a:1"},
+		{"a share fetch naming no partition: the seed", groups, &sharelogv1.ShareFetchRequest{GroupId: "h"}, ""},
 		{"by group, admin call", groups, &sharelogv1.DescribeShareGroupOffsetsRequest{GroupId: "g"}, "a:1"},
 		{"a group without a coordinator", groups, &sharelogv1.ShareGroupHeartbeatRequest{GroupId: "new"}, ""},
 		{"no group named", groups, &sharelogv1.ListShareGroupsRequest{}, ""},

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sharelog/sharelog/client/changestream"
+	"github.com/sharelog/sharelog/client/router"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
@@ -28,6 +29,17 @@ func startPartitioned(t *testing.T, natsURL, prefix, id string) *child {
 	c := startMember(t, natsURL, prefix, id, "--cluster-mode", "partitioned")
 	c.waitReadyz(t, "cluster: partitioned", 15*time.Second)
 	return c
+}
+
+// routed is seed behind client/router: each call goes to the instance
+// owning what it names (a share fetch: the owner of its partition, where
+// its share session lives).
+func routed(t *testing.T, seed grpc.ClientConnInterface) *router.Conn {
+	rc := router.New(seed, func(addr string) (grpc.ClientConnInterface, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}, router.Options{Refresh: time.Second})
+	t.Cleanup(func() { _ = rc.Close() })
+	return rc
 }
 
 // ownership is DescribeCluster's answer as topic/partition → owner.
@@ -66,7 +78,8 @@ func waitSpread(t *testing.T, c *child, n int, live []string, within time.Durati
 }
 
 // SIGKILL of the owner of a partition, also the share group's coordinator,
-// under produce, purge and share-ack load through another instance: only
+// under produce and purge load through another instance (which forwards)
+// and share-ack load on the partition's owner (client/router): only
 // the killed instance's partitions move, the group moves, the load resumes, every acknowledged offset is ACCEPTed exactly
 // once and the history of the partition is linearizable.
 func TestPartitionedKillOwner(t *testing.T) {
@@ -103,6 +116,7 @@ func TestPartitionedKillOwner(t *testing.T) {
 		return groupBefore.GetCoordinatorId() == victim
 	}, 5*time.Second, 50*time.Millisecond, "the group's coordinator is the victim: %v", groupBefore)
 	w := newWorkload(t, members[via], "orders")
+	w.sg = sharelogv1.NewShareGroupServiceClient(routed(t, members[via].conn)) // share sessions live on the partition's owner
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	stopped := false
@@ -222,6 +236,7 @@ func TestPartitionedRollingRestart(t *testing.T) {
 	t.Cleanup(func() { conn.Close() })
 
 	w := newWorkloadConn(t, conn, "orders")
+	w.sg = sharelogv1.NewShareGroupServiceClient(routed(t, conn)) // share sessions live on the partition's owner
 	w.setup(t)
 	ctx := context.Background()
 	admin := sharelogv1.NewLogServiceClient(members["a"].conn)

@@ -2,6 +2,7 @@ package sharegroup
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -194,4 +195,110 @@ func TestPartitionMovesBetweenOwners(t *testing.T) {
 	require.NoError(t, b.m.AdoptPartition(info.ID, 0, states))
 	require.Error(t, b.m.AdoptPartition(info.ID, 0, states), "adopting a served partition")
 	require.Equal(t, []AcquiredRange{rng(5, 9, 1)}, acquired(t, b.open("n", x), x))
+}
+
+// The group's coordination moves without touching its share-partitions:
+// the old coordinator keeps serving the partitions it owns, to the
+// sessions it holds, as a follower; the new one takes the group's config
+// and epoch.
+func TestCoordinationMovesKeepSessions(t *testing.T) {
+	store := logstore.NewMem()
+	t.Cleanup(func() { store.Close() })
+	o := &owners{parts: map[int32]string{0: "A"}, coordinator: "A"}
+	a, b := ownerEnv(t, store, sharestate.NewMem(), "A", o), ownerEnv(t, store, sharestate.NewMem(), "B", o)
+	info := a.topic("t", 1)
+	require.NoError(t, a.m.AdoptPartition(info.ID, 0, nil))
+	x := tp("t", 0)
+	a.update(GroupConfig{DeliveryCountLimit: i32(4)})
+	a.open("m", x)
+	a.produce("t", 0, 10, 10)
+	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, a.fetch("m", FetchRequest{}), x))
+
+	o.mu.Lock()
+	o.coordinator, o.config = "B", GroupConfig{DeliveryCountLimit: i32(4)}
+	o.mu.Unlock()
+	a.m.ReleaseGroup(testGroup)
+	require.NoError(t, b.m.AdoptGroup(&sharestate.GroupState{ID: testGroup, Config: sharestate.GroupConfig{DeliveryCountLimit: i32(4)}, GroupEpoch: 3}))
+
+	ack := a.ack("m", ackEntry(x, batch(0, 9, AckAccept)))
+	require.Equal(t, CodeNone, ack.Partitions[0].ErrorCode, "the session outlives the coordination")
+	require.Equal(t, "spso=10", a.state(x))
+	la, err := a.m.ListGroups(StateUnknown)
+	require.NoError(t, err)
+	require.Empty(t, la)
+	lb, err := b.m.ListGroups(StateUnknown)
+	require.NoError(t, err)
+	require.Len(t, lb, 1)
+	cfg, err := b.m.GetConfig(testGroup)
+	require.NoError(t, err)
+	require.Equal(t, int32(4), *cfg.DeliveryCountLimit)
+	require.Error(t, b.m.AdoptGroup(&sharestate.GroupState{ID: testGroup, Partitions: []sharestate.PartitionState{{TopicID: info.ID}}}),
+		"a coordinator adopts no share-partition in owner mode")
+}
+
+// The admin calls as the owners answer them for the coordinator
+// (OwnedOnly): only the partitions served here, NOT_LEADER_OR_FOLLOWER for
+// the others, a group not live here answered as one with no state; an
+// owned-only delete drops the share-partitions served here, durably.
+func TestOwnedOnlyAdminCalls(t *testing.T) {
+	store := logstore.NewMem()
+	t.Cleanup(func() { store.Close() })
+	o := &owners{parts: map[int32]string{0: "A", 1: "B"}, coordinator: "A", config: GroupConfig{AutoOffsetReset: str("earliest")}}
+	stB := &recordingState{Store: sharestate.NewMem()}
+	a, b := ownerEnv(t, store, sharestate.NewMem(), "A", o), ownerEnv(t, store, stB, "B", o)
+	info := a.topic("t", 2)
+	require.NoError(t, a.m.AdoptPartition(info.ID, 0, nil))
+	require.NoError(t, b.m.AdoptPartition(info.ID, 1, nil))
+	x0, x1 := tp("t", 0), tp("t", 1)
+	ctx := OwnedOnly(context.Background())
+
+	// No group on B yet: answered as a group without state.
+	offs, err := b.m.DescribeOffsets(ctx, testGroup, []TopicPartitions{{Topic: "t"}})
+	require.NoError(t, err)
+	require.Equal(t, []PartitionOffsets{
+		{Partition: 0, StartOffset: -1, Lag: -1, ErrorCode: CodeNotLeaderOrFollower, ErrorMessage: notHere("instance A")},
+		{Partition: 1, StartOffset: -1, Lag: -1}}, offs[0].Partitions)
+	_, err = b.m.DescribeOffsets(context.Background(), testGroup, nil)
+	require.Error(t, err, "without OwnedOnly a group not live here does not exist")
+	all, err := b.m.DescribeOffsets(ctx, testGroup, nil)
+	require.NoError(t, err)
+	require.Empty(t, all, "no topic with state here")
+
+	a.update(GroupConfig{AutoOffsetReset: str("earliest")})
+	a.produce("t", 1, 10, 10)
+	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, b.open("m", x0, x1), x1), "the followed config: earliest")
+	require.Equal(t, CodeNone, b.ack("m", ackEntry(x1, batch(0, 3, AckAccept))).Partitions[0].ErrorCode)
+	offs, err = b.m.DescribeOffsets(ctx, testGroup, nil)
+	require.NoError(t, err)
+	require.Equal(t, []TopicOffsets{{Topic: "t", Partitions: []PartitionOffsets{
+		{Partition: 0, StartOffset: -1, Lag: -1, ErrorCode: CodeNotLeaderOrFollower, ErrorMessage: notHere("instance A")},
+		{Partition: 1, StartOffset: 4, Lag: 6}}}}, offs)
+
+	// The coordinator asks its peers after its checks, under the group's
+	// lock: a failing peer fails the call, which changes nothing here.
+	a.produce("t", 0, 5, 10)
+	require.NotEmpty(t, acquired(t, a.open("n", x0), x0))
+	asked := 0
+	failing := WithPeers(context.Background(), func(context.Context) error { asked++; return errors.New("peer b did not answer") })
+	require.ErrorContains(t, a.m.DeleteGroup(failing, testGroup), "peer b did not answer")
+	require.Equal(t, 1, asked)
+	require.True(t, a.m.HasGroup(testGroup))
+
+	// B's part of the deletion: its share-partition goes, durably.
+	stB.mu.Lock()
+	stB.written = nil
+	stB.mu.Unlock()
+	require.NoError(t, b.m.DeleteGroup(ctx, testGroup))
+	require.False(t, b.m.HasGroup(testGroup))
+	stB.mu.Lock()
+	require.Len(t, stB.written, 1)
+	require.Equal(t, sharestate.KindPartDelete, stB.written[0].Kind)
+	require.Equal(t, int32(1), stB.written[0].Partition)
+	stB.mu.Unlock()
+	require.NoError(t, b.m.DeleteGroup(ctx, testGroup), "nothing left here: nothing to do")
+
+	peers := WithPeers(context.Background(), func(context.Context) error { asked++; return nil })
+	require.NoError(t, a.m.DeleteGroup(peers, testGroup))
+	require.Equal(t, 2, asked)
+	require.False(t, a.m.HasGroup(testGroup))
 }

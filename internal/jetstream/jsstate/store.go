@@ -708,7 +708,9 @@ func (s *Store) touch(ctx context.Context, dm durableMap) error {
 // AdoptGroup, p.*.<hex(topic id)>.<partition> for AdoptPartition.
 func (s *Store) readKeys(ctx context.Context, op string, filter []string) (durableMap, *sharestate.State, error) {
 	dm, st, err := watchSnapshots(ctx, func(ctx context.Context) (njs.KeyWatcher, error) {
-		return s.kv.WatchFiltered(ctx, filter, njs.IgnoreDeletes())
+		// A copy: WatchFiltered prefixes the keys of the slice it is given
+		// in place, and readFenced reads again with the same filter.
+		return s.kv.WatchFiltered(ctx, slices.Clone(filter), njs.IgnoreDeletes())
 	})
 	if err != nil {
 		return nil, nil, sljs.Wrap(ctx, op, err, ErrStorage)

@@ -9,6 +9,7 @@
 //
 //	g.<hex(group)>                               group epoch and config
 //	p.<hex(group)>.<hex(topic id)>.<partition>   SPSO, the state ranges, offline mark
+//	sync                                         empty: each read's mark (see Reads)
 //
 // Where the file state log keeps a stream of entries and compacts it, the
 // bucket keeps only the latest snapshot of each key, so it never needs
@@ -24,6 +25,24 @@
 // acknowledgements of one share-partition that arrive while a round is in
 // flight share one write in the next. The writes of a round run in
 // parallel; the round settles its tickets when all have answered.
+//
+// # Reads
+//
+// Open's load, AdoptGroup and AdoptPartition read snapshots through a KV
+// watch: an ordered consumer, R1, which nats-server places on any replica
+// of the bucket's stream — a follower that has not yet applied writes a
+// quorum acknowledged included — and whose initial values are that
+// replica's. So each read first writes the key sync (its mark), then
+// watches its keys and sync, and ends only once the watch has delivered
+// the end of its initial values and sync at the mark's revision or later,
+// applying what it delivers until then (a key deleted there is absent). A
+// write acknowledged before the read precedes the mark in the stream, and
+// a replica applies the stream in order, so the read holds every such
+// write, at its latest revision or a later one. The cost is one write per
+// read, and waiting for the watch's replica to catch up with the mark; a
+// read that asked the stream's leader for the keys instead would cost one
+// request per key. LiveGroup and GroupIDs read without a mark: a view
+// milliseconds behind, not fenced.
 //
 // # Fencing
 //

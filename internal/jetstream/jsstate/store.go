@@ -263,8 +263,8 @@ func withTimeout(ctx context.Context, d time.Duration) (context.Context, context
 // load reads every snapshot of the bucket into durable and builds the
 // recovered state (readSnapshots).
 func (s *Store) load(ctx context.Context) error {
-	dm, st, err := watchSnapshots(ctx, func(ctx context.Context) (njs.KeyWatcher, error) {
-		return s.kv.WatchAll(ctx, njs.IgnoreDeletes())
+	dm, st, err := watchSnapshots(ctx, s.syncMark, func(ctx context.Context) (njs.KeyWatcher, error) {
+		return s.kv.WatchAll(ctx)
 	})
 	if err != nil {
 		return sljs.Wrap(ctx, "read the share state bucket", err, ErrStorage)
@@ -277,16 +277,44 @@ func (s *Store) load(ctx context.Context) error {
 // initial values, so what it delivered is not all there is.
 var errWatchEnded = errors.New("the watch ended before every snapshot was read")
 
-// watchSnapshots reads the snapshots of a watch that open starts, starting
-// a new watch when one ends early (the stream's leader moved, a NATS node
-// went away) until ctx ends: the partial read is dropped, never used.
-func watchSnapshots(ctx context.Context, open func(context.Context) (njs.KeyWatcher, error)) (durableMap, *sharestate.State, error) {
+// syncKey is the key every read of snapshots writes before it reads: the
+// read is complete once its watch has delivered this write (package
+// documentation, "Reads"). Its value is empty; it is no snapshot.
+const syncKey = "sync"
+
+// syncMark writes syncKey and returns the write's revision.
+func (s *Store) syncMark(ctx context.Context) (uint64, error) {
+	return s.kv.Put(ctx, syncKey, nil)
+}
+
+// watchSnapshots reads the snapshots of a watch that open starts, which
+// must include syncKey, after writing syncKey with mark; it starts again
+// (a new mark, a new watch) when the watch ends early (the stream's leader
+// moved, a NATS node went away) until ctx ends: the partial read is
+// dropped, never used.
+//
+// The mark is what makes the read complete. The watch is an ordered
+// consumer, R1, which nats-server may place on any replica of the
+// bucket's stream, a follower that has not applied the latest writes
+// included: its initial values are that replica's, and can miss a write a
+// quorum acknowledged. Every write acknowledged before the mark precedes
+// it in the stream (a quorum stored it first), and a replica applies the
+// stream in order: once the watch has delivered the mark (or a later write
+// of syncKey), it has delivered every write before it of the keys it
+// watches. Cheaper than asking the leader about each key, and it covers
+// what a list of the leader's keys would not: a key the watch delivered
+// deleted that was written again since.
+func watchSnapshots(ctx context.Context, mark func(context.Context) (uint64, error), open func(context.Context) (njs.KeyWatcher, error)) (durableMap, *sharestate.State, error) {
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		rev, err := mark(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
 		w, err := open(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
-		dm, st, err := readSnapshots(ctx, w)
+		dm, st, err := readSnapshots(ctx, w, rev)
 		_ = w.Stop()
 		if !errors.Is(err, errWatchEnded) {
 			return dm, st, err
@@ -300,15 +328,16 @@ func watchSnapshots(ctx context.Context, open func(context.Context) (njs.KeyWatc
 }
 
 // readSnapshots reads the snapshots w delivers up to the end of its initial
-// values: their revisions and values by group, and the state they hold. A
-// snapshot that cannot be decoded marks its share-partition offline (its
-// state is lost) rather than failing the read; an undecodable group
-// snapshot makes a group with no config (decodeGroup, partEntries).
-func readSnapshots(ctx context.Context, w njs.KeyWatcher) (durableMap, *sharestate.State, error) {
+// values and up to syncKey at revision mark or later, whichever comes last
+// (watchSnapshots): their revisions and values by group, and the state
+// they hold. A key delivered deleted (a delete or purge marker) is absent,
+// whatever w delivered of it before. A snapshot that cannot be decoded
+// marks its share-partition offline (its state is lost) rather than
+// failing the read; an undecodable group snapshot makes a group with no
+// config (decodeGroup, partEntries).
+func readSnapshots(ctx context.Context, w njs.KeyWatcher, mark uint64) (durableMap, *sharestate.State, error) {
 	dm := make(durableMap)
-	im := sharestate.NewImage()
-	var parts []sharestate.Entry
-	for {
+	for initial, synced := true, false; initial || !synced; {
 		var (
 			e  njs.KeyValueEntry
 			ok bool
@@ -323,9 +352,15 @@ func readSnapshots(ctx context.Context, w njs.KeyWatcher) (durableMap, *sharesta
 			// end of the initial values: what was read is not all.
 			return nil, nil, errWatchEnded
 		}
-		if e == nil {
-			break
+		if e == nil { // the end of the initial values
+			initial = false
+			continue
 		}
+		if e.Key() == syncKey {
+			synced = synced || e.Revision() >= mark
+			continue
+		}
+		deleted := e.Operation() != njs.KeyValuePut
 		tok := strings.Split(e.Key(), ".")
 		switch {
 		case len(tok) == 2 && tok[0] == "g":
@@ -334,9 +369,10 @@ func readSnapshots(ctx context.Context, w njs.KeyWatcher) (durableMap, *sharesta
 				continue // not a key this store writes
 			}
 			dg := dm.group(g)
-			dg.rev, dg.val = e.Revision(), slices.Clone(e.Value())
-			ge := decodeGroup(g, dg.val)
-			im.Apply(&ge)
+			dg.rev, dg.val = 0, nil
+			if !deleted {
+				dg.rev, dg.val = e.Revision(), slices.Clone(e.Value())
+			}
 		case len(tok) == 4 && tok[0] == "p":
 			g, err1 := sljs.UnhexKey(tok[1])
 			tid, err2 := sljs.UnhexKey(tok[2])
@@ -345,9 +381,26 @@ func readSnapshots(ctx context.Context, w njs.KeyWatcher) (durableMap, *sharesta
 				continue
 			}
 			k := partKey{topicID: tid, part: int32(pn)}
-			val := slices.Clone(e.Value())
-			dm.group(g).parts[k] = &dPart{rev: e.Revision(), val: val}
-			parts = partEntries(parts, g, k, val)
+			dg := dm.group(g)
+			delete(dg.parts, k)
+			if !deleted {
+				dg.parts[k] = &dPart{rev: e.Revision(), val: slices.Clone(e.Value())}
+			}
+		}
+	}
+	im := sharestate.NewImage()
+	var parts []sharestate.Entry
+	for g, dg := range dm {
+		if dg.rev == 0 && len(dg.parts) == 0 {
+			delete(dm, g) // every key of it was delivered deleted
+			continue
+		}
+		if dg.rev != 0 {
+			ge := decodeGroup(g, dg.val)
+			im.Apply(&ge)
+		}
+		for k, dp := range dg.parts {
+			parts = partEntries(parts, g, k, dp.val)
 		}
 	}
 	// Share-partitions after their groups: a group entry does not touch
@@ -707,8 +760,11 @@ func (s *Store) touch(ctx context.Context, dm durableMap) error {
 // package documentation's layout): g.<hex(group)> and p.<hex(group)>.> for
 // AdoptGroup, p.*.<hex(topic id)>.<partition> for AdoptPartition.
 func (s *Store) readKeys(ctx context.Context, op string, filter []string) (durableMap, *sharestate.State, error) {
-	dm, st, err := watchSnapshots(ctx, func(ctx context.Context) (njs.KeyWatcher, error) {
-		return s.kv.WatchFiltered(ctx, filter, njs.IgnoreDeletes())
+	dm, st, err := watchSnapshots(ctx, s.syncMark, func(ctx context.Context) (njs.KeyWatcher, error) {
+		// A copy (WatchFiltered prefixes the keys of the slice it is given
+		// in place, and readFenced reads again with the same filter), and
+		// syncKey, whose mark ends the read.
+		return s.kv.WatchFiltered(ctx, append(slices.Clone(filter), syncKey))
 	})
 	if err != nil {
 		return nil, nil, sljs.Wrap(ctx, op, err, ErrStorage)

@@ -570,8 +570,9 @@ func TestAdoptGroupWaitsForStartSnapshot(t *testing.T) {
 	require.NotNil(t, gs)
 	require.Equal(t, int64(3), gs.Partitions[0].SPSO)
 	// The snapshot equals the bucket, so it wrote and deleted nothing; the
-	// adoption rewrote c's keys once each (its fence of c's previous coordinator).
-	require.Equal(t, before+uint64(1+len(gs.Partitions)), kvStreamLast(t, m), "the snapshot wrote nothing, the adoption each of c's keys once")
+	// adoption wrote its read's mark and rewrote c's keys once each (its
+	// fence of c's previous coordinator).
+	require.Equal(t, before+uint64(1+1+len(gs.Partitions)), kvStreamLast(t, m), "the snapshot wrote nothing, the adoption its mark and each of c's keys once")
 	require.NoError(t, s.Close())
 	require.Len(t, recoveredGroups(t, m), 3)
 }

@@ -249,6 +249,28 @@ func (c *Cluster) Cleanup(tb testing.TB, nc *nats.Conn, prefix string) {
 	})
 }
 
+// Stop shuts node i (from 0) down; its store directory stays, for
+// Restart. The other nodes keep a quorum of a 3-node cluster.
+func (c *Cluster) Stop(i int) {
+	c.Servers[i].Shutdown()
+	c.Servers[i].WaitForShutdown()
+}
+
+// Restart starts node i again on its store directory, after Stop, and
+// waits until it accepts connections (not until its streams caught up).
+func (c *Cluster) Restart(i int) error {
+	s, err := server.NewServer(c.opts[i])
+	if err != nil {
+		return fmt.Errorf("nats server %d: %w", i+1, err)
+	}
+	go s.Start()
+	c.Servers[i] = s
+	if !s.ReadyForConnections(10 * time.Second) {
+		return fmt.Errorf("nats server %s did not accept connections again", s.Name())
+	}
+	return nil
+}
+
 // Shutdown stops every server and removes the store directories the
 // cluster created.
 func (c *Cluster) Shutdown() {

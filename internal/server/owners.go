@@ -35,7 +35,7 @@ func (n *clusterNode) shareOwnerHooks() *sharegroup.Options {
 	return &sharegroup.Options{
 		Owner:          n.partitionOwnerName,
 		Coordinates:    func(group string) bool { return n.part.serves(cluster.GroupItem(group)) },
-		FollowedConfig: n.followedConfig,
+		FollowedConfig: func(group string) (sharegroup.GroupConfig, bool) { return n.followedConfig(group, true) },
 	}
 }
 
@@ -60,8 +60,11 @@ func (n *clusterNode) partitionOwnerName(topic string, part int32) string {
 }
 
 // followedConfig is the explicit config of a group coordinated elsewhere,
-// from the share bucket's group key.
-func (n *clusterNode) followedConfig(group string) (sharegroup.GroupConfig, bool) {
+// from the share bucket's group key: read with every acknowledged write in
+// it when exact (a group's first appearance here: a share-partition it
+// initialises must see the auto_offset_reset just set), else from the
+// bucket's watch, a moment behind (following changes).
+func (n *clusterNode) followedConfig(group string, exact bool) (sharegroup.GroupConfig, bool) {
 	n.mu.RLock()
 	state := n.part.state
 	n.mu.RUnlock()
@@ -70,7 +73,11 @@ func (n *clusterNode) followedConfig(group string) (sharegroup.GroupConfig, bool
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	cfg, _, ok, err := state.LiveGroup(ctx, group)
+	read := state.LiveGroup
+	if exact {
+		read = state.ReadGroup
+	}
+	cfg, _, ok, err := read(ctx, group)
 	if err != nil || !ok {
 		return sharegroup.GroupConfig{}, false
 	}
@@ -88,7 +95,7 @@ func (n *clusterNode) followConfigs() {
 		return
 	}
 	for _, id := range b.share.FollowerIDs() {
-		if cfg, ok := n.followedConfig(id); ok {
+		if cfg, ok := n.followedConfig(id, false); ok {
 			b.share.FollowConfig(id, cfg)
 		}
 	}

@@ -160,3 +160,24 @@ func (s *Store) watchGroupsOnce(ctx context.Context) {
 		w.mu.Unlock()
 	}
 }
+
+// ReadGroup returns group id's config and epoch (ok false: the bucket has
+// no key of the group) as a marked read sees it ("# Reads" in the package
+// documentation): every write acknowledged before the call is in it, which
+// LiveGroup, a moment behind, does not promise. It costs a write and a
+// watch: for the first look at a group, not for following it. ctx bounds
+// the read (the store's timeout when ctx has no deadline).
+func (s *Store) ReadGroup(ctx context.Context, id string) (cfg sharestate.GroupConfig, epoch int32, ok bool, err error) {
+	ctx, cancel := withTimeout(ctx, s.timeout)
+	defer cancel()
+	_, st, err := s.readKeys(ctx, "read group "+strconv.Quote(id)+" from the share state bucket", []string{groupKey(id)})
+	if err != nil {
+		return sharestate.GroupConfig{}, 0, false, err
+	}
+	for _, g := range st.Groups {
+		if g.ID == id {
+			return g.Config, g.GroupEpoch, true, nil
+		}
+	}
+	return sharestate.GroupConfig{}, 0, false, nil
+}

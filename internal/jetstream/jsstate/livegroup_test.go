@@ -50,3 +50,28 @@ func TestLiveGroup(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ids)
 }
+
+// ReadGroup sees every write acknowledged before it, at once (no
+// Eventually), and a deleted group as absent.
+func TestReadGroup(t *testing.T) {
+	t.Parallel()
+	m := newMedium(t)
+	u := openStarted(t, m)
+	s := openScoped(t, m)
+	_, _, ok, err := s.ReadGroup(context.Background(), "a")
+	require.NoError(t, err)
+	require.False(t, ok)
+	for epoch := range int32(5) {
+		limit := epoch + 2
+		write(t, u, sharestate.Entry{Kind: sharestate.KindGroup, Group: "a", GroupEpoch: epoch, Config: sharestate.GroupConfig{DeliveryCountLimit: &limit}})
+		cfg, got, ok, err := s.ReadGroup(context.Background(), "a")
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, epoch, got)
+		require.Equal(t, sharestate.GroupConfig{DeliveryCountLimit: &limit}, cfg)
+	}
+	write(t, u, sharestate.Entry{Kind: sharestate.KindGroupDelete, Group: "a"})
+	_, _, ok, err = s.ReadGroup(context.Background(), "a")
+	require.NoError(t, err)
+	require.False(t, ok)
+}

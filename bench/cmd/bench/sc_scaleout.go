@@ -12,6 +12,7 @@ import (
 
 	"github.com/sharelog/sharelog/bench/internal/report"
 	"github.com/sharelog/sharelog/bench/internal/stats"
+	"github.com/sharelog/sharelog/bench/internal/verify"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
@@ -49,6 +50,12 @@ var x4Instances = []int{1, 2, 3}
 
 func x4Key(n int) string { return fmt.Sprintf("x4-%d", n) }
 
+// x4ShareKey is the row of the share-consume phase with n instances.
+func x4ShareKey(n int) string { return fmt.Sprintf("x4s-%d", n) }
+
+// x4Group is the share group of X4's consume phase.
+const x4ShareGroup = "x4-group"
+
 // x4Order is the order of the instance counts in run rep.
 func x4Order(rep int) []int {
 	order := slices.Clone(x4Instances)
@@ -72,6 +79,16 @@ func x4Group() group {
 		unit: "CPU-s/1M rec", dir: report.Custom, selfPeer: true, peerName: fmt.Sprintf("(%d instance)", first),
 		ratioLabel: fmt.Sprintf("%d inst./%d inst. CPU", last, first),
 		bar:        report.AtMostBar(1.2, fmt.Sprintf("CPU-s per 1M records with %d instances ≤ 1.2 × with %d", last, first))})
+	for _, n := range x4Instances {
+		g.rows = append(g.rows, rowSpec{key: x4ShareKey(n), id: "X4",
+			name: fmt.Sprintf("partitioned, %d instance(s): one share group consumes the %d partitions, one consumer per partition at its owner (share-partitions served by their owners) → sharelog CPU-s per 1M records (information)",
+				n, x4Partitions),
+			unit: "CPU-s/1M rec", dir: report.Custom, selfPeer: true, peerName: "(NATS nodes' CPU-s/1M rec)"})
+	}
+	g.rows = append(g.rows, rowSpec{key: "x4s", id: "X4",
+		name: fmt.Sprintf("partitioned: sharelog CPU per share-consumed record with %d instances vs %d, one group, same total load (information)", last, first),
+		unit: "CPU-s/1M rec", dir: report.Custom, selfPeer: true, peerName: fmt.Sprintf("(%d instance)", first),
+		ratioLabel: fmt.Sprintf("%d inst./%d inst. CPU", last, first)})
 	g.ours = x4Run
 	return g
 }
@@ -85,14 +102,23 @@ type x4Result struct {
 	perInst  []string    // each instance's CPU, "a 0.41 s"
 	nats     phaseResult // summed over the NATS nodes
 	owners   map[int32]string
+
+	// The share-consume phase, after the produce phase: every record
+	// once through one group.
+	consumed       int64
+	consumeElapsed time.Duration
+	fetchLat       stats.Latencies
+	shareSL        phaseResult
+	shareNATS      phaseResult
+	sharePerInst   []string
 }
 
 func (r *x4Result) rate() float64 { return float64(r.acked) / r.elapsed.Seconds() }
 
 func x4Run(ctx context.Context, e *env, rep int, o *runOut) error {
-	keys := []string{"x4"}
+	keys := []string{"x4", "x4s"}
 	for _, n := range x4Instances {
-		keys = append(keys, x4Key(n))
+		keys = append(keys, x4Key(n), x4ShareKey(n))
 	}
 	if e.sz.x4Records <= 0 || e.sz.x4Records%x4Partitions != 0 {
 		return fmt.Errorf("X4 needs a positive record count divisible by %d, got %d", x4Partitions, e.sz.x4Records)
@@ -125,6 +151,17 @@ func x4Run(ctx context.Context, e *env, rep int, o *runOut) error {
 			nm.cpu, nm.rss = nm.value, r.nats.rssMiB
 			o.set(x4Key(n), slm)
 			o.set(x4Key(n)+"#peer", nm)
+
+			sm := newMeas(r.shareSL.cpuPerM(r.consumed))
+			sm.p50, sm.p99 = r.fetchLat.PercentileMs(50), r.fetchLat.PercentileMs(99)
+			sm.cpu, sm.rss = sm.value, r.shareSL.rssMiB
+			sm.note = fmt.Sprintf("run %d: %d records consumed and accepted once each, %s rec/s, fetch p50/p99 %s / %s ms; CPU per instance %s; NATS nodes %s CPU-s/1M rec",
+				rep+1, r.consumed, report.Human(float64(r.consumed)/r.consumeElapsed.Seconds()), report.Human(sm.p50), report.Human(sm.p99),
+				strings.Join(r.sharePerInst, ", "), report.Human(r.shareNATS.cpuPerM(r.consumed)))
+			snm := newMeas(r.shareNATS.cpuPerM(r.consumed))
+			snm.cpu, snm.rss = snm.value, r.shareNATS.rssMiB
+			o.set(x4ShareKey(n), sm)
+			o.set(x4ShareKey(n)+"#peer", snm)
 		}
 		first, last := got[x4Instances[0]], got[x4Instances[len(x4Instances)-1]]
 		m := newMeas(last.sharelog.cpuPerM(last.acked))
@@ -138,6 +175,18 @@ func x4Run(ctx context.Context, e *env, rep int, o *runOut) error {
 			clusterNodes, clusterReplicas, e.sz.x4Records, x4Partitions, x4Batch)
 		o.set("x4", m)
 		o.set("x4#peer", peer)
+
+		sm := newMeas(last.shareSL.cpuPerM(last.consumed))
+		sm.cpu, sm.rss = sm.value, last.shareSL.rssMiB
+		sm.p50, sm.p99 = last.fetchLat.PercentileMs(50), last.fetchLat.PercentileMs(99)
+		speer := newMeas(first.shareSL.cpuPerM(first.consumed))
+		speer.cpu, speer.rss = speer.value, first.shareSL.rssMiB
+		speer.p50, speer.p99 = first.fetchLat.PercentileMs(50), first.fetchLat.PercentileMs(99)
+		sm.ratio = sm.value / speer.value
+		sm.note = fmt.Sprintf("after the produce phase, one share group (`auto_offset_reset` earliest) consumes the %d records: one consumer per partition, its share session at the partition's owner (ShareFetch of up to 500 records, then ShareAcknowledge ACCEPT), every record delivered once with delivery count 1; CPU and RSS: the sum over the sharelog instances during that phase",
+			e.sz.x4Records)
+		o.set("x4s", sm)
+		o.set("x4s#peer", speer)
 		return nil
 	})
 	return nil
@@ -239,8 +288,87 @@ func x4Measure(ctx context.Context, e *env, nc *natsCluster, rep, n int, value [
 	if moved := movedPartitions(owners, after); len(moved) > 0 {
 		return nil, fmt.Errorf("ownership changed during the measurement: %s", strings.Join(moved, ", "))
 	}
-	e.logf("  %d instance(s): started and spread in %v, load %v", n, tReady.Sub(tStart).Round(time.Millisecond), r.elapsed.Round(time.Millisecond))
+	if err := x4Consume(ctx, e, cl, nc, clients, adm, owners, perPart, r); err != nil {
+		return nil, fmt.Errorf("share-consume phase: %w", err)
+	}
+	e.logf("  %d instance(s): started and spread in %v, load %v, share-consume %v", n, tReady.Sub(tStart).Round(time.Millisecond),
+		r.elapsed.Round(time.Millisecond), r.consumeElapsed.Round(time.Millisecond))
 	return r, nil
+}
+
+// x4Consume is X4's share-consume phase: one group consumes every record
+// of the topic, one consumer per partition whose share session is at the
+// partition's owner (as client/shareconsumer and client/router place
+// them); each record must be delivered once, with delivery count 1.
+func x4Consume(ctx context.Context, e *env, cl *sharelogCluster, nc *natsCluster, clients map[string]*client, adm *client, owners map[int32]string, perPart int64, r *x4Result) error {
+	if err := retryUnavailable(ctx, 20*time.Second, func() error {
+		return configureGroup(ctx, adm, x4ShareGroup, &sharelogv1.ShareGroupConfig{AutoOffsetReset: ptr("earliest")})
+	}); err != nil {
+		return err
+	}
+	msl, mnats := phaseOf(cl.members...), phaseOf(nc.nodes...)
+	t0 := time.Now()
+	errs := make([]error, x4Partitions)
+	got := make([]int64, x4Partitions)
+	lats := make([]stats.Latencies, x4Partitions)
+	deadline := t0.Add(e.sz.xCap)
+	var wg sync.WaitGroup
+	for p := range int32(x4Partitions) {
+		wg.Go(func() {
+			s := &shareSession{c: clients[owners[p]], group: x4ShareGroup, member: fmt.Sprintf("x4-m%d", p), topic: x4Topic, partitions: []int32{p}}
+			defer s.close(ctx)
+			tr := verify.NewTracker(0, perPart)
+			for got[p] < perPart {
+				if time.Now().After(deadline) {
+					errs[p] = fmt.Errorf("partition %d: consumed %d of %d records within %v", p, got[p], perPart, e.sz.xCap)
+					return
+				}
+				t := time.Now()
+				acq, err := s.fetch(ctx, 500, 50, nil)
+				if err != nil {
+					errs[p] = fmt.Errorf("partition %d at its owner %s: %w", p, owners[p], err)
+					return
+				}
+				lats[p].Add(time.Since(t))
+				if len(acq) == 0 {
+					continue
+				}
+				for _, a := range acq {
+					if a.deliveryCnt != 1 {
+						errs[p] = fmt.Errorf("partition %d: offsets %d..%d delivered with count %d", p, a.first, a.last, a.deliveryCnt)
+						return
+					}
+					for off := a.first; off <= a.last; off++ {
+						tr.Deliver(off)
+					}
+					got[p] += a.n()
+				}
+				if err := s.ack(ctx, acceptAll(acq)); err != nil {
+					errs[p] = fmt.Errorf("partition %d: %w", p, err)
+					return
+				}
+			}
+			if err := tr.Result().ExactlyOnce(); err != nil {
+				errs[p] = fmt.Errorf("partition %d: %w", p, err)
+			}
+		})
+	}
+	wg.Wait()
+	r.consumeElapsed = time.Since(t0)
+	var each []phaseResult
+	r.shareSL, each = msl.doneEach()
+	r.shareNATS = mnats.done()
+	for i, ph := range each {
+		r.sharePerInst = append(r.sharePerInst, fmt.Sprintf("%s %.2f s", cl.ids[i], ph.cpu.Seconds()))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for p := range lats {
+		r.fetchLat.Merge(&lats[p])
+		r.consumed += got[p]
+	}
+	return nil
 }
 
 // movedPartitions lists the partitions whose owner differs between before

@@ -433,4 +433,25 @@ func TestPartitionedDeadLettersWithTokens(t *testing.T) {
 		}, 15*time.Second, 100*time.Millisecond, "dead-letter partition %d: %v", p, recs)
 		require.Equal(t, fmt.Sprintf("bad-%d", p), string(recs[0].GetValue()))
 	}
+
+	// The coordinator's calls to the owners carry the instance secret: the
+	// offsets of every partition, through either instance; a client
+	// claiming to be an instance is refused.
+	for _, in := range []*clusterInstance{a, b} {
+		var offs *sharelogv1.DescribeShareGroupOffsetsResponse
+		require.Eventually(t, func() bool { // retryable while the group moves
+			offs, err = sharelogv1.NewShareGroupServiceClient(in.conn).DescribeShareGroupOffsets(ctx, &sharelogv1.DescribeShareGroupOffsetsRequest{GroupId: "g"})
+			return status.Code(err) != codes.Unavailable
+		}, 10*time.Second, 50*time.Millisecond, "%v", err)
+		require.NoError(t, err)
+		require.Len(t, offs.GetTopics(), 1, "%v", offs)
+		for _, po := range offs.GetTopics()[0].GetPartitions() {
+			require.Equal(t, sharelogv1.ErrorCode_ERROR_CODE_NONE, po.GetErrorCode(), "%v", po)
+			require.Equal(t, int64(1), po.GetStartOffset(), "through %s: partition %d", in.id, po.GetPartition())
+		}
+	}
+	forged := metadata.AppendToOutgoingContext(ctx, "sharelog-owned-only", "s3cret-admin-token")
+	_, err = sharelogv1.NewShareGroupServiceClient(b.conn).DescribeShareGroupOffsets(forged, &sharelogv1.DescribeShareGroupOffsetsRequest{GroupId: "g"})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	require.Contains(t, err.Error(), "between the instances of a cluster")
 }

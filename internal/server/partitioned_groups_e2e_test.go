@@ -207,19 +207,20 @@ func TestPartitionedShareGroupsSpread(t *testing.T) {
 			require.Equal(t, 1, n, "group %s: record %s delivered %d times", g, k, n)
 		}
 	}
-	// Each coordinator's /metrics has its groups' share-partitions, and
-	// only its own.
+	// Each instance's /metrics has the share-partitions of the partitions
+	// it owns, of every group, and only those.
+	owners := waitOwners(t, ins[0], 3, []string{"a", "b", "c"})
 	for _, in := range ins {
 		fams := scrapeInstance(t, in)
 		for _, g := range groups {
-			for p := range 3 {
+			for p := range int32(3) {
 				labels := map[string]string{"group": g, "topic": "t", "partition": fmt.Sprint(p), "type": "accept"}
 				v, ok := series(t, fams, "sharelog_share_acknowledgements_total", labels)
-				if before[g].GetCoordinatorId() == in.id {
-					require.True(t, ok, "%s's metrics lack group %s", in.id, g)
+				if owners[p].GetOwnerId() == in.id {
+					require.True(t, ok, "%s's metrics lack group %s's partition %d", in.id, g, p)
 					require.Equal(t, 5.0, v, "%s/%d accepted", g, p)
 				} else {
-					require.False(t, ok, "%s reports group %s, coordinated by %s", in.id, g, before[g].GetCoordinatorId())
+					require.False(t, ok, "%s reports group %s's partition %d, owned by %s", in.id, g, p, owners[p].GetOwnerId())
 				}
 			}
 		}

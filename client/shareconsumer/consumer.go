@@ -362,7 +362,10 @@ func (c *Consumer) closeFinal(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// closeFinalSession closes one session for good, retrying until ctx ends.
+// closeFinalSession closes one session for good, retrying until ctx ends;
+// an owner's session (a partitioned cluster) only a few times: an owner
+// that cannot be reached is likely gone, which released its records, and
+// must not hold up Close for the others.
 func (c *Consumer) closeFinalSession(ctx context.Context, s *session, rep *reporter) error {
 	for attempt := 0; ; attempt++ {
 		err := c.closeSession(ctx, s, rep)
@@ -370,7 +373,7 @@ func (c *Consumer) closeFinalSession(ctx context.Context, s *session, rep *repor
 			return nil
 		}
 		var t transient
-		if !errors.As(err, &t) || ctx.Err() != nil {
+		if !errors.As(err, &t) || ctx.Err() != nil || (s.addr != "" && attempt+1 >= ownerCloseAttempts) {
 			c.endSession(s, rep)
 			return fmt.Errorf("shareconsumer: closing the share session: %w", err)
 		}

@@ -141,7 +141,9 @@
 // share of MaxRecords, so a Poll never returns more than MaxRecords, and
 // may return fewer while only one owner has records. Commit sends every
 // session's acknowledgements; Close closes every session (epoch -1, with
-// its final acknowledgements) in parallel, then leaves the group.
+// its final acknowledgements) in parallel, giving up on an owner after
+// three failed attempts (one that cannot be reached is likely gone, and
+// released its records), then leaves the group.
 //
 // An acknowledgement goes to the session that delivered the record. When a
 // partition moves to another owner, the consumer learns it from the old

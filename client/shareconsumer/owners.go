@@ -37,6 +37,9 @@ var (
 	notOwnedRetry = 5 * time.Second        // without a dialer, the one session asks again for such a partition after this
 )
 
+// ownerCloseAttempts bounds Close's attempts to close an owner's session.
+const ownerCloseAttempts = 3
+
 // clusterView is what the consumer knows of the cluster (only touched
 // while holding Consumer.op).
 type clusterView struct {

@@ -2,6 +2,7 @@ package shareconsumer
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -213,4 +214,42 @@ func TestFollowsPartitionsOfAStoppedOwner(t *testing.T) {
 	fc.requireAcceptedOnce(t)
 	acks.requireAllAcceptedOnce(t, fc.wantAll())
 	require.NotContains(t, c.sessions, fc.inst("b").addr, "the stopped owner's session was retired")
+}
+
+// Outside a partitioned cluster a dialer is never used: one session on
+// the given connection, as without it. Both a server that says it owns
+// everything ("single") and one without DescribeCluster.
+func TestDialUnusedOutsidePartitionedMode(t *testing.T) {
+	t.Parallel()
+	for _, viaProxy := range []bool{false, true} {
+		name := "single"
+		if viaProxy {
+			name = "no DescribeCluster"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.createTopic("t", 2)
+			e.configureGroup("g", 30*time.Second)
+			e.produce("t", 0, 0, 5)
+			e.produce("t", 1, 0, 5)
+			var cc grpc.ClientConnInterface = e.conn
+			var p *proxy
+			if viaProxy {
+				p, cc = startProxy(t, e)
+			}
+			dialled := 0
+			acks := newAckLog()
+			c := newConsumer(t, cc, Config{GroupID: "g", Topics: []string{"t"}, OnAcknowledgement: acks.hook,
+				Dial: func(string) (grpc.ClientConnInterface, error) { dialled++; return nil, errors.New("not expected") }})
+			pollAll(t, c, 10, DefaultMaxRecords)
+			acks.requireAllAcceptedOnce(t, map[TopicPartition]int{{Topic: "t", Partition: 0}: 5, {Topic: "t", Partition: 1}: 5})
+			require.Zero(t, dialled)
+			require.Empty(t, c.sessions)
+			require.True(t, c.view.read)
+			if p != nil {
+				require.Equal(t, int32(0), p.fetchEpochs()[0], "the session went through the given connection")
+			}
+		})
+	}
 }

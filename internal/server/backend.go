@@ -31,11 +31,17 @@ type backend struct {
 // openBackend builds a backend over store (already traced), keys (its key
 // index, untraced) and state, which the share-group manager takes over.
 // view is what DescribeCluster reports about the instances and owners.
-func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, state sharestate.Store, o Options, view service.ClusterSource) (*backend, error) {
+func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, state sharestate.Store, o Options, view service.ClusterSource, owners *sharegroup.Options) (*backend, error) {
 	cfg, log := s.cfg, s.log
 	b := &backend{}
 	var err error
+	if owners == nil {
+		owners = &sharegroup.Options{}
+	}
 	if b.share, err = sharegroup.Open(store, state, sharegroup.Options{
+		Owner:                   owners.Owner,
+		Coordinates:             owners.Coordinates,
+		FollowedConfig:          owners.FollowedConfig,
 		Logger:                  log,
 		RecordLockDuration:      cfg.ShareRecordLockDuration,
 		MinRecordLockDuration:   cfg.ShareMinRecordLockDuration,

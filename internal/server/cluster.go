@@ -329,7 +329,7 @@ func (n *clusterNode) openBackend(ctx context.Context, epoch uint64) (*activeBac
 	fence := func() { n.fenced(epoch) }
 	store := telemetry.TraceStore(fencedStore{Store: ls, fenced: fence}, n.s.tel.Tracer, n.s.tel.Meter)
 	view := func(ctx context.Context) (service.ClusterView, error) { return n.activeView(ctx, epoch) }
-	b, err := n.s.openBackend(store, ls, fencedState{Store: ss, fenced: fence}, n.o, view)
+	b, err := n.s.openBackend(store, ls, fencedState{Store: ss, fenced: fence}, n.o, view, nil)
 	if err != nil {
 		_ = ss.Close()
 		_ = ls.Close()
@@ -632,7 +632,7 @@ func (n *clusterNode) openCoordinatorBackend(_ context.Context, epoch uint64) (*
 	}
 	store := telemetry.TraceStore(routedStore{Store: ls, n: n}, n.s.tel.Tracer, n.s.tel.Meter)
 	view := func(ctx context.Context) (service.ClusterView, error) { return n.partitionedView(ctx, epoch) }
-	b, err := n.s.openBackend(store, ls, sharestate.NewMem(), n.o, view)
+	b, err := n.s.openBackend(store, ls, sharestate.NewMem(), n.o, view, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +35,16 @@ type clusterInstance struct {
 	log  sharelogv1.LogServiceClient
 }
 
+// testLogger is the cluster instances' logger: discarded, unless
+// SHARELOG_TEST_LOG is set (then debug and up, on stderr), to read what
+// the instances did when a test fails.
+func testLogger() *slog.Logger {
+	if os.Getenv("SHARELOG_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return nil
+}
+
 func startClusterInstance(t *testing.T, js *jstest.Cluster, prefix, id string, mutate ...func(*server.Config)) *clusterInstance {
 	t.Helper()
 	cfg := server.DefaultConfig()
@@ -47,7 +59,7 @@ func startClusterInstance(t *testing.T, js *jstest.Cluster, prefix, id string, m
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	srv, err := server.Start(context.Background(), cfg, nil, server.Options{ReadinessInterval: 50 * time.Millisecond})
+	srv, err := server.Start(context.Background(), cfg, testLogger(), server.Options{ReadinessInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)

@@ -237,7 +237,7 @@ func (n *clusterNode) outgoing(ctx context.Context) context.Context {
 	for k, v := range in {
 		switch {
 		case strings.HasPrefix(k, ":"), strings.HasPrefix(k, "grpc-"), k == "content-type", k == "user-agent", k == "te",
-			k == mdForwardedBy:
+			k == mdForwardedBy, k == mdOwnedOnly:
 			continue
 		}
 		out[k] = v

@@ -77,8 +77,12 @@ type gate struct {
 
 // fromInstance reports whether the call's verified peer certificate is
 // this instance's own.
-func (g *gate) fromInstance(ctx context.Context) bool {
-	if len(g.self) == 0 {
+func (g *gate) fromInstance(ctx context.Context) bool { return peerIsSelf(ctx, g.self) }
+
+// peerIsSelf reports whether the call's verified peer certificate is self
+// (this instance's own: the call comes from another instance).
+func peerIsSelf(ctx context.Context, self []byte) bool {
+	if len(self) == 0 {
 		return false
 	}
 	p, ok := peer.FromContext(ctx)
@@ -89,7 +93,7 @@ func (g *gate) fromInstance(ctx context.Context) bool {
 	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
 		return false
 	}
-	return bytes.Equal(info.State.VerifiedChains[0][0].Raw, g.self)
+	return bytes.Equal(info.State.VerifiedChains[0][0].Raw, self)
 }
 
 // lastMD is the last value of an incoming metadata key ("" if none).

@@ -52,6 +52,7 @@ func (n *clusterNode) placeItems() ([]string, error) {
 	for _, id := range ids {
 		items = append(items, cluster.GroupItem(id))
 	}
+	n.followConfigs()
 	for item := range its.Held() {
 		if id, ok := groupOf(item); ok && !slices.Contains(ids, id) && b.share.HasGroup(id) {
 			items = append(items, item)
@@ -93,6 +94,11 @@ func (n *clusterNode) acquireGroup(ctx context.Context, item, id string, epoch u
 	if err := b.share.AdoptGroup(gs); err != nil {
 		_ = state.DropGroup(id)
 		return err
+	}
+	if gs == nil && b.share.HasGroup(id) {
+		// Created here by a session opening before it had a coordinator
+		// (owners.go): its group key is written now.
+		defer b.share.EnsureGroup(id)
 	}
 	g := n.part.gate(item)
 	g.mu.Lock()
@@ -148,7 +154,7 @@ func (n *clusterNode) groupCall(ctx context.Context, fullMethod string, m method
 	}
 	for range 2 {
 		if g := n.part.hold(item); g != nil {
-			return n.serveGroup(ctx, m, req, id, g)
+			return n.serveGroup(ctx, fullMethod, m, req, id, g)
 		}
 		owners, err := lease.LiveOwners(ctx)
 		if err != nil {
@@ -191,7 +197,7 @@ func (n *clusterNode) groupCall(ctx context.Context, fullMethod string, m method
 // the group's gate (g, read-locked by the caller) until it returns:
 // giving the group up cancels the call (a waiting fetch returns), waits
 // for it, and the call answers NOT_OWNER.
-func (n *clusterNode) serveGroup(ctx context.Context, m method, req any, id string, g *partitionGate) (any, error) {
+func (n *clusterNode) serveGroup(ctx context.Context, fullMethod string, m method, req any, id string, g *partitionGate) (any, error) {
 	defer g.mu.RUnlock()
 	calls := g.calls
 	ctx, cancel := context.WithCancel(ctx)
@@ -203,10 +209,14 @@ func (n *clusterNode) serveGroup(ctx context.Context, m method, req any, id stri
 		return nil, err
 	}
 	defer done()
-	out, err := m.unary(implOf(b, m.service), ctx, func(v any) error {
-		proto.Merge(v.(proto.Message), req.(proto.Message))
-		return nil
-	}, nil)
+	serve := func(ctx context.Context, req any) (any, error) {
+		return m.unary(implOf(b, m.service), ctx, func(v any) error {
+			proto.Merge(v.(proto.Message), req.(proto.Message))
+			return nil
+		}, nil)
+	}
+	// The calls about share-partitions ask their owners too (owners.go).
+	out, err := n.adminFanOut(ctx, fullMethod, m, req, serve)
 	if err != nil && calls.Err() != nil {
 		return nil, notOwnerErr(fmt.Sprintf("share group %q moved to another instance during the call; retry", id))
 	}

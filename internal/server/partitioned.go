@@ -27,6 +27,7 @@ import (
 	"github.com/sharelog/sharelog/internal/jetstream/jsstate"
 	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/service"
+	"github.com/sharelog/sharelog/internal/sharegroup"
 	"github.com/sharelog/sharelog/internal/telemetry"
 )
 
@@ -118,7 +119,7 @@ func (n *clusterNode) openPartitioned(ctx context.Context, ttl time.Duration) bo
 func (n *clusterNode) openLogBackend(ctx context.Context, ls *jslog.Store) error {
 	c := n.s.cfg.Cluster
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	ss, err := jsstate.Open(sctx, n.nc, jsstate.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, Scoped: true})
+	ss, err := jsstate.Open(sctx, n.nc, jsstate.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, Scoped: true, PartitionOwners: true})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("open the JetStream share state: %w", err)
@@ -128,7 +129,7 @@ func (n *clusterNode) openLogBackend(ctx context.Context, ls *jslog.Store) error
 	unused := func(context.Context) (service.ClusterView, error) {
 		return service.ClusterView{}, notOwnerErr("DescribeCluster is answered by another instance; retry")
 	}
-	b, err := n.s.openBackend(store, ls, ss, n.o, unused) // closes ss on failure
+	b, err := n.s.openBackend(store, ls, ss, n.o, unused, n.shareOwnerHooks()) // closes ss on failure
 	if err != nil {
 		return err
 	}
@@ -181,6 +182,11 @@ func (n *clusterNode) acquirePartition(ctx context.Context, item string, epoch u
 	if err := n.part.store.Resync(ctx, name, part); err != nil {
 		return err
 	}
+	// The share-partitions first: a fetch finding the partition served
+	// must find their state (owners.go).
+	if err := n.adoptSharePartitions(ctx, id, part); err != nil {
+		return err
+	}
 	g := n.part.gate(item)
 	g.mu.Lock()
 	g.owned, g.epoch = true, epoch
@@ -193,10 +199,14 @@ func (n *clusterNode) acquirePartition(ctx context.Context, item string, epoch u
 func (n *clusterNode) releasePartition(item string, epoch uint64, handover bool) {
 	g := n.part.gate(item)
 	g.mu.Lock()
-	if g.epoch == epoch {
+	owned := g.owned && g.epoch == epoch
+	if owned {
 		g.owned = false
 	}
 	g.mu.Unlock()
+	if id, part, ok := cluster.ParsePartitionItem(item); ok && owned {
+		n.releaseSharePartitions(id, part, handover)
+	}
 	n.s.log.Info("stopped serving partition", "item", item, "epoch", epoch, "handover", handover)
 }
 
@@ -338,8 +348,27 @@ func (n *clusterNode) punary(ctx context.Context, req any, info *grpc.UnaryServe
 		return handler(ctx, req)
 	}
 	if m.service == sharelogv1.ShareGroupService_ServiceDesc.ServiceName {
-		if r, ok := req.(*sharelogv1.ListShareGroupsRequest); ok {
+		switch r := req.(type) {
+		case *sharelogv1.DescribeShareGroupOffsetsRequest, *sharelogv1.DescribeSharePartitionStateRequest,
+			*sharelogv1.AlterShareGroupOffsetsRequest, *sharelogv1.DeleteShareGroupOffsetsRequest, *sharelogv1.DeleteShareGroupRequest:
+			// A coordinator asking the owners (owners.go).
+			owned, err := n.ownedOnlyCall(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if owned {
+				return n.serveLocal(sharegroup.OwnedOnly(ctx), m, req)
+			}
+		case *sharelogv1.ListShareGroupsRequest:
 			return n.listGroups(ctx, info.FullMethod, m, r)
+		case *sharelogv1.ShareFetchRequest:
+			// Served by the instance that receives it (owners.go).
+			if r.GetShareSessionEpoch() == 0 && forwardedFrom(ctx) == "" {
+				n.ensureGroup(ctx, r.GetGroupId())
+			}
+			return n.serveLocal(ctx, m, req)
+		case *sharelogv1.ShareAcknowledgeRequest:
+			return n.serveLocal(ctx, m, req)
 		}
 		if r, ok := req.(groupRequest); ok {
 			return n.groupCall(ctx, info.FullMethod, m, req, r.GetGroupId())

@@ -342,9 +342,9 @@ func TestPartitionedDeadLettersWithTokens(t *testing.T) {
 			return err == nil || status.Code(err) == codes.AlreadyExists
 		}, 10*time.Second, 50*time.Millisecond, "create %s: %v", topic, err)
 	}
-	// Eight partitions over two instances: the dead-letter partitions of
-	// some source partitions are owned by the instance that does not
-	// coordinate the group.
+	// Eight partitions over two instances: the dead-letter partition of
+	// some source partitions is owned by the other instance than the
+	// source partition, whose owner makes the copy.
 	var dc *sharelogv1.DescribeClusterResponse
 	require.Eventually(t, func() bool {
 		dc, err = a.log.DescribeCluster(ctx, &sharelogv1.DescribeClusterRequest{})
@@ -371,43 +371,55 @@ func TestPartitionedDeadLettersWithTokens(t *testing.T) {
 		return err == nil
 	}, 10*time.Second, 50*time.Millisecond, "update config: %v", err)
 
-	// Acquire every record and REJECT it.
+	// Acquire every record and REJECT it: each partition's record from its
+	// owner (a session on each instance, naming every partition).
 	parts := make([]*sharelogv1.ShareFetchPartition, 4)
 	for p := range int32(4) {
 		parts[p] = &sharelogv1.ShareFetchPartition{Partition: p}
 	}
-	got := map[int32]int64{}
-	epoch := int32(0)
+	type acquired struct {
+		off int64
+		in  *clusterInstance
+	}
+	got := map[int32]acquired{}
+	epochs := map[string]int32{}
 	deadline := time.Now().Add(15 * time.Second)
 	for len(got) < 4 && time.Now().Before(deadline) {
-		resp, err := sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: epoch, MaxWaitMs: 200,
-			Topics: []*sharelogv1.ShareFetchTopic{{Topic: "src", Partitions: parts}}})
-		if err != nil {
-			epoch = 0
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		epoch++
-		for _, tr := range resp.GetResponses() {
-			for _, pr := range tr.GetPartitions() {
-				for _, ar := range pr.GetAcquiredRecords() {
-					got[pr.GetPartition()] = ar.GetFirstOffset()
+		for _, in := range []*clusterInstance{a, b} {
+			resp, err := sharelogv1.NewShareGroupServiceClient(in.conn).ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m",
+				ShareSessionEpoch: epochs[in.id], MaxWaitMs: 200, Topics: []*sharelogv1.ShareFetchTopic{{Topic: "src", Partitions: parts}}})
+			if err != nil {
+				epochs[in.id] = 0
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			epochs[in.id]++
+			for _, tr := range resp.GetResponses() {
+				for _, pr := range tr.GetPartitions() {
+					for _, ar := range pr.GetAcquiredRecords() {
+						got[pr.GetPartition()] = acquired{ar.GetFirstOffset(), in}
+					}
 				}
 			}
 		}
 	}
 	require.Len(t, got, 4, "every source record acquired")
-	var acks []*sharelogv1.ShareFetchPartition
-	for p, off := range got {
-		acks = append(acks, &sharelogv1.ShareFetchPartition{Partition: p, AcknowledgementBatches: []*sharelogv1.AcknowledgementBatch{{
-			FirstOffset: off, LastOffset: off, AcknowledgeTypes: []sharelogv1.AcknowledgeType{sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_REJECT}}}})
-	}
-	resp, err := sg.ShareAcknowledge(ctx, &sharelogv1.ShareAcknowledgeRequest{GroupId: "g", MemberId: "m", ShareSessionEpoch: epoch,
-		Topics: []*sharelogv1.ShareFetchTopic{{Topic: "src", Partitions: acks}}})
-	require.NoError(t, err)
-	for _, tr := range resp.GetResponses() {
-		for _, pr := range tr.GetPartitions() {
-			require.Equal(t, sharelogv1.ErrorCode_ERROR_CODE_NONE, pr.GetErrorCode(), "partition %d", pr.GetPartition())
+	for _, in := range []*clusterInstance{a, b} {
+		var acks []*sharelogv1.ShareFetchPartition
+		for p, ac := range got {
+			if ac.in == in {
+				acks = append(acks, &sharelogv1.ShareFetchPartition{Partition: p, AcknowledgementBatches: []*sharelogv1.AcknowledgementBatch{{
+					FirstOffset: ac.off, LastOffset: ac.off, AcknowledgeTypes: []sharelogv1.AcknowledgeType{sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_REJECT}}}})
+			}
+		}
+		require.NotEmpty(t, acks, "%s owns no source partition", in.id)
+		resp, err := sharelogv1.NewShareGroupServiceClient(in.conn).ShareAcknowledge(ctx, &sharelogv1.ShareAcknowledgeRequest{GroupId: "g",
+			MemberId: "m", ShareSessionEpoch: epochs[in.id], Topics: []*sharelogv1.ShareFetchTopic{{Topic: "src", Partitions: acks}}})
+		require.NoError(t, err)
+		for _, tr := range resp.GetResponses() {
+			for _, pr := range tr.GetPartitions() {
+				require.Equal(t, sharelogv1.ErrorCode_ERROR_CODE_NONE, pr.GetErrorCode(), "partition %d", pr.GetPartition())
+			}
 		}
 	}
 

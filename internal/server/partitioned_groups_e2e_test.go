@@ -28,7 +28,13 @@ func startPartitionedTrio(t *testing.T, mutate ...func(*server.Config)) []*clust
 	js, err := jstest.Start(jstest.Options{})
 	require.NoError(t, err)
 	t.Cleanup(js.Shutdown)
-	prefix := js.Prefix()
+	return startTrioOn(t, js, js.Prefix(), mutate...)
+}
+
+// startTrioOn is startPartitionedTrio on js, its buckets named by prefix.
+func startTrioOn(t *testing.T, js *jstest.Cluster, prefix string, mutate ...func(*server.Config)) []*clusterInstance {
+	t.Helper()
+	var err error
 	mutate = append([]func(*server.Config){partitionedMode}, mutate...)
 	ins := []*clusterInstance{
 		startClusterInstance(t, js, prefix, "a", mutate...),
@@ -264,66 +270,83 @@ func TestPartitionedShareGroupsSpread(t *testing.T) {
 	}
 }
 
-// A group's handover does not wait for its long polls: a fetch waiting on
-// the group that moves returns at once with a retryable NOT_OWNER, one
-// waiting on a group that stays keeps waiting.
-func TestPartitionedGroupHandoverEndsLongPolls(t *testing.T) {
-	js, prefix, a := startPartitionedSolo(t, 1)
+// A partition's handover does not wait for its long polls: a fetch
+// waiting on the partition that moves returns at once, the partition
+// answered NOT_LEADER_OR_FOLLOWER naming its new owner; one waiting on a
+// partition that stays keeps waiting. The sessions live on the instance
+// that received them: the moved partition is served by its new owner.
+func TestPartitionedPartitionHandoverEndsLongPolls(t *testing.T) {
+	js, prefix, a := startPartitionedSolo(t, 2)
 	ctx := context.Background()
 	sg := sharelogv1.NewShareGroupServiceClient(a.conn)
-	tps := []*sharelogv1.ShareFetchTopic{{Topic: "t", Partitions: []*sharelogv1.ShareFetchPartition{{Partition: 0}}}}
-	var err error
-	for _, g := range []string{"g1", "g2"} {
-		require.Eventually(t, func() bool {
-			_, err = sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: g, MemberId: "m", ShareSessionEpoch: 0, Topics: tps})
-			return err == nil
-		}, 10*time.Second, 50*time.Millisecond, "open a session of %s: %v", g, err)
+	one := func(p int32) []*sharelogv1.ShareFetchTopic {
+		return []*sharelogv1.ShareFetchTopic{{Topic: "t", Partitions: []*sharelogv1.ShareFetchPartition{{Partition: p}}}}
 	}
-	waitCoordinators(t, a, []string{"g1", "g2"}, []string{"a"})
+	waitOwners(t, a, 2, []string{"a"})
+	for p := range int32(2) {
+		// Until a serves the partition (its lease may be a moment ahead
+		// of its share state), the session opens without it.
+		var resp *sharelogv1.ShareFetchResponse
+		var err error
+		require.Eventually(t, func() bool {
+			resp, err = sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: fmt.Sprint("m", p), ShareSessionEpoch: 0, Topics: one(p)})
+			return err == nil && byPartition(resp)[p].GetErrorCode() == sharelogv1.ErrorCode_ERROR_CODE_NONE
+		}, 10*time.Second, 50*time.Millisecond, "open a session on partition %d: %v %v", p, resp, err)
+	}
 
 	type result struct {
+		resp *sharelogv1.ShareFetchResponse
 		err  error
 		took time.Duration
 	}
-	done := map[string]chan result{}
-	for _, g := range []string{"g1", "g2"} {
-		done[g] = make(chan result, 1)
+	done := map[int32]chan result{}
+	for p := range int32(2) {
+		done[p] = make(chan result, 1)
 		go func() {
 			start := time.Now()
-			_, err := sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: g, MemberId: "m", ShareSessionEpoch: 1,
+			resp, err := sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: fmt.Sprint("m", p), ShareSessionEpoch: 1,
 				MaxWaitMs: 30000, MinBytes: 1})
-			done[g] <- result{err, time.Since(start)}
+			done[p] <- result{resp, err, time.Since(start)}
 		}()
 	}
 	time.Sleep(300 * time.Millisecond) // both wait
 
 	b := startClusterInstance(t, js, prefix, "b", partitionedMode)
-	moved := waitCoordinators(t, a, []string{"g1", "g2"}, []string{"a", "b"})
-	var gone, kept string
-	for g, c := range moved {
-		if c.GetCoordinatorId() == "b" {
-			gone = g
+	moved := waitOwners(t, a, 2, []string{"a", "b"})
+	var gone, kept int32
+	for p, o := range moved {
+		if o.GetOwnerId() == "b" {
+			gone = p
 		} else {
-			kept = g
+			kept = p
 		}
 	}
 	select {
 	case r := <-done[gone]:
-		require.Equal(t, codes.Unavailable, status.Code(r.err), "%v", r.err)
-		require.Contains(t, r.err.Error(), "moved to another instance")
+		require.NoError(t, r.err)
+		pr := byPartition(r.resp)[gone]
+		require.NotNil(t, pr, "%v", r.resp)
+		require.Equal(t, notLeader, pr.GetErrorCode(), "%v", pr)
 		require.Less(t, r.took, 10*time.Second)
 	case <-time.After(5 * time.Second):
-		t.Fatalf("the fetch waiting on %s, which moved to b, did not return", gone)
+		t.Fatalf("the fetch waiting on partition %d, which moved to b, did not return", gone)
 	}
 	select {
 	case r := <-done[kept]:
-		t.Fatalf("the fetch waiting on %s, which stayed, returned: %v", kept, r.err)
+		t.Fatalf("the fetch waiting on partition %d, which stayed, returned: %v %v", kept, r.resp, r.err)
 	case <-time.After(500 * time.Millisecond):
 	}
-	// The moved group serves through either instance: a new session.
-	for _, in := range []*clusterInstance{a, b} {
-		_, err := sharelogv1.NewShareGroupServiceClient(in.conn).ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: gone,
-			MemberId: "m-" + in.id, ShareSessionEpoch: 0, Topics: tps})
-		require.NoError(t, err)
-	}
+	// Named to a again, the partition is answered with its new owner
+	// (the waiting fetch returned before b had taken it, so its answer
+	// may name no instance).
+	resp, err := sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g", MemberId: "m-a", ShareSessionEpoch: 0, Topics: one(gone)})
+	require.NoError(t, err)
+	require.Equal(t, notLeader, byPartition(resp)[gone].GetErrorCode(), "%v", resp)
+	require.Contains(t, byPartition(resp)[gone].GetErrorMessage(), "instance b at "+b.srv.GRPCAddr())
+	// The moved partition is served by b, to a session there.
+	produceRetry(t, a, "t", gone, "after")
+	resp, err = sharelogv1.NewShareGroupServiceClient(b.conn).ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "g",
+		MemberId: "m-b", ShareSessionEpoch: 0, MaxWaitMs: 5000, MinBytes: 1, Topics: one(gone)})
+	require.NoError(t, err)
+	require.Len(t, byPartition(resp)[gone].GetRecords(), 1, "%v", resp)
 }

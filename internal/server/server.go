@@ -124,6 +124,7 @@ type Server struct {
 	connLimits   []*limitListener // gRPC, HTTP
 
 	auth         *authenticator
+	selfCert     []byte // this instance's TLS certificate (DER), with --tls-client-ca
 	metrics      *serverMetrics
 	acl          *authz.ACL     // the ACL bindings (nil in cluster mode)
 	guard        *service.Guard // authorization and audit for every handler
@@ -263,7 +264,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		if err != nil {
 			return nil, fmt.Errorf("open share-group state: %w", err)
 		}
-		b, err := s.openBackend(store, s.store, shareState, o, s.singleView)
+		b, err := s.openBackend(store, s.store, shareState, o, s.singleView, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -307,6 +308,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	var selfCert []byte
 	if tlsCfg != nil && auth.clientCerts && len(tlsCfg.Certificates) > 0 && len(tlsCfg.Certificates[0].Certificate) > 0 {
 		selfCert = tlsCfg.Certificates[0].Certificate[0]
+		s.selfCert = selfCert
 	}
 	newGRPC := func(creds credentials.TransportCredentials, viaGateway bool) *grpc.Server {
 		codec := newRequestCodec()

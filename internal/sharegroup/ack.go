@@ -42,7 +42,11 @@ func (m *Manager) processAcks(s *session, g *group, es []PartitionEntry, named [
 		}
 		sp := g.partition(named[i].topicID, e.Topic, e.Partition, true)
 		if sp == nil {
-			out[i].code, out[i].msg = CodeUnknownTopicOrPartition, "share group was deleted"
+			if o := m.away(named[i].topicID, e.Topic, e.Partition); o != "" {
+				out[i].code, out[i].msg = CodeNotLeaderOrFollower, notHere(o) // moved a moment ago
+			} else {
+				out[i].code, out[i].msg = CodeUnknownTopicOrPartition, "share group was deleted"
+			}
 			continue
 		}
 		r := sp.ack(s, e.Batches)

@@ -115,9 +115,9 @@ func (m *Manager) DescribeOffsets(ctx context.Context, groupID string, topics []
 		return nil, ErrClosed
 	}
 	defer m.leave()
-	g := m.lockGroup(groupID, false)
-	if g == nil {
-		return nil, groupNotFound(groupID)
+	g, err := m.adminGroup(ctx, groupID)
+	if err != nil {
+		return nil, err
 	}
 	defer g.op.Unlock()
 	if len(topics) == 0 {
@@ -163,7 +163,9 @@ func (m *Manager) DescribeOffsets(ctx context.Context, groupID string, topics []
 				continue
 			}
 			po := PartitionOffsets{Partition: p, StartOffset: -1, Lag: -1}
-			if sp := g.partition(ref.id, t.Topic, p, false); sp != nil {
+			if o := m.away(ref.id, t.Topic, p); o != "" {
+				po.ErrorCode, po.ErrorMessage = CodeNotLeaderOrFollower, notHere(o)
+			} else if sp := g.partition(ref.id, t.Topic, p, false); sp != nil {
 				po.StartOffset, po.Lag, po.ErrorCode, po.ErrorMessage = sp.offsets()
 			}
 			to.Partitions = append(to.Partitions, po)
@@ -282,6 +284,9 @@ func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []Top
 	if len(g.mem.members) > 0 {
 		return nil, nonEmpty(g)
 	}
+	if err := callPeers(ctx); err != nil {
+		return nil, err
+	}
 
 	type job struct {
 		res   *PartitionResult
@@ -305,7 +310,12 @@ func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []Top
 				r.ErrorCode, r.ErrorMessage = CodeUnknownTopicOrPartition, fmt.Sprintf("topic %q has no partition %d", t.Topic, p.Partition)
 				continue
 			}
-			jobs = append(jobs, &job{res: r, sp: g.partition(ref.id, t.Topic, p.Partition, true), start: p.StartOffset})
+			sp := g.partition(ref.id, t.Topic, p.Partition, true)
+			if sp == nil { // served by another instance (owners.go)
+				r.ErrorCode, r.ErrorMessage = CodeNotLeaderOrFollower, notHere(m.away(ref.id, t.Topic, p.Partition))
+				continue
+			}
+			jobs = append(jobs, &job{res: r, sp: sp, start: p.StartOffset})
 		}
 	}
 	sps := make([]*sharePartition, len(jobs))
@@ -388,14 +398,17 @@ func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []st
 		}
 		seen[t] = true
 	}
-	g := m.lockGroup(groupID, false)
-	if g == nil {
-		return nil, groupNotFound(groupID)
+	g, err := m.adminGroup(ctx, groupID)
+	if err != nil {
+		return nil, err
 	}
 	defer g.op.Unlock()
 	g.expireLocked(ctx, m.now())
 	if len(g.mem.members) > 0 {
 		return nil, nonEmpty(g)
+	}
+	if err := callPeers(ctx); err != nil {
+		return nil, err
 	}
 
 	out := make([]TopicResult, len(topics))
@@ -493,6 +506,9 @@ func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error {
 		return ErrClosed
 	}
 	defer m.leave()
+	if isOwnedOnly(ctx) {
+		return m.dropOwned(groupID)
+	}
 	g := m.lockGroup(groupID, false)
 	if g == nil {
 		return groupNotFound(groupID)
@@ -501,6 +517,9 @@ func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error {
 	g.expireLocked(ctx, m.now())
 	if len(g.mem.members) > 0 {
 		return nonEmpty(g)
+	}
+	if err := callPeers(ctx); err != nil {
+		return err
 	}
 	// DEAD: no share-partition is created from now on, so every entry of
 	// the group either precedes the delete entry or is never written.

@@ -28,7 +28,7 @@ func (m *Manager) resolveAll(ctx context.Context, es []PartitionEntry) ([]namedP
 		}
 		out[i] = namedPart{topicID: id, ok: ok}
 		if ok {
-			out[i].away = m.ownerOf(es[i].Topic, es[i].Partition)
+			out[i].away = m.away(id, es[i].Topic, es[i].Partition)
 		}
 	}
 	return out, nil
@@ -285,7 +285,7 @@ func (m *Manager) dropDeleted(ctx context.Context, s *session) ([]PartitionFetch
 		case !ok || id != sp.topicID:
 			gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, ErrorCode: CodeUnknownTopicOrPartition, ErrorMessage: "topic was deleted"})
 		default:
-			if owner := m.ownerOf(sp.tp.Topic, sp.tp.Partition); owner != "" {
+			if owner := m.away(sp.topicID, sp.tp.Topic, sp.tp.Partition); owner != "" {
 				gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, ErrorCode: CodeNotLeaderOrFollower, ErrorMessage: notHere(owner)})
 			}
 		}

@@ -30,6 +30,9 @@ func (m *Manager) AdoptGroup(rg *sharestate.GroupState) error {
 	if rg == nil {
 		return nil
 	}
+	if m.ownerMode() {
+		return m.promote(rg)
+	}
 	if m.groupFor(rg.ID, false) != nil {
 		return fmt.Errorf("sharegroup: adopting share group %q, which is live here already", rg.ID)
 	}
@@ -68,6 +71,11 @@ func (m *Manager) ReleaseGroup(groupID string) {
 	g.stopTimerLocked()
 	for id := range g.mem.members {
 		m.sessions.UnbindMember(sessioncache.Key{Group: g.id, Member: id})
+	}
+	if m.ownerMode() {
+		m.demoteLocked(g)
+		g.op.Unlock()
+		return
 	}
 	g.mu.Lock()
 	g.dead = true // no new share-partition

@@ -93,9 +93,9 @@ func (m *Manager) DescribePartitionState(ctx context.Context, groupID string, to
 // partitionState is DescribePartitionState under the group's lock; it also
 // returns the set of owning session IDs.
 func (m *Manager) partitionState(ctx context.Context, groupID string, topics []TopicPartitions, maxRanges int) ([]TopicState, map[uint64]bool, error) {
-	g := m.lockGroup(groupID, false)
-	if g == nil {
-		return nil, nil, groupNotFound(groupID)
+	g, err := m.adminGroup(ctx, groupID)
+	if err != nil {
+		return nil, nil, err
 	}
 	defer g.op.Unlock()
 	if len(topics) == 0 {
@@ -142,7 +142,9 @@ func (m *Manager) partitionState(ctx context.Context, groupID string, topics []T
 				continue
 			}
 			ps := PartitionState{Partition: p, StartOffset: -1, EndOffset: -1, Lag: -1}
-			if sp := g.partition(ref.id, t.Topic, p, false); sp != nil {
+			if o := m.away(ref.id, t.Topic, p); o != "" {
+				ps.ErrorCode, ps.ErrorMessage = CodeNotLeaderOrFollower, notHere(o)
+			} else if sp := g.partition(ref.id, t.Topic, p, false); sp != nil {
 				sp.state(&ps, maxRanges, owners)
 			}
 			ts.Partitions = append(ts.Partitions, ps)

@@ -34,6 +34,11 @@ type Manager struct {
 	topicsMu sync.Mutex
 	topics   map[string]*topicRef // topic name -> current identity
 
+	// served is, in owner mode (owners.go), the partitions whose
+	// share-partitions this manager serves.
+	servedMu sync.RWMutex
+	served   map[partKey]bool
+
 	life    sync.RWMutex // guards closed against ops.Add
 	closed  bool
 	ops     sync.WaitGroup // calls and timer callbacks in progress
@@ -154,6 +159,7 @@ func Open(store logstore.Store, state sharestate.Store, opts Options) (*Manager,
 		log:     opts.Logger,
 		base:    time.Now(),
 		groups:  make(map[string]*group),
+		served:  make(map[partKey]bool),
 		topics:  make(map[string]*topicRef),
 		closing: make(chan struct{}),
 	}
@@ -350,7 +356,7 @@ func (g *group) partition(topicID, topic string, part int32, create bool) *share
 	defer g.mu.Unlock()
 	k := partKey{topicID, part}
 	sp := g.parts[k]
-	if sp == nil && create && !g.deleted && !g.dead {
+	if sp == nil && create && !g.deleted && !g.dead && g.m.serving(topicID, part) {
 		sp = newSharePartition(g, topic, topicID, part)
 		g.parts[k] = sp
 	}

@@ -485,7 +485,7 @@ func (g *group) initPartitions(ctx context.Context, tps []TopicPartition, ids []
 	m := g.m
 	var sps []*sharePartition
 	for i, tp := range tps {
-		if m.ownerOf(tp.Topic, tp.Partition) != "" {
+		if !m.serving(ids[i], tp.Partition) {
 			continue // its owner initialises it, at its first fetch (owners.go)
 		}
 		if sp := g.partition(ids[i], tp.Topic, tp.Partition, true); sp != nil {

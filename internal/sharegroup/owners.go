@@ -1,9 +1,11 @@
 package sharegroup
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/sessioncache"
 	"github.com/sharelog/sharelog/internal/sharestate"
 )
 
@@ -24,13 +26,32 @@ import (
 // for a partition it does not lead. A partition that moves away while
 // sessions hold it (ReleasePartition) is reported so by their next fetch.
 
-// ownerOf returns where topic's partition is served: "" here, otherwise a
-// description of its owner for error messages.
-func (m *Manager) ownerOf(topic string, part int32) string {
-	if m.opts.Owner == nil {
+// ownerMode reports whether this manager serves only the partitions it
+// adopted (Options.Owner set), not every partition.
+func (m *Manager) ownerMode() bool { return m.opts.Owner != nil }
+
+// serving reports whether this manager serves the partition's
+// share-partitions: always on a single server; in owner mode from
+// AdoptPartition until ReleasePartition.
+func (m *Manager) serving(topicID string, part int32) bool {
+	if !m.ownerMode() {
+		return true
+	}
+	m.servedMu.RLock()
+	defer m.servedMu.RUnlock()
+	return m.served[partKey{topicID, part}]
+}
+
+// away returns "" when this manager serves the partition, otherwise a
+// description of the instance that does, for messages.
+func (m *Manager) away(topicID, topic string, part int32) string {
+	if m.serving(topicID, part) {
 		return ""
 	}
-	return m.opts.Owner(topic, part)
+	if o := m.opts.Owner(topic, part); o != "" {
+		return o
+	}
+	return "another instance (none is known to own it at the moment; retry)"
 }
 
 // coordinates reports whether this manager coordinates the group.
@@ -52,16 +73,26 @@ func notHere(owner string) string {
 // says so. A share-partition of a topic deleted meanwhile is dropped and
 // its deletion written. None of the share-partitions may be live here
 // already.
-func (m *Manager) AdoptPartition(states []sharestate.GroupState) error {
+func (m *Manager) AdoptPartition(topicID string, part int32, states []sharestate.GroupState) error {
 	if !m.enter() {
 		return ErrClosed
 	}
 	defer m.leave()
+	if !m.ownerMode() {
+		return fmt.Errorf("sharegroup: AdoptPartition needs Options.Owner")
+	}
+	k := partKey{topicID, part}
+	m.servedMu.Lock()
+	if m.served[k] {
+		m.servedMu.Unlock()
+		return fmt.Errorf("sharegroup: adopting partition %d of topic ID %s, which is served here already", part, topicID)
+	}
+	m.servedMu.Unlock()
 	infos := map[string]*logstore.TopicInfo{}
 	for i := range states {
 		rg := &states[i]
-		if len(rg.Partitions) != 1 {
-			return fmt.Errorf("sharegroup: adopting a partition of share group %q: %d partition states, want 1", rg.ID, len(rg.Partitions))
+		if len(rg.Partitions) != 1 || rg.Partitions[0].TopicID != topicID || rg.Partitions[0].Partition != part {
+			return fmt.Errorf("sharegroup: adopting partition %d of topic ID %s: share group %q's state is not of exactly that partition", part, topicID, rg.ID)
 		}
 		g := m.groupFor(rg.ID, true)
 		sps, dropped, err := m.loadPartitions(g, rg.Partitions, infos)
@@ -85,6 +116,11 @@ func (m *Manager) AdoptPartition(states []sharestate.GroupState) error {
 			}
 		}
 	}
+	// Served from now on: a fetch may create the share-partition of a
+	// group that had none.
+	m.servedMu.Lock()
+	m.served[k] = true
+	m.servedMu.Unlock()
 	return nil
 }
 
@@ -102,6 +138,12 @@ func (m *Manager) ReleasePartition(topicID string, part int32, owner string) {
 	}
 	defer m.leave()
 	k := partKey{topicID, part}
+	// Not served first: a share-partition created after this by a call
+	// that found the partition served is in its group when the loop
+	// below looks (partition checks under the group's mu).
+	m.servedMu.Lock()
+	delete(m.served, k)
+	m.servedMu.Unlock()
 	for _, g := range m.groupList() {
 		g.mu.Lock()
 		sp := g.parts[k]
@@ -161,7 +203,172 @@ func (m *Manager) follow(g *group) {
 // moved to another owner, or gone with its topic or group. mu is held.
 func (p *sharePartition) droppedResult() (ErrorCode, string) {
 	if p.movedTo != "" {
+		if o := p.g.m.opts.Owner(p.topic, p.part); o != "" {
+			return CodeNotLeaderOrFollower, notHere(o)
+		}
 		return CodeNotLeaderOrFollower, notHere(p.movedTo)
 	}
 	return CodeUnknownTopicOrPartition, "topic was deleted"
+}
+
+// promote makes rg's group (its config and epoch: in owner mode a
+// coordinator's adoption reads no share-partition) coordinated here: the
+// follower group live here, if any, takes them; otherwise the group is
+// created from them. Its membership starts empty, as after a restart.
+func (m *Manager) promote(rg *sharestate.GroupState) error {
+	if len(rg.Partitions) > 0 {
+		return fmt.Errorf("sharegroup: adopting share group %q with share-partitions: in owner mode their owners adopt them", rg.ID)
+	}
+	g := m.lockGroup(rg.ID, true)
+	defer g.op.Unlock()
+	g.mu.Lock()
+	g.explicit, g.epoch = GroupConfig(rg.Config), rg.GroupEpoch
+	g.cfg.Store(m.opts.effective(&g.explicit))
+	g.mu.Unlock()
+	g.mem.assignEpoch = rg.GroupEpoch
+	return nil
+}
+
+// demoteLocked makes a group this manager stops coordinating a follower
+// (op held): its members go (their bindings are gone already; they join
+// the next coordinator), its share-partitions and sessions stay — they
+// belong to the partitions' owner, not to the coordinator.
+func (m *Manager) demoteLocked(g *group) {
+	clear(g.mem.members)
+	g.mem.topics = nil
+	g.nMembers.Store(0)
+	m.follow(g)
+}
+
+// FollowerIDs lists the groups live here that this manager does not
+// coordinate (their config is followed: FollowConfig).
+func (m *Manager) FollowerIDs() []string {
+	var ids []string
+	for _, g := range m.groupList() {
+		if !m.coordinates(g.id) {
+			ids = append(ids, g.id)
+		}
+	}
+	return ids
+}
+
+// EnsureGroup makes sure the group exists with its own entry written,
+// when this manager coordinates it: a group a ShareFetch created on the
+// partitions' owners has no group entry until its coordinator writes one.
+func (m *Manager) EnsureGroup(groupID string) {
+	if !m.enter() {
+		return
+	}
+	defer m.leave()
+	if !m.coordinates(groupID) || validGroupID(groupID) != nil {
+		return
+	}
+	g := m.lockGroup(groupID, true)
+	defer g.op.Unlock()
+	g.mu.Lock()
+	_, _ = m.state.Write(g.entryLocked())
+	g.mu.Unlock()
+}
+
+// Admin calls in owner mode (docs/cluster.md "Share-partitions at their
+// owners"): the group's coordinator answers DescribeShareGroupOffsets,
+// DescribeSharePartitionState, AlterShareGroupOffsets,
+// DeleteShareGroupOffsets and DeleteShareGroup for the partitions it owns
+// and asks every other instance for theirs; each answers NOT_LEADER_OR_FOLLOWER
+// for the partitions it does not own, so the coordinator's server merges
+// the answers partition by partition. The other instances' calls are
+// owned-only (OwnedOnly): the group need not be live there, and
+// DeleteShareGroup only drops the share-partitions served there. The
+// coordinator makes them (WithPeers) after its own checks — the group
+// exists and has no members — holding the group's lock, so no member
+// joins in between.
+
+type ownedOnlyKey struct{}
+
+type peersKey struct{}
+
+// OwnedOnly marks ctx for an admin call a coordinator sends to the other
+// instances: answer for the partitions this manager serves.
+func OwnedOnly(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ownedOnlyKey{}, true)
+}
+
+func isOwnedOnly(ctx context.Context) bool {
+	v, _ := ctx.Value(ownedOnlyKey{}).(bool)
+	return v
+}
+
+// WithPeers has AlterOffsets, DeleteOffsets and DeleteGroup run peers
+// after their checks passed and before they change anything here, with
+// the group's lock held; an error of peers fails the call.
+func WithPeers(ctx context.Context, peers func(context.Context) error) context.Context {
+	return context.WithValue(ctx, peersKey{}, peers)
+}
+
+func callPeers(ctx context.Context) error {
+	if f, _ := ctx.Value(peersKey{}).(func(context.Context) error); f != nil {
+		return f(ctx)
+	}
+	return nil
+}
+
+// adminGroup is the group of an admin call with op held: GROUP_ID_NOT_FOUND
+// when it does not exist, except in an owned-only call, which answers for
+// a group not live here as for one with no state (a scratch group, never
+// registered).
+func (m *Manager) adminGroup(ctx context.Context, groupID string) (*group, error) {
+	if g := m.lockGroup(groupID, false); g != nil {
+		return g, nil
+	}
+	if !isOwnedOnly(ctx) {
+		return nil, groupNotFound(groupID)
+	}
+	g := &group{m: m, id: groupID, parts: make(map[partKey]*sharePartition), deleted: true}
+	g.mem.members = make(map[string]*member)
+	g.cfg.Store(m.opts.effective(&g.explicit))
+	g.op.Lock()
+	return g, nil
+}
+
+// dropOwned is DeleteGroup in an owned-only call: the group's
+// share-partitions served here are deleted (durably) and the group leaves
+// this manager, ending its sessions here; its own state is the
+// coordinator's to delete.
+func (m *Manager) dropOwned(groupID string) error {
+	g := m.lockGroup(groupID, false)
+	if g == nil {
+		return nil
+	}
+	defer g.op.Unlock()
+	if m.coordinates(groupID) {
+		return fmt.Errorf("sharegroup: an owned-only delete of share group %q, which this instance coordinates", groupID)
+	}
+	g.mu.Lock()
+	g.dead = true
+	g.mu.Unlock()
+	sps := lockPartitions(g.partitions())
+	var last uint64
+	var err error
+	for _, sp := range sps {
+		if err == nil && (sp.status == spLive || sp.offline != "") {
+			last, err = sp.note(m.state.Write(sp.entry(sharestate.KindPartDelete)))
+		}
+	}
+	if err == nil && last > 0 {
+		_ = m.state.Wait(last)
+		for _, sp := range sps {
+			if t := sp.lastTicket.Load(); t != 0 && m.state.Lost(t) {
+				err = m.state.Wait(t)
+			}
+		}
+	}
+	if err != nil {
+		unlockPartitions(sps)
+		g.mu.Lock()
+		g.dead = false
+		g.mu.Unlock()
+		return storageError("share group %q: deletion of its share state here not saved: %v", groupID, err)
+	}
+	m.forget(g, sps, sessioncache.EndGroupDeleted)
+	return nil
 }

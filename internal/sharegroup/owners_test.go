@@ -86,7 +86,9 @@ func TestOwnersServeTheirPartitions(t *testing.T) {
 	o := &owners{parts: map[int32]string{0: "A", 1: "B"}, coordinator: "A", config: GroupConfig{DeliveryCountLimit: i32(3)}}
 	stB := &recordingState{Store: sharestate.NewMem()}
 	a, b := ownerEnv(t, store, sharestate.NewMem(), "A", o), ownerEnv(t, store, stB, "B", o)
-	a.topic("t", 2)
+	info := a.topic("t", 2)
+	require.NoError(t, a.m.AdoptPartition(info.ID, 0, nil))
+	require.NoError(t, b.m.AdoptPartition(info.ID, 1, nil))
 	x0, x1 := tp("t", 0), tp("t", 1)
 	a.update(GroupConfig{DeliveryCountLimit: i32(3)})
 
@@ -153,6 +155,7 @@ func TestPartitionMovesBetweenOwners(t *testing.T) {
 	stA := sharestate.NewMem()
 	a, b := ownerEnv(t, store, stA, "A", o), ownerEnv(t, store, sharestate.NewMem(), "B", o)
 	info := a.topic("t", 1)
+	require.NoError(t, a.m.AdoptPartition(info.ID, 0, nil))
 	x := tp("t", 0)
 	a.open("m", x)
 	a.produce("t", 0, 10, 10)
@@ -188,7 +191,7 @@ func TestPartitionMovesBetweenOwners(t *testing.T) {
 
 	states := partitionStates(t, stA, info.ID, 0)
 	require.Len(t, states, 1)
-	require.NoError(t, b.m.AdoptPartition(states))
-	require.Error(t, b.m.AdoptPartition(states), "adopting a live share-partition")
+	require.NoError(t, b.m.AdoptPartition(info.ID, 0, states))
+	require.Error(t, b.m.AdoptPartition(info.ID, 0, states), "adopting a served partition")
 	require.Equal(t, []AcquiredRange{rng(5, 9, 1)}, acquired(t, b.open("n", x), x))
 }

@@ -62,6 +62,47 @@
 // only snapshots of groups the store adopted or wrote: those of other
 // instances' groups are never touched.
 //
+// # Partition owners
+//
+// With Options.PartitionOwners (a scoped store only) a share-partition's
+// state is held by the owner of its partition, whoever coordinates its
+// group, as in Kafka; the group's coordinator holds only the group's key.
+// Two scopes, adopted and dropped apart:
+//
+//   - AdoptGroup reads, fences and holds only g.<hex(group)>: the group's
+//     epoch and config. DropGroup forgets only that revision and reports
+//     the losses of the group's group-level entries (KindGroup,
+//     KindGroupDelete).
+//   - AdoptPartition reads, fences and holds p.*.<hex(topic id)>.<partition>:
+//     that partition's share-partition of every group, returned without
+//     the groups' configs. DropPartition forgets them and reports the
+//     losses of the partition's share-partition entries.
+//
+// A key held is written on condition of its revision (create-if-absent
+// when the bucket has none). A share-partition key of a partition not
+// adopted is written create-if-absent and not held; a group key is
+// written only when its group is adopted, or when the round has a
+// group-level entry of the group (then, not adopted, create-if-absent and
+// not held). So a round of share-partition entries alone writes no group
+// key: the image makes their group up with no config, which would
+// overwrite the coordinator's, or conflict with it. A KindGroupDelete of an
+// adopted group deletes its key and the share-partition keys this store
+// holds; the others are their owners'. Start deletes only keys held.
+//
+// A partition's handover is DropPartition on the old owner, then
+// AdoptPartition on the new one, which sees everything the old one wrote;
+// a group's is DropGroup, then AdoptGroup. The fence works both ways, key
+// by key: a late write of the old owner after its DropPartition is a
+// create, which fails with ErrConflict once the key exists; an owner that
+// lost the partition without DropPartition holds old revisions, which the
+// new owner's AdoptPartition made stale by rewriting every key it read.
+// Unlike a group's handover, no group key is created first: a late write
+// of a share-partition the bucket has no key of creates it (nobody read it).
+//
+// LiveGroup gives any instance a group's epoch and config from the group
+// keys' watch, for the share-partitions it serves of groups it does not
+// coordinate.
+//
 // # Durability and failures
 //
 // Wait returns once every snapshot write of the ticket's round has been

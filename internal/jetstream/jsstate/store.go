@@ -35,8 +35,8 @@ type Options struct {
 	// Replicas of the bucket's stream (default 3).
 	Replicas int
 	// Timeout bounds opening the store and each commit round (default 10 s),
-	// and AdoptGroup's and GroupIDs' reads when their context has no
-	// deadline.
+	// and the reads of AdoptGroup, AdoptPartition, GroupIDs and LiveGroup
+	// when their context has no deadline.
 	Timeout time.Duration
 	// Scoped opens the store without reading the bucket: Recovered is
 	// empty, and the instance loads and owns only the groups it adopts
@@ -44,6 +44,13 @@ type Options struct {
 	// is coordinated by one of several instances. See the package
 	// documentation.
 	Scoped bool
+	// PartitionOwners (with Scoped only) splits a group's share state
+	// between two scopes: AdoptGroup holds only the group's key (epoch and
+	// config) and AdoptPartition holds one partition's share-partition
+	// keys of every group, for when a share-partition's state is served by
+	// the owner of its partition, whoever coordinates its group. See the
+	// package documentation, "Partition owners".
+	PartitionOwners bool
 }
 
 // writeParallel is how many snapshot writes one commit round has in flight.
@@ -56,6 +63,7 @@ type Store struct {
 	kv      njs.KeyValue
 	timeout time.Duration
 	scoped  bool
+	owners  bool // Options.PartitionOwners
 
 	groupWatch groupWatch // LiveGroupIDs (groupwatch.go)
 
@@ -78,6 +86,19 @@ type Store struct {
 	// group since the group was last adopted or dropped (DropGroup's
 	// result). The committer sets it when it settles a failed round.
 	groupLost map[string]error
+	// adoptedParts and partLost are adopted and groupLost for partitions,
+	// in partition-owners mode: there groupLost counts only the group-level
+	// entries (KindGroup, KindGroupDelete) and partLost the share-partition
+	// entries, by partition.
+	adoptedParts map[partKey]*control
+	partLost     map[partKey]error
+
+	// ownGroups and ownParts are, in partition-owners mode, the groups and
+	// partitions adopted and not dropped as of the round being committed
+	// (applyControl sets them in ticket order): the keys whose revisions
+	// durable keeps. Only the committer goroutine uses them.
+	ownGroups map[string]bool
+	ownParts  map[partKey]bool
 
 	// durable is what the bucket holds, as this instance wrote or read it:
 	// in scoped mode only the groups it adopted or wrote itself. Only the
@@ -98,16 +119,20 @@ type pendingEntry struct {
 	ctl    *control
 }
 
-// control is AdoptGroup's or DropGroup's change of durable: a round of its
-// own, so the committer applies it in ticket order, after every entry
-// queued before it is settled, and writes nothing.
+// control is AdoptGroup's or DropGroup's (or AdoptPartition's or
+// DropPartition's) change of durable: a round of its own, so the committer
+// applies it in ticket order, after every entry queued before it is
+// settled, and writes nothing.
 type control struct {
 	group string
-	adopt bool    // AdoptGroup: install dg; DropGroup: forget the group
-	dg    *dGroup // the group's snapshots as AdoptGroup read them; nil: none
-	// lost is the group's entry failure the committer found when it
-	// applied a DropGroup (groupLost); set before the control's ticket is
-	// settled.
+	part  *partKey // AdoptPartition, DropPartition: the partition (group is unused)
+	adopt bool     // AdoptGroup: install dg; DropGroup: forget the group
+	dg    *dGroup  // the group's snapshots as AdoptGroup read them; nil: none
+	// parts are the partition's keys as AdoptPartition read them, by group.
+	parts map[string]*dPart
+	// lost is the group's (or partition's) entry failure the committer
+	// found when it applied the control (groupLost, partLost); set before
+	// the control's ticket is settled.
 	lost error
 }
 
@@ -175,6 +200,9 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Second
 	}
+	if o.PartitionOwners && !o.Scoped {
+		return nil, errors.New("share state store: Options.PartitionOwners needs Options.Scoped")
+	}
 	js, err := njs.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w (%w)", err, ErrStorage)
@@ -205,12 +233,18 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if err != nil {
 		return nil, sljs.Wrap(ctx, "open the share state bucket "+bucket, err, ErrStorage)
 	}
-	s := &Store{kv: kv, timeout: o.Timeout, scoped: o.Scoped, durable: make(durableMap), done: make(chan struct{})}
+	s := &Store{kv: kv, timeout: o.Timeout, scoped: o.Scoped, owners: o.PartitionOwners, durable: make(durableMap), done: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)
 	if o.Scoped {
 		s.recovered = &sharestate.State{}
 		s.adopted = make(map[string]*control)
 		s.groupLost = make(map[string]error)
+		if o.PartitionOwners {
+			s.adoptedParts = make(map[partKey]*control)
+			s.partLost = make(map[partKey]error)
+			s.ownGroups = make(map[string]bool)
+			s.ownParts = make(map[partKey]bool)
+		}
 	} else if err := s.load(ctx); err != nil {
 		return nil, err
 	}
@@ -439,7 +473,8 @@ func (s *Store) Failures() uint64 {
 // What it deletes are the snapshots in durable: in scoped mode those of
 // the groups adopted so far (or written by this instance), so nothing when
 // Start follows Open; the groups other instances coordinate are never
-// touched.
+// touched. In partition-owners mode those are the keys held: the adopted
+// groups' keys and the adopted partitions' share-partition keys.
 func (s *Store) Start(snap func() error) error {
 	s.mu.Lock()
 	if s.closed {
@@ -483,6 +518,11 @@ func (s *Store) Start(snap func() error) error {
 // group's writes are conditional on the revisions read. It returns the
 // group's recovered state, nil when the bucket holds nothing of it.
 //
+// With Options.PartitionOwners it reads and holds only the group's key
+// (g.<hex(group)>): the GroupState it returns has the group's epoch and
+// config and no share-partitions, which AdoptPartition gives to the
+// owners of their partitions.
+//
 // ctx bounds the read (the store's timeout when ctx has no deadline). The
 // revisions take effect in ticket order, after every entry written before
 // the call is settled; AdoptGroup returns once they have, so write the
@@ -506,7 +546,12 @@ func (s *Store) AdoptGroup(ctx context.Context, group string) (*sharestate.Group
 	s.adopted[group] = c
 	s.mu.Unlock()
 
-	dg, gs, err := s.readFenced(ctx, group)
+	h := sljs.HexKey(group)
+	filter := []string{"g." + h, "p." + h + ".>"}
+	if s.owners {
+		filter = filter[:1]
+	}
+	dm, st, err := s.readFenced(ctx, fmt.Sprintf("read group %q from the share state bucket", group), filter)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -526,32 +571,109 @@ func (s *Store) AdoptGroup(ctx context.Context, group string) (*sharestate.Group
 		}
 		return nil, err
 	}
-	c.dg = dg
+	c.dg = dm[group]
 	t := s.enqueue(pendingEntry{ctl: c})
 	for s.settled < t {
 		s.cond.Wait()
 	}
-	return gs, nil
+	if i := slices.IndexFunc(st.Groups, func(g sharestate.GroupState) bool { return g.ID == group }); i >= 0 {
+		return &st.Groups[i], nil
+	}
+	return nil, nil
 }
 
-// readFenced reads group's snapshots and rewrites each, unchanged, on
-// condition of the revision read, so that the previous coordinator — which
-// may not know yet that it lost the group (its lease expired under load) —
-// can write none of them any more: its next write is an ErrConflict, and
-// an acknowledgement it confirmed is in what was read. A key written in
-// between makes the read start again. (Phase 1 gets the same from its
-// startup snapshot, which rewrites every key.)
-func (s *Store) readFenced(ctx context.Context, group string) (*dGroup, *sharestate.GroupState, error) {
+// AdoptPartition makes this instance the owner of a partition's share
+// state in every group (partition-owners mode only, Options.PartitionOwners):
+// it reads the keys p.*.<hex(topicID)>.<partition> — one per group that has
+// a share-partition of it, and nothing else of the bucket — with the
+// decoding rules of Open, fences them as AdoptGroup does, and from then on
+// their writes are conditional on the revisions read. It returns one
+// GroupState per group with a key of the partition: its ID and that one
+// share-partition's state; Config and GroupEpoch are zero (the group's key
+// is its coordinator's, see AdoptGroup).
+//
+// ctx bounds the read (the store's timeout when ctx has no deadline). As
+// with AdoptGroup, the revisions take effect in ticket order and
+// AdoptPartition returns once they have; a Start whose snapshot is being
+// taken delays it until the snapshot is written. Adopting a partition that
+// is adopted and not dropped is an error.
+func (s *Store) AdoptPartition(ctx context.Context, topicID string, partition int32) ([]sharestate.GroupState, error) {
+	if !s.owners {
+		return nil, errors.New("share state store: AdoptPartition needs a partition-owners store (Options.PartitionOwners)")
+	}
+	k := partKey{topicID: topicID, part: partition}
+	c := &control{part: &k, adopt: true}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, sharestate.ErrClosed
+	}
+	if s.adoptedParts[k] != nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("share state store: partition %d of topic id %s is adopted already", partition, topicID)
+	}
+	s.adoptedParts[k] = c
+	s.mu.Unlock()
+
+	filter := "p.*." + sljs.HexKey(topicID) + "." + strconv.Itoa(int(partition))
+	op := fmt.Sprintf("read partition %d of topic id %s from the share state bucket", partition, topicID)
+	dm, st, err := s.readFenced(ctx, op, []string{filter})
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.hold && !s.closed {
+		s.cond.Wait()
+	}
+	switch {
+	case err != nil:
+	case s.closed:
+		err = sharestate.ErrClosed
+	case s.adoptedParts[k] != c:
+		err = fmt.Errorf("share state store: partition %d of topic id %s was dropped while it was being adopted", partition, topicID)
+	}
+	if err != nil {
+		if s.adoptedParts[k] == c {
+			delete(s.adoptedParts, k)
+		}
+		return nil, err
+	}
+	c.parts = make(map[string]*dPart)
+	for g, dg := range dm {
+		if dp := dg.parts[k]; dp != nil {
+			c.parts[g] = dp
+		}
+	}
+	t := s.enqueue(pendingEntry{ctl: c})
+	for s.settled < t {
+		s.cond.Wait()
+	}
+	var out []sharestate.GroupState
+	for _, gs := range st.Groups {
+		if len(gs.Partitions) > 0 {
+			out = append(out, sharestate.GroupState{ID: gs.ID, Partitions: gs.Partitions})
+		}
+	}
+	return out, nil
+}
+
+// readFenced reads the snapshots of the keys filter matches and rewrites
+// each, unchanged, on condition of the revision read, so that the previous
+// coordinator (or owner) — which may not know yet that it lost them (its
+// lease expired under load) — can write none of them any more: its next
+// write is an ErrConflict, and an acknowledgement it confirmed is in what
+// was read. A key written in between makes the read start again. (Phase 1
+// gets the same from its startup snapshot, which rewrites every key.)
+func (s *Store) readFenced(ctx context.Context, op string, filter []string) (durableMap, *sharestate.State, error) {
 	ctx, cancel := withTimeout(ctx, s.timeout)
 	defer cancel()
 	for {
-		dg, gs, err := s.readGroup(ctx, group)
-		if err != nil || dg == nil {
-			return dg, gs, err
+		dm, st, err := s.readKeys(ctx, op, filter)
+		if err != nil {
+			return nil, nil, err
 		}
-		err = s.touch(ctx, group, dg)
+		err = s.touch(ctx, dm)
 		if err == nil {
-			return dg, gs, nil
+			return dm, st, nil
 		}
 		if !errors.Is(err, ErrConflict) || ctx.Err() != nil {
 			return nil, nil, err
@@ -559,44 +681,39 @@ func (s *Store) readFenced(ctx context.Context, group string) (*dGroup, *sharest
 	}
 }
 
-// touch rewrites group's keys (dg) with their values, each on condition
-// of its revision, and records the new revisions in dg.
-func (s *Store) touch(ctx context.Context, group string, dg *dGroup) error {
-	if dg.rev != 0 {
-		rev, err := s.put(ctx, &kvWrite{key: groupKey(group), val: dg.val, rev: dg.rev})
-		if err != nil {
-			return err
+// touch rewrites the keys of dm with their values, each on condition of
+// its revision, and records the new revisions in dm.
+func (s *Store) touch(ctx context.Context, dm durableMap) error {
+	for group, dg := range dm {
+		if dg.rev != 0 {
+			rev, err := s.put(ctx, &kvWrite{key: groupKey(group), val: dg.val, rev: dg.rev})
+			if err != nil {
+				return err
+			}
+			dg.rev = rev
 		}
-		dg.rev = rev
-	}
-	for k, dp := range dg.parts {
-		rev, err := s.put(ctx, &kvWrite{key: partKeyName(group, k), val: dp.val, rev: dp.rev})
-		if err != nil {
-			return err
+		for k, dp := range dg.parts {
+			rev, err := s.put(ctx, &kvWrite{key: partKeyName(group, k), val: dp.val, rev: dp.rev})
+			if err != nil {
+				return err
+			}
+			dp.rev = rev
 		}
-		dp.rev = rev
 	}
 	return nil
 }
 
-// readGroup reads group's snapshots: g.<hex(group)> and
-// p.<hex(group)>.> (the package documentation's layout).
-func (s *Store) readGroup(ctx context.Context, group string) (*dGroup, *sharestate.GroupState, error) {
-	ctx, cancel := withTimeout(ctx, s.timeout)
-	defer cancel()
-	op := fmt.Sprintf("read group %q from the share state bucket", group)
-	h := sljs.HexKey(group)
+// readKeys reads the snapshots of the keys filter matches (subjects of the
+// package documentation's layout): g.<hex(group)> and p.<hex(group)>.> for
+// AdoptGroup, p.*.<hex(topic id)>.<partition> for AdoptPartition.
+func (s *Store) readKeys(ctx context.Context, op string, filter []string) (durableMap, *sharestate.State, error) {
 	dm, st, err := watchSnapshots(ctx, func(ctx context.Context) (njs.KeyWatcher, error) {
-		return s.kv.WatchFiltered(ctx, []string{"g." + h, "p." + h + ".>"}, njs.IgnoreDeletes())
+		return s.kv.WatchFiltered(ctx, filter, njs.IgnoreDeletes())
 	})
 	if err != nil {
 		return nil, nil, sljs.Wrap(ctx, op, err, ErrStorage)
 	}
-	var gs *sharestate.GroupState
-	if i := slices.IndexFunc(st.Groups, func(g sharestate.GroupState) bool { return g.ID == group }); i >= 0 {
-		gs = &st.Groups[i]
-	}
-	return dm[group], gs, nil
+	return dm, st, nil
 }
 
 // DropGroup ends this instance's coordination of group (scoped mode only),
@@ -614,6 +731,11 @@ func (s *Store) readGroup(ctx context.Context, group string) (*dGroup, *sharesta
 // handover: the instance that adopts the group next owns those keys, and
 // a late write of this one changes none of them. A Start whose snapshot is
 // being taken delays it until the snapshot is written.
+//
+// With Options.PartitionOwners it forgets only the group key's revision
+// (the share-partition keys held through AdoptPartition stay held) and
+// reports only the failures of the group's group-level entries (KindGroup,
+// KindGroupDelete).
 func (s *Store) DropGroup(group string) error {
 	if !s.scoped {
 		return errors.New("share state store: DropGroup needs a scoped store (Options.Scoped)")
@@ -634,6 +756,43 @@ func (s *Store) DropGroup(group string) error {
 	}
 	if c.lost != nil {
 		return fmt.Errorf("share state store: group %q: %w", group, c.lost)
+	}
+	return nil
+}
+
+// DropPartition ends this instance's ownership of a partition's share
+// state (partition-owners mode only), to hand it over to another instance:
+// the mirror of DropGroup for the partition's keys of every group. It
+// waits until every entry written before the call is settled, forgets the
+// revisions of the partition's keys in ticket order, and returns the first
+// failure of a share-partition entry of the partition since it was last
+// adopted or dropped (entries of other partitions do not count).
+//
+// Afterwards a share-partition entry of the partition is written
+// create-if-absent, which fails with ErrConflict once the key exists: the
+// instance that adopts the partition next holds those keys, and a late
+// write of this one changes none of them.
+func (s *Store) DropPartition(topicID string, partition int32) error {
+	if !s.owners {
+		return errors.New("share state store: DropPartition needs a partition-owners store (Options.PartitionOwners)")
+	}
+	k := partKey{topicID: topicID, part: partition}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.hold && !s.closed {
+		s.cond.Wait()
+	}
+	if s.closed {
+		return sharestate.ErrClosed
+	}
+	delete(s.adoptedParts, k)
+	c := &control{part: &k}
+	t := s.enqueue(pendingEntry{ctl: c})
+	for s.settled < t {
+		s.cond.Wait()
+	}
+	if c.lost != nil {
+		return fmt.Errorf("share state store: partition %d of topic id %s: %w", partition, topicID, c.lost)
 	}
 	return nil
 }
@@ -743,14 +902,14 @@ func (s *Store) committer() {
 			s.lost = append(s.lost, lostRange{lo: lo, hi: hi, err: err})
 			s.failures++
 			if s.scoped {
-				for _, pe := range batch {
-					if _, ok := s.groupLost[pe.e.Group]; !ok && !pe.reset && !pe.noop {
-						s.groupLost[pe.e.Group] = err
-					}
-				}
+				s.noteLost(batch, err)
 			}
 		}
-		if ctl != nil {
+		switch {
+		case ctl != nil && ctl.part != nil:
+			ctl.lost = s.partLost[*ctl.part]
+			delete(s.partLost, *ctl.part)
+		case ctl != nil:
 			ctl.lost = s.groupLost[ctl.group]
 			delete(s.groupLost, ctl.group)
 		}
@@ -760,11 +919,71 @@ func (s *Store) committer() {
 	}
 }
 
-// applyControl applies AdoptGroup's or DropGroup's control to durable.
+// noteLost records err, the failure of batch, as the first loss of each
+// scope unit batch has an entry of that has none yet: its group
+// (groupLost) — or, in partition-owners mode, for a share-partition entry,
+// its partition (partLost). s.mu is held.
+func (s *Store) noteLost(batch []pendingEntry, err error) {
+	for _, pe := range batch {
+		if pe.reset || pe.noop {
+			continue
+		}
+		if s.owners && !groupLevel(pe.e.Kind) {
+			k := partKey{topicID: pe.e.TopicID, part: pe.e.Partition}
+			if _, ok := s.partLost[k]; !ok {
+				s.partLost[k] = err
+			}
+			continue
+		}
+		if _, ok := s.groupLost[pe.e.Group]; !ok {
+			s.groupLost[pe.e.Group] = err
+		}
+	}
+}
+
+// groupLevel reports whether entries of kind k are the group's own
+// (its key's), not a share-partition's.
+func groupLevel(k sharestate.Kind) bool {
+	return k == sharestate.KindGroup || k == sharestate.KindGroupDelete
+}
+
+// applyControl applies an AdoptGroup's, DropGroup's, AdoptPartition's or
+// DropPartition's control to durable.
 func (s *Store) applyControl(c *control) {
-	if c.adopt && c.dg != nil {
+	switch {
+	case c.part != nil:
+		k := *c.part
+		for g, dg := range s.durable {
+			delete(dg.parts, k)
+			if dg.rev == 0 && len(dg.parts) == 0 {
+				delete(s.durable, g)
+			}
+		}
+		if !c.adopt {
+			delete(s.ownParts, k)
+			return
+		}
+		s.ownParts[k] = true
+		for g, dp := range c.parts {
+			s.durable.group(g).parts[k] = dp
+		}
+	case s.owners:
+		if c.adopt {
+			s.ownGroups[c.group] = true
+		} else {
+			delete(s.ownGroups, c.group)
+		}
+		d := s.durable.group(c.group)
+		d.rev, d.val = 0, nil
+		if c.adopt && c.dg != nil {
+			d.rev, d.val = c.dg.rev, c.dg.val
+		}
+		if d.rev == 0 && len(d.parts) == 0 {
+			delete(s.durable, c.group)
+		}
+	case c.adopt && c.dg != nil:
 		s.durable[c.group] = c.dg
-	} else {
+	default:
 		delete(s.durable, c.group)
 	}
 }
@@ -807,9 +1026,13 @@ func (s *Store) commit(batch []pendingEntry) error {
 			s.replayDurable(im, g)
 		}
 	}
+	ownLevel := make(map[string]bool) // groups with a group-level entry in the round
 	for i := range entries {
 		if !entries[i].noop && !entries[i].reset {
 			im.Apply(&entries[i].e)
+			if groupLevel(entries[i].e.Kind) {
+				ownLevel[entries[i].e.Group] = true
+			}
 		}
 	}
 	newState := make(map[string]*sharestate.GroupState)
@@ -819,7 +1042,7 @@ func (s *Store) commit(batch []pendingEntry) error {
 	}
 	var writes []*kvWrite
 	for g := range touched {
-		writes = append(writes, s.groupWrites(g, newState[g])...)
+		writes = append(writes, s.groupWrites(g, newState[g], ownLevel[g])...)
 	}
 	if len(writes) == 0 {
 		return nil
@@ -918,10 +1141,25 @@ func (s *Store) replayDurable(im *sharestate.Image, g string) {
 
 // groupWrites returns the writes that make the bucket hold ng for group g
 // (nil: the group is gone), skipping snapshots that are unchanged.
-func (s *Store) groupWrites(g string, ng *sharestate.GroupState) []*kvWrite {
+// groupLevel says the round has a group-level entry of g.
+//
+// In partition-owners mode only the keys of adopted groups and partitions
+// are held (written on condition of their revision, which durable keeps);
+// any other key is written create-if-absent and not held. The group's key
+// is written only when the group is adopted or groupLevel: a round of
+// share-partition entries alone leaves it to the group's coordinator —
+// the image makes the group up from them, with no config.
+func (s *Store) groupWrites(g string, ng *sharestate.GroupState, groupLevel bool) []*kvWrite {
 	dg := s.durable[g]
+	holdG, writeG := true, true
+	holdPart := func(partKey) bool { return true }
+	if s.owners {
+		holdG = s.ownGroups[g]
+		writeG = holdG || groupLevel
+		holdPart = func(k partKey) bool { return s.ownParts[k] }
+	}
 	var out []*kvWrite
-	if ng != nil {
+	if ng != nil && writeG {
 		val, _ := json.Marshal(groupValue{Epoch: ng.GroupEpoch, Config: ng.Config})
 		if dg == nil || dg.rev == 0 || !bytes.Equal(dg.val, val) {
 			var rev uint64
@@ -929,8 +1167,10 @@ func (s *Store) groupWrites(g string, ng *sharestate.GroupState) []*kvWrite {
 				rev = dg.rev
 			}
 			out = append(out, &kvWrite{key: groupKey(g), val: val, rev: rev, gkey: true, apply: func(r uint64) {
-				d := s.durable.group(g)
-				d.rev, d.val = r, val
+				if holdG {
+					d := s.durable.group(g)
+					d.rev, d.val = r, val
+				}
 			}})
 		}
 	}
@@ -951,7 +1191,9 @@ func (s *Store) groupWrites(g string, ng *sharestate.GroupState) []*kvWrite {
 				}
 			}
 			out = append(out, &kvWrite{key: partKeyName(g, k), val: val, rev: rev, apply: func(r uint64) {
-				s.durable.group(g).parts[k] = &dPart{rev: r, val: val}
+				if holdPart(k) {
+					s.durable.group(g).parts[k] = &dPart{rev: r, val: val}
+				}
 			}})
 		}
 	}

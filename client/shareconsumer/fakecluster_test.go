@@ -35,7 +35,13 @@ type fakeCluster struct {
 	insts    []*fakeInstance
 	owner    map[int32]string // partition → instance ID
 	recs     map[int32][]*fakeRecord
-	notOwned int // fetch entries answered NOT_LEADER_OR_FOLLOWER
+	notOwned int        // fetch entries answered NOT_LEADER_OR_FOLLOWER
+	waits    []fakeWait // the long polls that waited, in the order they ended
+}
+
+type fakeWait struct {
+	inst       string
+	start, end time.Time
 }
 
 type fakeRecord struct {
@@ -320,11 +326,15 @@ func (in *fakeInstance) ShareFetch(ctx context.Context, req *sharelogv1.ShareFet
 	fc.mu.Unlock()
 	if got == 0 && req.GetMaxWaitMs() > 0 {
 		// The long poll, without the early answer on new records: enough
-		// to see how long a Poll waits.
+		// to see how a Poll waits.
+		start := time.Now()
 		select {
 		case <-time.After(time.Duration(req.GetMaxWaitMs()) * time.Millisecond):
 		case <-ctx.Done():
 		}
+		fc.mu.Lock()
+		fc.waits = append(fc.waits, fakeWait{inst: in.id, start: start, end: time.Now()})
+		fc.mu.Unlock()
 	}
 	return resp, nil
 }

@@ -93,8 +93,8 @@ func TestOneSessionPerOwner(t *testing.T) {
 	}
 }
 
-// A Poll over several owners waits for all of them at once: about
-// MaxWait, not once per owner.
+// A Poll over several owners waits for all of them at once (their long
+// polls overlap), not once per owner.
 func TestPollWaitsOnceForAllOwners(t *testing.T) {
 	t.Parallel()
 	fc := startFakeCluster(t, "t", 3, "a", "b", "c")
@@ -102,11 +102,22 @@ func TestPollWaitsOnceForAllOwners(t *testing.T) {
 	_, err := c.Poll(t.Context()) // joins, opens the sessions
 	require.NoError(t, err)
 	for range 3 {
-		start := time.Now()
+		fc.mu.Lock()
+		fc.waits = nil
+		fc.mu.Unlock()
 		recs, err := c.Poll(t.Context())
 		require.NoError(t, err)
 		require.Empty(t, recs)
-		require.Less(t, time.Since(start), 600*time.Millisecond)
+		fc.mu.Lock()
+		waits := fc.waits
+		fc.mu.Unlock()
+		require.Len(t, waits, 3, "one long poll per owner")
+		insts := map[string]bool{}
+		for _, w := range waits {
+			insts[w.inst] = true
+			require.True(t, w.start.Before(waits[0].end), "the long polls overlap: %v", waits)
+		}
+		require.Len(t, insts, 3)
 	}
 	fc.produce(1)
 	recs := pollN(t, c, 3)

@@ -92,6 +92,35 @@ func (n *clusterNode) waitReadyz(t *testing.T, want string) {
 	}, 15*time.Second, 50*time.Millisecond, "%s /readyz: %q", n.id, body)
 }
 
+// metric returns the lines of the instance's /metrics for one family.
+func (n *clusterNode) metric(t *testing.T, name string) []string {
+	t.Helper()
+	resp, err := http.Get("http://" + n.srv.HTTPAddr() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var out []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(l, name+"{") || strings.HasPrefix(l, name+" ") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// requireOneSession checks that each instance holds one share session of
+// group g (its sharelog_share_sessions gauge).
+func requireOneSession(t *testing.T, nodes ...*clusterNode) {
+	t.Helper()
+	for _, n := range nodes {
+		lines := n.metric(t, "sharelog_share_sessions")
+		require.Len(t, lines, 1, "%s: %q", n.id, lines)
+		require.Contains(t, lines[0], `group="g"`)
+		require.True(t, strings.HasSuffix(lines[0], " 1"), "%s: %q", n.id, lines[0])
+	}
+}
+
 // waitSpread waits until DescribeCluster (through n) gives the topic's
 // partitions one owner each, spread evenly over ids, and returns
 // partition → owner ID.
@@ -263,6 +292,7 @@ func TestPartitionedClusterOneSessionPerOwner(t *testing.T) {
 		require.Positive(t, n, addr)
 	}
 	require.Len(t, cons.sessions, 3)
+	requireOneSession(t, nodes...)
 
 	// c leaves under consumption (Polls go on while it closes, and the
 	// consumer holds records of the last Poll, accepted by the next): its
@@ -299,6 +329,7 @@ func TestPartitionedClusterOneSessionPerOwner(t *testing.T) {
 	require.NoError(t, err)
 	acks.requireAllAcceptedOnce(t, want)
 	require.Len(t, cons.sessions, 2, "sessions on a and b only")
+	requireOneSession(t, nodes[:2]...)
 	require.NotContains(t, cons.sessions, c.srv.GRPCAddr())
 	t.Logf("%d deliveries for %d records; failed acknowledgements: %d", delivered, total, len(acks.failed))
 	require.NoError(t, cons.Close(ctx))

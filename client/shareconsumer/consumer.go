@@ -44,7 +44,7 @@ type Consumer struct {
 	seed     *session            // the session on the given connection
 	sessions map[string]*session // partitioned cluster: one per partition owner, by address
 	owners   bool                // the owners' sessions are in use, not the seed's
-	view     clusterView         //
+	view     clusterView         // what DescribeCluster said (owners.go)
 	dial     func(addr string) (grpc.ClientConnInterface, error)
 	ownConns bool                                // conns were opened by Config.Dial: Close closes them
 	conns    map[string]grpc.ClientConnInterface // by address

@@ -106,6 +106,15 @@ func (c *Conn) Close() error {
 	return errors.Join(errs...)
 }
 
+// Dial returns the Conn's connection to the instance at addr (an
+// advertised gRPC address of DescribeCluster), dialling it with the
+// Conn's Dialer on first use; Close closes it. It lets a client that must
+// reach one given instance itself share the Conn's connections:
+// client/shareconsumer keeps a share session on each partition owner.
+func (c *Conn) Dial(addr string) (grpc.ClientConnInterface, error) {
+	return c.connTo(addr)
+}
+
 // Invalidate makes the next call read the view again.
 func (c *Conn) Invalidate() {
 	c.mu.Lock()

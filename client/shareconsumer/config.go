@@ -8,6 +8,8 @@ import (
 	"math"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/sharelog/sharelog/client/backoff"
 )
 
@@ -47,6 +49,17 @@ type Config struct {
 	// RequestTimeout bounds each request beyond its long poll, so a silent
 	// network cannot block a call forever. Default 30 s.
 	RequestTimeout time.Duration
+
+	// Dial opens a connection to another instance of a cluster, at the
+	// gRPC address DescribeCluster advertises, with the caller's
+	// credentials (as router.Dialer). In a partitioned cluster the consumer
+	// keeps a share session on each owner of a partition it fetches, and
+	// reaches them through Dial; Close closes what it opened. Unset, the
+	// consumer uses the dialer of a *router.Conn given to New, or else
+	// keeps its one session on the given connection, and in a partitioned
+	// cluster fetches only the partitions of that connection's instance
+	// (see "Clusters" in the package documentation).
+	Dial func(addr string) (grpc.ClientConnInterface, error)
 
 	// Backoff paces retries after transport failures.
 	Backoff Backoff

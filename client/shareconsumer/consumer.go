@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sharelog/sharelog/client/router"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
@@ -32,13 +34,26 @@ type Consumer struct {
 	closed     bool // Close started: Poll and Commit fail
 	acksClosed bool // Close took the final acknowledgements: Acknowledge fails
 	member     membership
-	gen        uint64 // generation of the current share session; bumped when it ends
-	seq        uint64 // last delivery sequence number
+	lastGen    uint64              // last generation given to a session's stint (session.stints)
+	stints     map[uint64]*session // the live generations and their session
+	seq        uint64              // last delivery sequence number
 	held       map[recordKey]heldRecord
-	pending    ackSet    // acknowledgements not sent yet
 	lastPoll   []heldRef // implicit mode: the records returned by the last Poll
 
-	s session // only touched while holding op
+	// Only touched while holding op:
+	seed     *session            // the session on the given connection
+	sessions map[string]*session // partitioned cluster: one per partition owner, by address
+	owners   bool                // the owners' sessions are in use, not the seed's
+	view     clusterView         // what DescribeCluster said (owners.go)
+	dial     func(addr string) (grpc.ClientConnInterface, error)
+	ownConns bool                                // conns were opened by Config.Dial: Close closes them
+	conns    map[string]grpc.ClientConnInterface // by address
+	hot      bool                                // the last Poll returned records
+	turn     int                                 // rotates the larger shares of MaxRecords (shareOut)
+	metaAt   time.Time                           // fallback: when the subscribed topics were described
+
+	metaStale atomic.Bool // fallback: describe the subscribed topics again
+	viewStale atomic.Bool // read the cluster view again (paced by viewMinGap)
 }
 
 type recordKey struct {
@@ -49,6 +64,7 @@ type recordKey struct {
 // heldRecord is a delivered record this consumer holds the lock of.
 type heldRecord struct {
 	seq      uint64
+	gen      uint64    // the stint that delivered it (Consumer.stints)
 	deadline time.Time // local estimate, never earlier than the server's
 }
 
@@ -57,9 +73,11 @@ type heldRef struct {
 	seq uint64
 }
 
-// New returns a consumer of cfg.GroupID on cc (typically a *grpc.ClientConn).
-// It starts heartbeating in the background at once (joining the group with
-// cfg.Topics); the share session is opened by the first Poll.
+// New returns a consumer of cfg.GroupID on cc (typically a *grpc.ClientConn,
+// or a *router.Conn). It starts heartbeating in the background at once
+// (joining the group with cfg.Topics); the share session is opened by the
+// first Poll. In a partitioned cluster, see "Clusters" in the package
+// documentation for Config.Dial.
 func New(cc grpc.ClientConnInterface, cfg Config) (*Consumer, error) {
 	if cc == nil {
 		return nil, errors.New("shareconsumer: nil connection")
@@ -69,17 +87,23 @@ func New(cc grpc.ClientConnInterface, cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	c := &Consumer{
-		cfg:     cfg,
-		groups:  sharelogv1.NewShareGroupServiceClient(cc),
-		topics:  sharelogv1.NewLogServiceClient(cc),
-		log:     cfg.Logger.With("group", cfg.GroupID, "member", cfg.MemberID),
-		op:      make(chan struct{}, 1),
-		bgDone:  make(chan struct{}),
-		gen:     1,
-		held:    make(map[recordKey]heldRecord),
-		pending: ackSet{},
-		member:  newMembership(),
-		s:       newSession(),
+		cfg:      cfg,
+		groups:   sharelogv1.NewShareGroupServiceClient(cc),
+		topics:   sharelogv1.NewLogServiceClient(cc),
+		log:      cfg.Logger.With("group", cfg.GroupID, "member", cfg.MemberID),
+		op:       make(chan struct{}, 1),
+		bgDone:   make(chan struct{}),
+		stints:   make(map[uint64]*session),
+		held:     make(map[recordKey]heldRecord),
+		member:   newMembership(),
+		seed:     newSeedSession(cc),
+		sessions: make(map[string]*session),
+		dial:     cfg.Dial,
+		ownConns: cfg.Dial != nil,
+		conns:    make(map[string]grpc.ClientConnInterface),
+	}
+	if rc, ok := cc.(*router.Conn); ok && c.dial == nil {
+		c.dial = rc.Dial // its connections, closed by its Close
 	}
 	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
 	go c.heartbeatLoop()
@@ -107,7 +131,9 @@ func (c *Consumer) Assignment() []TopicPartition {
 // Poll fetches records: it returns as soon as records are available, or an
 // empty slice after about Config.MaxWait. It first sends the pending
 // acknowledgements (in implicit mode, accepting the records of the previous
-// Poll that were not acknowledged otherwise) with the fetch.
+// Poll that were not acknowledged otherwise) with the fetch. With sessions
+// on several partition owners it fetches from all of them in parallel
+// (see "Clusters" in the package documentation).
 //
 // Transport failures are retried with backoff until ctx ends; a share
 // session the server no longer knows is reopened. Poll returns ctx's error
@@ -121,7 +147,7 @@ func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 	defer done()
 	var rep reporter
 	defer c.deliver(&rep)
-	defer c.s.settleDoubt()
+	defer c.settleDoubts()
 	c.implicitAccept()
 	if err := c.awaitMembership(ctx); err != nil {
 		return nil, c.ctxErr(ctx, err)
@@ -129,12 +155,48 @@ func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 	for attempt := 0; ; attempt++ {
 		recs, err := c.pollOnce(ctx, &rep)
 		if err == nil {
+			c.hot = len(recs) > 0
 			return recs, nil
 		}
 		if err := c.retryWait(ctx, err, attempt); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// pollOnce is one attempt of Poll. On the seed's session: one fetch, as
+// pollSession says. On the owners' sessions: one fetch per owner, in
+// parallel; after a Poll that returned records, first without waiting
+// (records are likely ready somewhere, and an owner with nothing must not
+// hold them back for MaxWait), then, if none came, with the long poll.
+func (c *Consumer) pollOnce(ctx context.Context, rep *reporter) ([]Record, error) {
+	desired, err := c.desired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.refreshView(ctx, rep); err != nil {
+		return nil, err
+	}
+	if !c.owners {
+		return c.pollSession(ctx, c.seed, desired, rep, c.maxWait(ctx), c.cfg.MaxRecords)
+	}
+	plan := c.route(ctx, desired, rep)
+	switch len(plan) {
+	case 0:
+		// Nothing assigned, or no owner known yet: wait for a change.
+		c.waitForChange(ctx, c.maxWait(ctx))
+		return nil, ctx.Err()
+	case 1:
+		for s, parts := range plan {
+			return c.pollSession(ctx, s, parts, rep, c.maxWait(ctx), c.cfg.MaxRecords)
+		}
+	}
+	if c.hot {
+		if recs, err := c.fetchAll(ctx, plan, 0, rep); len(recs) > 0 || err != nil {
+			return recs, err
+		}
+	}
+	return c.fetchAll(ctx, plan, c.maxWait(ctx), rep)
 }
 
 // Acknowledge settles a record returned by Poll: Accept, Release or Reject
@@ -155,7 +217,8 @@ func (c *Consumer) Acknowledge(r Record, t AckType) error {
 	if r.seq == 0 {
 		return ErrNotHeld
 	}
-	if r.gen != c.gen {
+	s := c.stints[r.gen]
+	if s == nil {
 		return ErrSessionEnded
 	}
 	key := recordKey{tp: r.TopicPartition(), offset: r.Offset}
@@ -167,7 +230,7 @@ func (c *Consumer) Acknowledge(r Record, t AckType) error {
 		delete(c.held, key)
 		return ErrLockExpired
 	}
-	c.pending.add(key.tp, key.offset, t)
+	s.pending.add(key.tp, key.offset, t)
 	if t.final() {
 		delete(c.held, key)
 	}
@@ -186,7 +249,7 @@ func (c *Consumer) Commit(ctx context.Context) ([]AckResult, error) {
 	defer done()
 	var rep reporter
 	defer c.deliver(&rep)
-	defer c.s.settleDoubt()
+	defer c.settleDoubts()
 	c.implicitAccept()
 	for attempt := 0; ; attempt++ {
 		err := c.commitOnce(ctx, &rep)
@@ -199,31 +262,43 @@ func (c *Consumer) Commit(ctx context.Context) ([]AckResult, error) {
 	}
 }
 
+// commitOnce is one attempt of Commit: every session sends its pending
+// acknowledgements (the first error is returned, after the others tried).
 func (c *Consumer) commitOnce(ctx context.Context, rep *reporter) error {
-	if d := c.s.inDoubt; d != nil && d.ack != nil {
-		if err := c.acknowledge(ctx, d.ack, d.acks, rep, true); err != nil {
+	var first error
+	for _, s := range c.allSessions() {
+		if err := c.commitSession(ctx, s, rep); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (c *Consumer) commitSession(ctx context.Context, s *session, rep *reporter) error {
+	if d := s.inDoubt; d != nil && d.ack != nil {
+		if err := c.acknowledge(ctx, s, d.ack, d.acks, rep, true); err != nil {
 			return err
 		}
 	}
-	c.s.settleDoubt() // (a fetch: only Poll resends those)
-	if c.s.needClose {
-		if c.s.uncertain.empty() && c.pendingEmpty() {
+	s.settleDoubt() // (a fetch: only Poll resends those)
+	if s.needClose {
+		if s.uncertain.empty() && c.pendingEmpty(s) {
 			return nil // nothing to send; the next Poll reopens the session
 		}
 		// The session's epoch is unknown: only the closing epoch (-1) can
 		// still deliver its acknowledgements.
-		return c.closeSession(ctx, rep)
+		return c.closeSession(ctx, s, rep)
 	}
-	if c.s.epoch == 0 {
+	if s.epoch == 0 {
 		return nil // no session: nothing can be pending
 	}
-	return c.sendAcks(ctx, rep)
+	return c.sendAcks(ctx, s, rep)
 }
 
 // Close ends the consumer: it sends the pending acknowledgements (in
 // implicit mode accepting the last Poll's records) with the final share
-// session epoch (-1), which releases every record still held, then leaves
-// the group. A Poll in progress returns ErrClosed. Without a deadline on
+// session epoch (-1) of every session (in parallel), which releases every
+// record still held, then leaves the group. A Poll in progress returns ErrClosed. Without a deadline on
 // ctx, Close gives up after DefaultCloseTimeout. Calling Close again is a
 // no-op.
 func (c *Consumer) Close(ctx context.Context) error {
@@ -245,7 +320,7 @@ func (c *Consumer) Close(ctx context.Context) error {
 	select {
 	case c.op <- struct{}{}:
 		defer func() { <-c.op }()
-		errs = append(errs, c.closeFinal(ctx))
+		errs = append(errs, c.closeFinal(ctx), c.closeConns())
 	case <-ctx.Done():
 		c.mu.Lock()
 		c.acksClosed = true
@@ -260,26 +335,50 @@ func (c *Consumer) Close(ctx context.Context) error {
 func (c *Consumer) closeFinal(ctx context.Context) error {
 	var rep reporter
 	defer c.deliver(&rep)
-	c.s.settleDoubt()
+	c.settleDoubts()
 	c.implicitAccept()
 	c.mu.Lock()
 	c.acksClosed = true
 	c.mu.Unlock()
-	if c.s.epoch == 0 && !c.s.needClose {
-		return nil // no session open
+	var open []*session
+	for _, s := range c.allSessions() {
+		if s.epoch != 0 || s.needClose {
+			open = append(open, s)
+		}
 	}
+	if len(open) == 1 {
+		return c.closeFinalSession(ctx, open[0], &rep)
+	}
+	errs := make([]error, len(open))
+	reps := make([]reporter, len(open))
+	var wg sync.WaitGroup
+	for i, s := range open {
+		wg.Go(func() { errs[i] = c.closeFinalSession(ctx, s, &reps[i]) })
+	}
+	wg.Wait()
+	for i := range reps {
+		rep.results = append(rep.results, reps[i].results...)
+	}
+	return errors.Join(errs...)
+}
+
+// closeFinalSession closes one session for good, retrying until ctx ends;
+// an owner's session (a partitioned cluster) only a few times: an owner
+// that cannot be reached is likely gone, which released its records, and
+// must not hold up Close for the others.
+func (c *Consumer) closeFinalSession(ctx context.Context, s *session, rep *reporter) error {
 	for attempt := 0; ; attempt++ {
-		err := c.closeSession(ctx, &rep)
+		err := c.closeSession(ctx, s, rep)
 		if err == nil {
 			return nil
 		}
 		var t transient
-		if !errors.As(err, &t) || ctx.Err() != nil {
-			c.endSession(&rep)
+		if !errors.As(err, &t) || ctx.Err() != nil || (s.addr != "" && attempt+1 >= ownerCloseAttempts) {
+			c.endSession(s, rep)
 			return fmt.Errorf("shareconsumer: closing the share session: %w", err)
 		}
 		if !sleep(ctx, c.cfg.Backoff.Delay(attempt)) {
-			c.endSession(&rep)
+			c.endSession(s, rep)
 			return fmt.Errorf("shareconsumer: closing the share session: %w (last error: %v)", ctx.Err(), t.err)
 		}
 	}
@@ -394,51 +493,52 @@ func (c *Consumer) implicitAccept() {
 			continue
 		}
 		delete(c.held, ref.key)
-		if now.After(h.deadline) {
+		s := c.stints[h.gen]
+		if s == nil || now.After(h.deadline) {
 			continue
 		}
-		c.pending.add(ref.key.tp, ref.key.offset, Accept)
+		s.pending.add(ref.key.tp, ref.key.offset, Accept)
 	}
 	c.lastPoll = nil
 }
 
-func (c *Consumer) pendingEmpty() bool {
+func (c *Consumer) pendingEmpty(s *session) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.pending.empty()
+	return s.pending.empty()
 }
 
-// takePending removes and returns the pending acknowledgements, renewals
-// included or not.
-func (c *Consumer) takePending(withRenew bool) ackSet {
+// takePending removes and returns the session's pending acknowledgements,
+// renewals included or not.
+func (c *Consumer) takePending(s *session, withRenew bool) ackSet {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if withRenew || !c.pending.hasRenew() {
-		out := c.pending
-		c.pending = ackSet{}
+	if withRenew || !s.pending.hasRenew() {
+		out := s.pending
+		s.pending = ackSet{}
 		return out
 	}
-	out := c.pending.without(Renew)
+	out := s.pending.without(Renew)
 	renews := ackSet{}
-	for tp, m := range c.pending {
+	for tp, m := range s.pending {
 		for off, t := range m {
 			if t == Renew {
 				renews.add(tp, off, t)
 			}
 		}
 	}
-	c.pending = renews
+	s.pending = renews
 	return out
 }
 
 // restorePending puts back acknowledgements that were not applied.
-func (c *Consumer) restorePending(acks ackSet) {
+func (c *Consumer) restorePending(s *session, acks ackSet) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for tp, m := range acks {
 		for off, t := range m {
-			if _, newer := c.pending[tp][off]; !newer {
-				c.pending.add(tp, off, t)
+			if _, newer := s.pending[tp][off]; !newer {
+				s.pending.add(tp, off, t)
 			}
 		}
 	}

@@ -50,7 +50,9 @@
 // # Delivery guarantee
 //
 // At least once. A record is delivered again after a Release, when its lock
-// expires, or when the share session holding it ends. A session ends when
+// expires, or when the share session holding it ends (in a partitioned
+// cluster, also when its partition moves to another owner: see Clusters).
+// A session ends when
 // the consumer closes, when the server restarts or evicts an idle session,
 // and when the consumer reopens it after losing track of it. The consumer
 // then reopens a session (epoch 0) and the acknowledgements still pending for
@@ -60,7 +62,8 @@
 //
 // # Sessions and retries
 //
-// The consumer keeps one share session per member: it
+// The consumer keeps one share session per member (in a partitioned
+// cluster, one per partition owner: see Clusters): it
 // opens it with epoch 0, then numbers every ShareFetch and ShareAcknowledge
 // 1, 2, ... (one sequence for both, wrapping from 2147483647 to 1), adds and
 // forgets partitions as its assignment changes, and closes it with epoch -1
@@ -94,6 +97,77 @@
 // server locks each record for one consumer at a time — only less balanced.
 // It keeps probing for membership every 30 s and uses the assignment as soon
 // as the server offers one.
+//
+// # Clusters
+//
+// In a cluster whose DescribeCluster mode is "partitioned" (docs/cluster.md)
+// each partition has an owner instance, and an instance serves ShareFetch
+// and ShareAcknowledge itself, for the partitions it owns: a share session
+// lives on the instance that received it, and a partition owned elsewhere
+// is answered NOT_LEADER_OR_FOLLOWER and left out of the session. So, as
+// Kafka's share consumer keeps one share session per leader node, the
+// consumer keeps one session per partition owner:
+//
+//	conn, err := grpc.NewClient(seed, creds)
+//	...
+//	c, err := shareconsumer.New(conn, shareconsumer.Config{
+//		GroupID: "billing",
+//		Topics:  []string{"orders"},
+//		Dial: func(addr string) (grpc.ClientConnInterface, error) {
+//			return grpc.NewClient(addr, creds)
+//		},
+//	})
+//
+// Config.Dial reaches the other instances at the addresses DescribeCluster
+// advertises (a *router.Conn given to New lends its own dialer instead).
+// With a dialer, the consumer reads the view with DescribeCluster on the
+// given connection before its first fetch, again every 30 s, and soon
+// after a partition is answered NOT_LEADER_OR_FOLLOWER or a request to an
+// owner fails. It groups the partitions it fetches by owner and keeps, per
+// owner address, a session of its own (its own epochs, partition set,
+// pending acknowledgements and recovery after transport failures, as
+// described above); a partition without an owner at the moment (an
+// election) is fetched once the view names one. Membership
+// (ShareGroupHeartbeat) and DescribeTopic keep going through the given
+// connection, whose instance forwards them to the group's coordinator.
+//
+// Poll with several sessions fetches from all owners in parallel and
+// waits for all of them, so it waits about MaxWait once, not once per
+// owner. After a Poll that returned records it first fetches without
+// waiting and long-polls only if no owner had any, so that an idle owner
+// does not hold back the records of a busy one; after an empty Poll it
+// long-polls at once (records arriving during that long poll are returned
+// when it ends: after at most MaxWait). Each owner is asked for an even
+// share of MaxRecords, so a Poll never returns more than MaxRecords, and
+// may return fewer while only one owner has records. Commit sends every
+// session's acknowledgements; Close closes every session (epoch -1, with
+// its final acknowledgements) in parallel, giving up on an owner after
+// three failed attempts (one that cannot be reached is likely gone, and
+// released its records), then leaves the group.
+//
+// An acknowledgement goes to the session that delivered the record. When a
+// partition moves to another owner, the consumer learns it from the old
+// owner's NOT_LEADER_OR_FOLLOWER (or from the view), re-reads the view,
+// forgets the partition in the old owner's session and adds it to the new
+// owner's; nothing is returned to Poll's caller (the Logger says it). The
+// old owner released the locks it held, so its deliveries of that
+// partition can no longer be acknowledged: they are handled as records of
+// an ended session — pending acknowledgements are reported with
+// ErrSessionEnded (so are those the old owner refused with
+// NOT_LEADER_OR_FOLLOWER, never applied), Acknowledge returns
+// ErrSessionEnded, and the records are delivered again, from the new
+// owner. An owner that stops answering is retried with backoff like any
+// transport failure while the view still names it, and its session is
+// closed (best effort) once the view has moved its partitions.
+//
+// Without a dialer, or when the mode is "single" or "active-standby" (one
+// instance owns everything) or the server does not implement
+// DescribeCluster, the consumer keeps its one session on the given
+// connection, as described above. In a partitioned cluster it then
+// consumes only the partitions of that connection's instance: each other
+// partition of its assignment is answered NOT_LEADER_OR_FOLLOWER, logged
+// at WARN, and asked for again every 5 s (it is served if ownership moves
+// to that instance); Poll reports no error for it. Set Config.Dial.
 //
 // # Concurrency
 //

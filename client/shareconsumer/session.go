@@ -22,9 +22,19 @@ var (
 	unknownPartitionWait = 2 * time.Second  // do not fetch an unknown partition again before this
 )
 
-// session is the client side of the share session.
-// Only touched while holding Consumer.op.
+// session is the client side of one share session: the consumer's session
+// on the seed connection, or in a partitioned cluster its session on one
+// partition owner (see owners.go). Its fields are only touched while
+// holding Consumer.op, except pending and stints, guarded by Consumer.mu.
 type session struct {
+	// addr is the owner's gRPC address; "" for the seed connection.
+	addr   string
+	groups sharelogv1.ShareGroupServiceClient
+	// opts are the call options of its requests: the seed waits for its
+	// connection (a restarting server), an owner's session fails fast so
+	// that one unreachable owner does not hold up the others.
+	opts []grpc.CallOption
+
 	// epoch is the next epoch to send: 0 opens a session, then 1..MaxInt32,
 	// wrapping to 1; ShareFetch and ShareAcknowledge share the sequence.
 	epoch int32
@@ -48,9 +58,16 @@ type session struct {
 	// still in doubt at its end turns into needClose (see settleDoubt).
 	inDoubt *doubtful
 
-	metaAt    time.Time // fallback: when the subscribed topics were described
-	metaStale bool
-	excluded  map[TopicPartition]time.Time // reported unknown: not fetched before then
+	excluded map[TopicPartition]time.Time // reported unknown or not owned here: not fetched before then
+
+	// pending are the acknowledgements of records this session delivered,
+	// not sent yet (guarded by Consumer.mu).
+	pending ackSet
+	// stints maps each partition this session delivered records of to the
+	// generation those records carry (Record.gen; guarded by Consumer.mu).
+	// A stint ends with the session, or alone when the partition leaves
+	// this owner: its records can no longer be acknowledged here.
+	stints map[TopicPartition]uint64
 }
 
 // doubtful is a request whose admission is unknown, with the
@@ -71,8 +88,22 @@ func (s *session) settleDoubt() {
 	}
 }
 
-func newSession() session {
-	return session{uncertain: ackSet{}, parts: map[TopicPartition]bool{}, excluded: map[TopicPartition]time.Time{}}
+func newSession() *session {
+	return &session{
+		uncertain: ackSet{},
+		parts:     map[TopicPartition]bool{},
+		excluded:  map[TopicPartition]time.Time{},
+		pending:   ackSet{},
+		stints:    map[TopicPartition]uint64{},
+	}
+}
+
+// newSeedSession is the session on the consumer's own connection.
+func newSeedSession(cc grpc.ClientConnInterface) *session {
+	s := newSession()
+	s.groups = sharelogv1.NewShareGroupServiceClient(cc)
+	s.opts = []grpc.CallOption{grpc.WaitForReady(true)}
+	return s
 }
 
 // advance moves to the next epoch after an admitted request.
@@ -84,107 +115,105 @@ func (s *session) advance() {
 	}
 }
 
-// pollOnce is one attempt of Poll: resend a request in doubt, recover the
-// session if needed, flush renewals, then one ShareFetch carrying the
-// pending acknowledgements.
-func (c *Consumer) pollOnce(ctx context.Context, rep *reporter) ([]Record, error) {
-	if d := c.s.inDoubt; d != nil {
+// pollSession is one attempt of one session's share of a Poll: resend a
+// request in doubt, recover the session if needed, flush renewals, then one
+// ShareFetch carrying the session's pending acknowledgements, for desired
+// (the partitions this session should hold), waiting up to wait for at most
+// maxRecords records.
+func (c *Consumer) pollSession(ctx context.Context, s *session, desired []TopicPartition, rep *reporter, wait time.Duration, maxRecords int) ([]Record, error) {
+	if d := s.inDoubt; d != nil {
 		if d.fetch != nil {
-			return c.fetch(ctx, d.fetch, d.acks, rep, true)
+			return c.fetch(ctx, s, d.fetch, d.acks, rep, true, wait)
 		}
-		if err := c.acknowledge(ctx, d.ack, d.acks, rep, true); err != nil {
+		if err := c.acknowledge(ctx, s, d.ack, d.acks, rep, true); err != nil {
 			return nil, err
 		}
 	}
-	if c.s.needClose {
-		if err := c.recoverSession(ctx, rep); err != nil {
+	if s.needClose {
+		if err := c.recoverSession(ctx, s, rep); err != nil {
 			return nil, err
 		}
 	}
-	if c.s.epoch != 0 && c.pendingHasRenew() {
+	if s.epoch != 0 && c.pendingHasRenew(s) {
 		// A renewing ShareFetch fetches nothing: renew with ShareAcknowledge
 		// (with the other pending acknowledgements), then fetch.
-		if err := c.sendAcks(ctx, rep); err != nil {
+		if err := c.sendAcks(ctx, s, rep); err != nil {
 			return nil, err
 		}
 	}
-	desired, err := c.desired(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if c.s.epoch == 0 && len(desired) == 0 {
+	desired = s.notExcluded(desired)
+	if s.epoch == 0 && len(desired) == 0 {
 		// Nothing to fetch (no assignment, or no subscribed topic exists):
 		// wait for a change rather than open an empty session.
-		c.waitForChange(ctx)
+		c.waitForChange(ctx, wait)
 		return nil, ctx.Err()
 	}
 	c.pruneExpired()
-	req, acks := c.buildFetch(desired)
-	return c.fetch(ctx, req, acks, rep, false)
+	req, acks := c.buildFetch(s, desired, maxRecords)
+	return c.fetch(ctx, s, req, acks, rep, false, wait)
 }
 
 // fetch sends one ShareFetch (resend: the same request again, after a
 // transport failure).
-func (c *Consumer) fetch(ctx context.Context, req *sharelogv1.ShareFetchRequest, acks ackSet, rep *reporter, resend bool) ([]Record, error) {
-	wait := c.maxWait(ctx)
+func (c *Consumer) fetch(ctx context.Context, s *session, req *sharelogv1.ShareFetchRequest, acks ackSet, rep *reporter, resend bool, wait time.Duration) ([]Record, error) {
 	req.MaxWaitMs = int32(wait / time.Millisecond)
 	callCtx, cancel := c.callContext(ctx, wait)
-	resp, err := c.groups.ShareFetch(callCtx, req, grpc.WaitForReady(true))
+	resp, err := s.groups.ShareFetch(callCtx, req, s.opts...)
 	cancel()
 	if err != nil {
-		return nil, c.requestFailed(ctx, err, doubtful{fetch: req, acks: acks}, resend, rep)
+		return nil, c.requestFailed(ctx, s, err, doubtful{fetch: req, acks: acks}, resend, rep)
 	}
-	c.s.inDoubt = nil
-	c.s.advance()
-	return c.handleFetch(req, resp, acks, rep), nil
+	s.inDoubt = nil
+	s.advance()
+	return c.handleFetch(s, req, resp, acks, rep), nil
 }
 
 // recoverSession deals with a session in an unknown state: close it with the
 // acknowledgements that need it, or let the next epoch-0 request replace it
 // (which releases its records).
-func (c *Consumer) recoverSession(ctx context.Context, rep *reporter) error {
-	if c.s.uncertain.empty() && c.pendingEmpty() {
-		c.log.Info("reopening the share session")
-		c.endSession(rep)
+func (c *Consumer) recoverSession(ctx context.Context, s *session, rep *reporter) error {
+	if s.uncertain.empty() && c.pendingEmpty(s) {
+		c.log.Info("reopening the share session", sessionAttr(s))
+		c.endSession(s, rep)
 		return nil
 	}
-	return c.closeSession(ctx, rep)
+	return c.closeSession(ctx, s, rep)
 }
 
-// sendAcks sends the pending acknowledgements with ShareAcknowledge at the
-// session's epoch (renewing if any is a renewal).
-func (c *Consumer) sendAcks(ctx context.Context, rep *reporter) error {
-	acks := c.takePending(true)
+// sendAcks sends the session's pending acknowledgements with
+// ShareAcknowledge at its epoch (renewing if any is a renewal).
+func (c *Consumer) sendAcks(ctx context.Context, s *session, rep *reporter) error {
+	acks := c.takePending(s, true)
 	if acks.empty() {
 		return nil
 	}
 	req := &sharelogv1.ShareAcknowledgeRequest{
 		GroupId:           c.cfg.GroupID,
 		MemberId:          c.cfg.MemberID,
-		ShareSessionEpoch: c.s.epoch,
+		ShareSessionEpoch: s.epoch,
 		IsRenewAck:        acks.hasRenew(),
 		Topics:            ackTopics(acks),
 	}
-	return c.acknowledge(ctx, req, acks, rep, false)
+	return c.acknowledge(ctx, s, req, acks, rep, false)
 }
 
 // acknowledge sends one ShareAcknowledge (resend: the same request again,
 // after a transport failure).
-func (c *Consumer) acknowledge(ctx context.Context, req *sharelogv1.ShareAcknowledgeRequest, acks ackSet, rep *reporter, resend bool) error {
+func (c *Consumer) acknowledge(ctx context.Context, s *session, req *sharelogv1.ShareAcknowledgeRequest, acks ackSet, rep *reporter, resend bool) error {
 	callCtx, cancel := c.callContext(ctx, 0)
-	resp, err := c.groups.ShareAcknowledge(callCtx, req, grpc.WaitForReady(true))
+	resp, err := s.groups.ShareAcknowledge(callCtx, req, s.opts...)
 	cancel()
 	if err != nil {
-		return c.requestFailed(ctx, err, doubtful{ack: req, acks: acks}, resend, rep)
+		return c.requestFailed(ctx, s, err, doubtful{ack: req, acks: acks}, resend, rep)
 	}
-	c.s.inDoubt = nil
-	c.s.advance()
+	s.inDoubt = nil
+	s.advance()
 	got := map[TopicPartition]bool{}
 	for _, tr := range resp.GetResponses() {
 		for _, pr := range tr.GetPartitions() {
 			tp := TopicPartition{Topic: tr.GetTopic(), Partition: pr.GetPartition()}
 			got[tp] = true
-			c.ackOutcome(rep, tp, acks[tp], pr.GetErrorCode(), pr.GetErrorMessage(), resp.GetAcquisitionLockTimeoutMs())
+			c.ackOutcome(rep, s, tp, acks[tp], pr.GetErrorCode(), pr.GetErrorMessage(), resp.GetAcquisitionLockTimeoutMs())
 		}
 	}
 	c.missingOutcomes(rep, acks, got)
@@ -194,11 +223,11 @@ func (c *Consumer) acknowledge(ctx context.Context, req *sharelogv1.ShareAcknowl
 // closeSession ends the session with epoch -1 (no epoch check), carrying the
 // pending and uncertain acknowledgements; renewals are dropped (the end of
 // the session releases the records anyway).
-func (c *Consumer) closeSession(ctx context.Context, rep *reporter) error {
-	acks := c.takePending(true).without(Renew)
-	c.s.uncertain = c.s.uncertain.without(Renew)
+func (c *Consumer) closeSession(ctx context.Context, s *session, rep *reporter) error {
+	acks := c.takePending(s, true).without(Renew)
+	s.uncertain = s.uncertain.without(Renew)
 	all := ackSet{}
-	all.merge(c.s.uncertain)
+	all.merge(s.uncertain)
 	all.merge(acks)
 	req := &sharelogv1.ShareAcknowledgeRequest{
 		GroupId:           c.cfg.GroupID,
@@ -207,32 +236,33 @@ func (c *Consumer) closeSession(ctx context.Context, rep *reporter) error {
 		Topics:            ackTopics(all),
 	}
 	callCtx, cancel := c.callContext(ctx, 0)
-	resp, err := c.groups.ShareAcknowledge(callCtx, req, grpc.WaitForReady(true))
+	resp, err := s.groups.ShareAcknowledge(callCtx, req, s.opts...)
 	cancel()
 	if err != nil {
+		c.ownerFailed(s)
 		f := classify(ctx, err)
 		switch f.outcome {
 		case outcomeSessionNotFound:
 			// Gone (restart, eviction) before these could apply; the
 			// uncertain ones may have applied earlier.
 			rep.all(acks, ErrSessionEnded)
-			c.endSession(rep)
+			c.endSession(s, rep)
 			return nil
 		case outcomeUncertain:
-			c.s.uncertain.merge(acks)
-			c.s.needClose = true
+			s.uncertain.merge(acks)
+			s.needClose = true
 			if f.retry {
 				return transient{err}
 			}
 			return err
 		default: // refused: nothing applied
-			c.s.needClose = true
+			s.needClose = true
 			if f.retry { // e.g. the server is shutting down: try again
-				c.restorePending(acks)
+				c.restorePending(s, acks)
 				return transient{err}
 			}
 			rep.all(all, err)
-			c.s.uncertain = ackSet{}
+			s.uncertain = ackSet{}
 			return err
 		}
 	}
@@ -241,13 +271,12 @@ func (c *Consumer) closeSession(ctx context.Context, rep *reporter) error {
 		for _, pr := range tr.GetPartitions() {
 			tp := TopicPartition{Topic: tr.GetTopic(), Partition: pr.GetPartition()}
 			got[tp] = true
-			certain, unsure := split(all[tp], c.s.uncertain[tp])
+			certain, unsure := split(all[tp], s.uncertain[tp])
 			if pr.GetErrorCode() == sharelogv1.ErrorCode_ERROR_CODE_NONE {
 				rep.add(tp, rangesOf(all[tp]), nil)
 				continue
 			}
-			perr := &PartitionError{TopicPartition: tp, Code: pr.GetErrorCode(), Message: pr.GetErrorMessage()}
-			rep.add(tp, certain, perr)
+			rep.add(tp, certain, c.ackError(s, tp, pr.GetErrorCode(), pr.GetErrorMessage()))
 			rep.add(tp, unsure, ErrAckOutcomeUnknown) // perhaps applied by the first attempt
 		}
 	}
@@ -256,78 +285,120 @@ func (c *Consumer) closeSession(ctx context.Context, rep *reporter) error {
 			rep.add(tp, rangesOf(all[tp]), ErrAckOutcomeUnknown)
 		}
 	}
-	c.s.uncertain = ackSet{}
-	c.endSession(rep)
+	s.uncertain = ackSet{}
+	c.endSession(s, rep)
 	return nil
 }
 
 // endSession forgets the share session: the server released (or will
 // release, when the next epoch-0 request replaces it) every record it held,
 // so the acknowledgements still pending for them can never apply.
-func (c *Consumer) endSession(rep *reporter) {
+func (c *Consumer) endSession(s *session, rep *reporter) {
 	c.mu.Lock()
-	c.gen++
-	dropped := c.pending.without(Renew)
-	c.pending = ackSet{}
-	clear(c.held)
-	c.lastPoll = nil
+	for _, gen := range s.stints {
+		c.endStintLocked(gen)
+	}
+	clear(s.stints)
+	dropped := s.pending.without(Renew)
+	s.pending = ackSet{}
 	c.mu.Unlock()
 	rep.all(dropped, ErrSessionEnded)
-	rep.all(c.s.uncertain.without(Renew), ErrAckOutcomeUnknown)
-	c.s.uncertain = ackSet{}
-	c.s.epoch = 0
-	c.s.needClose = false
-	clear(c.s.parts)
+	rep.all(s.uncertain.without(Renew), ErrAckOutcomeUnknown)
+	s.uncertain = ackSet{}
+	s.epoch = 0
+	s.needClose = false
+	clear(s.parts)
+}
+
+// endStint forgets what the session delivered of tp, which it no longer
+// serves (the partition moved to another owner, which does not know the
+// old owner's locks: they were released and the records will be delivered
+// again): its pending acknowledgements can never apply.
+func (c *Consumer) endStint(s *session, tp TopicPartition, rep *reporter) {
+	c.mu.Lock()
+	if gen, ok := s.stints[tp]; ok {
+		c.endStintLocked(gen)
+		delete(s.stints, tp)
+	}
+	dropped := s.pending[tp]
+	delete(s.pending, tp)
+	c.mu.Unlock()
+	rep.add(tp, rangesOf(ackSet{tp: dropped}.without(Renew)[tp]), ErrSessionEnded)
+}
+
+// endStintLocked makes the records of generation gen unacknowledgeable
+// (Acknowledge: ErrSessionEnded). Caller holds mu.
+func (c *Consumer) endStintLocked(gen uint64) {
+	delete(c.stints, gen)
+	for k, h := range c.held {
+		if h.gen == gen {
+			delete(c.held, k)
+		}
+	}
+}
+
+// stintOf is the generation of the records of tp the session delivers now.
+// Caller holds mu.
+func (c *Consumer) stintOf(s *session, tp TopicPartition) uint64 {
+	gen, ok := s.stints[tp]
+	if !ok {
+		c.lastGen++
+		gen = c.lastGen
+		s.stints[tp] = gen
+		c.stints[gen] = s
+	}
+	return gen
 }
 
 // requestFailed updates the session after a failed ShareFetch or
 // ShareAcknowledge at the session's epoch (0 included), and returns the
 // error for the retry loop. resend: d is the second (or later) attempt of a
 // request that failed in transport.
-func (c *Consumer) requestFailed(ctx context.Context, err error, d doubtful, resend bool, rep *reporter) error {
-	c.s.inDoubt = nil
+func (c *Consumer) requestFailed(ctx context.Context, s *session, err error, d doubtful, resend bool, rep *reporter) error {
+	s.inDoubt = nil
+	c.ownerFailed(s)
 	f := classify(ctx, err)
 	switch f.outcome {
 	case outcomeSessionNotFound:
-		c.log.Info("share session not found (server restart or idle eviction); reopening it")
+		c.log.Info("share session not found (server restart or idle eviction); reopening it", sessionAttr(s))
 		if resend {
 			// The first attempt may have been applied before the session ended.
-			c.s.uncertain.merge(d.acks)
+			s.uncertain.merge(d.acks)
 		} else {
 			rep.all(d.acks.without(Renew), ErrSessionEnded)
 		}
-		c.endSession(rep)
+		c.endSession(s, rep)
 		return errRetryNow
 	case outcomeEpochMismatch:
 		if resend {
 			// The first attempt was admitted: its acknowledgements were
 			// processed (with an outcome we did not see) and what it
 			// acquired is held by the session.
-			c.log.Info("a share session request lost in transport had been admitted; closing and reopening the session")
-			c.s.uncertain.merge(d.acks)
+			c.log.Info("a share session request lost in transport had been admitted; closing and reopening the session", sessionAttr(s))
+			s.uncertain.merge(d.acks)
 		} else {
-			c.log.Warn("share session epoch refused; closing and reopening the session", "epoch", c.s.epoch, "err", err)
-			c.restorePending(d.acks)
+			c.log.Warn("share session epoch refused; closing and reopening the session", "epoch", s.epoch, "err", err, sessionAttr(s))
+			c.restorePending(s, d.acks)
 		}
-		c.s.needClose = true
+		s.needClose = true
 		return errRetryNow
 	case outcomeUncertain:
 		if f.retry {
-			c.s.inDoubt = &d // resent unchanged by the next attempt
+			s.inDoubt = &d // resent unchanged by the next attempt
 			return transient{err}
 		}
-		c.s.uncertain.merge(d.acks)
-		c.s.needClose = true
+		s.uncertain.merge(d.acks)
+		s.needClose = true
 		return err
 	}
 	switch {
 	case resend:
 		// Refused now, so not admitted now; the first attempt is still in
 		// doubt.
-		c.s.uncertain.merge(d.acks)
-		c.s.needClose = true
+		s.uncertain.merge(d.acks)
+		s.needClose = true
 	case f.retry:
-		c.restorePending(d.acks)
+		c.restorePending(s, d.acks)
 	default:
 		rep.all(d.acks, err)
 	}
@@ -337,15 +408,35 @@ func (c *Consumer) requestFailed(ctx context.Context, err error, d doubtful, res
 	return err
 }
 
+// ackError is the error reported for acknowledgements of tp refused with
+// code. NOT_LEADER_OR_FOLLOWER: the instance of this session does not (or
+// no longer) own tp, so it holds no lock of ours there; the owner that did
+// released them when the partition moved. The acknowledgements never
+// applied and the records will be delivered again: the session that held
+// them ended, for that partition.
+func (c *Consumer) ackError(s *session, tp TopicPartition, code sharelogv1.ErrorCode, msg string) error {
+	if code == sharelogv1.ErrorCode_ERROR_CODE_NOT_LEADER_OR_FOLLOWER {
+		c.log.Info("acknowledgements sent to an instance that does not own the partition: its records will be delivered again",
+			"partition", tp.String(), "err", msg, sessionAttr(s))
+		c.viewStale.Store(true)
+		return ErrSessionEnded
+	}
+	return &PartitionError{TopicPartition: tp, Code: code, Message: msg}
+}
+
 // ackOutcome reports the result of one partition's acknowledgements and
 // refreshes the deadlines of renewed records.
-func (c *Consumer) ackOutcome(rep *reporter, tp TopicPartition, acks map[int64]AckType, code sharelogv1.ErrorCode, msg string, lockMs int32) {
+func (c *Consumer) ackOutcome(rep *reporter, s *session, tp TopicPartition, acks map[int64]AckType, code sharelogv1.ErrorCode, msg string, lockMs int32) {
 	if len(acks) == 0 {
 		return
 	}
 	ranges := rangesOf(acks)
 	if code != sharelogv1.ErrorCode_ERROR_CODE_NONE {
-		rep.add(tp, ranges, &PartitionError{TopicPartition: tp, Code: code, Message: msg})
+		err := c.ackError(s, tp, code, msg)
+		rep.add(tp, ranges, err)
+		if err == ErrSessionEnded {
+			c.endStint(s, tp, rep)
+		}
 		return
 	}
 	rep.add(tp, ranges, nil)
@@ -383,16 +474,16 @@ func (c *Consumer) missingOutcomes(rep *reporter, acks ackSet, got map[TopicPart
 	}
 }
 
-// buildFetch builds the next ShareFetch: at epoch 0 the full partition set;
-// later the changes (add/forget) and the pending acknowledgements. A
-// partition acknowledged but no longer wanted is also forgotten, so that the
-// acknowledgement does not add it to the session.
-func (c *Consumer) buildFetch(desired []TopicPartition) (*sharelogv1.ShareFetchRequest, ackSet) {
+// buildFetch builds the session's next ShareFetch: at epoch 0 the full
+// partition set; later the changes (add/forget) and the pending
+// acknowledgements. A partition acknowledged but no longer wanted is also
+// forgotten, so that the acknowledgement does not add it to the session.
+func (c *Consumer) buildFetch(s *session, desired []TopicPartition, maxRecords int) (*sharelogv1.ShareFetchRequest, ackSet) {
 	req := &sharelogv1.ShareFetchRequest{
 		GroupId:           c.cfg.GroupID,
 		MemberId:          c.cfg.MemberID,
-		ShareSessionEpoch: c.s.epoch,
-		MaxRecords:        proto.Int32(int32(c.cfg.MaxRecords)),
+		ShareSessionEpoch: s.epoch,
+		MaxRecords:        proto.Int32(int32(maxRecords)),
 	}
 	want := make(map[TopicPartition]bool, len(desired))
 	for _, tp := range desired {
@@ -401,25 +492,25 @@ func (c *Consumer) buildFetch(desired []TopicPartition) (*sharelogv1.ShareFetchR
 	entries := map[TopicPartition]*sharelogv1.ShareFetchPartition{}
 	var acks ackSet
 	var forget []TopicPartition
-	if c.s.epoch == 0 {
+	if s.epoch == 0 {
 		for _, tp := range desired {
 			entries[tp] = &sharelogv1.ShareFetchPartition{Partition: tp.Partition}
 		}
 	} else {
-		acks = c.takePending(false)
+		acks = c.takePending(s, false)
 		for _, tp := range desired {
-			if !c.s.parts[tp] {
+			if !s.parts[tp] {
 				entries[tp] = &sharelogv1.ShareFetchPartition{Partition: tp.Partition}
 			}
 		}
-		for tp := range c.s.parts {
+		for tp := range s.parts {
 			if !want[tp] {
 				forget = append(forget, tp)
 			}
 		}
 		for tp, m := range acks {
 			entries[tp] = &sharelogv1.ShareFetchPartition{Partition: tp.Partition, AcknowledgementBatches: batchesOf(rangesOf(m))}
-			if !want[tp] && !c.s.parts[tp] {
+			if !want[tp] && !s.parts[tp] {
 				forget = append(forget, tp)
 			}
 		}
@@ -431,18 +522,18 @@ func (c *Consumer) buildFetch(desired []TopicPartition) (*sharelogv1.ShareFetchR
 
 // handleFetch applies a ShareFetch response: session set, acknowledgement
 // outcomes, per-partition errors, and the records.
-func (c *Consumer) handleFetch(req *sharelogv1.ShareFetchRequest, resp *sharelogv1.ShareFetchResponse, acks ackSet, rep *reporter) []Record {
+func (c *Consumer) handleFetch(s *session, req *sharelogv1.ShareFetchRequest, resp *sharelogv1.ShareFetchResponse, acks ackSet, rep *reporter) []Record {
 	if req.GetShareSessionEpoch() == 0 {
-		clear(c.s.parts)
+		clear(s.parts)
 	}
 	for _, t := range req.GetTopics() {
 		for _, p := range t.GetPartitions() {
-			c.s.parts[TopicPartition{Topic: t.GetTopic(), Partition: p.GetPartition()}] = true
+			s.parts[TopicPartition{Topic: t.GetTopic(), Partition: p.GetPartition()}] = true
 		}
 	}
 	for _, t := range req.GetForgottenTopicsData() {
 		for _, p := range t.GetPartitions() {
-			delete(c.s.parts, TopicPartition{Topic: t.GetTopic(), Partition: p})
+			delete(s.parts, TopicPartition{Topic: t.GetTopic(), Partition: p})
 		}
 	}
 
@@ -454,15 +545,22 @@ func (c *Consumer) handleFetch(req *sharelogv1.ShareFetchRequest, resp *sharelog
 		for _, pr := range tr.GetPartitions() {
 			tp := TopicPartition{Topic: tr.GetTopic(), Partition: pr.GetPartition()}
 			got[tp] = true
-			c.ackOutcome(rep, tp, acks[tp], pr.GetAcknowledgeErrorCode(), pr.GetAcknowledgeErrorMessage(), resp.GetAcquisitionLockTimeoutMs())
-			if code := pr.GetErrorCode(); code != sharelogv1.ErrorCode_ERROR_CODE_NONE {
+			c.ackOutcome(rep, s, tp, acks[tp], pr.GetAcknowledgeErrorCode(), pr.GetAcknowledgeErrorMessage(), resp.GetAcquisitionLockTimeoutMs())
+			switch code := pr.GetErrorCode(); code {
+			case sharelogv1.ErrorCode_ERROR_CODE_NONE:
+			case sharelogv1.ErrorCode_ERROR_CODE_NOT_LEADER_OR_FOLLOWER:
+				// Not (or no longer) in the session: served by another
+				// instance. Follow it (owners.go), or without a way to
+				// reach the others, try again later.
+				c.notOwnedHere(s, tp, pr.GetErrorMessage(), now, rep)
+			default:
 				c.log.Warn("fetch error on a partition", "partition", tp.String(), "code", code.String(), "err", pr.GetErrorMessage())
 				if code == sharelogv1.ErrorCode_ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION {
 					// Not (or no longer) in the session; do not name it
 					// again for a while.
-					delete(c.s.parts, tp)
-					c.s.excluded[tp] = now.Add(unknownPartitionWait)
-					c.s.metaStale = true
+					delete(s.parts, tp)
+					s.excluded[tp] = now.Add(unknownPartitionWait)
+					c.metaStale.Store(true)
 				}
 			}
 			recs = appendRecords(recs, tp, pr)
@@ -475,9 +573,9 @@ func (c *Consumer) handleFetch(req *sharelogv1.ShareFetchRequest, resp *sharelog
 	for i := range recs {
 		r := &recs[i]
 		c.seq++
-		r.gen, r.seq = c.gen, c.seq
+		r.gen, r.seq = c.stintOf(s, r.TopicPartition()), c.seq
 		key := recordKey{tp: r.TopicPartition(), offset: r.Offset}
-		c.held[key] = heldRecord{seq: r.seq, deadline: deadline}
+		c.held[key] = heldRecord{seq: r.seq, gen: r.gen, deadline: deadline}
 		if c.cfg.AckMode == AckImplicit {
 			c.lastPoll = append(c.lastPoll, heldRef{key: key, seq: r.seq})
 		}
@@ -531,10 +629,10 @@ func (c *Consumer) pruneExpired() {
 	}
 }
 
-func (c *Consumer) pendingHasRenew() bool {
+func (c *Consumer) pendingHasRenew(s *session) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.pending.hasRenew()
+	return s.pending.hasRenew()
 }
 
 // maxWait is the long poll of the next fetch: Config.MaxWait, shortened to
@@ -550,33 +648,35 @@ func (c *Consumer) maxWait(ctx context.Context) time.Duration {
 }
 
 // desired is the partition set to fetch: the assignment, or in the fallback
-// every partition of the subscribed topics; minus partitions recently
-// reported unknown.
+// every partition of the subscribed topics.
 func (c *Consumer) desired(ctx context.Context) ([]TopicPartition, error) {
 	c.mu.Lock()
 	mode, parts := c.member.mode, c.member.assignment
 	c.mu.Unlock()
 	if mode != modeMember {
-		var err error
-		if parts, err = c.fallbackPartitions(ctx); err != nil {
-			return nil, err
-		}
+		return c.fallbackPartitions(ctx)
 	}
-	if len(c.s.excluded) == 0 {
-		return parts, nil
+	return parts, nil
+}
+
+// notExcluded is parts minus the partitions the session does not fetch for
+// now (recently reported unknown, or not owned by its instance).
+func (s *session) notExcluded(parts []TopicPartition) []TopicPartition {
+	if len(s.excluded) == 0 {
+		return parts
 	}
 	now := time.Now()
 	out := make([]TopicPartition, 0, len(parts))
 	for _, tp := range parts {
-		if until, ok := c.s.excluded[tp]; ok {
+		if until, ok := s.excluded[tp]; ok {
 			if now.Before(until) {
 				continue
 			}
-			delete(c.s.excluded, tp)
+			delete(s.excluded, tp)
 		}
 		out = append(out, tp)
 	}
-	return out, nil
+	return out
 }
 
 // fallbackPartitions lists every partition of the subscribed topics, for a
@@ -585,8 +685,8 @@ func (c *Consumer) fallbackPartitions(ctx context.Context) ([]TopicPartition, er
 	c.mu.Lock()
 	cached := c.member.fallbackParts
 	c.mu.Unlock()
-	age := time.Since(c.s.metaAt)
-	if !c.s.metaAt.IsZero() && !c.s.metaStale && age < metadataMaxAge && (len(cached) > 0 || age < emptyMetadataRetry) {
+	age := time.Since(c.metaAt)
+	if !c.metaAt.IsZero() && !c.metaStale.Load() && age < metadataMaxAge && (len(cached) > 0 || age < emptyMetadataRetry) {
 		return cached, nil
 	}
 	var parts []TopicPartition
@@ -598,7 +698,7 @@ func (c *Consumer) fallbackPartitions(ctx context.Context) ([]TopicPartition, er
 			continue // not created yet
 		}
 		if err != nil {
-			if !c.s.metaAt.IsZero() && ctx.Err() == nil {
+			if !c.metaAt.IsZero() && ctx.Err() == nil {
 				c.log.Warn("describing the subscribed topics failed; using the last result", "err", err)
 				return cached, nil
 			}
@@ -616,19 +716,21 @@ func (c *Consumer) fallbackPartitions(ctx context.Context) ([]TopicPartition, er
 		}
 	}
 	slices.SortFunc(parts, compareTP)
-	c.s.metaAt, c.s.metaStale = time.Now(), false
+	c.metaAt = time.Now()
+	c.metaStale.Store(false)
 	c.mu.Lock()
 	c.member.fallbackParts = parts
 	c.mu.Unlock()
 	return parts, nil
 }
 
-// waitForChange waits up to MaxWait for the assignment to change.
-func (c *Consumer) waitForChange(ctx context.Context) {
+// waitForChange waits up to wait (at least 1 ms) for the assignment to
+// change.
+func (c *Consumer) waitForChange(ctx context.Context, wait time.Duration) {
 	c.mu.Lock()
 	changed := c.member.changed
 	c.mu.Unlock()
-	t := time.NewTimer(max(c.maxWait(ctx), time.Millisecond))
+	t := time.NewTimer(max(wait, time.Millisecond))
 	defer t.Stop()
 	select {
 	case <-changed:

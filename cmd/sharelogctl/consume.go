@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sharelog/sharelog/client/shareconsumer"
@@ -156,6 +157,8 @@ func (a *app) consume(ctx context.Context, topics []string, o consumeOptions, ac
 		MaxRecords: maxRecords,
 		MaxWait:    maxWait,
 		AckMode:    shareconsumer.AckExplicit,
+		// In a partitioned cluster: a session on each partition's owner.
+		Dial: func(addr string) (grpc.ClientConnInterface, error) { return a.dialAddr(addr) },
 		// --timeout bounds each request beyond its long poll.
 		RequestTimeout: a.timeout,
 		Logger:         slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level})),

@@ -265,7 +265,12 @@ func (a *app) describeTopics(ctx context.Context, topics ...string) ([]*sharelog
 	return out, nil
 }
 
-func (a *app) dial() (*grpc.ClientConn, error) {
+func (a *app) dial() (*grpc.ClientConn, error) { return a.dialAddr(a.addr) }
+
+// dialAddr connects to addr with the command's credentials (--addr's, or
+// another instance of a cluster: the share consumer's session on each
+// partition's owner).
+func (a *app) dialAddr(addr string) (*grpc.ClientConn, error) {
 	secure := a.useTLS || a.caFile != "" || a.certFile != ""
 	creds := insecure.NewCredentials()
 	if secure {
@@ -283,9 +288,9 @@ func (a *app) dial() (*grpc.ClientConn, error) {
 	if a.token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken{token: a.token, secure: secure}))
 	}
-	conn, err := grpc.NewClient(a.addr, opts...)
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("invalid --addr %q: %w", a.addr, err)
+		return nil, fmt.Errorf("invalid address %q: %w", addr, err)
 	}
 	return conn, nil
 }

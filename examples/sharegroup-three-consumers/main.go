@@ -153,6 +153,11 @@ func demo(ctx context.Context, o options, stdout, stderr io.Writer) error {
 			GroupID:  o.group,
 			Topics:   []string{o.topic},
 			ClientID: st.name,
+			// In a partitioned cluster each partition's records are served
+			// by its owner: the consumer opens a session there.
+			Dial: func(addr string) (grpc.ClientConnInterface, error) {
+				return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			},
 			// Implicit acknowledgement: each Poll accepts the records the
 			// previous one returned.
 			MaxRecords: 100,

@@ -210,7 +210,7 @@ func TestPartitionedShareGroupsAndChangeStreams(t *testing.T) {
 			GroupId: "g", Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: &earliest}})
 		return err == nil
 	}, 10*time.Second, 50*time.Millisecond, "update config: %v", err)
-	sc, err := shareconsumer.New(ins[2].conn, shareconsumer.Config{GroupID: "g", Topics: []string{"t"}, MaxWait: 100 * time.Millisecond})
+	sc, err := shareconsumer.New(ins[2].conn, shareconsumer.Config{GroupID: "g", Topics: []string{"t"}, MaxWait: 100 * time.Millisecond, Dial: dialInsecure})
 	require.NoError(t, err)
 	seen := map[string]int{}
 	deadline := time.Now().Add(20 * time.Second)

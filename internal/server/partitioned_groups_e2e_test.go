@@ -10,7 +10,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/sharelog/sharelog/client/router"
@@ -76,6 +78,11 @@ func scrapeInstance(t *testing.T, in *clusterInstance) map[string]*dto.MetricFam
 	return scrapeURL(t, http.DefaultClient, "http://"+in.srv.HTTPAddr()+"/metrics")
 }
 
+// dialInsecure is the share consumers' way to the partitions' owners.
+func dialInsecure(addr string) (grpc.ClientConnInterface, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
 // waitCoordinators is group → coordinator as DescribeCluster answers, once
 // every group of want has a coordinator among ids, spread evenly over them.
 func waitCoordinators(t *testing.T, in *clusterInstance, groups []string, ids []string) map[string]*sharelogv1.GroupCoordinator {
@@ -113,7 +120,7 @@ func waitCoordinators(t *testing.T, in *clusterInstance, groups []string, ids []
 func consumeAll(t *testing.T, in *clusterInstance, group string, want int) map[string]int {
 	t.Helper()
 	ctx := context.Background()
-	sc, err := shareconsumer.New(in.conn, shareconsumer.Config{GroupID: group, Topics: []string{"t"}, MaxWait: 100 * time.Millisecond})
+	sc, err := shareconsumer.New(in.conn, shareconsumer.Config{GroupID: group, Topics: []string{"t"}, MaxWait: 100 * time.Millisecond, Dial: dialInsecure})
 	require.NoError(t, err)
 	seen := map[string]int{}
 	deadline := time.Now().Add(20 * time.Second)

@@ -132,6 +132,12 @@ func TestPartitionedKillOwner(t *testing.T) {
 	w.runProducers(ctx, stop, 3, &wg)
 	w.runPurger(ctx, stop, 6, &wg)
 	wg.Go(func() { w.consume(ctx, "m1", stop) })
+	// And one group over the five spread partitions, its share sessions
+	// on their owners (client/shareconsumer), through another instance.
+	sw := newSpreadWorkload(t, members[via].conn, "spread", "gs")
+	sw.setup(t, members[via].conn)
+	sw.runProducer(ctx, stop, &wg)
+	sw.runConsumer(ctx, members[via].conn, stop, 20*time.Second, &wg)
 	time.Sleep(1500 * time.Millisecond)
 
 	members[victim].kill(t)
@@ -158,6 +164,7 @@ func TestPartitionedKillOwner(t *testing.T) {
 	wg.Wait()
 	w.drain(ctx, "m2", 15*time.Second)
 	w.verify(t)
+	sw.verify(t)
 
 	// A new instance joins: it takes a fair share (two of six), moved to
 	// it from the others; nothing else moves.
@@ -207,8 +214,9 @@ func (o *offsetCounter) OnReset(context.Context, changestream.Reset) error {
 func (o *offsetCounter) OnCheckpoint(context.Context, changestream.Checkpoint) error { return nil }
 
 // A rolling restart (SIGTERM, start again under the same ID) of every
-// instance under produce, share-consume and change-stream load, the client
-// spreading its calls over every instance: every partition keeps an owner,
+// instance under produce, share-consume (one partition, and one group over
+// five partitions spread over the instances) and change-stream load, the
+// client spreading its calls over every instance: every partition keeps an owner,
 // zero acknowledged records are lost, every acknowledged offset is
 // ACCEPTed exactly once, the history is linearizable, and the change
 // stream follows the partition to its end across every owner change.
@@ -266,6 +274,12 @@ func TestPartitionedRollingRestart(t *testing.T) {
 	})
 	w.runProducers(ctx, stop, 3, &wg)
 	wg.Go(func() { w.consume(ctx, "m1", stop) })
+	// And one group over the five spread partitions, its share sessions
+	// on their owners (client/shareconsumer keeps one per owner).
+	sw := newSpreadWorkload(t, conn, "spread", "gs")
+	sw.setup(t, conn)
+	sw.runProducer(ctx, stop, &wg)
+	sw.runConsumer(ctx, conn, stop, 20*time.Second, &wg)
 	time.Sleep(time.Second)
 
 	for _, id := range ids {
@@ -288,6 +302,7 @@ func TestPartitionedRollingRestart(t *testing.T) {
 	wg.Wait()
 	w.drain(ctx, "m2", 15*time.Second)
 	w.verify(t)
+	sw.verify(t)
 
 	// The change stream reached the end of the partition.
 	w.mu.Lock()

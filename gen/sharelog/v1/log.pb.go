@@ -1647,7 +1647,8 @@ func (x *PartitionOwner) GetEpoch() int64 {
 }
 
 // The coordinator of one share group: the instance that serves its
-// membership (ShareGroupHeartbeat).
+// membership (ShareGroupHeartbeat), its config and its admin calls (the
+// share-partitions are served by the partitions' owners).
 type GroupCoordinator struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`

@@ -42,8 +42,13 @@ type ShareGroupServiceClient interface {
 	// Joins (epoch 0), heartbeats (current or previous epoch) or leaves (-1) a share group.
 	ShareGroupHeartbeat(ctx context.Context, in *ShareGroupHeartbeatRequest, opts ...grpc.CallOption) (*ShareGroupHeartbeatResponse, error)
 	// Acquires records under time-limited locks through a share session; may carry acknowledgements.
+	// In a partitioned cluster the session lives on the instance that receives the call, which
+	// serves the share-partitions of the partitions it owns; any other partition is answered
+	// ERROR_CODE_NOT_LEADER_OR_FOLLOWER with its owner in error_message (a client keeps one
+	// session per owner; DescribeCluster names them).
 	ShareFetch(ctx context.Context, in *ShareFetchRequest, opts ...grpc.CallOption) (*ShareFetchResponse, error)
-	// Acknowledges acquired records (accept, release, reject, renew).
+	// Acknowledges acquired records (accept, release, reject, renew). In a partitioned cluster,
+	// on the instance whose session acquired them, as ShareFetch.
 	ShareAcknowledge(ctx context.Context, in *ShareAcknowledgeRequest, opts ...grpc.CallOption) (*ShareAcknowledgeResponse, error)
 	// Lists share groups, sorted by id.
 	ListShareGroups(ctx context.Context, in *ListShareGroupsRequest, opts ...grpc.CallOption) (*ListShareGroupsResponse, error)
@@ -203,8 +208,13 @@ type ShareGroupServiceServer interface {
 	// Joins (epoch 0), heartbeats (current or previous epoch) or leaves (-1) a share group.
 	ShareGroupHeartbeat(context.Context, *ShareGroupHeartbeatRequest) (*ShareGroupHeartbeatResponse, error)
 	// Acquires records under time-limited locks through a share session; may carry acknowledgements.
+	// In a partitioned cluster the session lives on the instance that receives the call, which
+	// serves the share-partitions of the partitions it owns; any other partition is answered
+	// ERROR_CODE_NOT_LEADER_OR_FOLLOWER with its owner in error_message (a client keeps one
+	// session per owner; DescribeCluster names them).
 	ShareFetch(context.Context, *ShareFetchRequest) (*ShareFetchResponse, error)
-	// Acknowledges acquired records (accept, release, reject, renew).
+	// Acknowledges acquired records (accept, release, reject, renew). In a partitioned cluster,
+	// on the instance whose session acquired them, as ShareFetch.
 	ShareAcknowledge(context.Context, *ShareAcknowledgeRequest) (*ShareAcknowledgeResponse, error)
 	// Lists share groups, sorted by id.
 	ListShareGroups(context.Context, *ListShareGroupsRequest) (*ListShareGroupsResponse, error)

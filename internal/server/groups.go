@@ -232,17 +232,11 @@ func (n *clusterNode) listGroups(ctx context.Context, fullMethod string, m metho
 		return local, err
 	}
 	out := local.(*sharelogv1.ListShareGroupsResponse)
-	n.mu.RLock()
-	lease, self := n.lease, n.self.ID
-	n.mu.RUnlock()
-	members, err := lease.LiveMembers(ctx)
+	members, err := n.otherMembers(ctx)
 	if err != nil {
-		return nil, ownerUnreachableErr("cannot read the cluster members from NATS: " + err.Error())
+		return nil, err
 	}
 	for _, mem := range members {
-		if mem.ID == self {
-			continue
-		}
 		cc, err := n.conn(mem.Addr)
 		if err != nil {
 			return nil, err

@@ -232,10 +232,8 @@ func (n *clusterNode) ownedOnlyOutgoing(ctx context.Context) context.Context {
 	return metadata.NewOutgoingContext(out, md)
 }
 
-// fanOut sends req, owned-only, to every other live instance and returns
-// their answers; the first failure fails it (retryably when an instance
-// does not answer).
-func (n *clusterNode) fanOut(ctx context.Context, fullMethod string, m method, req proto.Message) ([]proto.Message, error) {
+// otherMembers lists the live instances but this one.
+func (n *clusterNode) otherMembers(ctx context.Context) ([]cluster.Member, error) {
 	n.mu.RLock()
 	lease, self := n.lease, n.self.ID
 	n.mu.RUnlock()
@@ -243,11 +241,16 @@ func (n *clusterNode) fanOut(ctx context.Context, fullMethod string, m method, r
 	if err != nil {
 		return nil, ownerUnreachableErr("cannot read the cluster members from NATS: " + err.Error())
 	}
-	var peers []cluster.Member
-	for _, mem := range members {
-		if mem.ID != self {
-			peers = append(peers, mem)
-		}
+	return slices.DeleteFunc(members, func(mem cluster.Member) bool { return mem.ID == self }), nil
+}
+
+// fanOut sends req, owned-only, to every other live instance and returns
+// their answers; the first failure fails it (retryably when an instance
+// does not answer).
+func (n *clusterNode) fanOut(ctx context.Context, fullMethod string, m method, req proto.Message) ([]proto.Message, error) {
+	peers, err := n.otherMembers(ctx)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]proto.Message, len(peers))
 	errs := make([]error, len(peers))
@@ -335,66 +338,19 @@ func mergeTopics[T any, P interface {
 func (n *clusterNode) adminFanOut(ctx context.Context, fullMethod string, m method, req any, serve func(context.Context, any) (any, error)) (any, error) {
 	switch r := req.(type) {
 	case *sharelogv1.DescribeShareGroupOffsetsRequest:
-		if len(r.GetTopics()) == 0 {
-			// Every topic with share state: on any owner.
-			return n.describeAll(ctx, fullMethod, m, r, serve, func(resp any) []string {
-				var names []string
-				for _, t := range resp.(*sharelogv1.DescribeShareGroupOffsetsResponse).GetTopics() {
-					names = append(names, t.GetTopic())
-				}
-				return names
-			}, func(names []string) any {
-				c := proto.Clone(r).(*sharelogv1.DescribeShareGroupOffsetsRequest)
-				for _, t := range names {
-					c.Topics = append(c.Topics, &sharelogv1.TopicPartitions{Topic: t})
-				}
-				return c
-			})
-		}
-		local, err := serve(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		peers, err := n.fanOut(ctx, fullMethod, m, r)
-		if err != nil {
-			return nil, err
-		}
-		lt := local.(*sharelogv1.DescribeShareGroupOffsetsResponse).Topics
-		pts := make([][]*sharelogv1.ShareGroupOffsetsTopic, len(peers))
-		for i, p := range peers {
-			pts[i] = p.(*sharelogv1.DescribeShareGroupOffsetsResponse).GetTopics()
-		}
-		return local, mergeTopics(lt, pts, (*sharelogv1.ShareGroupOffsetsTopic).GetPartitions)
+		return describeMerged(ctx, n, fullMethod, m, r, serve, r.GetTopics(),
+			func(resp any) []*sharelogv1.ShareGroupOffsetsTopic {
+				return resp.(*sharelogv1.DescribeShareGroupOffsetsResponse).GetTopics()
+			}, (*sharelogv1.ShareGroupOffsetsTopic).GetPartitions,
+			func(c *sharelogv1.DescribeShareGroupOffsetsRequest, ts []*sharelogv1.TopicPartitions) { c.Topics = ts })
 	case *sharelogv1.DescribeSharePartitionStateRequest:
-		if len(r.GetTopics()) == 0 {
-			return n.describeAll(ctx, fullMethod, m, r, serve, func(resp any) []string {
-				var names []string
-				for _, t := range resp.(*sharelogv1.DescribeSharePartitionStateResponse).GetTopics() {
-					names = append(names, t.GetTopic())
-				}
-				return names
-			}, func(names []string) any {
-				c := proto.Clone(r).(*sharelogv1.DescribeSharePartitionStateRequest)
-				for _, t := range names {
-					c.Topics = append(c.Topics, &sharelogv1.TopicPartitions{Topic: t})
-				}
-				return c
+		return describeMerged(ctx, n, fullMethod, m, r, serve, r.GetTopics(),
+			func(resp any) []*sharelogv1.SharePartitionStateTopic {
+				return resp.(*sharelogv1.DescribeSharePartitionStateResponse).GetTopics()
+			}, (*sharelogv1.SharePartitionStateTopic).GetPartitions,
+			func(c *sharelogv1.DescribeSharePartitionStateRequest, ts []*sharelogv1.TopicPartitions) {
+				c.Topics = ts
 			})
-		}
-		local, err := serve(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		peers, err := n.fanOut(ctx, fullMethod, m, r)
-		if err != nil {
-			return nil, err
-		}
-		lt := local.(*sharelogv1.DescribeSharePartitionStateResponse).Topics
-		pts := make([][]*sharelogv1.SharePartitionStateTopic, len(peers))
-		for i, p := range peers {
-			pts[i] = p.(*sharelogv1.DescribeSharePartitionStateResponse).GetTopics()
-		}
-		return local, mergeTopics(lt, pts, (*sharelogv1.SharePartitionStateTopic).GetPartitions)
 	case *sharelogv1.AlterShareGroupOffsetsRequest:
 		var peers []proto.Message
 		local, err := serve(n.withPeers(ctx, fullMethod, m, r, &peers), req)
@@ -460,11 +416,17 @@ func (n *clusterNode) withPeers(ctx context.Context, fullMethod string, m method
 	})
 }
 
-// describeAll answers a describe call without topics (every topic with
-// share state): the topics with state here and at every owner, then the
-// call again naming them, merged.
-func (n *clusterNode) describeAll(ctx context.Context, fullMethod string, m method, req proto.Message, serve func(context.Context, any) (any, error),
-	names func(any) []string, named func([]string) any) (any, error) {
+// describeMerged answers a describe call of a group's share-partitions
+// (req, naming topics): here, then at every other instance (owned-only),
+// merged partition by partition. Without topics (every topic with share
+// state) it first learns the topics with state here and at every owner,
+// then asks again naming them (setTopics), so that every answer has the
+// same shape.
+func describeMerged[R proto.Message, T interface{ GetTopic() string }, P interface {
+	GetErrorCode() sharelogv1.ErrorCode
+	GetPartition() int32
+}](ctx context.Context, n *clusterNode, fullMethod string, m method, req R, serve func(context.Context, any) (any, error),
+	topics []*sharelogv1.TopicPartitions, answered func(any) []T, parts func(T) []P, setTopics func(R, []*sharelogv1.TopicPartitions)) (any, error) {
 	local, err := serve(ctx, req)
 	if err != nil {
 		return nil, err
@@ -473,14 +435,29 @@ func (n *clusterNode) describeAll(ctx context.Context, fullMethod string, m meth
 	if err != nil {
 		return nil, err
 	}
-	all := names(local)
-	for _, p := range peers {
-		all = append(all, names(p)...)
+	if len(topics) == 0 {
+		var names []string
+		for _, resp := range append([]proto.Message{local.(proto.Message)}, peers...) {
+			for _, t := range answered(resp) {
+				names = append(names, t.GetTopic())
+			}
+		}
+		slices.Sort(names)
+		names = slices.Compact(names)
+		if len(names) == 0 {
+			return local, nil
+		}
+		named := proto.Clone(req).(R)
+		var ts []*sharelogv1.TopicPartitions
+		for _, t := range names {
+			ts = append(ts, &sharelogv1.TopicPartitions{Topic: t})
+		}
+		setTopics(named, ts)
+		return describeMerged(ctx, n, fullMethod, m, named, serve, ts, answered, parts, setTopics)
 	}
-	slices.Sort(all)
-	all = slices.Compact(all)
-	if len(all) == 0 {
-		return local, nil
+	pts := make([][]T, len(peers))
+	for i, p := range peers {
+		pts[i] = answered(p)
 	}
-	return n.adminFanOut(ctx, fullMethod, m, named(all), serve)
+	return local, mergeTopics(answered(local), pts, parts)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/cluster"
+	"github.com/sharelog/sharelog/internal/jetstream/jsstate"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
 
@@ -143,6 +144,32 @@ func (n *clusterNode) releaseSharePartitions(topicID string, part int32, handove
 				"topic_id", topicID, "partition", part, "err", err)
 		}
 	}
+}
+
+// shareFenced gives up at once a partition or group whose share state
+// write another instance's write refused (jsstate's OnFenced): it is not
+// this instance's any more, or a previous owner's late write created a key
+// behind its back. Either way its lease goes, and whoever takes it next —
+// this instance again, if the placement says so — adopts it from what the
+// bucket holds, as an append refused by the stream's sequence drops its
+// partition.
+func (n *clusterNode) shareFenced(f jsstate.Fenced) {
+	item := cluster.PartitionItem(f.TopicID, f.Partition)
+	if f.GroupKey {
+		item = cluster.GroupItem(f.Group)
+	}
+	n.mu.RLock()
+	its := n.part.items
+	n.mu.RUnlock()
+	g := n.part.gate(item)
+	g.mu.RLock()
+	owned, epoch := g.owned, g.epoch
+	g.mu.RUnlock()
+	if its == nil || !owned {
+		return
+	}
+	n.s.log.Warn("a share state write was refused: another instance wrote it; giving the item up to adopt it again", "item", item, "group", f.Group)
+	its.Fenced(item, epoch)
 }
 
 // ensureGroup gives a group named by a session opening (ShareFetch epoch

@@ -119,7 +119,8 @@ func (n *clusterNode) openPartitioned(ctx context.Context, ttl time.Duration) bo
 func (n *clusterNode) openLogBackend(ctx context.Context, ls *jslog.Store) error {
 	c := n.s.cfg.Cluster
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	ss, err := jsstate.Open(sctx, n.nc, jsstate.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, Scoped: true, PartitionOwners: true})
+	ss, err := jsstate.Open(sctx, n.nc, jsstate.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, Scoped: true, PartitionOwners: true,
+		OnFenced: n.shareFenced})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("open the JetStream share state: %w", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -331,4 +332,58 @@ func TestAdoptPartitionRules(t *testing.T) {
 	_, err = s.AdoptPartition(context.Background(), "tid", 2)
 	require.ErrorIs(t, err, sharestate.ErrClosed)
 	require.ErrorIs(t, s.DropPartition("tid", 0), sharestate.ErrClosed)
+}
+
+// A write refused because another instance wrote the key is reported
+// through Options.OnFenced, for an adopted partition — here a key created
+// behind the owner's back after its read (a previous owner's late write) —
+// and for an adopted group's key that another coordinator took; a refused
+// key the store does not hold is not.
+func TestOnFencedReportsRefusedWrites(t *testing.T) {
+	t.Parallel()
+	m := newMedium(t)
+	fenced := make(chan jsstate.Fenced, 10)
+	a, err := jsstate.Open(context.Background(), m.nc, jsstate.Options{Prefix: m.prefix, Replicas: 3, Scoped: true, PartitionOwners: true,
+		OnFenced: func(f jsstate.Fenced) { fenced <- f }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	late := openOwners(t, m)
+	_, err = a.AdoptPartition(context.Background(), "tid", 0)
+	require.NoError(t, err)
+	_, err = a.AdoptGroup(context.Background(), "g")
+	require.NoError(t, err)
+
+	write(t, late, partDelta("g", "tid", 0, 0, ack(0, 4))) // created after a's read: a does not know it
+	tk, err := a.Write(partDelta("g", "tid", 0, 0, ack(0, 1)))
+	require.NoError(t, err)
+	require.ErrorIs(t, a.Wait(tk), jsstate.ErrConflict)
+	select {
+	case f := <-fenced:
+		require.Equal(t, jsstate.Fenced{Group: "g", TopicID: "tid", Partition: 0}, f)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the refused write of an adopted partition was not reported")
+	}
+
+	_, err = late.AdoptGroup(context.Background(), "g") // another coordinator took the group: a did not notice
+	require.NoError(t, err)
+	tk, err = a.Write(sharestate.Entry{Kind: sharestate.KindGroup, Group: "g", GroupEpoch: 1})
+	require.NoError(t, err)
+	require.ErrorIs(t, a.Wait(tk), jsstate.ErrConflict)
+	select {
+	case f := <-fenced:
+		require.Equal(t, jsstate.Fenced{Group: "g", GroupKey: true}, f)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the refused write of an adopted group's key was not reported")
+	}
+
+	// A partition a does not hold: refused, not reported.
+	write(t, late, partDelta("g", "tid", 1, 0, ack(0, 4)))
+	tk, err = a.Write(partDelta("g", "tid", 1, 0, ack(0, 1)))
+	require.NoError(t, err)
+	require.ErrorIs(t, a.Wait(tk), jsstate.ErrConflict)
+	select {
+	case f := <-fenced:
+		t.Fatalf("reported %v, which a does not hold", f)
+	case <-time.After(300 * time.Millisecond):
+	}
 }

@@ -51,6 +51,23 @@ type Options struct {
 	// the owner of its partition, whoever coordinates its group. See the
 	// package documentation, "Partition owners".
 	PartitionOwners bool
+	// OnFenced, when set (scoped mode), is called — on a goroutine of its
+	// own — for each adopted group key or adopted partition whose write
+	// this store found taken by another instance (ErrConflict): the
+	// instance no longer owns it, or the key was created behind its back
+	// (a previous owner's late write). The caller gives the item up at
+	// once, so that it is adopted again, from what the bucket holds.
+	OnFenced func(Fenced)
+}
+
+// Fenced names what a refused write was about: a group's key (Group,
+// GroupKey) or a partition's share state (TopicID, Partition; Group is the
+// group whose key of it was refused).
+type Fenced struct {
+	Group     string
+	GroupKey  bool
+	TopicID   string
+	Partition int32
 }
 
 // writeParallel is how many snapshot writes one commit round has in flight.
@@ -64,6 +81,8 @@ type Store struct {
 	timeout time.Duration
 	scoped  bool
 	owners  bool // Options.PartitionOwners
+	// onFenced is Options.OnFenced.
+	onFenced func(Fenced)
 
 	groupWatch groupWatch // LiveGroupIDs (groupwatch.go)
 
@@ -233,7 +252,7 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if err != nil {
 		return nil, sljs.Wrap(ctx, "open the share state bucket "+bucket, err, ErrStorage)
 	}
-	s := &Store{kv: kv, timeout: o.Timeout, scoped: o.Scoped, owners: o.PartitionOwners, durable: make(durableMap), done: make(chan struct{})}
+	s := &Store{kv: kv, timeout: o.Timeout, scoped: o.Scoped, owners: o.PartitionOwners, onFenced: o.OnFenced, durable: make(durableMap), done: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)
 	if o.Scoped {
 		s.recovered = &sharestate.State{}
@@ -1049,6 +1068,8 @@ type kvWrite struct {
 	key   string
 	val   []byte
 	rev   uint64
+	group string
+	part  *partKey         // a share-partition's key: its partition
 	gkey  bool             // the group's key
 	apply func(rev uint64) // records the result in durable
 	err   error
@@ -1119,12 +1140,45 @@ func (s *Store) commit(batch []pendingEntry) error {
 	if err == nil {
 		err = s.runWrites(ctx, rest)
 	}
+	if err != nil {
+		// Not writes: DeleteFunc above cleared the tail of its array.
+		s.reportFenced(append(slices.Clone(creates), rest...))
+	}
 	for g, dg := range s.durable {
 		if dg.rev == 0 && len(dg.parts) == 0 {
 			delete(s.durable, g)
 		}
 	}
 	return err
+}
+
+// reportFenced calls Options.OnFenced for each adopted group key or
+// partition among the writes refused with ErrConflict.
+func (s *Store) reportFenced(writes []*kvWrite) {
+	if s.onFenced == nil {
+		return
+	}
+	seen := map[Fenced]bool{}
+	s.mu.Lock()
+	for _, w := range writes {
+		if !errors.Is(w.err, ErrConflict) {
+			continue
+		}
+		var f Fenced
+		switch {
+		case w.gkey && s.adopted[w.group] != nil:
+			f = Fenced{Group: w.group, GroupKey: true}
+		case w.part != nil && s.adoptedParts[*w.part] != nil:
+			f = Fenced{Group: w.group, TopicID: w.part.topicID, Partition: w.part.part}
+		default:
+			continue
+		}
+		seen[f] = true
+	}
+	s.mu.Unlock()
+	for f := range seen {
+		go s.onFenced(f)
+	}
 }
 
 // runWrites performs writes in parallel, records each that succeeded in
@@ -1222,7 +1276,7 @@ func (s *Store) groupWrites(g string, ng *sharestate.GroupState, groupLevel bool
 			if dg != nil {
 				rev = dg.rev
 			}
-			out = append(out, &kvWrite{key: groupKey(g), val: val, rev: rev, gkey: true, apply: func(r uint64) {
+			out = append(out, &kvWrite{key: groupKey(g), val: val, rev: rev, group: g, gkey: true, apply: func(r uint64) {
 				if holdG {
 					d := s.durable.group(g)
 					d.rev, d.val = r, val
@@ -1246,7 +1300,7 @@ func (s *Store) groupWrites(g string, ng *sharestate.GroupState, groupLevel bool
 					rev = dp.rev
 				}
 			}
-			out = append(out, &kvWrite{key: partKeyName(g, k), val: val, rev: rev, apply: func(r uint64) {
+			out = append(out, &kvWrite{key: partKeyName(g, k), val: val, rev: rev, group: g, part: &k, apply: func(r uint64) {
 				if holdPart(k) {
 					s.durable.group(g).parts[k] = &dPart{rev: r, val: val}
 				}
@@ -1258,12 +1312,12 @@ func (s *Store) groupWrites(g string, ng *sharestate.GroupState, groupLevel bool
 			if want[k] {
 				continue
 			}
-			out = append(out, &kvWrite{key: partKeyName(g, k), rev: dp.rev, apply: func(uint64) {
+			out = append(out, &kvWrite{key: partKeyName(g, k), rev: dp.rev, group: g, part: &k, apply: func(uint64) {
 				delete(s.durable.group(g).parts, k)
 			}})
 		}
 		if ng == nil && dg.rev != 0 {
-			out = append(out, &kvWrite{key: groupKey(g), rev: dg.rev, gkey: true, apply: func(uint64) {
+			out = append(out, &kvWrite{key: groupKey(g), rev: dg.rev, group: g, gkey: true, apply: func(uint64) {
 				d := s.durable.group(g)
 				d.rev, d.val = 0, nil
 			}})

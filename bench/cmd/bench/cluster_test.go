@@ -286,9 +286,11 @@ func TestX4Rows(t *testing.T) {
 		}
 	}
 	// One informational row per instance count, then the judged ratio of 3
-	// instances over 1 with its bar at 1.2×.
+	// instances over 1 with its bar at 1.2×; then the same for the
+	// share-consume phase, with no bar (the version-2 table has none).
 	g := x4Group()
-	if len(g.rows) != len(x4Instances)+1 || g.ours == nil || !slices.Equal(g.ids, []string{"X4"}) {
+	k := len(x4Instances)
+	if len(g.rows) != 2*(k+1) || g.ours == nil || !slices.Equal(g.ids, []string{"X4"}) {
 		t.Fatalf("X4 group: %d rows, ids %v", len(g.rows), g.ids)
 	}
 	for i, n := range x4Instances {
@@ -296,8 +298,15 @@ func TestX4Rows(t *testing.T) {
 		if r.key != x4Key(n) || r.bar.Op != report.NoBar || !r.selfPeer || r.cpu {
 			t.Errorf("row for %d instance(s): %+v", n, r)
 		}
+		r = g.rows[k+1+i]
+		if r.key != x4ShareKey(n) || r.bar.Op != report.NoBar || !r.selfPeer || r.cpu {
+			t.Errorf("share-consume row for %d instance(s): %+v", n, r)
+		}
 	}
-	bar := g.rows[len(g.rows)-1]
+	if r := g.rows[2*k+1]; r.key != "x4s" || r.bar.Op != report.NoBar || r.dir != report.Custom || !r.selfPeer {
+		t.Errorf("share-consume ratio row: %+v", r)
+	}
+	bar := g.rows[k]
 	if bar.key != "x4" || bar.bar.Op != report.AtMost || bar.bar.Threshold != 1.2 || bar.dir != report.Custom || !bar.selfPeer {
 		t.Fatalf("bar row: %+v", bar)
 	}

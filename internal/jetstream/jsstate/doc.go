@@ -117,6 +117,9 @@
 // new owner's AdoptPartition made stale by rewriting every key it read.
 // Unlike a group's handover, no group key is created first: a late write
 // of a share-partition the bucket has no key of creates it (nobody read it).
+// The new owner's own write of that key is then refused (ErrConflict), and
+// Options.OnFenced tells it: it gives the partition up and adopts it again,
+// reading the key the late write made.
 //
 // LiveGroup gives any instance a group's epoch and config from the group
 // keys' watch, for the share-partitions it serves of groups it does not

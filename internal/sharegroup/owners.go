@@ -89,31 +89,61 @@ func (m *Manager) AdoptPartition(topicID string, part int32, states []sharestate
 	}
 	m.servedMu.Unlock()
 	infos := map[string]*logstore.TopicInfo{}
+	var added, stale []*sharePartition
+	undo := func() {
+		// A failed adoption leaves nothing behind: the partition can be
+		// adopted again.
+		for _, sp := range added {
+			sp.g.mu.Lock()
+			if sp.g.parts[k] == sp {
+				delete(sp.g.parts, k)
+			}
+			sp.g.mu.Unlock()
+			sp.mu.Lock()
+			sp.dropLocked()
+			sp.mu.Unlock()
+		}
+	}
 	for i := range states {
 		rg := &states[i]
 		if len(rg.Partitions) != 1 || rg.Partitions[0].TopicID != topicID || rg.Partitions[0].Partition != part {
+			undo()
 			return fmt.Errorf("sharegroup: adopting partition %d of topic ID %s: share group %q's state is not of exactly that partition", part, topicID, rg.ID)
 		}
 		g := m.groupFor(rg.ID, true)
 		sps, dropped, err := m.loadPartitions(g, rg.Partitions, infos)
 		if err != nil {
+			undo()
 			return fmt.Errorf("sharegroup: adopting a partition of share group %q: %w", rg.ID, err)
 		}
 		for _, rp := range dropped {
 			_, _ = m.state.Write(sharestate.Entry{Kind: sharestate.KindPartDelete, Group: rg.ID, Topic: rp.Topic, TopicID: rp.TopicID, Partition: rp.Partition})
 		}
 		for _, sp := range sps {
-			k := partKey{sp.topicID, sp.part}
 			g.mu.Lock()
-			if g.parts[k] != nil || g.deleted || g.dead {
+			if g.deleted || g.dead {
 				g.mu.Unlock()
-				return fmt.Errorf("sharegroup: adopting %s, which is live here already or whose group is being deleted", sp)
+				undo()
+				return fmt.Errorf("sharegroup: adopting %s, whose group is being deleted here; retry", sp)
+			}
+			if old := g.parts[k]; old != nil {
+				// Not served, so not in use: what an earlier release or
+				// failed adoption left.
+				stale = append(stale, old)
 			}
 			g.parts[k] = sp
 			g.mu.Unlock()
-			if sp.dlqCheck {
-				m.dlq.add(sp)
-			}
+			added = append(added, sp)
+		}
+	}
+	for _, sp := range stale {
+		sp.mu.Lock()
+		sp.dropLocked()
+		sp.mu.Unlock()
+	}
+	for _, sp := range added {
+		if sp.dlqCheck {
+			m.dlq.add(sp)
 		}
 	}
 	// Served from now on: a fetch may create the share-partition of a

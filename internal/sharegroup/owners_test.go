@@ -192,7 +192,9 @@ func TestPartitionMovesBetweenOwners(t *testing.T) {
 
 	states := partitionStates(t, stA, info.ID, 0)
 	require.Len(t, states, 1)
-	require.NoError(t, b.m.AdoptPartition(info.ID, 0, states))
+	require.Error(t, b.m.AdoptPartition(info.ID, 0, append(states, sharestate.GroupState{ID: "other"})),
+		"a state that is not of exactly the partition fails the adoption")
+	require.NoError(t, b.m.AdoptPartition(info.ID, 0, states), "and leaves nothing behind: adopted again")
 	require.Error(t, b.m.AdoptPartition(info.ID, 0, states), "adopting a served partition")
 	require.Equal(t, []AcquiredRange{rng(5, 9, 1)}, acquired(t, b.open("n", x), x))
 }

@@ -605,48 +605,17 @@ func (s *Store) AdoptGroup(ctx context.Context, group string) (*sharestate.Group
 	if !s.scoped {
 		return nil, errors.New("share state store: AdoptGroup needs a scoped store (Options.Scoped)")
 	}
-	c := &control{group: group, adopt: true}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, sharestate.ErrClosed
-	}
-	if s.adopted[group] != nil {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("share state store: group %q is adopted already", group)
-	}
-	s.adopted[group] = c
-	s.mu.Unlock()
-
 	h := sljs.HexKey(group)
 	filter := []string{"g." + h, "p." + h + ".>"}
 	if s.owners {
 		filter = filter[:1]
 	}
-	dm, st, err := s.readFenced(ctx, fmt.Sprintf("read group %q from the share state bucket", group), filter)
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for s.hold && !s.closed {
-		s.cond.Wait()
-	}
-	switch {
-	case err != nil:
-	case s.closed:
-		err = sharestate.ErrClosed
-	case s.adopted[group] != c:
-		err = fmt.Errorf("share state store: group %q was dropped while it was being adopted", group)
-	}
+	c := &control{group: group, adopt: true}
+	st, err := adoptIn(ctx, s, s.adopted, group, c, fmt.Sprintf("group %q", group),
+		fmt.Sprintf("read group %q from the share state bucket", group), filter,
+		func(dm durableMap) { c.dg = dm[group] })
 	if err != nil {
-		if s.adopted[group] == c {
-			delete(s.adopted, group)
-		}
 		return nil, err
-	}
-	c.dg = dm[group]
-	t := s.enqueue(pendingEntry{ctl: c})
-	for s.settled < t {
-		s.cond.Wait()
 	}
 	if i := slices.IndexFunc(st.Groups, func(g sharestate.GroupState) bool { return g.ID == group }); i >= 0 {
 		return &st.Groups[i], nil
@@ -675,21 +644,51 @@ func (s *Store) AdoptPartition(ctx context.Context, topicID string, partition in
 	}
 	k := partKey{topicID: topicID, part: partition}
 	c := &control{part: &k, adopt: true}
+	filter := "p.*." + sljs.HexKey(topicID) + "." + strconv.Itoa(int(partition))
+	st, err := adoptIn(ctx, s, s.adoptedParts, k, c, fmt.Sprintf("partition %d of topic id %s", partition, topicID),
+		fmt.Sprintf("read partition %d of topic id %s from the share state bucket", partition, topicID), []string{filter},
+		func(dm durableMap) {
+			c.parts = make(map[string]*dPart)
+			for g, dg := range dm {
+				if dp := dg.parts[k]; dp != nil {
+					c.parts[g] = dp
+				}
+			}
+		})
+	if err != nil {
+		return nil, err
+	}
+	var out []sharestate.GroupState
+	for _, gs := range st.Groups {
+		if len(gs.Partitions) > 0 {
+			out = append(out, sharestate.GroupState{ID: gs.ID, Partitions: gs.Partitions})
+		}
+	}
+	return out, nil
+}
+
+// adoptIn is AdoptGroup's and AdoptPartition's common part: it registers
+// c as adopting k in adopted (one of the store's maps of what is adopted;
+// what names k in errors), reads the keys filter matches, fenced
+// (readFenced; op names the read), and once Start's snapshot is not being
+// taken has install put what was read into c (s.mu held), then applies c
+// in ticket order and waits until it is. A failure or a drop meanwhile
+// leaves k not adopted.
+func adoptIn[K comparable](ctx context.Context, s *Store, adopted map[K]*control, k K, c *control, what, op string, filter []string,
+	install func(durableMap)) (*sharestate.State, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, sharestate.ErrClosed
 	}
-	if s.adoptedParts[k] != nil {
+	if adopted[k] != nil {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("share state store: partition %d of topic id %s is adopted already", partition, topicID)
+		return nil, fmt.Errorf("share state store: %s is adopted already", what)
 	}
-	s.adoptedParts[k] = c
+	adopted[k] = c
 	s.mu.Unlock()
 
-	filter := "p.*." + sljs.HexKey(topicID) + "." + strconv.Itoa(int(partition))
-	op := fmt.Sprintf("read partition %d of topic id %s from the share state bucket", partition, topicID)
-	dm, st, err := s.readFenced(ctx, op, []string{filter})
+	dm, st, err := s.readFenced(ctx, op, filter)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -700,32 +699,21 @@ func (s *Store) AdoptPartition(ctx context.Context, topicID string, partition in
 	case err != nil:
 	case s.closed:
 		err = sharestate.ErrClosed
-	case s.adoptedParts[k] != c:
-		err = fmt.Errorf("share state store: partition %d of topic id %s was dropped while it was being adopted", partition, topicID)
+	case adopted[k] != c:
+		err = fmt.Errorf("share state store: %s was dropped while it was being adopted", what)
 	}
 	if err != nil {
-		if s.adoptedParts[k] == c {
-			delete(s.adoptedParts, k)
+		if adopted[k] == c {
+			delete(adopted, k)
 		}
 		return nil, err
 	}
-	c.parts = make(map[string]*dPart)
-	for g, dg := range dm {
-		if dp := dg.parts[k]; dp != nil {
-			c.parts[g] = dp
-		}
-	}
+	install(dm)
 	t := s.enqueue(pendingEntry{ctl: c})
 	for s.settled < t {
 		s.cond.Wait()
 	}
-	var out []sharestate.GroupState
-	for _, gs := range st.Groups {
-		if len(gs.Partitions) > 0 {
-			out = append(out, sharestate.GroupState{ID: gs.ID, Partitions: gs.Partitions})
-		}
-	}
-	return out, nil
+	return st, nil
 }
 
 // readFenced reads the snapshots of the keys filter matches and rewrites

@@ -137,7 +137,7 @@ func TestPartitionedKillOwner(t *testing.T) {
 	sw := newSpreadWorkload(t, members[via].conn, "spread", "gs")
 	sw.setup(t, members[via].conn)
 	sw.runProducer(ctx, stop, &wg)
-	sw.runConsumer(ctx, members[via].conn, stop, 20*time.Second, &wg)
+	sw.runConsumer(ctx, members[via].conn, stop, 40*time.Second, &wg) // past a 30 s record lock of a lost acknowledgement
 	time.Sleep(1500 * time.Millisecond)
 
 	members[victim].kill(t)
@@ -279,7 +279,7 @@ func TestPartitionedRollingRestart(t *testing.T) {
 	sw := newSpreadWorkload(t, conn, "spread", "gs")
 	sw.setup(t, conn)
 	sw.runProducer(ctx, stop, &wg)
-	sw.runConsumer(ctx, conn, stop, 20*time.Second, &wg)
+	sw.runConsumer(ctx, conn, stop, 40*time.Second, &wg) // past a 30 s record lock of a lost acknowledgement
 	time.Sleep(time.Second)
 
 	for _, id := range ids {

@@ -142,20 +142,30 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Lease, error) {
 	if l.value, err = json.Marshal(l.self); err != nil {
 		return nil, err
 	}
-	l.kv, err = js.KeyValue(ctx, l.bucket)
-	if errors.Is(err, njs.ErrBucketNotFound) {
-		l.kv, err = js.CreateKeyValue(ctx, njs.KeyValueConfig{
-			Bucket:         l.bucket,
-			Description:    "sharelog ownership lease",
-			History:        1,
-			Storage:        njs.FileStorage,
-			Replicas:       o.Replicas,
-			LimitMarkerTTL: o.TTL,
-		})
-		if errors.Is(err, njs.ErrBucketExists) {
-			l.kv, err = js.KeyValue(ctx, l.bucket)
-		}
+	// Retried while transient (sljs.Retry): a peer of a NATS cluster that
+	// has just formed can be marked offline for placement for a moment.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
 	}
+	err = sljs.Retry(ctx, func(ctx context.Context) (err error) {
+		l.kv, err = js.KeyValue(ctx, l.bucket)
+		if errors.Is(err, njs.ErrBucketNotFound) {
+			l.kv, err = js.CreateKeyValue(ctx, njs.KeyValueConfig{
+				Bucket:         l.bucket,
+				Description:    "sharelog ownership lease",
+				History:        1,
+				Storage:        njs.FileStorage,
+				Replicas:       o.Replicas,
+				LimitMarkerTTL: o.TTL,
+			})
+			if errors.Is(err, njs.ErrBucketExists) {
+				l.kv, err = js.KeyValue(ctx, l.bucket)
+			}
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open the lease bucket %s: %w", l.bucket, err)
 	}

@@ -333,10 +333,21 @@ func (s *Store) CreateTopic(ctx context.Context, name string, partitions int32, 
 	defer cancel()
 	// The cheap check above sees only what this instance knows; ask the
 	// bucket before creating any stream.
-	if _, err := s.kv.Get(octx, metaKey(name)); err == nil {
-		return logstore.TopicInfo{}, fmt.Errorf("topic %q: %w", name, logstore.ErrTopicExists)
-	} else if !errors.Is(err, njs.ErrKeyNotFound) {
+	// Retried while transient: a bucket whose replicas are electing a
+	// leader has no responder for a moment.
+	var found error
+	err = sljs.Retry(octx, func(ctx context.Context) error {
+		_, found = s.kv.Get(ctx, metaKey(name))
+		if found == nil || errors.Is(found, njs.ErrKeyNotFound) {
+			return nil
+		}
+		return found
+	})
+	switch {
+	case err != nil:
 		return logstore.TopicInfo{}, sljs.Wrap(ctx, fmt.Sprintf("look up topic %q", name), err, logstore.ErrStorage)
+	case found == nil:
+		return logstore.TopicInfo{}, fmt.Errorf("topic %q: %w", name, logstore.ErrTopicExists)
 	}
 	m := topicMeta{Name: name, ID: logstore.NewTopicID(), Partitions: partitions,
 		SegmentBytes: cfg.SegmentBytes, RetentionMs: cfg.RetentionMs, CleanupPolicy: cfg.CleanupPolicy}

@@ -256,13 +256,13 @@ func (n *clusterNode) listGroups(ctx context.Context, fullMethod string, m metho
 
 // createsGroup reports whether a call may create its group (as on a
 // single server): only those take a group nobody coordinates, so a call
-// about a group that does not exist creates no lease.
+// about a group that does not exist creates no lease. (A session opening,
+// ShareFetch at epoch 0, is served where it arrives and takes the group
+// through ensureGroup: owners.go.)
 func createsGroup(req any) bool {
 	switch r := req.(type) {
 	case *sharelogv1.ShareGroupHeartbeatRequest:
 		return r.GetMemberEpoch() == 0
-	case *sharelogv1.ShareFetchRequest:
-		return r.GetShareSessionEpoch() == 0
 	case *sharelogv1.UpdateShareGroupConfigRequest, *sharelogv1.AlterShareGroupOffsetsRequest:
 		return true
 	}

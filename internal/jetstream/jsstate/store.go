@@ -803,6 +803,14 @@ func (s *Store) DropGroup(group string) error {
 	if !s.scoped {
 		return errors.New("share state store: DropGroup needs a scoped store (Options.Scoped)")
 	}
+	return dropIn(s, s.adopted, group, &control{group: group}, fmt.Sprintf("group %q", group))
+}
+
+// dropIn is DropGroup's and DropPartition's common part: once Start's
+// snapshot is not being taken, it forgets k in adopted, applies c (the
+// drop) in ticket order, waits until it is, and returns the failure c
+// found for k (what names k in it).
+func dropIn[K comparable](s *Store, adopted map[K]*control, k K, c *control, what string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.hold && !s.closed {
@@ -811,14 +819,13 @@ func (s *Store) DropGroup(group string) error {
 	if s.closed {
 		return sharestate.ErrClosed
 	}
-	delete(s.adopted, group)
-	c := &control{group: group}
+	delete(adopted, k)
 	t := s.enqueue(pendingEntry{ctl: c})
 	for s.settled < t {
 		s.cond.Wait()
 	}
 	if c.lost != nil {
-		return fmt.Errorf("share state store: group %q: %w", group, c.lost)
+		return fmt.Errorf("share state store: %s: %w", what, c.lost)
 	}
 	return nil
 }
@@ -840,24 +847,7 @@ func (s *Store) DropPartition(topicID string, partition int32) error {
 		return errors.New("share state store: DropPartition needs a partition-owners store (Options.PartitionOwners)")
 	}
 	k := partKey{topicID: topicID, part: partition}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for s.hold && !s.closed {
-		s.cond.Wait()
-	}
-	if s.closed {
-		return sharestate.ErrClosed
-	}
-	delete(s.adoptedParts, k)
-	c := &control{part: &k}
-	t := s.enqueue(pendingEntry{ctl: c})
-	for s.settled < t {
-		s.cond.Wait()
-	}
-	if c.lost != nil {
-		return fmt.Errorf("share state store: partition %d of topic id %s: %w", partition, topicID, c.lost)
-	}
-	return nil
+	return dropIn(s, s.adoptedParts, k, &control{part: &k}, fmt.Sprintf("partition %d of topic id %s", partition, topicID))
 }
 
 // enqueue gives p the next ticket and queues it; s.mu is held.

@@ -93,7 +93,7 @@ interop-librdkafka:
 
 ## bench-go: Go benchmarks of the log store
 bench-go:
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/logstore/
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./internal/storage/logstore/
 
 clean:
 	rm -rf bin

@@ -13,7 +13,7 @@ import (
 
 	"github.com/sharelog/sharelog/client/changestream"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
-	"github.com/sharelog/sharelog/internal/server"
+	"github.com/sharelog/sharelog/internal/app"
 )
 
 // compactedTopic writes a compacted partition (several versions per key,
@@ -91,7 +91,7 @@ func compactedTopic(t *testing.T, conn *grpc.ClientConn, topic string) (hw int64
 // 0. The materialised state always equals the ground truth.
 func TestResumeAfterEveryEventCompacted(t *testing.T) {
 	t.Parallel()
-	conn := startServer(t, func(c *server.Config) {
+	conn := startServer(t, func(c *app.Config) {
 		c.OSOBackfill = "enabled"
 		c.CompactionInterval = 5 * time.Millisecond
 	})

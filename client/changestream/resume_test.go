@@ -20,14 +20,14 @@ import (
 
 	"github.com/sharelog/sharelog/client/changestream"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
-	"github.com/sharelog/sharelog/internal/server"
+	"github.com/sharelog/sharelog/internal/app"
 )
 
 // startServer runs the real server in-process (gRPC over bufconn, file
 // store in a temp dir) and returns a client connection to it.
-func startServer(t *testing.T, mutate func(*server.Config)) *grpc.ClientConn {
+func startServer(t *testing.T, mutate func(*app.Config)) *grpc.ClientConn {
 	t.Helper()
-	cfg := server.DefaultConfig()
+	cfg := app.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Fsync = "never"
@@ -35,7 +35,7 @@ func startServer(t *testing.T, mutate func(*server.Config)) *grpc.ClientConn {
 		mutate(&cfg)
 	}
 	lis := bufconn.Listen(1 << 20)
-	srv, err := server.Start(context.Background(), cfg, nil, server.Options{GRPCListener: lis})
+	srv, err := app.Start(context.Background(), cfg, nil, app.Options{GRPCListener: lis})
 	require.NoError(t, err)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		append(changestream.DialOptions(),
@@ -226,7 +226,7 @@ func resumeTopic(t *testing.T, conn *grpc.ClientConn, topic string, purgeTo int6
 // inside an open OSO snapshot.
 func TestResumeAfterEveryEvent(t *testing.T) {
 	t.Parallel()
-	conn := startServer(t, func(c *server.Config) { c.OSOBackfill = "enabled" })
+	conn := startServer(t, func(c *app.Config) { c.OSOBackfill = "enabled" })
 	cases := []struct {
 		name    string
 		purgeTo int64 // > 0: resume from a checkpoint at the LSO, so Y = LSO-1
@@ -291,7 +291,7 @@ func TestResumeAfterEveryEvent(t *testing.T) {
 // TestResumeResets: every rollback path against the real server.
 func TestResumeResets(t *testing.T) {
 	t.Parallel()
-	conn := startServer(t, func(c *server.Config) { c.OSOBackfill = "enabled" })
+	conn := startServer(t, func(c *app.Config) { c.OSOBackfill = "enabled" })
 	ctx := context.Background()
 	logc := sharelogv1.NewLogServiceClient(conn)
 

@@ -17,15 +17,15 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
-	"github.com/sharelog/sharelog/internal/jetstream/jstest"
-	"github.com/sharelog/sharelog/internal/server"
+	"github.com/sharelog/sharelog/internal/app"
+	"github.com/sharelog/sharelog/internal/storage/jetstream/jstest"
 )
 
 // clusterNode is one in-process sharelog instance of a partitioned cluster
-// on a JetStream cluster (as internal/server's cluster tests start them).
+// on a JetStream cluster (as internal/app's cluster tests start them).
 type clusterNode struct {
 	id   string
-	srv  *server.Server
+	srv  *app.Server
 	conn *grpc.ClientConn
 	log  sharelogv1.LogServiceClient
 
@@ -43,17 +43,17 @@ func startPartitionedCluster(t *testing.T, ids ...string) []*clusterNode {
 	prefix := js.Prefix()
 	var nodes []*clusterNode
 	for _, id := range ids {
-		cfg := server.DefaultConfig()
+		cfg := app.DefaultConfig()
 		cfg.DataDir = t.TempDir()
 		cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-		cfg.Cluster.Store = server.StoreJetStream
-		cfg.Cluster.Mode = server.ModePartitioned
+		cfg.Cluster.Store = app.StoreJetStream
+		cfg.Cluster.Mode = app.ModePartitioned
 		cfg.Cluster.NATSURL = js.URL()
 		cfg.Cluster.NATSPrefix = prefix
 		cfg.Cluster.InstanceID = id
 		cfg.Cluster.LeaseTTL = time.Second
 		cfg.ShutdownTimeout = 5 * time.Second
-		srv, err := server.Start(context.Background(), cfg, nil, server.Options{ReadinessInterval: 50 * time.Millisecond})
+		srv, err := app.Start(context.Background(), cfg, nil, app.Options{ReadinessInterval: 50 * time.Millisecond})
 		require.NoError(t, err)
 		n := &clusterNode{id: id, srv: srv}
 		n.conn = dial(t, srv.GRPCAddr())

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
-	"github.com/sharelog/sharelog/internal/server"
+	"github.com/sharelog/sharelog/internal/app"
 )
 
 // Every test closes its consumers, connections and servers: none may leave a
@@ -32,17 +32,17 @@ func TestMain(m *testing.M) {
 // env is the real server in-process on loopback TCP, its data in a temp dir.
 type env struct {
 	t      *testing.T
-	cfg    server.Config
+	cfg    app.Config
 	mu     sync.Mutex
-	srv    *server.Server
+	srv    *app.Server
 	conn   *grpc.ClientConn
 	log    sharelogv1.LogServiceClient
 	groups sharelogv1.ShareGroupServiceClient
 }
 
-func newEnv(t *testing.T, mutate ...func(*server.Config)) *env {
+func newEnv(t *testing.T, mutate ...func(*app.Config)) *env {
 	t.Helper()
-	cfg := server.DefaultConfig()
+	cfg := app.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Fsync = "never"
@@ -51,7 +51,7 @@ func newEnv(t *testing.T, mutate ...func(*server.Config)) *env {
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	srv, err := server.Start(context.Background(), cfg, nil)
+	srv, err := app.Start(context.Background(), cfg, nil)
 	require.NoError(t, err)
 	cfg.GRPCAddr = srv.GRPCAddr() // a restart listens on the same address
 	e := &env{t: t, cfg: cfg, srv: srv}
@@ -93,7 +93,7 @@ func (e *env) restart() {
 	e.srv = nil
 	var err error
 	for range 50 { // the port can take a moment to be free again
-		if e.srv, err = server.Start(context.Background(), e.cfg, nil); err == nil {
+		if e.srv, err = app.Start(context.Background(), e.cfg, nil); err == nil {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -286,7 +286,7 @@ func acceptAll(t *testing.T, c *Consumer, recs []Record) {
 	}
 }
 
-type serverConfig = server.Config
+type serverConfig = app.Config
 
 // awaitLongPolls waits until n ShareFetch calls hold one of the server's
 // long-poll slots (its sharelog_long_polls_waiting gauge), that is, until

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
-	"github.com/sharelog/sharelog/internal/server"
+	"github.com/sharelog/sharelog/internal/app"
 )
 
 // Bindings are acknowledged only once saved: they survive a SIGKILL right
@@ -60,7 +60,7 @@ func TestACLBindingsSurviveSIGKILL(t *testing.T) {
 	require.NoError(t, err)
 	log, err := newLogger(logCfg, io.Discard)
 	require.NoError(t, err)
-	srv, err := server.Start(context.Background(), cfg, log)
+	srv, err := app.Start(context.Background(), cfg, log)
 	if err == nil {
 		srv.Close()
 	}
@@ -72,15 +72,15 @@ func TestAuthorizerFlags(t *testing.T) {
 	none := func(string) string { return "" }
 	cfg, _, err := parseFlags(nil, none, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, server.AuthorizerNone, cfg.Authorizer)
+	assert.Equal(t, app.AuthorizerNone, cfg.Authorizer)
 	assert.Empty(t, cfg.SuperUsers)
 	cfg, _, err = parseFlags([]string{"--authorizer", "acl", "--super-users", "User:a, User:b"}, none, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, server.AuthorizerACL, cfg.Authorizer)
+	assert.Equal(t, app.AuthorizerACL, cfg.Authorizer)
 	assert.Equal(t, []string{"User:a", "User:b"}, cfg.SuperUsers)
 	env := map[string]string{"SHARELOG_AUTHORIZER": "acl", "SHARELOG_SUPER_USERS": "User:ops"}
 	cfg, _, err = parseFlags(nil, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, server.AuthorizerACL, cfg.Authorizer)
+	assert.Equal(t, app.AuthorizerACL, cfg.Authorizer)
 	assert.Equal(t, []string{"User:ops"}, cfg.SuperUsers)
 }

@@ -24,7 +24,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
-	"github.com/sharelog/sharelog/internal/jetstream/jstest"
+	"github.com/sharelog/sharelog/internal/storage/jetstream/jstest"
 )
 
 // leaseTTL is the fault tests' --lease-ttl.

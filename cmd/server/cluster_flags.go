@@ -3,11 +3,11 @@ package main
 import (
 	"flag"
 
-	"github.com/sharelog/sharelog/internal/server"
+	"github.com/sharelog/sharelog/internal/app"
 )
 
 // clusterFlags declares the cluster mode's flags (docs/cluster.md).
-func clusterFlags(fs *flag.FlagSet, c *server.ClusterConfig) {
+func clusterFlags(fs *flag.FlagSet, c *app.ClusterConfig) {
 	fs.StringVar(&c.Store, "store", c.Store, "where the log and share state live: file (the data directory) or jetstream (a NATS JetStream cluster)")
 	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "with --store=jetstream: comma-separated NATS server URLs")
 	fs.StringVar(&c.NATSCreds, "nats-creds", "", "NATS credentials file (JWT and nkey)")

@@ -12,15 +12,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharelog/sharelog/internal/server"
+	"github.com/sharelog/sharelog/internal/app"
 )
 
 func TestClusterFlags(t *testing.T) {
 	none := func(string) string { return "" }
 	cfg, _, err := parseFlags(nil, none, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, server.DefaultClusterConfig(), cfg.Cluster, "file store by default")
-	assert.Equal(t, server.StoreFile, cfg.Cluster.Store)
+	assert.Equal(t, app.DefaultClusterConfig(), cfg.Cluster, "file store by default")
+	assert.Equal(t, app.StoreFile, cfg.Cluster.Store)
 
 	env := map[string]string{"SHARELOG_STORE": "jetstream", "SHARELOG_NATS_URL": "nats://a:4222,nats://b:4222",
 		"SHARELOG_NATS_REPLICAS": "5", "SHARELOG_NATS_PREFIX": "PROD", "SHARELOG_INSTANCE_ID": "i1",
@@ -29,7 +29,7 @@ func TestClusterFlags(t *testing.T) {
 		"SHARELOG_CLUSTER_MODE": "partitioned"}
 	cfg, _, err = parseFlags([]string{"--lease-ttl", "7s"}, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, server.ClusterConfig{Store: "jetstream", NATSURL: "nats://a:4222,nats://b:4222", NATSCreds: "/c.creds",
+	assert.Equal(t, app.ClusterConfig{Store: "jetstream", NATSURL: "nats://a:4222,nats://b:4222", NATSCreds: "/c.creds",
 		NATSTLSCA: "ca.pem", NATSTLSCert: "c.pem", NATSTLSKey: "k.pem", NATSReplicas: 5, NATSPrefix: "PROD",
 		InstanceID: "i1", AdvertiseAddr: "10.0.0.1:9090", LeaseTTL: 7 * time.Second, Mode: "partitioned"}, cfg.Cluster)
 

@@ -19,7 +19,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/sharelog/sharelog/internal/server"
+	"github.com/sharelog/sharelog/internal/app"
 )
 
 func main() {
@@ -51,7 +51,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	srv, err := server.Start(ctx, cfg, log)
+	srv, err := app.Start(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -84,8 +84,8 @@ wait:
 
 type logConfig struct{ level, format string }
 
-func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (server.Config, logConfig, error) {
-	cfg := server.DefaultConfig()
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (app.Config, logConfig, error) {
+	cfg := app.DefaultConfig()
 	var lc logConfig
 	fs := flag.NewFlagSet(progName, flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -8,14 +8,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharelog/sharelog/internal/server"
+	slserver "github.com/sharelog/sharelog/internal/app"
 )
 
 func TestACLsCommands(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(tokens, []byte("admin-token\nalice-token\n"), 0o600))
-	srv := startServer(t, func(c *server.Config) {
-		c.AuthTokensFile, c.Authorizer, c.SuperUsers = tokens, server.AuthorizerACL, []string{"User:token-1"}
+	srv := startServer(t, func(c *slserver.Config) {
+		c.AuthTokensFile, c.Authorizer, c.SuperUsers = tokens, slserver.AuthorizerACL, []string{"User:token-1"}
 	})
 	admin := func(args ...string) cliResult { return srv.ctl("", append(args, "--token", "admin-token")...) }
 	alice := func(args ...string) cliResult { return srv.ctl("x\n", append(args, "--token", "alice-token")...) }

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
-	"github.com/sharelog/sharelog/internal/server"
+	slserver "github.com/sharelog/sharelog/internal/app"
 )
 
 // End-to-end tests: sharelogctl in-process against the real server on loopback TCP.
@@ -39,16 +39,16 @@ type testServer struct {
 	addr string
 }
 
-func startServer(t *testing.T, mutate ...func(*server.Config)) *testServer {
+func startServer(t *testing.T, mutate ...func(*slserver.Config)) *testServer {
 	t.Helper()
-	cfg := server.DefaultConfig()
+	cfg := slserver.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Fsync = "never"
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	srv, err := server.Start(context.Background(), cfg, nil)
+	srv, err := slserver.Start(context.Background(), cfg, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, srv.Close()) })
 	return &testServer{t: t, addr: srv.GRPCAddr()}
@@ -553,7 +553,7 @@ func TestE2EPurge(t *testing.T) {
 func TestE2EToken(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(tokens, []byte("# ops\ns3cret\n"), 0o600))
-	ctl := startServer(t, func(c *server.Config) { c.AuthTokensFile = tokens }).ctl
+	ctl := startServer(t, func(c *slserver.Config) { c.AuthTokensFile = tokens }).ctl
 
 	requireFailure(t, ctl("", "topics", "list"), "UNAUTHENTICATED")
 	requireFailure(t, ctl("", "topics", "list", "--token", "wrong"), "UNAUTHENTICATED")
@@ -572,7 +572,7 @@ func TestE2ETLS(t *testing.T) {
 	caFile := filepath.Join(dir, "ca.pem")
 	require.NoError(t, os.WriteFile(caFile, ca.certPEM, 0o600))
 
-	ctl := startServer(t, func(c *server.Config) {
+	ctl := startServer(t, func(c *slserver.Config) {
 		c.TLSCert, c.TLSKey, c.TLSClientCA = serverCert, serverKey, caFile
 	}).ctl
 

@@ -13,12 +13,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sharelog/sharelog/client/changestream"
-	"github.com/sharelog/sharelog/internal/server"
+	slserver "github.com/sharelog/sharelog/internal/app"
 )
 
 func TestStreamCommand(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, func(c *server.Config) { c.OSOBackfill = "enabled" })
+	s := startServer(t, func(c *slserver.Config) { c.OSOBackfill = "enabled" })
 	requireOK(t, s.ctl("", "topics", "create", "st", "--partitions", "1"))
 	// The example partition of the change-stream tests (LSO 0, HW 8).
 	requireOK(t, s.ctl("u/a\t1\nx/z\t9\nu/b\t2\nu/a\t3\nu/b\tNULL\nx/y\t7\nu/c\t5\nx/z\tNULL\n",

@@ -8,17 +8,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharelog/sharelog/internal/server"
+	"github.com/sharelog/sharelog/internal/app"
 )
 
 // The example against the real server in-process: three consumers drain
 // the topic and their counts add up.
 func TestThreeConsumersDrainTheTopic(t *testing.T) {
-	cfg := server.DefaultConfig()
+	cfg := app.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Fsync = "never"
-	srv, err := server.Start(context.Background(), cfg, nil)
+	srv, err := app.Start(context.Background(), cfg, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, srv.Close()) })
 

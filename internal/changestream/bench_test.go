@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharelog/sharelog/internal/changestream"
-	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // Benchmark S2: OSO vs an ordered filtered scan of a

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/changestream"
-	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // compactedStore is a file store with a compacted topic "c" whose

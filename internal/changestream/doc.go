@@ -2,7 +2,7 @@
 // (docs/change-streams.md): request validation and rollback checks, an optional
 // out-of-sequence-order (OSO) snapshot read from the log store's key index,
 // then ordered snapshots and the live tail. It knows nothing of gRPC:
-// internal/service translates Request and Event to and from the protos.
+// internal/transport/grpcapi translates Request and Event to and from the protos.
 //
 // # One call
 //

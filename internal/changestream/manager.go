@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sharelog/sharelog/apierr"
-	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/principal"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // Defaults of Config.

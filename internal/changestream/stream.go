@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // stream is one call's state. It lives on the handler's goroutine and holds

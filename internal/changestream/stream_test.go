@@ -15,8 +15,8 @@ import (
 
 	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/changestream"
-	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/principal"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(cleanupM{m}) }

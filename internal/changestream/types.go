@@ -5,7 +5,7 @@ import (
 	"strconv"
 
 	"github.com/sharelog/sharelog/apierr"
-	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // OSOMode is the request's oso_mode; the values are those of the proto enum.

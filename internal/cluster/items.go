@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 
-	sljs "github.com/sharelog/sharelog/internal/jetstream"
+	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
 )
 
 // itemKeyPrefix starts the key of every per-item lease (phase 2) in the

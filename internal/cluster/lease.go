@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 
-	sljs "github.com/sharelog/sharelog/internal/jetstream"
+	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
 )
 
 // leaseKey is the one key of phase 1: the lease over every partition and

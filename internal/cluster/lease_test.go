@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharelog/sharelog/internal/jetstream/jstest"
+	"github.com/sharelog/sharelog/internal/storage/jetstream/jstest"
 )
 
 var testCluster *jstest.Cluster

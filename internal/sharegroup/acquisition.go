@@ -5,8 +5,8 @@ import (
 	"errors"
 	"math"
 
-	"github.com/sharelog/sharelog/internal/logstore"
-	"github.com/sharelog/sharelog/internal/sharestate"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
 
 // Acquisition: a share-partition hands records to a fetch. See

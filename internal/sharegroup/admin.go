@@ -8,9 +8,9 @@ import (
 	"strconv"
 
 	"github.com/sharelog/sharelog/apierr"
-	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
-	"github.com/sharelog/sharelog/internal/sharestate"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
 
 // Admin RPCs. Each runs under the group's op lock, so it is ordered

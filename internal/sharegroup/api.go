@@ -4,11 +4,11 @@ import (
 	"errors"
 
 	"github.com/sharelog/sharelog/apierr"
-	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // This file holds the request and response types of the Manager's methods,
-// which internal/service translates protobuf to and from; the methods
+// which internal/transport/grpcapi translates protobuf to and from; the methods
 // themselves are documented where they are defined (go doc sharegroup.Manager
 // lists them), so no copy of their signatures can drift. Request-level
 // errors are *apierr.Error values.
@@ -164,7 +164,7 @@ var ErrClosed = errors.New("share groups closed")
 // --- Membership -----------------------------------------------------------
 
 // HeartbeatRequest is a ShareGroupHeartbeat call. ClientID and ClientHost
-// are not request fields: internal/service takes them from the call's
+// are not request fields: internal/transport/grpcapi takes them from the call's
 // metadata (x-client-id) and peer address.
 type HeartbeatRequest struct {
 	GroupID              string

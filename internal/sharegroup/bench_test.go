@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // synthStore is a read-only store of one topic whose partitions hold hw

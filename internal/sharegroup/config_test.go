@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharelog/sharelog/apierr"
-	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // GetShareGroupConfig and UpdateShareGroupConfig.

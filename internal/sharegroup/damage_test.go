@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharelog/sharelog/internal/logstore"
-	"github.com/sharelog/sharelog/internal/sharestate"
-	"github.com/sharelog/sharelog/internal/sharestate/statelog"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/sharestate"
+	"github.com/sharelog/sharelog/internal/storage/sharestate/statelog"
 )
 
 // logBuf is a concurrency-safe log sink for checking what was logged.

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sharelog/sharelog/internal/logstore"
-	"github.com/sharelog/sharelog/internal/sharestate"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
 
 // Dead-letter topics (KIP-1191): a record archived by the delivery-count

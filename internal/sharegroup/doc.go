@@ -3,7 +3,7 @@
 // and admin, over a durable share-state store (sharestate.Store, given to
 // Open). docs/share-sessions.md describes the client-visible behaviour and
 // docs/errors.md the reasons; api.go holds the request and response types
-// internal/service translates protobuf to. Request-level errors are
+// internal/transport/grpcapi translates protobuf to. Request-level errors are
 // *apierr.Error values; per-partition outcomes are ErrorCodes.
 //
 // # Files
@@ -117,7 +117,7 @@
 // # Durable state
 //
 // The Manager persists through a sharestate.Store (the file state log,
-// internal/sharestate/statelog, in the server; sharestate.Mem in tests):
+// internal/storage/sharestate/statelog, in the server; sharestate.Mem in tests):
 // per group its existence, explicitly set config and group_epoch; per
 // share-partition its topic, topic ID, SPSO and the durable image of
 // [SPSO, SPEO] as ranges: ACKNOWLEDGED, ARCHIVED, ARCHIVING (with its

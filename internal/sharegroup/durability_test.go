@@ -17,9 +17,9 @@ import (
 
 	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/fsutil"
-	"github.com/sharelog/sharelog/internal/logstore"
-	"github.com/sharelog/sharelog/internal/sharestate"
-	"github.com/sharelog/sharelog/internal/sharestate/statelog"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/sharestate"
+	"github.com/sharelog/sharelog/internal/storage/sharestate/statelog"
 )
 
 // copyDir copies the state files, as a crash would leave them (the

@@ -3,9 +3,9 @@ package sharegroup
 import (
 	"fmt"
 
-	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
-	"github.com/sharelog/sharelog/internal/sharestate"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
 
 // Groups move between managers when a cluster in partitioned mode spreads

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharelog/sharelog/apierr"
-	"github.com/sharelog/sharelog/internal/logstore"
-	"github.com/sharelog/sharelog/internal/sharestate"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
 
 // durableGroup is group id's state as st holds it durably (what another

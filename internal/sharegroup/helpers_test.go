@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharelog/sharelog/apierr"
-	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
-	"github.com/sharelog/sharelog/internal/sharestate"
-	"github.com/sharelog/sharelog/internal/sharestate/statelog"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/sharestate"
+	"github.com/sharelog/sharelog/internal/storage/sharestate/statelog"
 )
 
 // env is one test's store and manager.

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/sharelog/sharelog/apierr"
-	"github.com/sharelog/sharelog/internal/logstore"
 	"github.com/sharelog/sharelog/internal/sessioncache"
-	"github.com/sharelog/sharelog/internal/sharestate"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
 
 // Manager is the share-group domain: groups, their config and share

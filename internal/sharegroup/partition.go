@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sharelog/sharelog/internal/sharestate"
+	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
 
 // Share-partition status.

@@ -3,7 +3,7 @@ package sharegroup
 import (
 	"slices"
 
-	"github.com/sharelog/sharelog/internal/sharestate"
+	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
 
 // recState is a record's state. The durable ones

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sharelog/sharelog/internal/logstore"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // TraceStore wraps a log store so that every operation that touches the log
@@ -33,8 +33,8 @@ type instruments struct {
 }
 
 func newInstruments(tp trace.TracerProvider, mp metric.MeterProvider) *instruments {
-	meter := mp.Meter("github.com/sharelog/sharelog/internal/logstore")
-	in := &instruments{tracer: tp.Tracer("github.com/sharelog/sharelog/internal/logstore")}
+	meter := mp.Meter("github.com/sharelog/sharelog/internal/storage/logstore")
+	in := &instruments{tracer: tp.Tracer("github.com/sharelog/sharelog/internal/storage/logstore")}
 	in.appended, _ = meter.Int64Counter("sharelog.logstore.appended.records",
 		metric.WithDescription("Records appended to the log."), metric.WithUnit("{record}"))
 	in.appendedBytes, _ = meter.Int64Counter("sharelog.logstore.appended.bytes",

@@ -1,7 +1,7 @@
 //go:build benchprof
 
 // Command sharelog-prof is the sharelog server with a CPU profile: the same
-// internal/server.Start as cmd/server, configured from the subset of flags
+// internal/app.Start as cmd/server, configured from the subset of flags
 // the benchmark harness passes, writing a pprof CPU profile of the whole
 // process lifetime to --cpuprofile when it shuts down (SIGTERM).
 //
@@ -20,11 +20,11 @@ import (
 	"runtime/pprof"
 	"syscall"
 
-	"github.com/sharelog/sharelog/internal/server"
+	"github.com/sharelog/sharelog/internal/app"
 )
 
 func main() {
-	cfg := server.DefaultConfig()
+	cfg := app.DefaultConfig()
 	var profile, logFormat, logLevel string
 	flag.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory")
 	flag.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC address")
@@ -64,7 +64,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	srv, err := server.Start(ctx, cfg, log)
+	srv, err := app.Start(ctx, cfg, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sharelog:", err)
 		os.Exit(1)

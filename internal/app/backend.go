@@ -1,0 +1,113 @@
+package app
+
+import (
+	"fmt"
+	"log/slog"
+
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/broker"
+	"github.com/sharelog/sharelog/internal/changestream"
+	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/sharestate"
+	"github.com/sharelog/sharelog/internal/telemetry"
+	"github.com/sharelog/sharelog/internal/transport/grpcapi"
+)
+
+// backend is what serves the API over one log store and one share-state
+// store: the share-group manager, the change-stream manager and the three
+// gRPC services. The file store has one for the process's life; in cluster
+// mode an instance opens one each time it becomes active and closes it when
+// it stops being active.
+type backend struct {
+	share   *sharegroup.Manager
+	streams *changestream.Manager
+	log     logstore.Store // the store the log API writes through (purges counted)
+	logSvc  sharelogv1.LogServiceServer
+	shareSv sharelogv1.ShareGroupServiceServer
+	change  sharelogv1.ChangeStreamServiceServer
+}
+
+// openBackend builds a backend over store (already traced), keys (its key
+// index, untraced) and state, which the share-group manager takes over.
+// view is what DescribeCluster reports about the instances and owners.
+func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, state sharestate.Store, o Options, view grpcapi.ClusterSource, owners *sharegroup.Options) (*backend, error) {
+	cfg, log := s.cfg, s.log
+	b := &backend{}
+	var err error
+	if owners == nil {
+		owners = &sharegroup.Options{}
+	}
+	if b.share, err = sharegroup.Open(store, state, sharegroup.Options{
+		Owner:                   owners.Owner,
+		Coordinates:             owners.Coordinates,
+		FollowedConfig:          owners.FollowedConfig,
+		Logger:                  log,
+		RecordLockDuration:      cfg.ShareRecordLockDuration,
+		MinRecordLockDuration:   cfg.ShareMinRecordLockDuration,
+		MaxRecordLockDuration:   cfg.ShareMaxRecordLockDuration,
+		DeliveryCountLimit:      cfg.ShareDeliveryCountLimit,
+		PartitionMaxRecordLocks: cfg.SharePartitionMaxRecordLocks,
+		SessionTimeout:          cfg.ShareSessionTimeout,
+		HeartbeatInterval:       cfg.ShareHeartbeatInterval,
+		MaxShareSessions:        cfg.MaxShareSessions,
+		SessionIdleTimeout:      cfg.ShareSessionIdleTimeout,
+		GroupMaxSize:            cfg.ShareGroupMaxSize,
+		DLQAutoCreateTopics:     cfg.DLQAutoCreateTopics,
+		DLQTopicPrefix:          cfg.DLQTopicPrefix,
+		DeadLetterAfterAppend:   o.DeadLetterAfterAppend,
+		MaxSessionsPerPrincipal: cfg.MaxShareSessionsPerPrincipal,
+	}); err != nil {
+		return nil, fmt.Errorf("open share-group state: %w", err)
+	}
+	purges, err := newPurgeCounting(store, s.tel.Meter)
+	if err != nil {
+		_ = b.share.Close()
+		return nil, err
+	}
+	b.log = purges
+	logAPI := broker.New(purges, broker.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Logger: log})
+	// Share state bound to a deleted topic goes with it.
+	logAPI.Subscribe(func(ev broker.TopicEvent) {
+		if ev.Kind == broker.TopicDeleted {
+			b.share.TopicDeleted(ev.Topic.ID)
+		}
+	})
+	b.logSvc = grpcapi.NewLogService(logAPI, s.guard).WithCluster(view, func() ([]string, error) {
+		groups, err := b.share.ListGroups(sharegroup.StateUnknown)
+		ids := make([]string, len(groups))
+		for i, g := range groups {
+			ids[i] = g.GroupID
+		}
+		return ids, err
+	})
+	b.shareSv = grpcapi.NewShareGroupService(b.share, s.longPolls, s.guard, grpcapi.WithDLQAutoCreate(s.cfg.DLQAutoCreateTopics))
+	// Change streams get the traced store and the traced key index, so
+	// their reads are spans of the call, as every other RPC's.
+	tracedKeys := telemetry.TraceKeyIndex(keys, s.tel.Tracer, s.tel.Meter)
+	if b.streams, err = changestream.New(store, tracedKeys, changestream.Config{
+		Backfill:               changestream.Backfill(cfg.OSOBackfill),
+		AutoSmallRatio:         cfg.OSOAutoSmallRatio,
+		AutoLargeRatio:         cfg.OSOAutoLargeRatio,
+		AutoSmallRecordBytes:   cfg.OSOAutoSmallRecordBytes,
+		MaxStreams:             cfg.MaxChangeStreams,
+		MaxStreamsPerPrincipal: cfg.MaxChangeStreamsPerPrincipal,
+		Meter:                  s.tel.Meter,
+	}); err != nil {
+		_ = b.share.Close()
+		return nil, err
+	}
+	b.change = grpcapi.NewChangeStreamService(b.streams, s.guard)
+	return b, nil
+}
+
+// close ends the backend's streams and sessions and closes the share
+// state (not the log store, which the caller owns).
+func (b *backend) close(log *slog.Logger) error {
+	b.streams.Shutdown()
+	if err := b.share.Close(); err != nil {
+		log.Warn("close share groups", "err", err)
+		return fmt.Errorf("close share groups: %w", err)
+	}
+	return nil
+}

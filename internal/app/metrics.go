@@ -1,0 +1,86 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// serverMetrics are the process-level instruments of the server; in
+// Prometheus they are sharelog_connections_refused_total{listener,cause},
+// sharelog_storage_errors_total{op,errno}, sharelog_partitions_offline and
+// sharelog_long_polls_waiting.
+type serverMetrics struct {
+	connRefused   metric.Int64Counter
+	storageErrors metric.Int64Counter
+}
+
+func newServerMetrics(mp metric.MeterProvider, partitionsOffline func() int, longPollsWaiting func() int64) (*serverMetrics, error) {
+	meter := mp.Meter("github.com/sharelog/sharelog/internal/app")
+	var m serverMetrics
+	var err error
+	if m.connRefused, err = meter.Int64Counter("sharelog.connections.refused",
+		metric.WithDescription("Connections closed at accept because a --max-connections or --max-connections-per-ip limit was reached."),
+		metric.WithUnit("{connection}")); err != nil {
+		return nil, err
+	}
+	if m.storageErrors, err = meter.Int64Counter("sharelog.storage.errors",
+		metric.WithDescription("Failed storage operations by operation and errno (ENOSPC, EIO, EMFILE, EROFS or other)."),
+		metric.WithUnit("{error}")); err != nil {
+		return nil, err
+	}
+	if _, err = meter.Int64ObservableGauge("sharelog.partitions.offline",
+		metric.WithDescription("Partitions and share-partitions refusing requests after a storage error, until they recover."),
+		metric.WithUnit("{partition}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			n := 0
+			if partitionsOffline != nil {
+				n = partitionsOffline()
+			}
+			o.Observe(int64(n))
+			return nil
+		})); err != nil {
+		return nil, err
+	}
+	if _, err = meter.Int64ObservableGauge("sharelog.long_polls.waiting",
+		metric.WithDescription("Fetch and ShareFetch calls waiting for records (bounded by --max-long-polls)."),
+		metric.WithUnit("{call}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(longPollsWaiting())
+			return nil
+		})); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// errnoName names the errno behind a storage error for the metric label:
+// the ones an operator acts on, or "other".
+func errnoName(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		switch errno {
+		case syscall.ENOSPC:
+			return "ENOSPC"
+		case syscall.EIO:
+			return "EIO"
+		case syscall.EMFILE:
+			return "EMFILE"
+		case syscall.EROFS:
+			return "EROFS"
+		}
+	}
+	return "other"
+}
+
+// recordStorageError counts one failed storage operation (op: "append",
+// "fsync", "roll", … as the store names it) in
+// sharelog_storage_errors_total{op,errno}. It is the log store's
+// Options.OnStorageError hook (and the share-state log's).
+func (s *Server) recordStorageError(op string, err error) {
+	s.metrics.storageErrors.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String("op", op), attribute.String("errno", errnoName(err))))
+}

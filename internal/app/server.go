@@ -1,0 +1,585 @@
+// Package app wires sharelog's process: the log store, the gRPC server with
+// health and reflection, the REST gateway (dialing the gRPC server, so that
+// streaming works through it), OpenAPI, health, readiness and Prometheus
+// endpoints, OpenTelemetry, TLS and bearer-token auth, and graceful shutdown.
+//
+// It also holds the process's defences (see README "Limits and exposure"):
+//   - connlimit.go: per-listener caps on connections, in total and per IP,
+//     enforced at accept;
+//   - http.go: body deadlines, probe rate limits, gateway error mapping and
+//     the forwarding of the REST client's IP;
+//   - gate.go: the interceptor that authenticates, names the client for
+//     per-client limits (internal/principal) and rejects undecodable bodies
+//     (codec.go);
+//   - exposure.go: the refusal to serve beyond loopback in the clear;
+//   - authorization (docs/security.md): Start opens the ACL bindings of
+//     the data dir (internal/authz) and hands every service one
+//     grpcapi.Guard, which enforces them with --authorizer acl and writes
+//     the audit log in every mode;
+//   - health.go: readiness checks behind /readyz and gRPC health;
+//   - metrics.go: connection refusals, storage errors, offline partitions,
+//     waiting long polls; domainmetrics.go and purgemetrics.go: the log,
+//     share groups, change streams, compaction and purges;
+//   - restroutes.go, httproute.go: the REST route table (405, unknown
+//     query parameters) and the http_route label.
+//
+// Cluster mode (--store jetstream, docs/cluster.md) is in cluster.go (the
+// lease-driven active backend, fencing, roles in readiness) and forward.go
+// (standbys forward every routed call to the active instance); backend.go
+// builds the services over a log store and a share-state store, for both
+// modes.
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/authz"
+	"github.com/sharelog/sharelog/internal/broker"
+	"github.com/sharelog/sharelog/internal/changestream"
+	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/sharestate/statelog"
+	"github.com/sharelog/sharelog/internal/telemetry"
+	"github.com/sharelog/sharelog/internal/transport/grpcapi"
+	"github.com/sharelog/sharelog/internal/transport/kafkawire"
+)
+
+// Options are test and embedding hooks; the zero value is what cmd/server uses.
+type Options struct {
+	// Telemetry overrides how OpenTelemetry is set up (tests add span recorders).
+	Telemetry telemetry.Options
+	// SpanProcessors are added to the tracer provider.
+	SpanProcessors []sdktrace.SpanProcessor
+	// GRPCListener, when set, is served instead of listening on Config.GRPCAddr
+	// (tests pass a bufconn listener). The connection limits apply to it too.
+	GRPCListener net.Listener
+	// DeadLetterAfterAppend, a test hook, runs after the share groups'
+	// dead-letter worker appended copies and before it archives their
+	// records (tests simulate a crash there).
+	DeadLetterAfterAppend func()
+	// ReadinessChecks are added to the server's own (see ReadinessCheck).
+	ReadinessChecks []ReadinessCheck
+	// ReadinessInterval is how often gRPC health follows the readiness
+	// checks; 0 = DefaultReadinessInterval.
+	ReadinessInterval time.Duration
+	// PartitionsOffline feeds the sharelog_partitions_offline gauge until
+	// the store's own count is wired.
+	PartitionsOffline func() int
+}
+
+// gRPC connection keepalive (see newGRPC in Start).
+const (
+	grpcMaxConnectionIdle = 5 * time.Minute
+	grpcKeepaliveTime     = 2 * time.Minute
+	grpcKeepaliveTimeout  = 20 * time.Second
+)
+
+// Server is a running sharelog process.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	tel   *telemetry.Telemetry
+	store *logstore.FileStore
+	share *sharegroup.Manager
+	// streams runs StreamChanges calls; Close ends them with SHUTDOWN first.
+	streams *changestream.Manager
+	// cluster is the cluster mode's ownership and forwarding (nil with the
+	// file store; then store, share and streams are set instead).
+	cluster *clusterNode
+
+	grpcServer   *grpc.Server // public listener
+	gatewayGRPC  *grpc.Server // in-memory listener the gateway dials
+	gatewayConn  *grpc.ClientConn
+	httpServer   *http.Server
+	health       *health.Server
+	grpcListener net.Listener
+	httpListener net.Listener
+	connLimits   []*limitListener // gRPC, HTTP
+
+	auth         *authenticator
+	selfCert     []byte // this instance's TLS certificate (DER), with --tls-client-ca
+	metrics      *serverMetrics
+	acl          *authz.ACL     // the ACL bindings (nil in cluster mode)
+	guard        *grpcapi.Guard // authorization and audit for every handler
+	longPolls    *broker.LongPolls
+	kafka        *kafkawire.Listener
+	fileBackend  *backend // the file store's backend (nil in cluster mode)
+	readiness    []ReadinessCheck
+	lastNotReady string         // reasons last logged; refreshHealth's goroutine only
+	stopBG       chan struct{}  // closed by teardown: ends the background loops
+	bg           sync.WaitGroup // the background loops
+
+	ready    atomic.Bool
+	done     chan struct{} // closed when a listener fails or Close ran
+	doneOnce sync.Once
+	errMu    sync.Mutex
+	err      error
+	closed   sync.Once
+}
+
+// Start opens the store and starts serving gRPC and HTTP. It returns once both
+// listeners are bound; Close stops everything.
+func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (_ *Server, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	s := &Server{cfg: cfg, log: log, done: make(chan struct{}), stopBG: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			s.teardown(context.Background())
+		}
+	}()
+
+	// Refuse an exposed listener before touching the data directory.
+	exposed, err := exposedListeners(ctx, cfg, o.GRPCListener != nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(exposed) > 0 && !cfg.InsecureAllowRemote {
+		return nil, exposureError(exposed)
+	}
+
+	telOpts := o.Telemetry
+	telOpts.SpanProcessors = append(telOpts.SpanProcessors, o.SpanProcessors...)
+	if s.tel, err = telemetry.Setup(ctx, telOpts); err != nil {
+		return nil, err
+	}
+	// Before the store opens, so that s.recordStorageError is its
+	// Options.OnStorageError hook (and the share-state log's) from the
+	// start. The offline gauge is only read at scrape time, when s.store and
+	// s.share are set (the HTTP listener starts after both).
+	s.longPolls = broker.NewLongPolls(cfg.MaxLongPolls)
+	if s.metrics, err = newServerMetrics(s.tel.Meter, func() int {
+		n := s.offlineCount()
+		if o.PartitionsOffline != nil {
+			n += o.PartitionsOffline()
+		}
+		return n
+	}, s.longPolls.Waiting); err != nil {
+		return nil, err
+	}
+	var tlsCfg *tls.Config
+	if cfg.TLSCert != "" {
+		if tlsCfg, err = loadTLS(cfg); err != nil {
+			return nil, err
+		}
+	}
+	auth, err := newAuthenticator(cfg.AuthTokensFile, cfg.TLSClientCA != "", log)
+	if err != nil {
+		return nil, err
+	}
+	s.auth = auth
+	trusted, err := parseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-proxies: %w", err)
+	}
+
+	// Authorization: the audit log is written in every mode; the bindings
+	// are enforced with --authorizer acl only (with none they are kept, so
+	// that they can be prepared before switching).
+	audit := authz.NewAudit(log)
+	s.guard = grpcapi.NewGuard(authz.AllowAll{}, audit)
+	var (
+		aclSvc    sharelogv1.AclServiceServer
+		logSvc    sharelogv1.LogServiceServer
+		shareSvc  sharelogv1.ShareGroupServiceServer
+		changeSvc sharelogv1.ChangeStreamServiceServer
+	)
+	if cfg.Cluster.Store == StoreJetStream {
+		// Cluster mode: the stores open when this instance becomes active;
+		// until then, and whenever it is not, calls are forwarded
+		// (cluster.go). The registered services are never called.
+		if s.cluster, err = s.newClusterNode(ctx, o, tlsCfg); err != nil {
+			return nil, err
+		}
+		logSvc, shareSvc, changeSvc = sharelogv1.UnimplementedLogServiceServer{},
+			sharelogv1.UnimplementedShareGroupServiceServer{}, sharelogv1.UnimplementedChangeStreamServiceServer{}
+		aclSvc = grpcapi.NewAclService(nil, "ACL bindings are not available with --store jetstream yet (docs/security.md)", s.guard)
+	} else {
+		mode, err := logstore.ParseFsyncMode(cfg.Fsync)
+		if err != nil {
+			return nil, err
+		}
+		if s.store, err = logstore.Open(cfg.DataDir, logstore.Options{Fsync: mode, FsyncInterval: cfg.FsyncInterval, Logger: log,
+			OnStorageError:     s.recordStorageError,
+			CompactionInterval: cfg.CompactionInterval, CompactionMaxBytesPerSec: cfg.CompactionMaxBytesPerSec}); err != nil {
+			return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
+		}
+		aclStore, err := authz.NewFileStore(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		if s.acl, err = authz.NewACL(ctx, aclStore, cfg.SuperUsers); err != nil {
+			return nil, err
+		}
+		if cfg.Authorizer == AuthorizerACL {
+			s.guard = grpcapi.NewGuard(s.acl, audit)
+		}
+		aclSvc = grpcapi.NewAclService(s.acl, "", s.guard)
+		store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)
+		// Share state lives in the file state log under the data directory; the
+		// share-group manager sees it only as a sharestate.Store (and owns it).
+		shareState, err := statelog.Open(statelog.Options{
+			Dir:              filepath.Join(cfg.DataDir, "sharegroups"),
+			Fsync:            mode,
+			FsyncInterval:    cfg.FsyncInterval,
+			Logger:           log,
+			RepairShareState: cfg.RepairShareState,
+			OnStorageError:   s.recordStorageError,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("open share-group state: %w", err)
+		}
+		b, err := s.openBackend(store, s.store, shareState, o, s.singleView, nil)
+		if err != nil {
+			return nil, err
+		}
+		s.share, s.streams, s.fileBackend = b.share, b.streams, b
+		logSvc, shareSvc, changeSvc = b.logSvc, b.shareSv, b.change
+	}
+	s.health = health.NewServer()
+	if cfg.KafkaAddr != "" {
+		if s.share == nil {
+			return nil, fmt.Errorf("--kafka-addr is not supported with --store %s yet: the Kafka listener serves the local store only", cfg.Cluster.Store)
+		}
+		kln, err := net.Listen("tcp", cfg.KafkaAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on --kafka-addr %s: %w", cfg.KafkaAddr, err)
+		}
+		if s.kafka, err = kafkawire.Listen(kafkawire.Config{
+			Listener:         newLimitListener(kln, "kafka", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused),
+			AdvertisedAddr:   cfg.KafkaAdvertisedAddr,
+			AutoCreateTopics: cfg.KafkaAutoCreateTopics, DefaultPartitions: int32(cfg.KafkaDefaultPartitions),
+			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes,
+			OnTopicDeleted: s.share.TopicDeleted, LongPolls: s.longPolls, Share: s.share, Logger: log,
+		}, s.fileBackend.log); err != nil {
+			kln.Close()
+			return nil, fmt.Errorf("kafka listener on --kafka-addr %s: %w", cfg.KafkaAddr, err)
+		}
+	}
+	if err := registerDomainMetrics(s.tel.Meter, s.domainSources); err != nil {
+		return nil, err
+	}
+	healthLimit, healthBurst := rate.Limit(cfg.HealthProbesPerSec), 2*cfg.HealthProbesPerSec
+	if cfg.HealthProbesPerSec == 0 {
+		healthLimit = rate.Inf
+	}
+	healthLimiter := newIPLimiter(healthLimit, healthBurst, healthLimiterIPs)
+	healthWatches := newIPSlots(HealthWatchesPerIP)
+	// Inside the call logger (which logs the final status), around
+	// everything else: the one place where errors become gRPC statuses.
+	errs := grpcapi.Errors{Log: log}
+	// With client certificates, a peer presenting this instance's own
+	// certificate is another instance of the cluster forwarding a call.
+	var selfCert []byte
+	if tlsCfg != nil && auth.clientCerts && len(tlsCfg.Certificates) > 0 && len(tlsCfg.Certificates[0].Certificate) > 0 {
+		selfCert = tlsCfg.Certificates[0].Certificate[0]
+		s.selfCert = selfCert
+	}
+	newGRPC := func(creds credentials.TransportCredentials, viaGateway bool) *grpc.Server {
+		codec := newRequestCodec()
+		g := &gate{auth: auth, codec: codec, health: healthLimiter, watches: healthWatches, audit: audit, trusted: trusted, viaGateway: viaGateway, self: selfCert}
+		gs := grpc.NewServer(
+			grpc.Creds(creds),
+			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+			grpc.ForceServerCodecV2(codec),
+			// Reused handler goroutines keep their grown stacks: a new
+			// goroutine per call pays stack growth on every RPC.
+			grpc.NumStreamWorkers(uint32(runtime.NumCPU())),
+			grpc.StatsHandler(otelgrpc.NewServerHandler(
+				otelgrpc.WithTracerProvider(s.tel.Tracer), otelgrpc.WithMeterProvider(s.tel.Meter))),
+			// Clients may ping every 10 s, idle or not; faster pingers are
+			// disconnected.
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+			// A connection without calls for grpcMaxConnectionIdle is
+			// closed (clients reconnect on their next call); a silent peer
+			// is pinged after grpcKeepaliveTime and dropped if it does not
+			// answer, so dead connections do not hold descriptors.
+			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: grpcMaxConnectionIdle,
+				Time: grpcKeepaliveTime, Timeout: grpcKeepaliveTimeout}),
+			grpc.MaxConcurrentStreams(uint32(cfg.GRPCMaxConcurrentStreams)),
+			grpc.ChainUnaryInterceptor(s.withCluster([]grpc.UnaryServerInterceptor{
+				recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
+				callLogger{log}.unary,
+				errs.Unary,
+				g.unary,
+			})...),
+			grpc.ChainStreamInterceptor(s.withClusterStream([]grpc.StreamServerInterceptor{
+				recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
+				callLogger{log}.stream,
+				errs.Stream,
+				g.stream,
+			})...),
+		)
+		sharelogv1.RegisterLogServiceServer(gs, logSvc)
+		sharelogv1.RegisterShareGroupServiceServer(gs, shareSvc)
+		sharelogv1.RegisterChangeStreamServiceServer(gs, changeSvc)
+		sharelogv1.RegisterAclServiceServer(gs, aclSvc)
+		healthpb.RegisterHealthServer(gs, s.health)
+		reflection.Register(gs)
+		return gs
+	}
+	publicCreds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		publicCreds = credentials.NewTLS(tlsCfg)
+	}
+	s.grpcServer = newGRPC(publicCreds, false)
+	// The gateway dials a second gRPC server on an in-memory listener: the same
+	// handlers and interceptors, but no TLS to terminate twice and no
+	// dependence on the public address being dialable.
+	s.gatewayGRPC = newGRPC(insecure.NewCredentials(), true)
+	if s.cluster != nil {
+		s.readiness = append(s.readiness, s.cluster.readinessChecks()...)
+	} else {
+		s.readiness = append(s.readiness,
+			ReadinessCheck{Service: sharelogv1.LogService_ServiceDesc.ServiceName, Check: s.partitionsOnline},
+			ReadinessCheck{Service: sharelogv1.ShareGroupService_ServiceDesc.ServiceName, Check: s.sharePartitionsOnline})
+	}
+	s.readiness = append(s.readiness, o.ReadinessChecks...)
+	s.refreshHealth()
+
+	if s.grpcListener = o.GRPCListener; s.grpcListener == nil {
+		if s.grpcListener, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			return nil, fmt.Errorf("listen on --grpc-addr %s: %w", cfg.GRPCAddr, err)
+		}
+	}
+	if s.httpListener, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
+	}
+	grpcLimit := newLimitListener(s.grpcListener, "grpc", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused)
+	httpLimit := newLimitListener(s.httpListener, "http", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused)
+	s.connLimits = []*limitListener{grpcLimit, httpLimit}
+	memListener := bufconn.Listen(1 << 20)
+	if s.gatewayConn, err = grpc.NewClient("passthrough:///sharelog-gateway",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return memListener.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+			otelgrpc.WithTracerProvider(s.tel.Tracer), otelgrpc.WithMeterProvider(s.tel.Meter))),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cfg.MaxRequestBytes+4096), grpc.MaxCallRecvMsgSize(1<<30)),
+	); err != nil {
+		return nil, fmt.Errorf("gateway client: %w", err)
+	}
+	handler, err := newHTTPHandler(ctx, s.gatewayConn, httpDeps{
+		maxRequestBytes: int64(cfg.MaxRequestBytes),
+		readTimeout:     cfg.HTTPReadTimeout,
+		metrics:         s.tel.Metrics,
+		readyz:          s.readyz,
+		health:          healthLimiter,
+		auth:            auth,
+		guard:           s.guard,
+		audit:           audit,
+		trusted:         trusted,
+		tracer:          s.tel.Tracer,
+		meter:           s.tel.Meter,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// No ReadTimeout: bodyDeadline bounds bodies per request (see there).
+	s.httpServer = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.HTTPIdleTimeout,
+		TLSConfig: tlsCfg, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+
+	interval := o.ReadinessInterval
+	if interval <= 0 {
+		interval = DefaultReadinessInterval
+	}
+	s.bg.Go(func() { s.healthLoop(interval, s.stopBG) })
+	if auth.tokensEnabled() {
+		s.bg.Go(func() { auth.watch(authReloadInterval, s.stopBG) })
+	}
+	if len(exposed) > 0 {
+		warnExposed(log, exposed)
+		s.bg.Go(func() { exposureLoop(log, exposed, insecureWarnInterval, s.stopBG) })
+	}
+
+	go s.serve("grpc", func() error { return s.grpcServer.Serve(grpcLimit) })
+	go s.serve("gateway-grpc", func() error { return s.gatewayGRPC.Serve(memListener) })
+	go s.serve("http", func() error {
+		if tlsCfg != nil {
+			return s.httpServer.ServeTLS(httpLimit, "", "")
+		}
+		return s.httpServer.Serve(httpLimit)
+	})
+	if s.cluster != nil {
+		s.cluster.start(s.GRPCAddr())
+	}
+	s.ready.Store(true)
+	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "kafka_addr", s.KafkaAddr(),
+		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled(), "client_certs", auth.clientCerts,
+		"authorizer", cfg.Authorizer, "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls)
+	return s, nil
+}
+
+func (s *Server) serve(name string, fn func() error) {
+	if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+		s.log.Error("listener failed", "listener", name, "err", err)
+		s.errMu.Lock()
+		if s.err == nil {
+			s.err = fmt.Errorf("%s listener: %w", name, err)
+		}
+		s.errMu.Unlock()
+		s.doneOnce.Do(func() { close(s.done) })
+	}
+}
+
+func (s *Server) recovered(ctx context.Context, p any) error {
+	s.log.ErrorContext(ctx, "panic in handler", "panic", p)
+	return status.Error(codes.Internal, "internal error")
+}
+
+// ReloadAuth re-reads --auth-tokens-file now (cmd/server calls it on
+// SIGHUP; the file is also watched for changes). A file that cannot be read
+// or parsed keeps the tokens in force; the error is logged and returned.
+func (s *Server) ReloadAuth() error { return s.auth.reload(true) }
+
+// HTTPHandler is the whole HTTP surface (tests serve it with httptest).
+func (s *Server) HTTPHandler() http.Handler { return s.httpServer.Handler }
+
+// GRPCAddr is the bound gRPC address (useful with port 0).
+func (s *Server) GRPCAddr() string { return s.grpcListener.Addr().String() }
+
+// KafkaAddr is the bound Kafka listener address, empty when it is off.
+func (s *Server) KafkaAddr() string {
+	if s.kafka == nil {
+		return ""
+	}
+	return s.kafka.Addr().String()
+}
+
+// HTTPAddr is the bound HTTP address (useful with port 0).
+func (s *Server) HTTPAddr() string { return s.httpListener.Addr().String() }
+
+// Done is closed when a listener fails; Err then says why.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Err is the listener failure that closed Done, if any.
+func (s *Server) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+// Close stops accepting, finishes in-flight calls (bounded by the shutdown
+// timeout), flushes and closes the store, and flushes telemetry.
+func (s *Server) Close() error {
+	var err error
+	s.closed.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		defer cancel()
+		err = s.teardown(ctx)
+		s.doneOnce.Do(func() { close(s.done) })
+	})
+	return err
+}
+
+func (s *Server) teardown(ctx context.Context) error {
+	s.ready.Store(false)
+	close(s.stopBG)
+	s.bg.Wait()
+	if s.streams != nil {
+		// Streams end with stream_end{SHUTDOWN} at their next event and new
+		// calls get UNAVAILABLE, so the graceful stops below do not wait for
+		// tails (an NDJSON tail would hold the HTTP shutdown too).
+		s.streams.Shutdown()
+	}
+	if s.cluster != nil {
+		s.cluster.beginShutdown()
+	}
+	if s.health != nil {
+		s.health.Shutdown()
+	}
+	var errs []error
+	if s.httpServer != nil {
+		if err := s.httpServer.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+	} else if s.httpListener != nil {
+		s.httpListener.Close()
+	}
+	for _, gs := range []*grpc.Server{s.grpcServer, s.gatewayGRPC} {
+		if gs != nil {
+			gracefulStop(ctx, gs)
+		}
+	}
+	if s.grpcServer == nil && s.grpcListener != nil {
+		s.grpcListener.Close()
+	}
+	if s.gatewayConn != nil {
+		s.gatewayConn.Close()
+	}
+	// The Kafka listener ends its connections' share sessions: before the
+	// share groups close.
+	if s.kafka != nil {
+		if err := s.kafka.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close kafka listener: %w", err))
+		}
+	}
+	if s.cluster != nil {
+		if err := s.cluster.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Share groups end their sessions through the store: close them first.
+	if s.share != nil {
+		if err := s.share.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close share groups: %w", err))
+		}
+	}
+	if s.store != nil {
+		if err := s.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+	}
+	if s.tel != nil {
+		if err := s.tel.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("telemetry shutdown: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// gracefulStop waits for in-flight calls until ctx ends, then cuts them.
+func gracefulStop(ctx context.Context, gs *grpc.Server) {
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		gs.Stop()
+		<-stopped
+	}
+}

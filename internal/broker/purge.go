@@ -1,0 +1,140 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+)
+
+// PartitionCode is a per-partition outcome of Purge (Kafka's error codes,
+// named without the transport's prefix).
+type PartitionCode int
+
+const (
+	CodeNone PartitionCode = iota
+	CodeUnknownTopicOrPartition
+	CodePolicyViolation
+	CodeInvalidRequest
+	CodeOffsetOutOfRange
+	CodeKafkaStorageError
+)
+
+// PurgeTopic asks to move the log start offset of some partitions of one
+// topic; an Offset of -1 means the high watermark.
+type PurgeTopic struct {
+	Topic      string
+	Partitions []PurgePartition
+}
+
+// PurgePartition is one partition of a PurgeTopic.
+type PurgePartition struct {
+	Partition int32
+	Offset    int64
+}
+
+// PurgeTopicResult is one topic's outcomes, in request order.
+type PurgeTopicResult struct {
+	Topic      string
+	Partitions []PurgePartitionResult
+}
+
+// PurgePartitionResult is one partition's outcome: its log start offset
+// after the call, or -1 with a code and a message.
+type PurgePartitionResult struct {
+	Partition    int32
+	LowWatermark int64
+	Code         PartitionCode
+	Message      string
+}
+
+// Purge moves log start offsets (Kafka's DeleteRecords), each partition
+// judged alone so one bad partition never fails the others:
+//  1. unknown topic or partition  → UNKNOWN_TOPIC_OR_PARTITION;
+//  2. cleanup policy "compact"     → POLICY_VIOLATION, nothing changes;
+//  3. the same partition twice     → INVALID_REQUEST for that partition;
+//  4. offset -1 = high watermark; any other negative, or above the high
+//     watermark → OFFSET_OUT_OF_RANGE;
+//  5. offset at or below the log start → NONE, the current log start;
+//  6. otherwise the log start moves to offset, durably before the result.
+//
+// The error is for a failure of the whole call (the store itself failing).
+func (l *Log) Purge(ctx context.Context, topics []PurgeTopic) ([]PurgeTopicResult, error) {
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	seen := map[tp]int{}
+	for _, t := range topics {
+		for _, p := range t.Partitions {
+			seen[tp{t.Topic, p.Partition}]++
+		}
+	}
+	infos := map[string]*logstore.TopicInfo{} // nil value: unknown topic
+	out := make([]PurgeTopicResult, 0, len(topics))
+	for _, t := range topics {
+		info, ok := infos[t.Topic]
+		if !ok {
+			if ti, err := l.store.TopicInfo(ctx, t.Topic); err == nil {
+				info = &ti
+			} else if !errors.Is(err, logstore.ErrUnknownTopic) && !errors.Is(err, logstore.ErrInvalidArgument) {
+				return nil, err
+			}
+			infos[t.Topic] = info
+		}
+		tr := PurgeTopicResult{Topic: t.Topic, Partitions: make([]PurgePartitionResult, 0, len(t.Partitions))}
+		for _, p := range t.Partitions {
+			tr.Partitions = append(tr.Partitions, l.purgePartition(ctx, info, t.Topic, p, seen[tp{t.Topic, p.Partition}] > 1))
+		}
+		out = append(out, tr)
+	}
+	return out, nil
+}
+
+func (l *Log) purgePartition(ctx context.Context, info *logstore.TopicInfo, topic string, p PurgePartition, duplicate bool) PurgePartitionResult {
+	fail := func(code PartitionCode, format string, args ...any) PurgePartitionResult {
+		return PurgePartitionResult{Partition: p.Partition, LowWatermark: -1, Code: code, Message: fmt.Sprintf(format, args...)}
+	}
+	part := p.Partition
+	switch {
+	case info == nil:
+		return fail(CodeUnknownTopicOrPartition, "topic %q does not exist", topic)
+	case part < 0 || part >= info.Partitions:
+		return fail(CodeUnknownTopicOrPartition, "topic %q has no partition %d", topic, part)
+	case info.Config.CleanupPolicy == logstore.CleanupCompact:
+		return fail(CodePolicyViolation, "topic %q has cleanup_policy \"compact\": records cannot be purged", topic)
+	case duplicate:
+		return fail(CodeInvalidRequest, "partition %s-%d appears more than once in the request", topic, part)
+	}
+	storeErr := func(err error) PurgePartitionResult {
+		switch {
+		case errors.Is(err, logstore.ErrUnknownTopic):
+			return fail(CodeUnknownTopicOrPartition, "%v", err)
+		case errors.Is(err, logstore.ErrOffsetOutOfRange):
+			return fail(CodeOffsetOutOfRange, "%v", err)
+		}
+		l.log.ErrorContext(ctx, "purge failed", "topic", topic, "partition", part, "err", err)
+		return fail(CodeKafkaStorageError, "the log start offset could not be stored durably")
+	}
+	logStart, hw, err := l.store.Bounds(topic, part)
+	if err != nil {
+		return storeErr(err)
+	}
+	offset := p.Offset
+	if offset == -1 {
+		offset = hw
+	}
+	if offset < 0 || offset > hw {
+		return fail(CodeOffsetOutOfRange,
+			"offset %d is outside [0, %d] (the high watermark); -1 means the high watermark", p.Offset, hw)
+	}
+	if offset <= logStart {
+		return PurgePartitionResult{Partition: part, LowWatermark: logStart}
+	}
+	newStart, err := l.store.DeleteRecordsBefore(ctx, topic, part, offset)
+	if err != nil {
+		return storeErr(err)
+	}
+	return PurgePartitionResult{Partition: part, LowWatermark: newStart}
+}

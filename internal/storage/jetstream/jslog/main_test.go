@@ -1,0 +1,68 @@
+package jslog
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharelog/sharelog/internal/storage/jetstream/jstest"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/logstore/logstoretest"
+)
+
+// cluster is the package's 3-node JetStream cluster (fsync before every
+// acknowledgement), shared by every test.
+var cluster *jstest.Cluster
+
+func TestMain(m *testing.M) {
+	c, err := jstest.Start(jstest.Options{SyncAlways: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start the JetStream test cluster:", err)
+		os.Exit(1)
+	}
+	cluster = c
+	code := m.Run()
+	c.Shutdown()
+	os.Exit(code)
+}
+
+// newStore opens a store with its own prefix on a connection of its own,
+// closed (and its streams deleted) at t's cleanup.
+func newStore(t *testing.T) *Store {
+	t.Helper()
+	nc := cluster.Connect(t)
+	prefix := cluster.Prefix()
+	cluster.Cleanup(t, nc, prefix)
+	return openStore(t, nc, Options{Prefix: prefix, Replicas: 3})
+}
+
+// openStore opens a store on nc with o, closed at t's cleanup.
+func openStore(t *testing.T, nc *nats.Conn, o Options) *Store {
+	t.Helper()
+	if o.Timeout == 0 {
+		// The parallel conformance cases create many replicated streams at
+		// once on three in-process servers under -race on two cores: the
+		// meta layer can take longer than the production default of 10 s.
+		o.Timeout = 30 * time.Second
+	}
+	s, err := Open(context.Background(), nc, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	logstoretest.Run(t, func(t *testing.T) logstore.Store { return newStore(t) })
+}
+
+func TestKeyIndexConformance(t *testing.T) {
+	logstoretest.RunKeyIndex(t, func(t *testing.T) (logstore.Store, logstore.KeyIndexer) {
+		s := newStore(t)
+		return s, s
+	})
+}

@@ -1,0 +1,579 @@
+package jslog
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+)
+
+// Options configures a Store.
+type Options struct {
+	// Prefix names every stream, subject and bucket of the store
+	// (default "SL"); stores with different prefixes share nothing.
+	Prefix string
+	// Replicas is the replica count of every partition stream and of the
+	// metadata bucket (default 3).
+	Replicas int
+	// Timeout bounds each call whose context has no deadline, and the
+	// calls without a context (Bounds, Watch, the key index's) when they
+	// must first load a partition (default 10 s).
+	Timeout time.Duration
+	// MaxBatchRecords is the most records one Append may carry: one
+	// append is one atomic JetStream batch, which the server caps
+	// (jetstream.limits.batch.max_size, 1000 by default). Default 1000.
+	MaxBatchRecords int
+}
+
+// recordFormat names the payload of every stream message, recorded in the
+// stream metadata.
+const recordFormat = "sharelog-record-frame-v1"
+
+// createParallel is how many streams CreateTopic and DeleteTopic create or
+// delete at once.
+const createParallel = 8
+
+// readBatch is the most messages one direct-get batch request asks for.
+const readBatch = 256
+
+// Store is a logstore.Store and logstore.KeyIndexer on a NATS JetStream
+// cluster; see the package documentation for the mapping.
+//
+// Locks: Store.mu, then partition.mu; partition.appendMu and
+// partition.openMu are taken before partition.mu, never under it; the
+// notifiers' locks are leaves.
+type Store struct {
+	nc       *nats.Conn
+	js       njs.JetStream
+	kv       njs.KeyValue
+	prefix   string
+	replicas int
+	timeout  time.Duration
+	maxBatch int
+
+	mu     sync.RWMutex
+	topics map[string]*topic
+	revs   map[string]uint64 // highest metadata revision applied per topic name
+	closed bool
+
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+}
+
+var (
+	_ logstore.Store      = (*Store)(nil)
+	_ logstore.KeyIndexer = (*Store)(nil)
+)
+
+type topic struct {
+	info  logstore.TopicInfo
+	rev   uint64
+	parts []*partition
+}
+
+// topicMeta is a topic's metadata entry, the value of its key in the
+// metadata bucket.
+type topicMeta struct {
+	Name          string `json:"name"`
+	ID            string `json:"id"`
+	Partitions    int32  `json:"partitions"`
+	SegmentBytes  int64  `json:"segment_bytes"`
+	RetentionMs   int64  `json:"retention_ms"`
+	CleanupPolicy string `json:"cleanup_policy"`
+}
+
+func metaKey(name string) string { return "topic." + sljs.HexKey(name) }
+
+// Open opens the store over nc (which the caller keeps and closes after
+// Close): it creates the metadata bucket if needed, loads every topic and
+// then follows the bucket, so topics created or deleted through other
+// instances appear here too. Partitions are loaded when first used.
+func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
+	if o.Prefix == "" {
+		o.Prefix = sljs.DefaultPrefix
+	}
+	if err := sljs.CheckPrefix(o.Prefix); err != nil {
+		return nil, fmt.Errorf("%w: %w", logstore.ErrInvalidArgument, err)
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 3
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.MaxBatchRecords <= 0 {
+		o.MaxBatchRecords = 1000
+	}
+	js, err := njs.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w (%w)", err, logstore.ErrStorage)
+	}
+	s := &Store{
+		nc: nc, js: js, prefix: o.Prefix, replicas: o.Replicas, timeout: o.Timeout, maxBatch: o.MaxBatchRecords,
+		topics: make(map[string]*topic), revs: make(map[string]uint64), watchDone: make(chan struct{}),
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	bucket := sljs.MetaBucket(o.Prefix)
+	err = sljs.Retry(octx, func(ctx context.Context) (err error) {
+		s.kv, err = js.CreateKeyValue(ctx, njs.KeyValueConfig{
+			Bucket:      bucket,
+			Description: "sharelog topic metadata",
+			History:     1,
+			Storage:     njs.FileStorage,
+			Replicas:    o.Replicas,
+		})
+		return err
+	})
+	if errors.Is(err, njs.ErrBucketExists) {
+		err = sljs.Retry(octx, func(ctx context.Context) (err error) {
+			s.kv, err = js.KeyValue(ctx, bucket) // as the operator left it
+			return err
+		})
+	}
+	if err == nil {
+		err = sljs.WaitLeader(octx, js, "KV_"+bucket)
+	}
+	if err != nil {
+		return nil, sljs.Wrap(ctx, "open the topic metadata bucket", err, logstore.ErrStorage)
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	var w njs.KeyWatcher
+	// Creating the watch's consumer can time out while the meta layer is
+	// busy (a bucket another instance has just created): transient.
+	err = sljs.Retry(octx, func(context.Context) (err error) {
+		w, err = s.kv.WatchAll(wctx)
+		return err
+	})
+	if err != nil {
+		stop()
+		return nil, sljs.Wrap(ctx, "watch the topic metadata bucket", err, logstore.ErrStorage)
+	}
+	// The watcher sends every current entry, then nil.
+	for loaded := false; !loaded; {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				stop()
+				return nil, fmt.Errorf("topic metadata watch ended while loading (%w)", logstore.ErrStorage)
+			}
+			if e == nil {
+				loaded = true
+				continue
+			}
+			s.applyMeta(e)
+		case <-octx.Done():
+			stop()
+			return nil, sljs.Wrap(ctx, "load the topic metadata", octx.Err(), logstore.ErrStorage)
+		}
+	}
+	s.stopWatch = stop
+	go s.watchMeta(wctx, w)
+	return s, nil
+}
+
+// watchMeta applies metadata changes until the watch is stopped.
+func (s *Store) watchMeta(ctx context.Context, w njs.KeyWatcher) {
+	defer close(s.watchDone)
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e != nil {
+				s.applyMeta(e)
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// applyMeta applies one metadata entry unless an equal or newer revision of
+// its key was applied already (this instance's own creates and deletes are
+// applied before the watch delivers them).
+func (s *Store) applyMeta(e njs.KeyValueEntry) {
+	var gone *topic
+	s.mu.Lock()
+	tok, isTopic := strings.CutPrefix(e.Key(), "topic.")
+	name, err := sljs.UnhexKey(tok)
+	if !isTopic || err != nil || s.closed || e.Revision() <= s.revs[name] {
+		s.mu.Unlock()
+		return
+	}
+	s.revs[name] = e.Revision()
+	cur := s.topics[name]
+	switch e.Operation() {
+	case njs.KeyValuePut:
+		var m topicMeta
+		if err := json.Unmarshal(e.Value(), &m); err != nil || m.Name != name {
+			// Not ours to interpret; leave the topic as it was.
+			break
+		}
+		if cur != nil && cur.info.ID == m.ID {
+			cur.rev = e.Revision()
+			break
+		}
+		gone = cur
+		s.topics[name] = s.newTopic(m, e.Revision())
+	default: // deleted or purged
+		gone = cur
+		delete(s.topics, name)
+	}
+	s.mu.Unlock()
+	if gone != nil {
+		gone.shutdown(fmt.Errorf("topic %q was deleted: %w", name, logstore.ErrUnknownTopic))
+	}
+}
+
+func (s *Store) newTopic(m topicMeta, rev uint64) *topic {
+	t := &topic{
+		info: logstore.TopicInfo{Name: m.Name, ID: m.ID, Partitions: m.Partitions, Config: logstore.TopicConfig{
+			SegmentBytes: m.SegmentBytes, RetentionMs: m.RetentionMs, CleanupPolicy: m.CleanupPolicy,
+		}},
+		rev:   rev,
+		parts: make([]*partition, m.Partitions),
+	}
+	for i := range t.parts {
+		t.parts[i] = &partition{
+			s: s, topic: m.Name, id: int32(i),
+			stream:  sljs.StreamName(s.prefix, m.ID, int32(i)),
+			subject: sljs.Subject(s.prefix, m.ID, int32(i)),
+			keys:    logstore.NewMemKeyIndex(),
+		}
+	}
+	return t
+}
+
+func (t *topic) shutdown(err error) {
+	for _, p := range t.parts {
+		p.shutdown(err)
+	}
+}
+
+// opCtx bounds ctx by the store's timeout if it has no deadline.
+func (s *Store) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+func (s *Store) lookupTopic(name string) (*topic, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, logstore.ErrClosed
+	}
+	t := s.topics[name]
+	if t == nil {
+		return nil, fmt.Errorf("topic %q: %w", name, logstore.ErrUnknownTopic)
+	}
+	return t, nil
+}
+
+func (s *Store) partition(name string, part int32) (*partition, error) {
+	t, err := s.lookupTopic(name)
+	if err != nil {
+		return nil, err
+	}
+	if part < 0 || int(part) >= len(t.parts) {
+		return nil, fmt.Errorf("topic %q has %d partitions, no partition %d: %w", name, len(t.parts), part, logstore.ErrUnknownTopic)
+	}
+	return t.parts[part], nil
+}
+
+// readyPartition looks a partition up and loads it, bounded by ctx and the
+// store's timeout.
+func (s *Store) readyPartition(ctx context.Context, name string, part int32) (*partition, error) {
+	p, err := s.partition(name, part)
+	if err != nil {
+		return nil, err
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	if err := p.load(octx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// CreateTopic implements logstore.Store: the partition streams are created
+// first, under the new topic ID, then the metadata entry with a create that
+// fails if the name is taken — so a topic is visible only with all its
+// streams, and a lost race removes the streams it made.
+func (s *Store) CreateTopic(ctx context.Context, name string, partitions int32, cfg logstore.TopicConfig) (logstore.TopicInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return logstore.TopicInfo{}, err
+	}
+	cfg, err := logstore.NormalizeTopic(name, partitions, cfg)
+	if err != nil {
+		return logstore.TopicInfo{}, err
+	}
+	if _, err := s.lookupTopic(name); err == nil {
+		return logstore.TopicInfo{}, fmt.Errorf("topic %q: %w", name, logstore.ErrTopicExists)
+	} else if errors.Is(err, logstore.ErrClosed) {
+		return logstore.TopicInfo{}, err
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	// The cheap check above sees only what this instance knows; ask the
+	// bucket before creating any stream.
+	// Retried while transient: a bucket whose replicas are electing a
+	// leader has no responder for a moment.
+	var found error
+	err = sljs.Retry(octx, func(ctx context.Context) error {
+		_, found = s.kv.Get(ctx, metaKey(name))
+		if found == nil || errors.Is(found, njs.ErrKeyNotFound) {
+			return nil
+		}
+		return found
+	})
+	switch {
+	case err != nil:
+		return logstore.TopicInfo{}, sljs.Wrap(ctx, fmt.Sprintf("look up topic %q", name), err, logstore.ErrStorage)
+	case found == nil:
+		return logstore.TopicInfo{}, fmt.Errorf("topic %q: %w", name, logstore.ErrTopicExists)
+	}
+	m := topicMeta{Name: name, ID: logstore.NewTopicID(), Partitions: partitions,
+		SegmentBytes: cfg.SegmentBytes, RetentionMs: cfg.RetentionMs, CleanupPolicy: cfg.CleanupPolicy}
+	if err := s.eachPartition(octx, partitions, func(ctx context.Context, p int32) error {
+		cfg := s.streamConfig(m, p)
+		if err := sljs.Retry(ctx, func(ctx context.Context) error {
+			_, err := s.js.CreateStream(ctx, cfg)
+			return err
+		}); err != nil {
+			return err
+		}
+		return sljs.WaitLeader(ctx, s.js, cfg.Name)
+	}); err != nil {
+		s.dropStreams(m.ID, partitions)
+		return logstore.TopicInfo{}, sljs.Wrap(ctx, fmt.Sprintf("create the streams of topic %q", name), err, logstore.ErrStorage)
+	}
+	val, _ := json.Marshal(m)
+	rev, err := s.kv.Create(octx, metaKey(name), val)
+	if err != nil {
+		s.dropStreams(m.ID, partitions)
+		if errors.Is(err, njs.ErrKeyExists) {
+			return logstore.TopicInfo{}, fmt.Errorf("topic %q: %w", name, logstore.ErrTopicExists)
+		}
+		return logstore.TopicInfo{}, sljs.Wrap(ctx, fmt.Sprintf("record topic %q", name), err, logstore.ErrStorage)
+	}
+	t := s.newTopic(m, rev)
+	var gone *topic
+	s.mu.Lock()
+	if rev > s.revs[name] {
+		s.revs[name] = rev
+		gone = s.topics[name]
+		s.topics[name] = t
+	}
+	s.mu.Unlock()
+	if gone != nil {
+		gone.shutdown(fmt.Errorf("topic %q was deleted: %w", name, logstore.ErrUnknownTopic))
+	}
+	return t.info, nil
+}
+
+func (s *Store) streamConfig(m topicMeta, p int32) njs.StreamConfig {
+	return njs.StreamConfig{
+		Name:               sljs.StreamName(s.prefix, m.ID, p),
+		Description:        fmt.Sprintf("sharelog topic %s partition %d", m.Name, p),
+		Subjects:           []string{sljs.Subject(s.prefix, m.ID, p)},
+		Storage:            njs.FileStorage,
+		Replicas:           s.replicas,
+		Retention:          njs.LimitsPolicy,
+		Discard:            njs.DiscardOld,
+		DenyDelete:         true,
+		AllowDirect:        true,
+		AllowAtomicPublish: true,
+		Metadata: map[string]string{
+			"sharelog.topic":     m.Name,
+			"sharelog.topic_id":  m.ID,
+			"sharelog.partition": strconv.Itoa(int(p)),
+			"sharelog.format":    recordFormat,
+		},
+	}
+}
+
+// eachPartition runs fn for partitions 0..n-1, a few at a time, and returns
+// the first error.
+func (s *Store) eachPartition(ctx context.Context, n int32, fn func(ctx context.Context, p int32) error) error {
+	sem := make(chan struct{}, createParallel)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for p := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := fn(ctx, p); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = fmt.Errorf("partition %d: %w", p, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// dropStreams deletes the streams of a topic that failed to be created,
+// with its own deadline (the caller's may be what failed). A stream it
+// cannot delete is left as an orphan (its name carries a topic ID no
+// metadata entry has).
+func (s *Store) dropStreams(id string, partitions int32) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	_ = s.eachPartition(ctx, partitions, func(ctx context.Context, p int32) error {
+		err := s.js.DeleteStream(ctx, sljs.StreamName(s.prefix, id, p))
+		if errors.Is(err, njs.ErrStreamNotFound) {
+			return nil
+		}
+		return err
+	})
+}
+
+// DeleteTopic implements logstore.Store: the metadata entry goes first (a
+// delete conditional on the revision this instance knows), then the
+// streams. Streams that cannot be deleted are reported in the error; the
+// topic is gone either way.
+func (s *Store) DeleteTopic(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t, err := s.lookupTopic(name)
+	if err != nil {
+		return err
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	if err := s.kv.Delete(octx, metaKey(name), njs.LastRevision(t.rev)); err != nil {
+		if errors.Is(err, njs.ErrKeyRevisionMismatch) || sljs.IsWrongLastSequence(err) {
+			return fmt.Errorf("topic %q changed while it was being deleted, try again: %w", name, logstore.ErrUnknownTopic)
+		}
+		return sljs.Wrap(ctx, fmt.Sprintf("delete topic %q", name), err, logstore.ErrStorage)
+	}
+	s.mu.Lock()
+	if s.topics[name] == t {
+		delete(s.topics, name)
+	}
+	s.mu.Unlock()
+	t.shutdown(fmt.Errorf("topic %q was deleted: %w", name, logstore.ErrUnknownTopic))
+	err = s.eachPartition(octx, t.info.Partitions, func(ctx context.Context, p int32) error {
+		err := s.js.DeleteStream(ctx, sljs.StreamName(s.prefix, t.info.ID, p))
+		if errors.Is(err, njs.ErrStreamNotFound) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("topic %q deleted, but some of its streams remain: %w (%w)", name, err, logstore.ErrStorage)
+	}
+	return nil
+}
+
+// Topics implements logstore.Store from the metadata this instance holds.
+func (s *Store) Topics(ctx context.Context) ([]logstore.TopicInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, logstore.ErrClosed
+	}
+	out := make([]logstore.TopicInfo, 0, len(s.topics))
+	for _, t := range s.topics {
+		out = append(out, t.info)
+	}
+	slices.SortFunc(out, func(a, b logstore.TopicInfo) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// TopicInfo implements logstore.Store.
+func (s *Store) TopicInfo(ctx context.Context, name string) (logstore.TopicInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return logstore.TopicInfo{}, err
+	}
+	t, err := s.lookupTopic(name)
+	if err != nil {
+		return logstore.TopicInfo{}, err
+	}
+	return t.info, nil
+}
+
+// Topic implements logstore.Store. Offsets are this instance's view;
+// SizeBytes is the stream's stored bytes as JetStream counts them.
+func (s *Store) Topic(ctx context.Context, name string) (logstore.TopicInfo, []logstore.PartitionInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return logstore.TopicInfo{}, nil, err
+	}
+	t, err := s.lookupTopic(name)
+	if err != nil {
+		return logstore.TopicInfo{}, nil, err
+	}
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	parts := make([]logstore.PartitionInfo, len(t.parts))
+	for i, p := range t.parts {
+		// The stream's state gives the bounds; describing a topic does not
+		// start following its partitions (in partitioned mode that would
+		// make every instance that answers DescribeTopic read every record
+		// of partitions it does not own). A partition this instance follows
+		// may know a little more (appends acknowledged here, a purge seen
+		// by a read), never less.
+		st, err := s.js.Stream(octx, p.stream)
+		if err != nil {
+			return logstore.TopicInfo{}, nil, p.streamErr(ctx, "describe", err)
+		}
+		state := st.CachedInfo().State
+		ls, hw := int64(max(state.FirstSeq, 1))-1, int64(state.LastSeq)
+		if kls, khw, loaded, err := p.knownBounds(); err != nil {
+			return logstore.TopicInfo{}, nil, err
+		} else if loaded {
+			ls, hw = max(ls, kls), max(hw, khw)
+		}
+		parts[i] = logstore.PartitionInfo{Partition: p.id, LogStartOffset: ls, HighWatermark: hw,
+			SizeBytes: int64(state.Bytes), SegmentCount: 1}
+	}
+	return t.info, parts, nil
+}
+
+// Close implements logstore.Store: it stops following the metadata and the
+// partitions; the connection stays the caller's. Later calls fail with
+// ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	topics := s.topics
+	s.topics = nil
+	s.mu.Unlock()
+	s.stopWatch()
+	<-s.watchDone
+	for _, t := range topics {
+		t.shutdown(logstore.ErrClosed)
+	}
+	return nil
+}

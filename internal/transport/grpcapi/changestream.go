@@ -1,0 +1,179 @@
+package grpcapi
+
+// ChangeStreamService behaviour (docs/change-streams.md):
+//   - StreamChanges needs READ on the topic (TOPIC_AUTHORIZATION_FAILED
+//     before anything else, whether the topic exists or not), and keeps
+//     needing it: with --authorizer acl it is checked again before every
+//     message, and a stream whose READ was revoked ends with
+//     TOPIC_AUTHORIZATION_FAILED without sending the events it held.
+//   - StreamChanges validates in this order (INVALID_REQUEST,
+//     UNKNOWN_TOPIC_OR_PARTITION, ROLLBACK_REQUIRED for a re-created topic,
+//     OFFSET_OUT_OF_RANGE, ROLLBACK_REQUIRED for purged history) before any
+//     event; more calls than --max-change-streams get
+//     THROTTLING_QUOTA_EXCEEDED and calls after shutdown UNAVAILABLE.
+//   - Then it sends the events of internal/changestream in order, several
+//     per StreamChangesResponse: a message holds at most maxEventsPerMessage
+//     events and maxMessageBytes encoded (one larger event alone), and goes
+//     out when full or when the stream flushes (before it waits for the
+//     partition, before it scans for a snapshot's first match, after
+//     stream_end). Each Send blocks on gRPC flow control, which is the
+//     back-pressure.
+//   - The call completes with status OK after stream_end; DATA_LOSS on a
+//     checksum failure, CANCELLED when the client cancels, INTERNAL otherwise.
+
+import (
+	"fmt"
+
+	"google.golang.org/grpc/metadata"
+
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/authz"
+	"github.com/sharelog/sharelog/internal/changestream"
+)
+
+// ChangeStreamService implements sharelogv1.ChangeStreamServiceServer over a
+// changestream.Manager.
+type ChangeStreamService struct {
+	sharelogv1.UnsafeChangeStreamServiceServer // compile error when an RPC is added
+
+	streams *changestream.Manager
+	guard   *Guard
+}
+
+// NewChangeStreamService returns the ChangeStreamService handlers, checking
+// permissions with guard (nil = none).
+func NewChangeStreamService(streams *changestream.Manager, guard *Guard) *ChangeStreamService {
+	return &ChangeStreamService{streams: streams, guard: guard}
+}
+
+func (s *ChangeStreamService) StreamChanges(req *sharelogv1.StreamChangesRequest, stream sharelogv1.ChangeStreamService_StreamChangesServer) error {
+	ctx := stream.Context()
+	if err := s.guard.require(ctx, authz.Read, authz.Topic, req.GetTopic()); err != nil {
+		return err
+	}
+	dreq := changestream.Request{
+		Topic:       req.GetTopic(),
+		Partition:   req.GetPartition(),
+		StartOffset: req.GetStartOffset(),
+		EndOffset:   req.EndOffset,
+		TopicID:     req.TopicId,
+		KeyPrefix:   req.GetKeyPrefix(),
+		OSO:         changestream.OSOMode(req.GetOsoMode()), // the domain rejects values it does not know
+		// Headers go out once the request is valid, so a client (and the
+		// gateway, which waits for them) knows the stream is positioned.
+		Started: func() { _ = stream.SendHeader(metadata.MD{}) },
+	}
+	b := &eventBatcher{send: stream.Send}
+	if s.guard.enforcing() {
+		// A stream may stay open for days: a READ revoked meanwhile ends
+		// it before its next message, as it would refuse the next call.
+		topic := req.GetTopic()
+		b.mayRead = func() error { return s.guard.require(ctx, authz.Read, authz.Topic, topic) }
+	}
+	return s.streams.Stream(ctx, dreq, b)
+}
+
+// Bounds of one StreamChangesResponse (documented in change_stream.proto):
+// a read batch's worth of events.
+const (
+	maxEventsPerMessage = 256
+	maxMessageBytes     = 1 << 20
+)
+
+// eventOverhead bounds the encoded bytes of an event beside its key, value
+// and headers: the repeated field's tag and length (6), the oneof field's
+// tag and length (6), offset and timestamp (11 each), key and value tags
+// and lengths (6 each) = 46; a marker, OSO phase, offset_advanced or
+// stream_end is smaller. headerOverhead bounds a header's beside its key
+// and value: its tag and length and those of its two fields (18).
+const (
+	eventOverhead  = 64
+	headerOverhead = 24
+)
+
+// eventBatcher is the changestream.Sender of a call: it converts each
+// event at once (the record it refers to stays valid until the next Flush)
+// and sends a message when the next event would not fit or at Flush.
+type eventBatcher struct {
+	send func(*sharelogv1.StreamChangesResponse) error
+	// mayRead, if set, is asked before each message goes out; its error
+	// (the caller may no longer READ the topic) ends the stream instead.
+	mayRead func() error
+	resp    sharelogv1.StreamChangesResponse // reused: Send marshals at once
+	bytes   int                              // bound of resp's encoded size
+}
+
+func (b *eventBatcher) Send(ev *changestream.Event) error {
+	n := eventSize(ev)
+	if k := len(b.resp.Events); k > 0 && (k >= maxEventsPerMessage || b.bytes+n > maxMessageBytes) {
+		if err := b.Flush(); err != nil {
+			return err
+		}
+	}
+	b.resp.Events = append(b.resp.Events, eventToProto(ev))
+	b.bytes += n
+	return nil
+}
+
+func (b *eventBatcher) Flush() error {
+	if len(b.resp.Events) == 0 {
+		return nil
+	}
+	var err error
+	if b.mayRead != nil {
+		err = b.mayRead()
+	}
+	if err == nil {
+		err = b.send(&b.resp)
+	}
+	clear(b.resp.Events) // drop the references to the records sent
+	b.resp.Events, b.bytes = b.resp.Events[:0], 0
+	return err
+}
+
+// eventSize is an upper bound of ev's encoded size in a message.
+func eventSize(ev *changestream.Event) int {
+	n := eventOverhead
+	if r := ev.Record; r != nil && (ev.Kind == changestream.EventMutation || ev.Kind == changestream.EventDeletion) {
+		n += len(r.Key)
+		if ev.Kind == changestream.EventMutation {
+			n += len(r.Value)
+			for _, h := range r.Headers {
+				n += len(h.Key) + len(h.Value) + headerOverhead
+			}
+		}
+	}
+	return n
+}
+
+// eventToProto converts ev (a mutation's key, value and headers are
+// shared with its record, not copied).
+func eventToProto(ev *changestream.Event) *sharelogv1.ChangeEvent {
+	switch ev.Kind {
+	case changestream.EventMarker:
+		return &sharelogv1.ChangeEvent{Event: &sharelogv1.ChangeEvent_SnapshotMarker{SnapshotMarker: &sharelogv1.SnapshotMarker{
+			StartOffset: ev.Start, EndOffset: ev.End, Source: sharelogv1.SnapshotSource(ev.Source),
+		}}}
+	case changestream.EventOSOStart, changestream.EventOSOEnd:
+		phase := sharelogv1.OsoPhase_OSO_PHASE_START
+		if ev.Kind == changestream.EventOSOEnd {
+			phase = sharelogv1.OsoPhase_OSO_PHASE_END
+		}
+		return &sharelogv1.ChangeEvent{Event: &sharelogv1.ChangeEvent_OsoSnapshot{OsoSnapshot: &sharelogv1.OsoSnapshot{Phase: phase}}}
+	case changestream.EventMutation:
+		r := ev.Record
+		return &sharelogv1.ChangeEvent{Event: &sharelogv1.ChangeEvent_Mutation{Mutation: &sharelogv1.Mutation{
+			Offset: r.Offset, Timestamp: r.Timestamp, Key: r.Key, Value: r.Value, Headers: headersToProto(r.Headers),
+		}}}
+	case changestream.EventDeletion:
+		r := ev.Record
+		return &sharelogv1.ChangeEvent{Event: &sharelogv1.ChangeEvent_Deletion{Deletion: &sharelogv1.Deletion{
+			Offset: r.Offset, Timestamp: r.Timestamp, Key: r.Key,
+		}}}
+	case changestream.EventOffsetAdvanced:
+		return &sharelogv1.ChangeEvent{Event: &sharelogv1.ChangeEvent_OffsetAdvanced{OffsetAdvanced: &sharelogv1.OffsetAdvanced{Offset: ev.Offset}}}
+	case changestream.EventEnd:
+		return &sharelogv1.ChangeEvent{Event: &sharelogv1.ChangeEvent_StreamEnd{StreamEnd: &sharelogv1.StreamEnd{Reason: sharelogv1.StreamEndReason(ev.Reason)}}}
+	}
+	panic(fmt.Sprintf("changestream event of unknown kind %d", ev.Kind))
+}

@@ -1,0 +1,18 @@
+// Package grpcapi holds the gRPC handlers of sharelog's three services.
+//
+// A handler validates what only the protobuf message can get wrong,
+// translates the message to the domain packages' types (internal/broker,
+// internal/sharegroup, internal/changestream), calls them and translates
+// the result back. It holds no rule of its own.
+//
+// Handlers return domain errors as they are: [Errors], installed as the
+// unary and stream interceptor, is the single place where they become gRPC
+// statuses carrying a google.rpc.ErrorInfo whose reason is an apierr.Reason
+// (the table from reason to gRPC code and HTTP status is in status.go, and
+// docs/errors.md documents it). Internal errors are logged with the trace
+// id and masked: clients never see file paths or stack traces.
+//
+// A ShareFetch that may wait takes a broker.LongPolls slot here, around the
+// domain call, so that the share-group domain stays unaware of server-wide
+// limits.
+package grpcapi

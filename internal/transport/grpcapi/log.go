@@ -1,0 +1,226 @@
+package grpcapi
+
+// LogService translates the log API's messages to internal/broker, which
+// holds its rules (routing, appends, the Fetch long-poll, purge), and back.
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/sharelog/sharelog/apierr"
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/authz"
+	"github.com/sharelog/sharelog/internal/broker"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+)
+
+// LogService implements sharelogv1.LogServiceServer over a broker.Log.
+type LogService struct {
+	sharelogv1.UnsafeLogServiceServer // compile error when an RPC is added
+
+	log   *broker.Log
+	guard *Guard
+
+	cluster ClusterSource            // DescribeCluster's view (WithCluster)
+	groups  func() ([]string, error) // the share groups' IDs
+}
+
+// NewLogService returns the LogService handlers, checking permissions with
+// guard (nil = none).
+func NewLogService(log *broker.Log, guard *Guard) *LogService {
+	return &LogService{log: log, guard: guard}
+}
+
+// CreateTopic needs CREATE on the cluster or on the topic name.
+func (s *LogService) CreateTopic(ctx context.Context, req *sharelogv1.CreateTopicRequest) (*sharelogv1.Topic, error) {
+	if !s.guard.allowed(ctx, authz.Create, authz.Cluster, authz.ClusterName) {
+		if err := s.guard.require(ctx, authz.Create, authz.Topic, req.GetName()); err != nil {
+			return nil, err
+		}
+	}
+	var settings broker.TopicSettings
+	if c := req.GetConfig(); c != nil {
+		settings = broker.TopicSettings{SegmentBytes: c.SegmentBytes, RetentionMs: c.RetentionMs, CleanupPolicy: c.CleanupPolicy,
+			DeleteRetentionMs: c.DeleteRetentionMs, MinCleanableDirtyRatio: c.MinCleanableDirtyRatio}
+	}
+	t, err := s.log.CreateTopic(ctx, req.GetName(), req.GetPartitions(), settings)
+	s.guard.changed(ctx, "CreateTopic", authz.Topic, req.GetName(), err, slog.Int("partitions", int(req.GetPartitions())))
+	if err != nil {
+		return nil, err
+	}
+	return topicToProto(t), nil
+}
+
+// DeleteTopic needs DELETE on the topic, checked before its existence.
+func (s *LogService) DeleteTopic(ctx context.Context, req *sharelogv1.DeleteTopicRequest) (*sharelogv1.DeleteTopicResponse, error) {
+	if err := s.guard.require(ctx, authz.Delete, authz.Topic, req.GetName()); err != nil {
+		return nil, err
+	}
+	err := s.log.DeleteTopic(ctx, req.GetName())
+	s.guard.changed(ctx, "DeleteTopic", authz.Topic, req.GetName(), err)
+	if err != nil {
+		return nil, err
+	}
+	return &sharelogv1.DeleteTopicResponse{}, nil
+}
+
+func (s *LogService) ListTopics(ctx context.Context, _ *sharelogv1.ListTopicsRequest) (*sharelogv1.ListTopicsResponse, error) {
+	topics, err := s.log.ListTopics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Topics the caller may not DESCRIBE are left out, silently.
+	resp := &sharelogv1.ListTopicsResponse{Topics: make([]*sharelogv1.Topic, 0, len(topics))}
+	for _, t := range topics {
+		if s.guard.allowed(ctx, authz.Describe, authz.Topic, t.Info.Name) {
+			resp.Topics = append(resp.Topics, topicToProto(t))
+		}
+	}
+	return resp, nil
+}
+
+func (s *LogService) DescribeTopic(ctx context.Context, req *sharelogv1.DescribeTopicRequest) (*sharelogv1.Topic, error) {
+	if err := s.guard.require(ctx, authz.Describe, authz.Topic, req.GetName()); err != nil {
+		return nil, err
+	}
+	t, err := s.log.DescribeTopic(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	return topicToProto(t), nil
+}
+
+func topicToProto(t broker.Topic) *sharelogv1.Topic {
+	info := t.Info
+	// The compaction settings of a topic that does not compact are stored
+	// unset; responses show the defaults they would take.
+	deleteRetention := cmp.Or(info.Config.DeleteRetentionMs, logstore.DefaultDeleteRetentionMs)
+	dirtyRatio := cmp.Or(info.Config.MinCleanableDirtyRatio, logstore.DefaultMinCleanableDirtyRatio)
+	out := &sharelogv1.Topic{
+		Name:    info.Name,
+		TopicId: info.ID,
+		Config: &sharelogv1.TopicConfig{
+			SegmentBytes:           &info.Config.SegmentBytes,
+			RetentionMs:            &info.Config.RetentionMs,
+			CleanupPolicy:          &info.Config.CleanupPolicy,
+			DeleteRetentionMs:      &deleteRetention,
+			MinCleanableDirtyRatio: &dirtyRatio,
+		},
+		PartitionCount: info.Partitions,
+		Partitions:     make([]*sharelogv1.TopicPartition, len(t.Partitions)),
+	}
+	for i, p := range t.Partitions {
+		out.Partitions[i] = &sharelogv1.TopicPartition{
+			Partition:      p.Partition,
+			LogStartOffset: p.LogStartOffset,
+			HighWatermark:  p.HighWatermark,
+			SizeBytes:      p.SizeBytes,
+			SegmentCount:   p.SegmentCount,
+		}
+		if p.Err != nil {
+			// The path and cause are in the server log; clients get the code.
+			out.Partitions[i].ErrorCode = sharelogv1.ErrorCode_ERROR_CODE_KAFKA_STORAGE_ERROR
+			out.Partitions[i].ErrorMessage = "partition offline: its files failed validation at start (the server log names the file)"
+		}
+	}
+	return out
+}
+
+func (s *LogService) Produce(ctx context.Context, req *sharelogv1.ProduceRequest) (*sharelogv1.ProduceResponse, error) {
+	if err := s.guard.require(ctx, authz.Write, authz.Topic, req.GetTopic()); err != nil {
+		return nil, err
+	}
+	recs := make([]logstore.Record, len(req.GetRecords()))
+	for i, r := range req.GetRecords() {
+		recs[i] = logstore.Record{Timestamp: r.GetTimestamp(), Key: r.Key, Value: r.Value, Headers: headersFromProto(r.GetHeaders())}
+	}
+	res, err := s.log.Produce(ctx, req.GetTopic(), req.Partition, recs)
+	if err != nil {
+		return nil, err
+	}
+	resp := &sharelogv1.ProduceResponse{Results: make([]*sharelogv1.ProduceResult, len(recs)), LogAppendTime: res.LogAppendTime}
+	for i := range recs {
+		resp.Results[i] = &sharelogv1.ProduceResult{Partition: res.Partitions[i], Offset: res.Offsets[i]}
+	}
+	return resp, nil
+}
+
+func (s *LogService) Fetch(ctx context.Context, req *sharelogv1.FetchRequest) (*sharelogv1.FetchResponse, error) {
+	if err := s.guard.require(ctx, authz.Read, authz.Topic, req.GetTopic()); err != nil {
+		return nil, err
+	}
+	res, err := s.log.Fetch(ctx, broker.FetchRequest{
+		Topic:      req.GetTopic(),
+		Partition:  req.GetPartition(),
+		Offset:     req.GetOffset(),
+		MaxRecords: req.GetMaxRecords(),
+		MaxBytes:   req.GetMaxBytes(),
+		MaxWait:    time.Duration(req.GetMaxWaitMs()) * time.Millisecond,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &sharelogv1.FetchResponse{Records: recordsToProto(res.Records), HighWatermark: res.HighWatermark, LogStartOffset: res.LogStartOffset}, nil
+}
+
+// ListOffsets needs DESCRIBE on the topic, as Kafka's ListOffsets.
+func (s *LogService) ListOffsets(ctx context.Context, req *sharelogv1.ListOffsetsRequest) (*sharelogv1.ListOffsetsResponse, error) {
+	if err := s.guard.require(ctx, authz.Describe, authz.Topic, req.GetTopic()); err != nil {
+		return nil, err
+	}
+	var spec broker.OffsetSpec
+	switch req.GetSpec() {
+	case sharelogv1.OffsetSpec_OFFSET_SPEC_EARLIEST:
+		spec = broker.Earliest
+	case sharelogv1.OffsetSpec_OFFSET_SPEC_LATEST:
+		spec = broker.Latest
+	case sharelogv1.OffsetSpec_OFFSET_SPEC_TIMESTAMP:
+		spec = broker.ByTimestamp
+	}
+	if spec == 0 && req.GetTopic() != "" && req.GetPartition() >= 0 {
+		return nil, apierr.Invalid("spec must be OFFSET_SPEC_EARLIEST, OFFSET_SPEC_LATEST or OFFSET_SPEC_TIMESTAMP, got %v", req.GetSpec())
+	}
+	off, ts, err := s.log.ListOffsets(ctx, req.GetTopic(), req.GetPartition(), spec, req.GetTimestamp())
+	if err != nil {
+		return nil, err
+	}
+	return &sharelogv1.ListOffsetsResponse{Offset: off, Timestamp: ts}, nil
+}
+
+func headersFromProto(hs []*sharelogv1.RecordHeader) []logstore.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]logstore.Header, len(hs))
+	for i, h := range hs {
+		out[i] = logstore.Header{Key: h.GetKey(), Value: h.GetValue()}
+	}
+	return out
+}
+
+func headersToProto(hs []logstore.Header) []*sharelogv1.RecordHeader {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]*sharelogv1.RecordHeader, len(hs))
+	for i, h := range hs {
+		out[i] = &sharelogv1.RecordHeader{Key: h.Key, Value: h.Value}
+	}
+	return out
+}
+
+// recordsToProto converts records; one backing array holds all messages.
+func recordsToProto(recs []logstore.Record) []*sharelogv1.Record {
+	out := make([]*sharelogv1.Record, len(recs))
+	backing := make([]sharelogv1.Record, len(recs))
+	for i := range recs {
+		r := &recs[i]
+		m := &backing[i]
+		m.Offset, m.Timestamp, m.Key, m.Value = r.Offset, r.Timestamp, r.Key, r.Value
+		m.Headers = headersToProto(r.Headers)
+		out[i] = m
+	}
+	return out
+}

@@ -1,0 +1,167 @@
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/sharegroup"
+	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+)
+
+// ReasonStatus is how one reason travels: its gRPC code, and the HTTP
+// status the REST gateway answers for that code.
+type ReasonStatus struct {
+	Code codes.Code
+	HTTP int
+}
+
+// reasonStatus is the one table from reason to gRPC code to HTTP status;
+// docs/errors.md documents the same table (a test holds them together).
+var reasonStatus = map[apierr.Reason]ReasonStatus{
+	apierr.InvalidRequest:             {codes.InvalidArgument, http.StatusBadRequest},
+	apierr.UnknownTopicOrPartition:    {codes.NotFound, http.StatusNotFound},
+	apierr.TopicAlreadyExists:         {codes.AlreadyExists, http.StatusConflict},
+	apierr.OffsetOutOfRange:           {codes.OutOfRange, http.StatusBadRequest},
+	apierr.CorruptMessage:             {codes.DataLoss, http.StatusInternalServerError},
+	apierr.ShareSessionNotFound:       {codes.NotFound, http.StatusNotFound},
+	apierr.InvalidShareSessionEpoch:   {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.ShareSessionLimitReached:   {codes.ResourceExhausted, http.StatusTooManyRequests},
+	apierr.GroupIDNotFound:            {codes.NotFound, http.StatusNotFound},
+	apierr.UnknownMemberID:            {codes.NotFound, http.StatusNotFound},
+	apierr.FencedMemberEpoch:          {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.GroupMaxSizeReached:        {codes.ResourceExhausted, http.StatusTooManyRequests},
+	apierr.NonEmptyGroup:              {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.RollbackRequired:           {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.ThrottlingQuotaExceeded:    {codes.ResourceExhausted, http.StatusTooManyRequests},
+	apierr.Unavailable:                {codes.Unavailable, http.StatusServiceUnavailable},
+	apierr.Internal:                   {codes.Internal, http.StatusInternalServerError},
+	apierr.Unauthenticated:            {codes.Unauthenticated, http.StatusUnauthorized},
+	apierr.KafkaStorageError:          {codes.Unavailable, http.StatusServiceUnavailable},
+	apierr.TopicAuthorizationFailed:   {codes.PermissionDenied, http.StatusForbidden},
+	apierr.GroupAuthorizationFailed:   {codes.PermissionDenied, http.StatusForbidden},
+	apierr.ClusterAuthorizationFailed: {codes.PermissionDenied, http.StatusForbidden},
+	apierr.NotOwner:                   {codes.Unavailable, http.StatusServiceUnavailable},
+	apierr.OwnerUnreachable:           {codes.Unavailable, http.StatusServiceUnavailable},
+}
+
+// StatusOf returns how reason r travels; ok is false for a reason outside
+// the vocabulary (which the server answers as INTERNAL).
+func StatusOf(r apierr.Reason) (s ReasonStatus, ok bool) {
+	s, ok = reasonStatus[r]
+	return s, ok
+}
+
+// Status returns the gRPC status of a request-level error, with a
+// google.rpc.ErrorInfo carrying its reason and metadata.
+func Status(e *apierr.Error) *status.Status {
+	code := codes.Internal
+	if s, ok := reasonStatus[e.Reason]; ok {
+		code = s.Code
+	}
+	st := status.New(code, e.Message)
+	info := &errdetails.ErrorInfo{Reason: string(e.Reason), Domain: apierr.Domain, Metadata: e.Metadata}
+	if withInfo, err := st.WithDetails(info); err == nil {
+		return withInfo
+	}
+	return st
+}
+
+// Errors translates what a handler (or an interceptor after it) returns
+// into the gRPC status a client sees. It is the one place where domain
+// errors become statuses; install its Unary and Stream methods as
+// interceptors outside every handler.
+type Errors struct{ Log *slog.Logger }
+
+// Unary is the unary interceptor.
+func (x Errors) Unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if err != nil {
+		return nil, x.toStatus(ctx, err)
+	}
+	return resp, nil
+}
+
+// Stream is the stream interceptor.
+func (x Errors) Stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := handler(srv, ss); err != nil {
+		return x.toStatus(ss.Context(), err)
+	}
+	return nil
+}
+
+// toStatus maps err to a status error:
+//   - an *apierr.Error keeps its reason, message and metadata;
+//   - an error that already is a gRPC status passes through untouched;
+//   - context cancellation and deadlines become CANCELLED and
+//     DEADLINE_EXCEEDED (without a reason: the caller ended the call);
+//   - the store's sentinels get their reasons;
+//   - anything else is logged with the trace id and masked as INTERNAL.
+func (x Errors) toStatus(ctx context.Context, err error) error {
+	log := x.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if e, ok := errors.AsType[*apierr.Error](err); ok {
+		if _, known := reasonStatus[e.Reason]; !known {
+			logInternal(ctx, log, err)
+		}
+		return Status(e).Err()
+	}
+	if _, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "the call was cancelled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "the call's deadline passed")
+	case errors.Is(err, sharegroup.ErrClosed), errors.Is(err, logstore.ErrClosed):
+		return Status(apierr.New(apierr.Unavailable, "the server is shutting down")).Err()
+	case errors.Is(err, logstore.ErrUnknownTopic):
+		return Status(apierr.New(apierr.UnknownTopicOrPartition, "%s", err)).Err()
+	case errors.Is(err, logstore.ErrTopicExists):
+		return Status(apierr.New(apierr.TopicAlreadyExists, "%s", err)).Err()
+	case errors.Is(err, logstore.ErrInvalidArgument):
+		return Status(apierr.Invalid("%s", err)).Err()
+	case errors.Is(err, logstore.ErrOffsetOutOfRange):
+		return Status(apierr.New(apierr.OffsetOutOfRange, "%s", err)).Err()
+	case errors.Is(err, sljs.ErrFenced):
+		// Cluster mode: another instance took the partition over; this one
+		// has stopped serving it (docs/cluster.md).
+		return Status(apierr.New(apierr.NotOwner, "this instance is no longer the owner of the partition; retry")).Err()
+	case errors.Is(err, logstore.ErrStorage), errors.Is(err, logstore.ErrOffline):
+		// Retryable: the disk is full or damaged; the partition recovers
+		// once the cause is gone (or an operator repairs it).
+		log.WarnContext(ctx, "storage error", "err", err)
+		return Status(apierr.New(apierr.KafkaStorageError,
+			"the partition's storage is failing or offline; retry later (the server log has the details)")).Err()
+	case errors.Is(err, logstore.ErrCorrupt):
+		logInternal(ctx, log, err)
+		return Status(apierr.New(apierr.CorruptMessage,
+			"stored data failed its checksum; the server log has the details")).Err()
+	}
+	logInternal(ctx, log, err)
+	msg := "internal error"
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		msg += "; trace id " + sc.TraceID().String()
+	}
+	return Status(&apierr.Error{Reason: apierr.Internal, Message: msg}).Err()
+}
+
+func logInternal(ctx context.Context, log *slog.Logger, err error) {
+	attrs := []any{"err", err}
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		attrs = append(attrs, "trace_id", sc.TraceID().String())
+	}
+	log.ErrorContext(ctx, "internal error", attrs...)
+}

@@ -1,0 +1,99 @@
+package kafkawire
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+)
+
+// handleProduce validates each partition's record batches and appends their
+// records with one Append (atomic, contiguous). acks 1 and -1 both mean
+// "durable per --fsync"; acks 0 sends no response.
+func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
+	req := kreq.(*kmsg.ProduceRequest)
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	dec := newBatchDecoder(int(l.cfg.MaxRequestBytes))
+	now := time.Now().UnixMilli()
+	for _, t := range req.Topics {
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic = t.Topic
+		info, terr := l.topicForWrite(ctx, t.Topic)
+		for _, p := range t.Partitions {
+			rp := kmsg.NewProduceResponseTopicPartition()
+			rp.Partition = p.Partition
+			rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = -1, -1, -1
+			var err error
+			switch {
+			case req.Acks != 0 && req.Acks != 1 && req.Acks != -1:
+				rp.ErrorCode = kerr.InvalidRequiredAcks.Code
+			case terr != nil:
+				err = terr
+			case p.Partition < 0 || p.Partition >= info.Partitions:
+				err = logstore.ErrUnknownTopic
+			default:
+				rp.BaseOffset, rp.LogStartOffset, err = l.produce(ctx, dec, t.Topic, p.Partition, p.Records, now)
+			}
+			if err != nil {
+				rp.ErrorCode = errorCode(err)
+				if rp.ErrorCode != kerr.UnknownServerError.Code {
+					msg := err.Error()
+					rp.ErrorMessage = &msg
+				} else {
+					l.log.Error("kafka produce", "topic", t.Topic, "partition", p.Partition, "error", err)
+				}
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	if req.Acks == 0 {
+		return nil, nil
+	}
+	return resp, nil
+}
+
+func (l *Listener) produce(ctx context.Context, dec *batchDecoder, topic string, partition int32, raw []byte, now int64) (base, logStart int64, err error) {
+	recs, err := dec.decodeBatches(raw, now)
+	if err != nil {
+		return -1, -1, err
+	}
+	base, err = l.store.Append(ctx, topic, partition, recs)
+	if err != nil {
+		return -1, -1, err
+	}
+	logStart, _, err = l.store.Bounds(topic, partition)
+	if err != nil {
+		logStart = -1 // the append is durable: report it, without a log start
+	}
+	return base, logStart, nil
+}
+
+// topicForWrite looks a topic up, creating it when auto-creation is on.
+func (l *Listener) topicForWrite(ctx context.Context, name string) (logstore.TopicInfo, error) {
+	info, err := l.store.TopicInfo(ctx, name)
+	if err == nil || !errors.Is(err, logstore.ErrUnknownTopic) || !l.cfg.AutoCreateTopics {
+		return info, err
+	}
+	return l.autoCreate(ctx, name)
+}
+
+func (l *Listener) autoCreate(ctx context.Context, name string) (logstore.TopicInfo, error) {
+	info, err := l.store.CreateTopic(ctx, name, l.cfg.DefaultPartitions, l.defaultTopicConfig())
+	if errors.Is(err, logstore.ErrTopicExists) {
+		return l.store.TopicInfo(ctx, name) // created concurrently
+	}
+	if err != nil {
+		return info, err
+	}
+	l.log.Info("kafka auto-created topic", "topic", name, "partitions", l.cfg.DefaultPartitions)
+	return info, nil
+}
+
+func (l *Listener) defaultTopicConfig() logstore.TopicConfig {
+	return logstore.TopicConfig{SegmentBytes: l.cfg.SegmentBytes, RetentionMs: -1, CleanupPolicy: logstore.CleanupDelete}
+}

@@ -1,0 +1,56 @@
+package kafkawire
+
+import (
+	"context"
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handleDescribeConfigs describes TOPIC resources (retention.ms,
+// segment.bytes, cleanup.policy) and GROUP resources (the share.* configs,
+// effective values); ConfigNames filters when set.
+func (l *Listener) handleDescribeConfigs(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
+	req := kreq.(*kmsg.DescribeConfigsRequest)
+	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+	for _, r := range req.Resources {
+		rr := kmsg.NewDescribeConfigsResponseResource()
+		rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
+		var kvs []configKV
+		switch r.ResourceType {
+		case kmsg.ConfigResourceTypeTopic:
+			info, err := l.store.TopicInfo(ctx, r.ResourceName)
+			if err != nil {
+				rr.ErrorCode, rr.ErrorMessage = l.requestError("describe configs", err)
+				break
+			}
+			kvs = topicConfigs(info.Config)
+		case kmsg.ConfigResourceTypeGroupConfig:
+			if l.cfg.Share == nil {
+				rr.ErrorCode = kerr.InvalidRequest.Code
+				break
+			}
+			c, err := l.cfg.Share.GetConfig(r.ResourceName)
+			if err != nil {
+				rr.ErrorCode, rr.ErrorMessage = l.requestError("describe configs", err)
+				break
+			}
+			kvs = groupConfigs(c)
+		default:
+			rr.ErrorCode = kerr.InvalidRequest.Code
+			msg := "only TOPIC and GROUP resources are served"
+			rr.ErrorMessage = &msg
+		}
+		for _, kv := range kvs {
+			if r.ConfigNames != nil && !slices.Contains(r.ConfigNames, kv.name) {
+				continue
+			}
+			c := kmsg.NewDescribeConfigsResponseResourceConfig()
+			c.Name, c.Value, c.Source = kv.name, &kv.value, kmsg.ConfigSource(kv.source)
+			rr.Configs = append(rr.Configs, c)
+		}
+		resp.Resources = append(resp.Resources, rr)
+	}
+	return resp, nil
+}

@@ -1,0 +1,349 @@
+package kafkawire
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+)
+
+// DefaultMaxRequestBytes is the default --kafka-max-request-bytes.
+const DefaultMaxRequestBytes = 100 << 20
+
+// LongPolls bounds the waiting Fetch calls, shared with the other
+// transports (the server passes the same bound as to gRPC).
+type LongPolls interface {
+	TryAcquire() bool
+	Release()
+}
+
+// Config configures a Listener.
+type Config struct {
+	// Addr is the address to listen on (host:port), unless Listener is set.
+	Addr string
+	// Listener, if set, is served instead of listening on Addr (the server
+	// passes one that enforces its connection limits); Close closes it.
+	Listener net.Listener
+	// AdvertisedAddr is the host:port Metadata returns; empty = the
+	// listening address.
+	AdvertisedAddr string
+	// AutoCreateTopics creates an unknown topic named by Metadata or Produce
+	// with DefaultPartitions partitions.
+	AutoCreateTopics  bool
+	DefaultPartitions int32
+	// MaxRequestBytes caps a request frame and the decompressed size of
+	// every record batch in it; 0 = DefaultMaxRequestBytes.
+	MaxRequestBytes int32
+	// DataDir holds the persisted cluster id (file kafka-cluster-id).
+	DataDir string
+	// SegmentBytes is the segment size of topics created without one.
+	SegmentBytes int64
+	// OnTopicDeleted is told the id of every topic DeleteTopics removes, so
+	// that state bound to it (share groups) goes with it.
+	OnTopicDeleted func(topicID string)
+	// LongPolls bounds waiting fetches; nil = no bound.
+	LongPolls LongPolls
+	// Share is the share-group manager; nil = share-group APIs are not
+	// advertised.
+	Share  *sharegroup.Manager
+	Logger *slog.Logger
+}
+
+// Listener serves the Kafka protocol over a logstore.Store.
+type Listener struct {
+	cfg       Config
+	store     logstore.Store
+	log       *slog.Logger
+	ln        net.Listener
+	clusterID string
+	host      string
+	port      int32
+	handlers  map[int16]handler
+
+	// waitingFetches counts fetches in their long-poll (tests wait on it).
+	waitingFetches atomic.Int64
+	// panics counts recovered handler panics (each closed its connection).
+	panics atomic.Int64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// idNames caches Kafka topic id → name (checked against the store on use).
+	idNames sync.Map
+
+	mu          sync.Mutex
+	conns       map[*conn]struct{}
+	shareOwners map[shareSessionKey]*conn // the connection that opened each share session
+	closed      bool
+}
+
+// Listen opens the listener and starts accepting connections.
+func Listen(cfg Config, store logstore.Store) (*Listener, error) {
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.DefaultPartitions <= 0 {
+		cfg.DefaultPartitions = 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	id, err := loadClusterID(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	ln := cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return nil, fmt.Errorf("kafka listener: %w", err)
+		}
+	}
+	adv := cfg.AdvertisedAddr
+	if adv == "" {
+		adv = ln.Addr().String()
+	}
+	host, portStr, err := net.SplitHostPort(adv)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("kafka advertised address %q: %w", adv, err)
+	}
+	port, err := strconv.ParseInt(portStr, 10, 32)
+	if err != nil || port <= 0 || port > 65535 {
+		ln.Close()
+		return nil, fmt.Errorf("kafka advertised address %q: bad port", adv)
+	}
+	l := &Listener{
+		cfg: cfg, store: store, log: cfg.Logger.With("component", "kafka"), ln: ln,
+		clusterID: id, host: host, port: int32(port), conns: map[*conn]struct{}{},
+	}
+	l.handlers = l.handlerTable()
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.wg.Add(1)
+	go l.accept()
+	return l, nil
+}
+
+// Addr is the listening address.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Close stops accepting, closes every connection (ending their share
+// sessions) and waits for their handlers to return.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	for c := range l.conns {
+		c.nc.Close()
+	}
+	l.mu.Unlock()
+	l.cancel()
+	err := l.ln.Close()
+	l.wg.Wait()
+	return err
+}
+
+func (l *Listener) accept() {
+	defer l.wg.Done()
+	for {
+		nc, err := l.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			l.log.Warn("kafka accept", "error", err)
+			continue
+		}
+		c := &conn{l: l, nc: nc}
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			nc.Close()
+			return
+		}
+		l.conns[c] = struct{}{}
+		l.wg.Add(1)
+		l.mu.Unlock()
+		go c.serve()
+	}
+}
+
+// conn is one client connection. Its requests are handled one at a time, in
+// the order they arrive.
+type conn struct {
+	l  *Listener
+	nc net.Conn
+
+	// shareSessions are the (group, member) share sessions opened on this
+	// connection; they end when it closes. Only the serving goroutine
+	// touches it.
+	shareSessions map[shareSessionKey]struct{}
+	// clientID is the client id of the request being handled.
+	clientID *string
+}
+
+func (c *conn) serve() {
+	defer c.l.wg.Done()
+	// The reader reads at most one frame ahead of the handler, and cancels
+	// ctx as soon as the client goes away, so that a long-polling fetch or
+	// the share sessions of a closed connection end at once.
+	ctx, cancel := context.WithCancel(c.l.ctx)
+	frames := make(chan []byte)
+	go func() {
+		defer close(frames)
+		defer cancel()
+		r := bufio.NewReaderSize(c.nc, 64<<10)
+		for {
+			var in bytes.Buffer
+			frame, err := readFrame(r, &in, c.l.cfg.MaxRequestBytes)
+			if err != nil {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
+					c.l.log.Info("kafka connection closed", "remote", c.nc.RemoteAddr().String(), "reason", err)
+				}
+				return
+			}
+			select {
+			case frames <- frame:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		c.nc.Close()
+		for range frames { // wait for the reader to stop
+		}
+		c.endShareSessions()
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+	}()
+	var out []byte
+	for frame := range frames {
+		var err error
+		out, err = c.handle(ctx, frame, out[:0])
+		if err != nil {
+			c.l.log.Info("kafka connection closed", "remote", c.nc.RemoteAddr().String(), "reason", err)
+			return
+		}
+		if len(out) > 0 {
+			if _, err := c.nc.Write(out); err != nil {
+				return
+			}
+		}
+		if cap(out) > 1<<20 {
+			out = nil // do not pin a large response's buffer
+		}
+	}
+}
+
+// handle decodes and serves one request and appends its response frame to
+// out (nothing for acks=0 produce). An error closes the connection.
+func (c *conn) handle(ctx context.Context, frame, out []byte) (_ []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.l.panics.Add(1)
+			c.l.log.Error("kafka handler panic", "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("internal error")
+		}
+	}()
+	h, req, body, err := parseHeader(frame)
+	if err != nil {
+		return nil, err
+	}
+	c.clientID = h.clientID
+	hd, ok := c.l.handlers[h.key]
+	if !ok {
+		return nil, fmt.Errorf("%w: api key %d is not served", errFrame, h.key)
+	}
+	if h.version < hd.min || h.version > hd.max {
+		if h.key == apiVersionsKey {
+			return appendResponse(out, h.correlationID, c.l.unsupportedAPIVersions()), nil
+		}
+		return nil, fmt.Errorf("%w: api key %d version %d outside [%d, %d]", errFrame, h.key, h.version, hd.min, hd.max)
+	}
+	if err := req.ReadFrom(body); err != nil {
+		return nil, fmt.Errorf("%w: %s v%d body: %w", errFrame, apiName(h.key), h.version, err)
+	}
+	resp, err := hd.fn(c.l, ctx, c, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp == nil {
+		return out, nil
+	}
+	resp.SetVersion(h.version)
+	return appendResponse(out, h.correlationID, resp), nil
+}
+
+// loadClusterID returns the cluster id persisted in dir, creating it on
+// first use. An empty dir gives a fresh id per process (tests).
+func loadClusterID(dir string) (string, error) {
+	newID := func() string {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		return base64.RawURLEncoding.EncodeToString(b[:])
+	}
+	if dir == "" {
+		return newID(), nil
+	}
+	path := filepath.Join(dir, "kafka-cluster-id")
+	if b, err := os.ReadFile(path); err == nil {
+		id := strings.TrimSpace(string(b))
+		if id == "" {
+			return "", fmt.Errorf("kafka cluster id file %s is empty", path)
+		}
+		return id, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read kafka cluster id: %w", err)
+	}
+	id := newID()
+	tmp := path + ".tmp"
+	if err := writeSynced(tmp, []byte(id+"\n")); err != nil {
+		return "", fmt.Errorf("write kafka cluster id: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("write kafka cluster id: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return id, nil
+}
+
+func writeSynced(path string, b []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

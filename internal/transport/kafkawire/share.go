@@ -1,0 +1,406 @@
+package kafkawire
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+)
+
+// shareSessionKey names a share session (group, member).
+type shareSessionKey struct{ group, member string }
+
+// Kafka acknowledge types (KIP-932, KIP-1222).
+const (
+	kafkaAckGap     = 0
+	kafkaAckAccept  = 1
+	kafkaAckRelease = 2
+	kafkaAckReject  = 3
+	kafkaAckRenew   = 4
+)
+
+var ackTypes = map[int8]sharegroup.AckType{
+	kafkaAckGap: sharegroup.AckGap, kafkaAckAccept: sharegroup.AckAccept, kafkaAckRelease: sharegroup.AckRelease,
+	kafkaAckReject: sharegroup.AckReject, kafkaAckRenew: sharegroup.AckRenew,
+}
+
+func init() {
+	shareHandlers[76] = handler{1, 1, (*Listener).handleShareGroupHeartbeat}
+	shareHandlers[78] = handler{1, 2, (*Listener).handleShareFetch}
+	shareHandlers[79] = handler{1, 2, (*Listener).handleShareAcknowledge}
+}
+
+// ownShareSession records that c opened (group, member)'s share session: it
+// ends when c closes, unless another connection opens it again first.
+func (c *conn) ownShareSession(k shareSessionKey) {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	if c.l.shareOwners == nil {
+		c.l.shareOwners = map[shareSessionKey]*conn{}
+	}
+	c.l.shareOwners[k] = c
+	if c.shareSessions == nil {
+		c.shareSessions = map[shareSessionKey]struct{}{}
+	}
+	c.shareSessions[k] = struct{}{}
+}
+
+// disownShareSession forgets a session c closed itself.
+func (c *conn) disownShareSession(k shareSessionKey) {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	if c.l.shareOwners[k] == c {
+		delete(c.l.shareOwners, k)
+	}
+	delete(c.shareSessions, k)
+}
+
+// endShareSessions ends every share session c still owns, as an epoch -1
+// close does: Kafka ties a share session to its connection, and the
+// records it holds are released (without charging their delivery count).
+func (c *conn) endShareSessions() {
+	if c.l.cfg.Share == nil || len(c.shareSessions) == 0 {
+		return
+	}
+	var owned []shareSessionKey
+	c.l.mu.Lock()
+	for k := range c.shareSessions {
+		if c.l.shareOwners[k] == c {
+			delete(c.l.shareOwners, k)
+			owned = append(owned, k)
+		}
+	}
+	c.shareSessions = nil
+	c.l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, k := range owned {
+		_, err := c.l.cfg.Share.ShareAcknowledge(ctx, sharegroup.AckRequest{GroupID: k.group, MemberID: k.member, Epoch: -1})
+		if err != nil && apierr.ReasonOf(err) != apierr.ShareSessionNotFound {
+			c.l.log.Warn("kafka: end share session of a closed connection", "group", k.group, "member", k.member, "error", err)
+		}
+	}
+}
+
+// shareCodes maps the share-group per-partition codes to Kafka's.
+var shareCodes = map[sharegroup.ErrorCode]*kerr.Error{
+	sharegroup.CodeUnknownTopicOrPartition: kerr.UnknownTopicOrPartition,
+	sharegroup.CodeInvalidRequest:          kerr.InvalidRequest,
+	sharegroup.CodeInvalidRecordState:      kerr.InvalidRecordState,
+	sharegroup.CodeKafkaStorageError:       kerr.KafkaStorageError,
+	sharegroup.CodeUnknownServerError:      kerr.UnknownServerError,
+	sharegroup.CodeOffsetOutOfRange:        kerr.OffsetOutOfRange,
+}
+
+func shareCode(c sharegroup.ErrorCode) int16 {
+	if c == sharegroup.CodeNone {
+		return 0
+	}
+	if e, ok := shareCodes[c]; ok {
+		return e.Code
+	}
+	return kerr.UnknownServerError.Code
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// requestError gives a request-level error its code and the message a
+// client may see (none for an internal error, which is logged).
+func (l *Listener) requestError(op string, err error) (int16, *string) {
+	code := errorCode(err)
+	if code == kerr.UnknownServerError.Code {
+		l.log.Error("kafka "+op, "error", err)
+		return code, nil
+	}
+	msg := err.Error()
+	return code, &msg
+}
+
+// resolveTopicID returns the name of the topic with id; ok is false when
+// no topic has that id (now).
+func (l *Listener) resolveTopicID(ctx context.Context, id [16]byte) (string, bool) {
+	if v, ok := l.idNames.Load(id); ok {
+		name := v.(string)
+		if info, err := l.store.TopicInfo(ctx, name); err == nil && topicID(info.ID) == id {
+			return name, true
+		}
+		l.idNames.Delete(id)
+	}
+	info, err := l.topicByID(ctx, id)
+	if err != nil {
+		return "", false
+	}
+	l.idNames.Store(id, info.Name)
+	return info.Name, true
+}
+
+// nameID returns the Kafka topic id of a topic name (zero if unknown).
+func (l *Listener) nameID(ctx context.Context, name string) [16]byte {
+	info, err := l.store.TopicInfo(ctx, name)
+	if err != nil {
+		return [16]byte{}
+	}
+	return topicID(info.ID)
+}
+
+func (l *Listener) handleShareGroupHeartbeat(ctx context.Context, c *conn, kreq kmsg.Request) (kmsg.Response, error) {
+	req := kreq.(*kmsg.ShareGroupHeartbeatRequest)
+	resp := req.ResponseKind().(*kmsg.ShareGroupHeartbeatResponse)
+	host, _, _ := net.SplitHostPort(c.nc.RemoteAddr().String())
+	hr := sharegroup.HeartbeatRequest{
+		GroupID: req.GroupID, MemberID: req.MemberID, MemberEpoch: req.MemberEpoch, RackID: req.RackID,
+		SubscribedTopicNames: req.SubscribedTopicNames, ClientHost: host,
+	}
+	if c.clientID != nil {
+		hr.ClientID = *c.clientID
+	}
+	out, err := l.cfg.Share.Heartbeat(ctx, hr)
+	if err != nil {
+		resp.ErrorCode, resp.ErrorMessage = l.requestError("share group heartbeat", err)
+		return resp, nil
+	}
+	resp.MemberID = &out.MemberID
+	resp.MemberEpoch = out.MemberEpoch
+	resp.HeartbeatIntervalMillis = out.HeartbeatIntervalMs
+	if out.Assignment != nil {
+		a := kmsg.NewShareGroupHeartbeatResponseAssignment()
+		for _, t := range out.Assignment.Topics {
+			id := l.nameID(ctx, t.Topic)
+			if id == ([16]byte{}) {
+				continue // deleted since the assignment was computed
+			}
+			tp := kmsg.NewShareGroupHeartbeatResponseAssignmentTopicPartition()
+			tp.TopicID, tp.Partitions = id, t.Partitions
+			a.TopicPartitions = append(a.TopicPartitions, tp)
+		}
+		resp.Assignment = &a
+	}
+	return resp, nil
+}
+
+// ackBatches converts Kafka acknowledgement batches.
+func ackBatches[B any](in []B, get func(*B) (int64, int64, []int8)) ([]sharegroup.AckBatch, bool) {
+	out := make([]sharegroup.AckBatch, 0, len(in))
+	for i := range in {
+		first, last, types := get(&in[i])
+		b := sharegroup.AckBatch{FirstOffset: first, LastOffset: last, Types: make([]sharegroup.AckType, len(types))}
+		for j, t := range types {
+			at, ok := ackTypes[t]
+			if !ok {
+				return nil, false
+			}
+			b.Types[j] = at
+		}
+		out = append(out, b)
+	}
+	return out, true
+}
+
+// handleShareFetch serves ShareFetch: sessions by epoch (0 opens, N
+// continues, -1 closes), piggybacked acknowledgements, acquisition with
+// long-poll; each acquired range is returned as one record batch beside its
+// AcquiredRecords entry.
+func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Request) (kmsg.Response, error) {
+	req := kreq.(*kmsg.ShareFetchRequest)
+	resp := req.ResponseKind().(*kmsg.ShareFetchResponse)
+	if req.GroupID == nil || req.MemberID == nil {
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		return resp, nil
+	}
+	fr := sharegroup.FetchRequest{
+		GroupID: *req.GroupID, MemberID: *req.MemberID, Epoch: req.ShareSessionEpoch,
+		MaxWaitMs: req.MaxWaitMillis, MinBytes: req.MinBytes, BatchSize: req.BatchSize, IsRenewAck: req.IsRenewAck,
+	}
+	maxBytes, maxRecords := req.MaxBytes, req.MaxRecords
+	fr.MaxBytes, fr.MaxRecords = &maxBytes, &maxRecords
+	unknown := map[[16]byte][]int32{}
+	ids := map[string][16]byte{}
+	for _, t := range req.Topics {
+		name, ok := l.resolveTopicID(ctx, t.TopicID)
+		for _, p := range t.Partitions {
+			if !ok {
+				unknown[t.TopicID] = append(unknown[t.TopicID], p.Partition)
+				continue
+			}
+			ids[name] = t.TopicID
+			batches, valid := ackBatches(p.AcknowledgementBatches, func(b *kmsg.ShareFetchRequestTopicPartitionAcknowledgementBatch) (int64, int64, []int8) {
+				return b.FirstOffset, b.LastOffset, b.AcknowledgeTypes
+			})
+			if !valid {
+				resp.ErrorCode = kerr.InvalidRequest.Code
+				return resp, nil
+			}
+			fr.Partitions = append(fr.Partitions, sharegroup.PartitionEntry{
+				TopicPartition: sharegroup.TopicPartition{Topic: name, Partition: p.Partition}, Batches: batches})
+		}
+	}
+	for _, t := range req.ForgottenTopicsData {
+		name, ok := l.resolveTopicID(ctx, t.TopicID)
+		if !ok {
+			continue // nothing of an unknown topic can be in the session
+		}
+		for _, p := range t.Partitions {
+			fr.Forgotten = append(fr.Forgotten, sharegroup.TopicPartition{Topic: name, Partition: p})
+		}
+	}
+	if fr.MaxWaitMs > 0 && l.cfg.LongPolls != nil {
+		if l.cfg.LongPolls.TryAcquire() {
+			defer l.cfg.LongPolls.Release()
+		} else {
+			fr.MaxWaitMs = 0 // every long-poll slot is taken: answer now
+		}
+	}
+	out, err := l.cfg.Share.ShareFetch(ctx, fr)
+	if err != nil {
+		resp.ErrorCode, resp.ErrorMessage = l.requestError("share fetch", err)
+		return resp, nil
+	}
+	key := shareSessionKey{fr.GroupID, fr.MemberID}
+	switch {
+	case fr.Epoch == 0:
+		c.ownShareSession(key)
+	case fr.Epoch == -1:
+		c.disownShareSession(key)
+	}
+	resp.AcquisitionLockTimeoutMillis = out.AcquisitionLockTimeoutMs
+	byTopic := map[[16]byte]int{}
+	topicOf := func(id [16]byte) *kmsg.ShareFetchResponseTopic {
+		i, ok := byTopic[id]
+		if !ok {
+			t := kmsg.NewShareFetchResponseTopic()
+			t.TopicID = id
+			resp.Topics = append(resp.Topics, t)
+			i = len(resp.Topics) - 1
+			byTopic[id] = i
+		}
+		return &resp.Topics[i]
+	}
+	for _, p := range out.Partitions {
+		id, ok := ids[p.Topic]
+		if !ok {
+			id = l.nameID(ctx, p.Topic)
+		}
+		rp := kmsg.NewShareFetchResponseTopicPartition()
+		rp.Partition = p.Partition
+		rp.ErrorCode, rp.ErrorMessage = shareCode(p.ErrorCode), optString(p.ErrorMessage)
+		rp.AcknowledgeErrorCode, rp.AcknowledgeErrorMessage = shareCode(p.AckErrorCode), optString(p.AckErrorMessage)
+		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = nodeID, 0
+		rp.Records = encodeAcquired(p.Records, p.Acquired)
+		for _, a := range p.Acquired {
+			ar := kmsg.NewShareFetchResponseTopicPartitionAcquiredRecord()
+			ar.FirstOffset, ar.LastOffset, ar.DeliveryCount = a.FirstOffset, a.LastOffset, int16(min(a.DeliveryCount, 1<<15-1))
+			rp.AcquiredRecords = append(rp.AcquiredRecords, ar)
+		}
+		t := topicOf(id)
+		t.Partitions = append(t.Partitions, rp)
+	}
+	for id, parts := range unknown {
+		t := topicOf(id)
+		for _, p := range parts {
+			rp := kmsg.NewShareFetchResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p, kerr.UnknownTopicID.Code
+			rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = -1, -1
+			t.Partitions = append(t.Partitions, rp)
+		}
+	}
+	return resp, nil
+}
+
+// encodeAcquired encodes records (one per acquired offset, ascending) as
+// one batch per acquired range.
+func encodeAcquired(recs []logstore.Record, acquired []sharegroup.AcquiredRange) []byte {
+	out := []byte{} // empty, not null, as for Fetch
+	i := 0
+	for _, a := range acquired {
+		j := i
+		for j < len(recs) && recs[j].Offset <= a.LastOffset {
+			j++
+		}
+		out = appendBatch(out, recs[i:j])
+		i = j
+	}
+	return out
+}
+
+// handleShareAcknowledge applies acknowledgements outside a fetch
+// (including RENEW when IsRenewAck) and closes the session at epoch -1.
+func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kmsg.Request) (kmsg.Response, error) {
+	req := kreq.(*kmsg.ShareAcknowledgeRequest)
+	resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
+	if req.GroupID == nil || req.MemberID == nil {
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		return resp, nil
+	}
+	ar := sharegroup.AckRequest{GroupID: *req.GroupID, MemberID: *req.MemberID, Epoch: req.ShareSessionEpoch, IsRenewAck: req.IsRenewAck}
+	unknown := map[[16]byte][]int32{}
+	ids := map[string][16]byte{}
+	for _, t := range req.Topics {
+		name, ok := l.resolveTopicID(ctx, t.TopicID)
+		for _, p := range t.Partitions {
+			if !ok {
+				unknown[t.TopicID] = append(unknown[t.TopicID], p.Partition)
+				continue
+			}
+			ids[name] = t.TopicID
+			batches, valid := ackBatches(p.AcknowledgementBatches, func(b *kmsg.ShareAcknowledgeRequestTopicPartitionAcknowledgementBatch) (int64, int64, []int8) {
+				return b.FirstOffset, b.LastOffset, b.AcknowledgeTypes
+			})
+			if !valid {
+				resp.ErrorCode = kerr.InvalidRequest.Code
+				return resp, nil
+			}
+			ar.Partitions = append(ar.Partitions, sharegroup.PartitionEntry{
+				TopicPartition: sharegroup.TopicPartition{Topic: name, Partition: p.Partition}, Batches: batches})
+		}
+	}
+	out, err := l.cfg.Share.ShareAcknowledge(ctx, ar)
+	if err != nil {
+		resp.ErrorCode, resp.ErrorMessage = l.requestError("share acknowledge", err)
+		return resp, nil
+	}
+	if ar.Epoch == -1 {
+		c.disownShareSession(shareSessionKey{ar.GroupID, ar.MemberID})
+	}
+	resp.AcquisitionLockTimeoutMillis = out.AcquisitionLockTimeoutMs
+	byTopic := map[[16]byte]int{}
+	topicOf := func(id [16]byte) *kmsg.ShareAcknowledgeResponseTopic {
+		i, ok := byTopic[id]
+		if !ok {
+			t := kmsg.NewShareAcknowledgeResponseTopic()
+			t.TopicID = id
+			resp.Topics = append(resp.Topics, t)
+			i = len(resp.Topics) - 1
+			byTopic[id] = i
+		}
+		return &resp.Topics[i]
+	}
+	for _, p := range out.Partitions {
+		rp := kmsg.NewShareAcknowledgeResponseTopicPartition()
+		rp.Partition = p.Partition
+		rp.ErrorCode, rp.ErrorMessage = shareCode(p.ErrorCode), optString(p.ErrorMessage)
+		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = nodeID, 0
+		t := topicOf(ids[p.Topic])
+		t.Partitions = append(t.Partitions, rp)
+	}
+	for id, parts := range unknown {
+		t := topicOf(id)
+		for _, p := range parts {
+			rp := kmsg.NewShareAcknowledgeResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p, kerr.UnknownTopicID.Code
+			rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = -1, -1
+			t.Partitions = append(t.Partitions, rp)
+		}
+	}
+	return resp, nil
+}

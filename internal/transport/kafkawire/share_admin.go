@@ -1,0 +1,168 @@
+package kafkawire
+
+import (
+	"context"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharelog/sharelog/internal/sharegroup"
+)
+
+// The share-group admin APIs translate one to one to the Manager's admin
+// calls, which the gRPC admin RPCs use too.
+
+func init() {
+	shareHandlers[16] = handler{4, 5, (*Listener).handleListGroups}
+	shareHandlers[77] = handler{1, 1, (*Listener).handleShareGroupDescribe}
+	shareHandlers[90] = handler{1, 1, (*Listener).handleDescribeShareGroupOffsets}
+	shareHandlers[91] = handler{0, 0, (*Listener).handleAlterShareGroupOffsets}
+	shareHandlers[92] = handler{0, 0, (*Listener).handleDeleteShareGroupOffsets}
+}
+
+// handleListGroups lists share groups (the only kind here). A TypesFilter
+// without "share" lists none; StatesFilter matches case-insensitively.
+func (l *Listener) handleListGroups(_ context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
+	req := kreq.(*kmsg.ListGroupsRequest)
+	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
+	if len(req.TypesFilter) > 0 && !containsFold(req.TypesFilter, "share") {
+		return resp, nil
+	}
+	groups, err := l.cfg.Share.ListGroups(sharegroup.StateUnknown)
+	if err != nil {
+		resp.ErrorCode, _ = l.requestError("list groups", err)
+		return resp, nil
+	}
+	for _, g := range groups {
+		state := g.State.String()
+		if len(req.StatesFilter) > 0 && !containsFold(req.StatesFilter, state) {
+			continue
+		}
+		rg := kmsg.NewListGroupsResponseGroup()
+		rg.Group, rg.ProtocolType, rg.GroupState, rg.GroupType = g.GroupID, "share", state, "share"
+		resp.Groups = append(resp.Groups, rg)
+	}
+	return resp, nil
+}
+
+func containsFold(list []string, s string) bool {
+	for _, v := range list {
+		if strings.EqualFold(v, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *Listener) handleShareGroupDescribe(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
+	req := kreq.(*kmsg.ShareGroupDescribeRequest)
+	resp := req.ResponseKind().(*kmsg.ShareGroupDescribeResponse)
+	for _, id := range req.GroupIDs {
+		rg := kmsg.NewShareGroupDescribeResponseGroup()
+		rg.GroupID = id
+		d, err := l.cfg.Share.DescribeGroup(ctx, id)
+		if err != nil {
+			rg.ErrorCode, rg.ErrorMessage = l.requestError("share group describe", err)
+			rg.GroupState = "Dead"
+			resp.Groups = append(resp.Groups, rg)
+			continue
+		}
+		rg.GroupState, rg.GroupEpoch, rg.AssignmentEpoch, rg.Assignor = d.State.String(), d.GroupEpoch, d.AssignmentEpoch, "simple"
+		for _, m := range d.Members {
+			rm := kmsg.NewShareGroupDescribeResponseGroupMember()
+			rm.MemberID, rm.MemberEpoch, rm.ClientID, rm.ClientHost = m.MemberID, m.MemberEpoch, m.ClientID, m.ClientHost
+			rm.RackID = optString(m.RackID)
+			rm.SubscribedTopicNames = m.SubscribedTopicNames
+			for _, t := range m.Assignment.Topics {
+				tp := kmsg.NewShareGroupDescribeResponseGroupMemberAssignmentTopicPartition()
+				tp.Topic, tp.TopicID, tp.Partitions = t.Topic, l.nameID(ctx, t.Topic), t.Partitions
+				rm.Assignment.TopicPartitions = append(rm.Assignment.TopicPartitions, tp)
+			}
+			rg.Members = append(rg.Members, rm)
+		}
+		resp.Groups = append(resp.Groups, rg)
+	}
+	return resp, nil
+}
+
+func (l *Listener) handleDescribeShareGroupOffsets(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
+	req := kreq.(*kmsg.DescribeShareGroupOffsetsRequest)
+	resp := req.ResponseKind().(*kmsg.DescribeShareGroupOffsetsResponse)
+	for _, g := range req.Groups {
+		rg := kmsg.NewDescribeShareGroupOffsetsResponseGroup()
+		rg.GroupID = g.GroupID
+		var topics []sharegroup.TopicPartitions
+		for _, t := range g.Topics {
+			topics = append(topics, sharegroup.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions})
+		}
+		out, err := l.cfg.Share.DescribeOffsets(ctx, g.GroupID, topics)
+		if err != nil {
+			rg.ErrorCode, rg.ErrorMessage = l.requestError("describe share group offsets", err)
+			resp.Groups = append(resp.Groups, rg)
+			continue
+		}
+		for _, t := range out {
+			rt := kmsg.NewDescribeShareGroupOffsetsResponseGroupTopic()
+			rt.Topic, rt.TopicID = t.Topic, l.nameID(ctx, t.Topic)
+			for _, p := range t.Partitions {
+				rp := kmsg.NewDescribeShareGroupOffsetsResponseGroupTopicPartition()
+				rp.Partition, rp.StartOffset, rp.Lag, rp.LeaderEpoch = p.Partition, p.StartOffset, p.Lag, 0
+				rp.ErrorCode, rp.ErrorMessage = shareCode(p.ErrorCode), optString(p.ErrorMessage)
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			rg.Topics = append(rg.Topics, rt)
+		}
+		resp.Groups = append(resp.Groups, rg)
+	}
+	return resp, nil
+}
+
+func (l *Listener) handleAlterShareGroupOffsets(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
+	req := kreq.(*kmsg.AlterShareGroupOffsetsRequest)
+	resp := req.ResponseKind().(*kmsg.AlterShareGroupOffsetsResponse)
+	var topics []sharegroup.TopicStartOffsets
+	for _, t := range req.Topics {
+		ts := sharegroup.TopicStartOffsets{Topic: t.Topic}
+		for _, p := range t.Partitions {
+			ts.Partitions = append(ts.Partitions, sharegroup.PartitionStartOffset{Partition: p.Partition, StartOffset: p.StartOffset})
+		}
+		topics = append(topics, ts)
+	}
+	out, err := l.cfg.Share.AlterOffsets(ctx, req.GroupID, topics)
+	if err != nil {
+		resp.ErrorCode, resp.ErrorMessage = l.requestError("alter share group offsets", err)
+		return resp, nil
+	}
+	for _, t := range out {
+		rt := kmsg.NewAlterShareGroupOffsetsResponseTopic()
+		rt.Topic, rt.TopicID = t.Topic, l.nameID(ctx, t.Topic)
+		for _, p := range t.Partitions {
+			rp := kmsg.NewAlterShareGroupOffsetsResponseTopicPartition()
+			rp.Partition, rp.ErrorCode, rp.ErrorMessage = p.Partition, shareCode(p.ErrorCode), optString(p.ErrorMessage)
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp, nil
+}
+
+func (l *Listener) handleDeleteShareGroupOffsets(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
+	req := kreq.(*kmsg.DeleteShareGroupOffsetsRequest)
+	resp := req.ResponseKind().(*kmsg.DeleteShareGroupOffsetsResponse)
+	var topics []string
+	for _, t := range req.Topics {
+		topics = append(topics, t.Topic)
+	}
+	out, err := l.cfg.Share.DeleteOffsets(ctx, req.GroupID, topics)
+	if err != nil {
+		resp.ErrorCode, resp.ErrorMessage = l.requestError("delete share group offsets", err)
+		return resp, nil
+	}
+	for _, t := range out {
+		rt := kmsg.NewDeleteShareGroupOffsetsResponseTopic()
+		rt.Topic, rt.TopicID = t.Topic, l.nameID(ctx, t.Topic)
+		rt.ErrorCode, rt.ErrorMessage = shareCode(t.ErrorCode), optString(t.ErrorMessage)
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp, nil
+}

@@ -57,6 +57,15 @@ const (
 	NotOwner Reason = "NOT_OWNER"
 	// OwnerUnreachable: the owning instance did not answer in time.
 	OwnerUnreachable Reason = "OWNER_UNREACHABLE"
+	// PolicyViolation: the request is not allowed for this resource (a
+	// purge of a compact-only topic).
+	PolicyViolation Reason = "POLICY_VIOLATION"
+	// InvalidRecordState: an acknowledged record is not acquired by the
+	// session (lock expired, already acknowledged, never acquired).
+	InvalidRecordState Reason = "INVALID_RECORD_STATE"
+	// RequestTimedOut: the server gave up waiting within the request's
+	// timeout; the outcome is unknown.
+	RequestTimedOut Reason = "REQUEST_TIMED_OUT"
 )
 
 // Reasons lists every reason, in the order of the constants.
@@ -67,8 +76,86 @@ func Reasons() []Reason {
 		GroupIDNotFound, UnknownMemberID, FencedMemberEpoch, GroupMaxSizeReached, NonEmptyGroup,
 		RollbackRequired, ThrottlingQuotaExceeded, Unavailable, Internal, Unauthenticated,
 		KafkaStorageError, TopicAuthorizationFailed, GroupAuthorizationFailed,
-		ClusterAuthorizationFailed, NotOwner, OwnerUnreachable,
+		ClusterAuthorizationFailed, NotOwner, OwnerUnreachable, PolicyViolation,
+		InvalidRecordState, RequestTimedOut,
 	}
+}
+
+// kafkaCodes are the Kafka protocol's numeric error codes of the reasons.
+// A reason named after a Kafka error has that error's code. The others
+// take the code whose client behaviour fits (docs/errors.md "Kafka codes"):
+//   - UNAVAILABLE and NOT_OWNER: NOT_LEADER_OR_FOLLOWER (6), on which a
+//     Kafka client refreshes its metadata and retries;
+//   - OWNER_UNREACHABLE: REQUEST_TIMED_OUT (7), retriable, outcome unknown;
+//   - INTERNAL: UNKNOWN_SERVER_ERROR (-1);
+//   - UNAUTHENTICATED: SASL_AUTHENTICATION_FAILED (58);
+//   - ROLLBACK_REQUIRED: OFFSET_OUT_OF_RANGE (1): the position is no
+//     longer valid and the consumer resets it.
+//
+// The Kafka listener answers group-level calls with the coordinator codes
+// instead of 6 (a transport rule, not a reason's).
+var kafkaCodes = map[Reason]int16{
+	InvalidRequest:             42,
+	UnknownTopicOrPartition:    3,
+	TopicAlreadyExists:         36,
+	OffsetOutOfRange:           1,
+	CorruptMessage:             2,
+	ShareSessionNotFound:       122,
+	InvalidShareSessionEpoch:   123,
+	ShareSessionLimitReached:   133,
+	GroupIDNotFound:            69,
+	UnknownMemberID:            25,
+	FencedMemberEpoch:          110,
+	GroupMaxSizeReached:        81,
+	NonEmptyGroup:              68,
+	RollbackRequired:           1,
+	ThrottlingQuotaExceeded:    89,
+	Unavailable:                6,
+	Internal:                   -1,
+	Unauthenticated:            58,
+	KafkaStorageError:          56,
+	TopicAuthorizationFailed:   29,
+	GroupAuthorizationFailed:   30,
+	ClusterAuthorizationFailed: 31,
+	NotOwner:                   6,
+	OwnerUnreachable:           7,
+	PolicyViolation:            44,
+	InvalidRecordState:         121,
+	RequestTimedOut:            7,
+}
+
+// KafkaCode is the Kafka protocol's numeric error code of r (the value of
+// the per-partition ErrorCode of the protos, which number Kafka's codes);
+// UNKNOWN_SERVER_ERROR (-1) for "" or an unknown reason.
+func (r Reason) KafkaCode() int16 {
+	if c, ok := kafkaCodes[r]; ok {
+		return c
+	}
+	return -1
+}
+
+// ReasonOfKafkaCode is the reason whose Kafka code is c, for the codes that
+// one reason owns: NONE (0) is "", and a code shared by several reasons
+// (6, 7, 1) names the reason that carries Kafka's own name where there is
+// one (NOT_OWNER for 6, REQUEST_TIMED_OUT for 7, OFFSET_OUT_OF_RANGE for 1).
+// Unknown codes are INTERNAL.
+func ReasonOfKafkaCode(c int16) Reason {
+	switch c {
+	case 0:
+		return ""
+	case 6:
+		return NotOwner
+	case 7:
+		return RequestTimedOut
+	case 1:
+		return OffsetOutOfRange
+	}
+	for r, code := range kafkaCodes {
+		if code == c {
+			return r
+		}
+	}
+	return Internal
 }
 
 // Error is a request-level error: the call failed as a whole and, unless

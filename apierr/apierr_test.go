@@ -25,3 +25,24 @@ func TestReasonsAreDistinct(t *testing.T) {
 		seen[r] = true
 	}
 }
+
+// Every reason has a Kafka code, and the code names the reason back unless
+// it is one of the codes several reasons share (documented at kafkaCodes).
+func TestKafkaCodes(t *testing.T) {
+	shared := map[int16]bool{6: true, 7: true, 1: true}
+	for _, r := range Reasons() {
+		c, ok := kafkaCodes[r]
+		assert.True(t, ok, "%s has no Kafka code", r)
+		assert.Equal(t, c, r.KafkaCode())
+		if !shared[c] {
+			assert.Equal(t, r, ReasonOfKafkaCode(c), "code %d", c)
+		}
+	}
+	assert.Len(t, kafkaCodes, len(Reasons()), "only known reasons")
+	assert.Equal(t, int16(-1), Reason("NO_SUCH").KafkaCode())
+	assert.Equal(t, NotOwner, ReasonOfKafkaCode(6))
+	assert.Equal(t, RequestTimedOut, ReasonOfKafkaCode(7))
+	assert.Equal(t, OffsetOutOfRange, ReasonOfKafkaCode(1))
+	assert.Equal(t, Reason(""), ReasonOfKafkaCode(0))
+	assert.Equal(t, Internal, ReasonOfKafkaCode(9999))
+}

@@ -52,6 +52,9 @@ var reasonStatus = map[apierr.Reason]ReasonStatus{
 	apierr.ClusterAuthorizationFailed: {codes.PermissionDenied, http.StatusForbidden},
 	apierr.NotOwner:                   {codes.Unavailable, http.StatusServiceUnavailable},
 	apierr.OwnerUnreachable:           {codes.Unavailable, http.StatusServiceUnavailable},
+	apierr.PolicyViolation:            {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.InvalidRecordState:         {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.RequestTimedOut:            {codes.DeadlineExceeded, http.StatusGatewayTimeout},
 }
 
 // StatusOf returns how reason r travels; ok is false for a reason outside

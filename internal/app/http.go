@@ -40,7 +40,7 @@ type httpDeps struct {
 	readyz          func() (reasons []string, ok bool)
 	health          *ipLimiter // rate of /healthz and /readyz per client IP
 	auth            *authenticator
-	guard           *grpcapi.Guard // /metrics needs DESCRIBE on the cluster (with --authorizer acl)
+	guard           *authz.Guard   // /metrics needs DESCRIBE on the cluster (with --authorizer acl)
 	audit           *authz.Audit   // refused credentials on /metrics
 	trusted         trustedProxies // --trusted-proxies
 	tracer          trace.TracerProvider

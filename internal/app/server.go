@@ -14,7 +14,7 @@
 //   - exposure.go: the refusal to serve beyond loopback in the clear;
 //   - authorization (docs/security.md): Start opens the ACL bindings of
 //     the data dir (internal/authz) and hands every service one
-//     grpcapi.Guard, which enforces them with --authorizer acl and writes
+//     authz.Guard, which enforces them with --authorizer acl and writes
 //     the audit log in every mode;
 //   - health.go: readiness checks behind /readyz and gRPC health;
 //   - metrics.go: connection refusals, storage errors, offline partitions,
@@ -126,8 +126,8 @@ type Server struct {
 	auth         *authenticator
 	selfCert     []byte // this instance's TLS certificate (DER), with --tls-client-ca
 	metrics      *serverMetrics
-	acl          *authz.ACL     // the ACL bindings (nil in cluster mode)
-	guard        *grpcapi.Guard // authorization and audit for every handler
+	acl          *authz.ACL   // the ACL bindings (nil in cluster mode)
+	guard        *authz.Guard // authorization and audit for every handler
 	longPolls    *broker.LongPolls
 	kafka        *kafkawire.Listener
 	fileBackend  *backend // the file store's backend (nil in cluster mode)
@@ -212,7 +212,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	// are enforced with --authorizer acl only (with none they are kept, so
 	// that they can be prepared before switching).
 	audit := authz.NewAudit(log)
-	s.guard = grpcapi.NewGuard(authz.AllowAll{}, audit)
+	s.guard = authz.NewGuard(authz.AllowAll{}, audit)
 	var (
 		aclSvc    sharelogv1.AclServiceServer
 		logSvc    sharelogv1.LogServiceServer
@@ -247,7 +247,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			return nil, err
 		}
 		if cfg.Authorizer == AuthorizerACL {
-			s.guard = grpcapi.NewGuard(s.acl, audit)
+			s.guard = authz.NewGuard(s.acl, audit)
 		}
 		aclSvc = grpcapi.NewAclService(s.acl, "", s.guard)
 		store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)

@@ -31,17 +31,17 @@ type AclService struct {
 
 	acls        ACLs
 	unavailable string // why there are no bindings to manage, when acls is nil
-	guard       *Guard
+	guard       *authz.Guard
 }
 
 // NewAclService returns the AclService handlers over acls; when acls is
 // nil every call answers INVALID_REQUEST with the message unavailable.
-func NewAclService(acls ACLs, unavailable string, guard *Guard) *AclService {
+func NewAclService(acls ACLs, unavailable string, guard *authz.Guard) *AclService {
 	return &AclService{acls: acls, unavailable: unavailable, guard: guard}
 }
 
 func (s *AclService) check(ctx context.Context, op authz.Operation) error {
-	if err := s.guard.require(ctx, op, authz.Cluster, authz.ClusterName); err != nil {
+	if err := s.guard.Require(ctx, op, authz.Cluster, authz.ClusterName); err != nil {
 		return err
 	}
 	if s.acls == nil {
@@ -60,7 +60,7 @@ func (s *AclService) CreateAcls(ctx context.Context, req *sharelogv1.CreateAclsR
 	}
 	perItem, err := s.acls.Create(ctx, bs)
 	if err != nil {
-		s.guard.changed(ctx, "CreateAcls", authz.Cluster, authz.ClusterName, err)
+		s.guard.Changed(ctx, "CreateAcls", authz.Cluster, authz.ClusterName, err)
 		return nil, err
 	}
 	out := &sharelogv1.CreateAclsResponse{Results: make([]*sharelogv1.CreateAclResult, len(bs))}
@@ -69,7 +69,7 @@ func (s *AclService) CreateAcls(ctx context.Context, req *sharelogv1.CreateAclsR
 		if e != nil {
 			r.ErrorCode, r.ErrorMessage = sharelogv1.ErrorCode_ERROR_CODE_INVALID_REQUEST, e.Error()
 		} else {
-			s.guard.changed(ctx, "CreateAcls", authz.Cluster, authz.ClusterName, nil, slog.String("binding", bs[i].String()))
+			s.guard.Changed(ctx, "CreateAcls", authz.Cluster, authz.ClusterName, nil, slog.String("binding", bs[i].String()))
 		}
 		out.Results[i] = r
 	}
@@ -101,7 +101,7 @@ func (s *AclService) DeleteAcls(ctx context.Context, req *sharelogv1.DeleteAclsR
 	}
 	res, err := s.acls.Delete(ctx, fs)
 	if err != nil {
-		s.guard.changed(ctx, "DeleteAcls", authz.Cluster, authz.ClusterName, err)
+		s.guard.Changed(ctx, "DeleteAcls", authz.Cluster, authz.ClusterName, err)
 		return nil, err
 	}
 	out := &sharelogv1.DeleteAclsResponse{Results: make([]*sharelogv1.DeleteAclsFilterResult, len(res))}
@@ -112,7 +112,7 @@ func (s *AclService) DeleteAcls(ctx context.Context, req *sharelogv1.DeleteAclsR
 		}
 		for _, b := range r.Matched {
 			fr.MatchingBindings = append(fr.MatchingBindings, bindingToProto(b))
-			s.guard.changed(ctx, "DeleteAcls", authz.Cluster, authz.ClusterName, nil, slog.String("binding", b.String()))
+			s.guard.Changed(ctx, "DeleteAcls", authz.Cluster, authz.ClusterName, nil, slog.String("binding", b.String()))
 		}
 		out.Results[i] = fr
 	}

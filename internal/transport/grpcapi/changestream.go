@@ -37,18 +37,18 @@ type ChangeStreamService struct {
 	sharelogv1.UnsafeChangeStreamServiceServer // compile error when an RPC is added
 
 	streams *changestream.Manager
-	guard   *Guard
+	guard   *authz.Guard
 }
 
 // NewChangeStreamService returns the ChangeStreamService handlers, checking
 // permissions with guard (nil = none).
-func NewChangeStreamService(streams *changestream.Manager, guard *Guard) *ChangeStreamService {
+func NewChangeStreamService(streams *changestream.Manager, guard *authz.Guard) *ChangeStreamService {
 	return &ChangeStreamService{streams: streams, guard: guard}
 }
 
 func (s *ChangeStreamService) StreamChanges(req *sharelogv1.StreamChangesRequest, stream sharelogv1.ChangeStreamService_StreamChangesServer) error {
 	ctx := stream.Context()
-	if err := s.guard.require(ctx, authz.Read, authz.Topic, req.GetTopic()); err != nil {
+	if err := s.guard.Require(ctx, authz.Read, authz.Topic, req.GetTopic()); err != nil {
 		return err
 	}
 	dreq := changestream.Request{
@@ -64,11 +64,11 @@ func (s *ChangeStreamService) StreamChanges(req *sharelogv1.StreamChangesRequest
 		Started: func() { _ = stream.SendHeader(metadata.MD{}) },
 	}
 	b := &eventBatcher{send: stream.Send}
-	if s.guard.enforcing() {
+	if s.guard.Enforcing() {
 		// A stream may stay open for days: a READ revoked meanwhile ends
 		// it before its next message, as it would refuse the next call.
 		topic := req.GetTopic()
-		b.mayRead = func() error { return s.guard.require(ctx, authz.Read, authz.Topic, topic) }
+		b.mayRead = func() error { return s.guard.Require(ctx, authz.Read, authz.Topic, topic) }
 	}
 	return s.streams.Stream(ctx, dreq, b)
 }

@@ -63,7 +63,7 @@ func (s *LogService) DescribeCluster(ctx context.Context, _ *sharelogv1.Describe
 	slices.SortFunc(out.Instances, func(a, b *sharelogv1.ClusterInstance) int { return cmp.Compare(a.InstanceId, b.InstanceId) })
 	slices.SortFunc(topics, func(a, b broker.Topic) int { return cmp.Compare(a.Info.Name, b.Info.Name) })
 	for _, t := range topics {
-		if !s.guard.allowed(ctx, authz.Describe, authz.Topic, t.Info.Name) {
+		if !s.guard.Allowed(ctx, authz.Describe, authz.Topic, t.Info.Name) {
 			continue
 		}
 		for p := range t.Info.Partitions {
@@ -74,7 +74,7 @@ func (s *LogService) DescribeCluster(ctx context.Context, _ *sharelogv1.Describe
 	}
 	slices.Sort(groups)
 	for _, g := range slices.Compact(groups) {
-		if !s.guard.allowed(ctx, authz.Describe, authz.Group, g) {
+		if !s.guard.Allowed(ctx, authz.Describe, authz.Group, g) {
 			continue
 		}
 		id, epoch := view.Coordinator(g)

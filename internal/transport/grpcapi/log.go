@@ -21,7 +21,7 @@ type LogService struct {
 	sharelogv1.UnsafeLogServiceServer // compile error when an RPC is added
 
 	log   *broker.Log
-	guard *Guard
+	guard *authz.Guard
 
 	cluster ClusterSource            // DescribeCluster's view (WithCluster)
 	groups  func() ([]string, error) // the share groups' IDs
@@ -29,14 +29,14 @@ type LogService struct {
 
 // NewLogService returns the LogService handlers, checking permissions with
 // guard (nil = none).
-func NewLogService(log *broker.Log, guard *Guard) *LogService {
+func NewLogService(log *broker.Log, guard *authz.Guard) *LogService {
 	return &LogService{log: log, guard: guard}
 }
 
 // CreateTopic needs CREATE on the cluster or on the topic name.
 func (s *LogService) CreateTopic(ctx context.Context, req *sharelogv1.CreateTopicRequest) (*sharelogv1.Topic, error) {
-	if !s.guard.allowed(ctx, authz.Create, authz.Cluster, authz.ClusterName) {
-		if err := s.guard.require(ctx, authz.Create, authz.Topic, req.GetName()); err != nil {
+	if !s.guard.Allowed(ctx, authz.Create, authz.Cluster, authz.ClusterName) {
+		if err := s.guard.Require(ctx, authz.Create, authz.Topic, req.GetName()); err != nil {
 			return nil, err
 		}
 	}
@@ -46,7 +46,7 @@ func (s *LogService) CreateTopic(ctx context.Context, req *sharelogv1.CreateTopi
 			DeleteRetentionMs: c.DeleteRetentionMs, MinCleanableDirtyRatio: c.MinCleanableDirtyRatio}
 	}
 	t, err := s.log.CreateTopic(ctx, req.GetName(), req.GetPartitions(), settings)
-	s.guard.changed(ctx, "CreateTopic", authz.Topic, req.GetName(), err, slog.Int("partitions", int(req.GetPartitions())))
+	s.guard.Changed(ctx, "CreateTopic", authz.Topic, req.GetName(), err, slog.Int("partitions", int(req.GetPartitions())))
 	if err != nil {
 		return nil, err
 	}
@@ -55,11 +55,11 @@ func (s *LogService) CreateTopic(ctx context.Context, req *sharelogv1.CreateTopi
 
 // DeleteTopic needs DELETE on the topic, checked before its existence.
 func (s *LogService) DeleteTopic(ctx context.Context, req *sharelogv1.DeleteTopicRequest) (*sharelogv1.DeleteTopicResponse, error) {
-	if err := s.guard.require(ctx, authz.Delete, authz.Topic, req.GetName()); err != nil {
+	if err := s.guard.Require(ctx, authz.Delete, authz.Topic, req.GetName()); err != nil {
 		return nil, err
 	}
 	err := s.log.DeleteTopic(ctx, req.GetName())
-	s.guard.changed(ctx, "DeleteTopic", authz.Topic, req.GetName(), err)
+	s.guard.Changed(ctx, "DeleteTopic", authz.Topic, req.GetName(), err)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (s *LogService) ListTopics(ctx context.Context, _ *sharelogv1.ListTopicsReq
 	// Topics the caller may not DESCRIBE are left out, silently.
 	resp := &sharelogv1.ListTopicsResponse{Topics: make([]*sharelogv1.Topic, 0, len(topics))}
 	for _, t := range topics {
-		if s.guard.allowed(ctx, authz.Describe, authz.Topic, t.Info.Name) {
+		if s.guard.Allowed(ctx, authz.Describe, authz.Topic, t.Info.Name) {
 			resp.Topics = append(resp.Topics, topicToProto(t))
 		}
 	}
@@ -82,7 +82,7 @@ func (s *LogService) ListTopics(ctx context.Context, _ *sharelogv1.ListTopicsReq
 }
 
 func (s *LogService) DescribeTopic(ctx context.Context, req *sharelogv1.DescribeTopicRequest) (*sharelogv1.Topic, error) {
-	if err := s.guard.require(ctx, authz.Describe, authz.Topic, req.GetName()); err != nil {
+	if err := s.guard.Require(ctx, authz.Describe, authz.Topic, req.GetName()); err != nil {
 		return nil, err
 	}
 	t, err := s.log.DescribeTopic(ctx, req.GetName())
@@ -129,7 +129,7 @@ func topicToProto(t broker.Topic) *sharelogv1.Topic {
 }
 
 func (s *LogService) Produce(ctx context.Context, req *sharelogv1.ProduceRequest) (*sharelogv1.ProduceResponse, error) {
-	if err := s.guard.require(ctx, authz.Write, authz.Topic, req.GetTopic()); err != nil {
+	if err := s.guard.Require(ctx, authz.Write, authz.Topic, req.GetTopic()); err != nil {
 		return nil, err
 	}
 	recs := make([]logstore.Record, len(req.GetRecords()))
@@ -148,7 +148,7 @@ func (s *LogService) Produce(ctx context.Context, req *sharelogv1.ProduceRequest
 }
 
 func (s *LogService) Fetch(ctx context.Context, req *sharelogv1.FetchRequest) (*sharelogv1.FetchResponse, error) {
-	if err := s.guard.require(ctx, authz.Read, authz.Topic, req.GetTopic()); err != nil {
+	if err := s.guard.Require(ctx, authz.Read, authz.Topic, req.GetTopic()); err != nil {
 		return nil, err
 	}
 	res, err := s.log.Fetch(ctx, broker.FetchRequest{
@@ -167,7 +167,7 @@ func (s *LogService) Fetch(ctx context.Context, req *sharelogv1.FetchRequest) (*
 
 // ListOffsets needs DESCRIBE on the topic, as Kafka's ListOffsets.
 func (s *LogService) ListOffsets(ctx context.Context, req *sharelogv1.ListOffsetsRequest) (*sharelogv1.ListOffsetsResponse, error) {
-	if err := s.guard.require(ctx, authz.Describe, authz.Topic, req.GetTopic()); err != nil {
+	if err := s.guard.Require(ctx, authz.Describe, authz.Topic, req.GetTopic()); err != nil {
 		return nil, err
 	}
 	var spec broker.OffsetSpec

@@ -21,11 +21,11 @@ func (s *LogService) Purge(ctx context.Context, req *sharelogv1.PurgeRequest) (*
 	// DELETE on each topic, per entry and before any lookup: an entry the
 	// caller may not purge answers TOPIC_AUTHORIZATION_FAILED with low
 	// watermark -1 for each partition, whether the topic exists or not.
-	check := s.guard.topics(authz.Delete)
+	check := s.guard.Topics(authz.Delete)
 	allowed := make([]bool, len(req.GetTopics()))
 	var topics []broker.PurgeTopic
 	for i, t := range req.GetTopics() {
-		if allowed[i] = check.allowed(ctx, t.GetTopic()); !allowed[i] {
+		if allowed[i] = check.Allowed(ctx, t.GetTopic()); !allowed[i] {
 			continue
 		}
 		pt := broker.PurgeTopic{Topic: t.GetTopic(), Partitions: make([]broker.PurgePartition, len(t.GetPartitions()))}
@@ -38,7 +38,7 @@ func (s *LogService) Purge(ctx context.Context, req *sharelogv1.PurgeRequest) (*
 	if len(topics) > 0 {
 		var err error
 		if res, err = s.log.Purge(ctx, topics); err != nil {
-			s.guard.changed(ctx, "Purge", authz.Topic, topics[0].Topic, err)
+			s.guard.Changed(ctx, "Purge", authz.Topic, topics[0].Topic, err)
 			return nil, err
 		}
 	}
@@ -64,7 +64,7 @@ func (s *LogService) Purge(ctx context.Context, req *sharelogv1.PurgeRequest) (*
 			if p.Code != broker.CodeNone {
 				perr = errors.New(p.Message)
 			}
-			s.guard.changed(ctx, "Purge", authz.Topic, t.GetTopic(), perr, slog.Int("partition", int(p.Partition)),
+			s.guard.Changed(ctx, "Purge", authz.Topic, t.GetTopic(), perr, slog.Int("partition", int(p.Partition)),
 				slog.Int64("offset", t.GetPartitions()[j].GetOffset()), slog.Int64("low_watermark", p.LowWatermark))
 		}
 		resp.Topics[i] = tr

@@ -60,7 +60,7 @@ type ShareGroupService struct {
 
 	groups    ShareGroups
 	longPolls *broker.LongPolls
-	guard     *Guard
+	guard     *authz.Guard
 	// dlqAutoCreate is --dlq-auto-create-topics: the server may create a
 	// group's dead-letter topic, so naming one needs CREATE as well.
 	dlqAutoCreate bool
@@ -78,7 +78,7 @@ func WithDLQAutoCreate(on bool) ShareGroupOption {
 // NewShareGroupService returns the ShareGroupService handlers; longPolls
 // bounds waiting ShareFetch calls together with Fetch (nil = no bound);
 // guard checks permissions (nil = none).
-func NewShareGroupService(groups ShareGroups, longPolls *broker.LongPolls, guard *Guard, opts ...ShareGroupOption) *ShareGroupService {
+func NewShareGroupService(groups ShareGroups, longPolls *broker.LongPolls, guard *authz.Guard, opts ...ShareGroupOption) *ShareGroupService {
 	s := &ShareGroupService{groups: groups, longPolls: longPolls, guard: guard}
 	for _, o := range opts {
 		o(s)
@@ -93,7 +93,7 @@ func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.Shar
 	if err := requirePartitions(req.GetTopics()); err != nil {
 		return nil, err
 	}
-	if err := s.guard.require(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+	if err := s.guard.Require(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
 	entries, denied := s.readableEntries(ctx, entriesFromProto(req.GetTopics()))
@@ -109,11 +109,11 @@ func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.Shar
 		IsRenewAck: req.GetIsRenewAck(),
 		Partitions: entries,
 	}
-	if s.guard.enforcing() {
+	if s.guard.Enforcing() {
 		// The partitions the session already holds are checked again on
 		// every fetch (docs/security.md).
-		readable := s.guard.topics(authz.Read)
-		dreq.Readable = func(topic string) bool { return readable.allowed(ctx, topic) }
+		readable := s.guard.Topics(authz.Read)
+		dreq.Readable = func(topic string) bool { return readable.Allowed(ctx, topic) }
 	}
 	for _, t := range req.GetForgottenTopicsData() {
 		for _, p := range t.GetPartitions() {
@@ -180,10 +180,10 @@ func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.Shar
 // readableEntries splits entries into those of topics the caller may READ
 // and the partitions of the others.
 func (s *ShareGroupService) readableEntries(ctx context.Context, entries []sharegroup.PartitionEntry) (ok []sharegroup.PartitionEntry, denied []sharegroup.TopicPartition) {
-	check := s.guard.topics(authz.Read)
+	check := s.guard.Topics(authz.Read)
 	first := -1 // the first denied entry: until then, entries are passed on as they are
 	for i, e := range entries {
-		if !check.allowed(ctx, e.Topic) {
+		if !check.Allowed(ctx, e.Topic) {
 			first = i
 			break
 		}
@@ -193,7 +193,7 @@ func (s *ShareGroupService) readableEntries(ctx context.Context, entries []share
 	}
 	ok = append(make([]sharegroup.PartitionEntry, 0, len(entries)), entries[:first]...)
 	for _, e := range entries[first:] {
-		if check.allowed(ctx, e.Topic) {
+		if check.Allowed(ctx, e.Topic) {
 			ok = append(ok, e)
 		} else {
 			denied = append(denied, e.TopicPartition)
@@ -211,7 +211,7 @@ func (s *ShareGroupService) ShareAcknowledge(ctx context.Context, req *sharelogv
 	if err := requirePartitions(req.GetTopics()); err != nil {
 		return nil, err
 	}
-	if err := s.guard.require(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+	if err := s.guard.Require(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
 	entries, denied := s.readableEntries(ctx, entriesFromProto(req.GetTopics()))
@@ -252,7 +252,7 @@ func (s *ShareGroupService) ShareAcknowledge(ctx context.Context, req *sharelogv
 }
 
 func (s *ShareGroupService) GetShareGroupConfig(ctx context.Context, req *sharelogv1.GetShareGroupConfigRequest) (*sharelogv1.GetShareGroupConfigResponse, error) {
-	if err := s.guard.require(ctx, authz.DescribeConfigs, authz.Group, req.GetGroupId()); err != nil {
+	if err := s.guard.Require(ctx, authz.DescribeConfigs, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
 	cfg, err := s.groups.GetConfig(req.GetGroupId())
@@ -263,7 +263,7 @@ func (s *ShareGroupService) GetShareGroupConfig(ctx context.Context, req *sharel
 }
 
 func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sharelogv1.UpdateShareGroupConfigRequest) (*sharelogv1.UpdateShareGroupConfigResponse, error) {
-	if err := s.guard.require(ctx, authz.AlterConfigs, authz.Group, req.GetGroupId()); err != nil {
+	if err := s.guard.Require(ctx, authz.AlterConfigs, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
 	c := req.GetConfig()
@@ -272,11 +272,11 @@ func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sha
 	// creates missing ones, to create it as CreateTopic would require
 	// (docs/security.md).
 	if t := c.GetDeadLetterTopic(); t != "" {
-		if err := s.guard.require(ctx, authz.Write, authz.Topic, t); err != nil {
+		if err := s.guard.Require(ctx, authz.Write, authz.Topic, t); err != nil {
 			return nil, err
 		}
-		if s.dlqAutoCreate && !s.guard.allowed(ctx, authz.Create, authz.Cluster, authz.ClusterName) {
-			if err := s.guard.require(ctx, authz.Create, authz.Topic, t); err != nil {
+		if s.dlqAutoCreate && !s.guard.Allowed(ctx, authz.Create, authz.Cluster, authz.ClusterName) {
+			if err := s.guard.Require(ctx, authz.Create, authz.Topic, t); err != nil {
 				return nil, err
 			}
 		}
@@ -290,7 +290,7 @@ func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sha
 		HeartbeatIntervalMs:     c.HeartbeatIntervalMs,
 		DeadLetterTopic:         c.DeadLetterTopic,
 	})
-	s.guard.changed(ctx, "UpdateShareGroupConfig", authz.Group, req.GetGroupId(), err, slog.String("config", c.String()))
+	s.guard.Changed(ctx, "UpdateShareGroupConfig", authz.Group, req.GetGroupId(), err, slog.String("config", c.String()))
 	if err != nil {
 		return nil, err
 	}
@@ -382,15 +382,15 @@ func requirePartitions(topics []*sharelogv1.ShareFetchTopic) error {
 // assignment; a subscription of such topics only is refused with
 // TOPIC_AUTHORIZATION_FAILED, since an empty one would mean "unchanged".
 func (s *ShareGroupService) ShareGroupHeartbeat(ctx context.Context, req *sharelogv1.ShareGroupHeartbeatRequest) (*sharelogv1.ShareGroupHeartbeatResponse, error) {
-	if err := s.guard.require(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+	if err := s.guard.Require(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
-	check := s.guard.topics(authz.Describe)
+	check := s.guard.Topics(authz.Describe)
 	subs := req.GetSubscribedTopicNames()
 	if len(subs) > 0 {
 		visible := make([]string, 0, len(subs))
 		for _, t := range subs {
-			if check.allowed(ctx, t) {
+			if check.Allowed(ctx, t) {
 				visible = append(visible, t)
 			}
 		}
@@ -419,7 +419,7 @@ func (s *ShareGroupService) ShareGroupHeartbeat(ctx context.Context, req *sharel
 	}
 	if resp.Assignment != nil {
 		a := *resp.Assignment
-		a.Topics = slices.DeleteFunc(slices.Clone(a.Topics), func(t sharegroup.TopicPartitions) bool { return !check.allowed(ctx, t.Topic) })
+		a.Topics = slices.DeleteFunc(slices.Clone(a.Topics), func(t sharegroup.TopicPartitions) bool { return !check.Allowed(ctx, t.Topic) })
 		out.Assignment = assignmentToProto(a)
 	}
 	return out, nil
@@ -461,7 +461,7 @@ func (s *ShareGroupService) ListShareGroups(ctx context.Context, req *sharelogv1
 	// Groups the caller may not DESCRIBE are left out, silently.
 	out := &sharelogv1.ListShareGroupsResponse{Groups: make([]*sharelogv1.ShareGroupListing, 0, len(groups))}
 	for _, g := range groups {
-		if s.guard.allowed(ctx, authz.Describe, authz.Group, g.GroupID) {
+		if s.guard.Allowed(ctx, authz.Describe, authz.Group, g.GroupID) {
 			out.Groups = append(out.Groups, &sharelogv1.ShareGroupListing{GroupId: g.GroupID, State: stateToProto(g.State)})
 		}
 	}
@@ -469,7 +469,7 @@ func (s *ShareGroupService) ListShareGroups(ctx context.Context, req *sharelogv1
 }
 
 func (s *ShareGroupService) DescribeShareGroup(ctx context.Context, req *sharelogv1.DescribeShareGroupRequest) (*sharelogv1.DescribeShareGroupResponse, error) {
-	if err := s.guard.require(ctx, authz.Describe, authz.Group, req.GetGroupId()); err != nil {
+	if err := s.guard.Require(ctx, authz.Describe, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
 	d, err := s.groups.DescribeGroup(ctx, req.GetGroupId())
@@ -479,15 +479,15 @@ func (s *ShareGroupService) DescribeShareGroup(ctx context.Context, req *sharelo
 	// As Kafka's group describe: the members' subscriptions and assignments
 	// name topics, so a caller who may not DESCRIBE one of them gets the
 	// topic's authorization error instead of the group.
-	check := s.guard.topics(authz.Describe)
+	check := s.guard.Topics(authz.Describe)
 	for _, m := range d.Members {
 		for _, t := range m.SubscribedTopicNames {
-			if !check.allowed(ctx, t) {
+			if !check.Allowed(ctx, t) {
 				return nil, apierr.New(apierr.TopicAuthorizationFailed, "not authorized to DESCRIBE a topic of group %q's members", req.GetGroupId())
 			}
 		}
 		for _, t := range m.Assignment.Topics {
-			if !check.allowed(ctx, t.Topic) {
+			if !check.Allowed(ctx, t.Topic) {
 				return nil, apierr.New(apierr.TopicAuthorizationFailed, "not authorized to DESCRIBE a topic of group %q's members", req.GetGroupId())
 			}
 		}
@@ -521,11 +521,11 @@ func (s *ShareGroupService) DescribeShareGroup(ctx context.Context, req *sharelo
 // DescribeShareGroupOffsets or DescribeSharePartitionState: it returns the
 // topics to pass on and, per requested topic, whether it passed.
 func (s *ShareGroupService) describableTopics(ctx context.Context, req []*sharelogv1.TopicPartitions) ([]sharegroup.TopicPartitions, []bool) {
-	check := s.guard.topics(authz.Describe)
+	check := s.guard.Topics(authz.Describe)
 	topics := make([]sharegroup.TopicPartitions, 0, len(req))
 	allowed := make([]bool, len(req))
 	for i, t := range req {
-		if allowed[i] = check.allowed(ctx, t.GetTopic()); allowed[i] {
+		if allowed[i] = check.Allowed(ctx, t.GetTopic()); allowed[i] {
 			topics = append(topics, sharegroup.TopicPartitions{Topic: t.GetTopic(), Partitions: t.GetPartitions()})
 		}
 	}
@@ -545,7 +545,7 @@ func deniedPartitions(parts []int32) []int32 {
 // a requested topic without it answers TOPIC_AUTHORIZATION_FAILED per
 // partition, and with no topics requested such topics are left out.
 func (s *ShareGroupService) DescribeShareGroupOffsets(ctx context.Context, req *sharelogv1.DescribeShareGroupOffsetsRequest) (*sharelogv1.DescribeShareGroupOffsetsResponse, error) {
-	if err := s.guard.require(ctx, authz.Describe, authz.Group, req.GetGroupId()); err != nil {
+	if err := s.guard.Require(ctx, authz.Describe, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
 	topics, allowed := s.describableTopics(ctx, req.GetTopics())
@@ -569,7 +569,7 @@ func (s *ShareGroupService) DescribeShareGroupOffsets(ctx context.Context, req *
 	out := &sharelogv1.DescribeShareGroupOffsetsResponse{}
 	if len(req.GetTopics()) == 0 {
 		for _, t := range res {
-			if s.guard.allowed(ctx, authz.Describe, authz.Topic, t.Topic) {
+			if s.guard.Allowed(ctx, authz.Describe, authz.Topic, t.Topic) {
 				out.Topics = append(out.Topics, toProto(t))
 			}
 		}
@@ -596,14 +596,14 @@ func (s *ShareGroupService) DescribeShareGroupOffsets(ctx context.Context, req *
 // without it is not passed on and answers TOPIC_AUTHORIZATION_FAILED per
 // partition.
 func (s *ShareGroupService) AlterShareGroupOffsets(ctx context.Context, req *sharelogv1.AlterShareGroupOffsetsRequest) (*sharelogv1.AlterShareGroupOffsetsResponse, error) {
-	if err := s.guard.require(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
+	if err := s.guard.Require(ctx, authz.Read, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
-	check := s.guard.topics(authz.Read)
+	check := s.guard.Topics(authz.Read)
 	allowed := make([]bool, len(req.GetTopics()))
 	topics := make([]sharegroup.TopicStartOffsets, 0, len(req.GetTopics()))
 	for i, t := range req.GetTopics() {
-		if allowed[i] = check.allowed(ctx, t.GetTopic()); !allowed[i] {
+		if allowed[i] = check.Allowed(ctx, t.GetTopic()); !allowed[i] {
 			continue
 		}
 		ts := sharegroup.TopicStartOffsets{Topic: t.GetTopic()}
@@ -617,7 +617,7 @@ func (s *ShareGroupService) AlterShareGroupOffsets(ctx context.Context, req *sha
 		var err error
 		res, err = s.groups.AlterOffsets(ctx, req.GetGroupId(), topics)
 		if err != nil {
-			s.guard.changed(ctx, "AlterShareGroupOffsets", authz.Group, req.GetGroupId(), err)
+			s.guard.Changed(ctx, "AlterShareGroupOffsets", authz.Group, req.GetGroupId(), err)
 			return nil, err
 		}
 	}
@@ -641,7 +641,7 @@ func (s *ShareGroupService) AlterShareGroupOffsets(ctx context.Context, req *sha
 			if p.ErrorCode != sharegroup.CodeNone {
 				perr = errors.New(p.ErrorMessage)
 			}
-			s.guard.changed(ctx, "AlterShareGroupOffsets", authz.Group, req.GetGroupId(), perr, slog.String("topic", t.GetTopic()),
+			s.guard.Changed(ctx, "AlterShareGroupOffsets", authz.Group, req.GetGroupId(), perr, slog.String("topic", t.GetTopic()),
 				slog.Int("partition", int(p.Partition)), slog.Int64("start_offset", t.GetPartitions()[j].GetStartOffset()))
 		}
 		next++
@@ -652,12 +652,12 @@ func (s *ShareGroupService) AlterShareGroupOffsets(ctx context.Context, req *sha
 
 // DeleteShareGroupOffsets needs DELETE on the group.
 func (s *ShareGroupService) DeleteShareGroupOffsets(ctx context.Context, req *sharelogv1.DeleteShareGroupOffsetsRequest) (*sharelogv1.DeleteShareGroupOffsetsResponse, error) {
-	if err := s.guard.require(ctx, authz.Delete, authz.Group, req.GetGroupId()); err != nil {
+	if err := s.guard.Require(ctx, authz.Delete, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
 	res, err := s.groups.DeleteOffsets(ctx, req.GetGroupId(), req.GetTopics())
 	if err != nil {
-		s.guard.changed(ctx, "DeleteShareGroupOffsets", authz.Group, req.GetGroupId(), err, slog.Any("topics", req.GetTopics()))
+		s.guard.Changed(ctx, "DeleteShareGroupOffsets", authz.Group, req.GetGroupId(), err, slog.Any("topics", req.GetTopics()))
 		return nil, err
 	}
 	out := &sharelogv1.DeleteShareGroupOffsetsResponse{Topics: make([]*sharelogv1.DeleteShareGroupOffsetsTopicResult, len(res))}
@@ -667,18 +667,18 @@ func (s *ShareGroupService) DeleteShareGroupOffsets(ctx context.Context, req *sh
 		if t.ErrorCode != sharegroup.CodeNone {
 			terr = errors.New(t.ErrorMessage)
 		}
-		s.guard.changed(ctx, "DeleteShareGroupOffsets", authz.Group, req.GetGroupId(), terr, slog.String("topic", t.Topic))
+		s.guard.Changed(ctx, "DeleteShareGroupOffsets", authz.Group, req.GetGroupId(), terr, slog.String("topic", t.Topic))
 	}
 	return out, nil
 }
 
 // DeleteShareGroup needs DELETE on the group.
 func (s *ShareGroupService) DeleteShareGroup(ctx context.Context, req *sharelogv1.DeleteShareGroupRequest) (*sharelogv1.DeleteShareGroupResponse, error) {
-	if err := s.guard.require(ctx, authz.Delete, authz.Group, req.GetGroupId()); err != nil {
+	if err := s.guard.Require(ctx, authz.Delete, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
 	err := s.groups.DeleteGroup(ctx, req.GetGroupId())
-	s.guard.changed(ctx, "DeleteShareGroup", authz.Group, req.GetGroupId(), err)
+	s.guard.Changed(ctx, "DeleteShareGroup", authz.Group, req.GetGroupId(), err)
 	if err != nil {
 		return nil, err
 	}
@@ -724,7 +724,7 @@ func stateFromProto(st sharelogv1.ShareGroupState) (sharegroup.GroupState, bool)
 // (DESCRIBE on the group and on each topic), checked the same way: it
 // shows no more than the offsets do, record by record.
 func (s *ShareGroupService) DescribeSharePartitionState(ctx context.Context, req *sharelogv1.DescribeSharePartitionStateRequest) (*sharelogv1.DescribeSharePartitionStateResponse, error) {
-	if err := s.guard.require(ctx, authz.Describe, authz.Group, req.GetGroupId()); err != nil {
+	if err := s.guard.Require(ctx, authz.Describe, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
 	topics, allowed := s.describableTopics(ctx, req.GetTopics())
@@ -738,7 +738,7 @@ func (s *ShareGroupService) DescribeSharePartitionState(ctx context.Context, req
 	out := s.partitionStateToProto(res)
 	if len(req.GetTopics()) == 0 {
 		out.Topics = slices.DeleteFunc(out.Topics, func(t *sharelogv1.SharePartitionStateTopic) bool {
-			return !s.guard.allowed(ctx, authz.Describe, authz.Topic, t.GetTopic())
+			return !s.guard.Allowed(ctx, authz.Describe, authz.Topic, t.GetTopic())
 		})
 		return out, nil
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
-	"github.com/sharelog/sharelog/internal/authz"
 )
 
 // aclFlags are kafka-acls.sh's words for principals, operations and resources.
@@ -52,7 +51,7 @@ func (f *aclFlags) resources() []aclResource {
 		out = append(out, aclResource{sharelogv1.ResourceType_RESOURCE_TYPE_GROUP, g})
 	}
 	if f.cluster {
-		out = append(out, aclResource{sharelogv1.ResourceType_RESOURCE_TYPE_CLUSTER, authz.ClusterName})
+		out = append(out, aclResource{sharelogv1.ResourceType_RESOURCE_TYPE_CLUSTER, clusterResourceName})
 	}
 	return out
 }
@@ -88,11 +87,11 @@ func (f *aclFlags) ops(add bool) ([]sharelogv1.AclOperation, error) {
 	}
 	var out []sharelogv1.AclOperation
 	for _, o := range f.operations {
-		op, err := authz.ParseOperation(o)
+		op, err := parseOperation(o)
 		if err != nil {
 			return nil, fmt.Errorf("--operation: %w", err)
 		}
-		out = append(out, sharelogv1.AclOperation(op))
+		out = append(out, op)
 	}
 	return out, nil
 }
@@ -276,8 +275,8 @@ func (a *app) aclsListCmd() *cobra.Command {
 		tw := newTable(a)
 		fmt.Fprintln(tw, "PRINCIPAL\tPERMISSION\tOPERATION\tRESOURCE TYPE\tPATTERN TYPE\tRESOURCE NAME")
 		for _, b := range out.GetBindings() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", b.GetPrincipal(), authz.Permission(b.GetPermission()), authz.Operation(b.GetOperation()),
-				authz.ResourceType(b.GetResourceType()), authz.PatternType(b.GetPatternType()), b.GetResourceName())
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", b.GetPrincipal(), enumText(b.GetPermission()), enumText(b.GetOperation()),
+				enumText(b.GetResourceType()), enumText(b.GetPatternType()), b.GetResourceName())
 		}
 		return tw.Flush()
 	})
@@ -334,6 +333,46 @@ the --allow-principal / --deny-principal and --operation values given (none = an
 }
 
 func bindingText(b *sharelogv1.AclBinding) string {
-	return fmt.Sprintf("%s %s %s on %s %s %q", b.GetPrincipal(), authz.Permission(b.GetPermission()), authz.Operation(b.GetOperation()),
-		authz.PatternType(b.GetPatternType()), authz.ResourceType(b.GetResourceType()), b.GetResourceName())
+	return fmt.Sprintf("%s %s %s on %s %s %q", b.GetPrincipal(), enumText(b.GetPermission()), enumText(b.GetOperation()),
+		enumText(b.GetPatternType()), enumText(b.GetResourceType()), b.GetResourceName())
+}
+
+// clusterResourceName is the one name of the cluster resource, as Kafka's
+// (docs/security.md).
+const clusterResourceName = "kafka-cluster"
+
+// enumText is an AclService enum as kafka-acls.sh prints it: the value
+// name without its type prefix, with UNSPECIFIED (a filter's wildcard)
+// shown as ANY.
+func enumText(e interface{ String() string }) string {
+	name := e.String()
+	for _, prefix := range []string{"ACL_PERMISSION_", "ACL_OPERATION_", "RESOURCE_TYPE_", "PATTERN_TYPE_"} {
+		if rest, ok := strings.CutPrefix(name, prefix); ok {
+			if rest == "UNSPECIFIED" {
+				return "ANY"
+			}
+			return rest
+		}
+	}
+	return name
+}
+
+// parseOperation reads an operation name as kafka-acls.sh writes it
+// (case-insensitive, "-" or "_" between words: Read, DescribeConfigs,
+// describe-configs).
+func parseOperation(s string) (sharelogv1.AclOperation, error) {
+	norm := strings.ToUpper(strings.NewReplacer("-", "", "_", "").Replace(s))
+	var names []string
+	for n := int32(1); ; n++ {
+		name, ok := sharelogv1.AclOperation_name[n]
+		if !ok {
+			break
+		}
+		op := strings.TrimPrefix(name, "ACL_OPERATION_")
+		names = append(names, op)
+		if strings.ReplaceAll(op, "_", "") == norm {
+			return sharelogv1.AclOperation(n), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown operation %q (want one of %s)", s, strings.Join(names, ", "))
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	slserver "github.com/sharelog/sharelog/internal/app"
 )
 
@@ -55,4 +56,21 @@ func TestACLsCommands(t *testing.T) {
 	r = admin("acls", "remove")
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "remove needs --topic")
+}
+
+// Operation names are read as kafka-acls.sh writes them, and enums print
+// without their type prefix (UNSPECIFIED, a filter's wildcard, as ANY).
+func TestACLNames(t *testing.T) {
+	for _, s := range []string{"DescribeConfigs", "describe-configs", "DESCRIBE_CONFIGS"} {
+		op, err := parseOperation(s)
+		require.NoError(t, err, s)
+		assert.Equal(t, sharelogv1.AclOperation_ACL_OPERATION_DESCRIBE_CONFIGS, op, s)
+	}
+	_, err := parseOperation("bogus")
+	assert.ErrorContains(t, err, "unknown operation \"bogus\"")
+	assert.Equal(t, "ANY", enumText(sharelogv1.PatternType_PATTERN_TYPE_UNSPECIFIED))
+	assert.Equal(t, "PREFIXED", enumText(sharelogv1.PatternType_PATTERN_TYPE_PREFIXED))
+	assert.Equal(t, "DENY", enumText(sharelogv1.AclPermission_ACL_PERMISSION_DENY))
+	assert.Equal(t, "TOPIC", enumText(sharelogv1.ResourceType_RESOURCE_TYPE_TOPIC))
+	assert.Equal(t, "READ", enumText(sharelogv1.AclOperation_ACL_OPERATION_READ))
 }

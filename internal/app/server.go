@@ -1,33 +1,38 @@
-// Package app wires sharelog's process: the log store, the gRPC server with
-// health and reflection, the REST gateway (dialing the gRPC server, so that
-// streaming works through it), OpenAPI, health, readiness and Prometheus
-// endpoints, OpenTelemetry, TLS and bearer-token auth, and graceful shutdown.
+// Package app wires sharelog's process and holds its cluster routing.
 //
-// It also holds the process's defences (see README "Limits and exposure"):
-//   - connlimit.go: per-listener caps on connections, in total and per IP,
-//     enforced at accept;
-//   - http.go: body deadlines, probe rate limits, gateway error mapping and
-//     the forwarding of the REST client's IP;
-//   - gate.go: the interceptor that authenticates, names the client for
-//     per-client limits (internal/principal) and rejects undecodable bodies
-//     (codec.go);
-//   - exposure.go: the refusal to serve beyond loopback in the clear;
-//   - authorization (docs/security.md): Start opens the ACL bindings of
-//     the data dir (internal/authz) and hands every service one
-//     authz.Guard, which enforces them with --authorizer acl and writes
-//     the audit log in every mode;
+// Wiring (server.go, config*.go): Start opens the log store and the share
+// state, builds one domain backend over them (backend.go, for both
+// modes), and serves it on every listener — the gRPC server with health
+// and reflection (internal/transport/grpcapi), the REST gateway dialing a
+// second, in-memory gRPC server so that streaming works through it
+// (internal/transport/httpgw), and the Kafka listener
+// (internal/transport/kafkawire) — with OpenTelemetry, TLS and graceful
+// shutdown. Authorization (docs/security.md): Start opens the ACL bindings
+// of the data dir (internal/authz) and hands every service one
+// authz.Guard, which enforces them with --authorizer acl and writes the
+// audit log in every mode.
+//
+// What the listeners share comes from internal/edge, built once here: the
+// Authenticator (tokens file, client certificates), the gRPC Gate of each
+// gRPC server, the connection limits at accept (every listener, Kafka's
+// included; Kafka has no authentication yet), the per-IP probe limits,
+// trusted proxies, and the refusal to serve beyond loopback in the clear
+// (exposedListeners maps the configuration onto it; see README "Limits
+// and exposure").
+//
+// Also here:
 //   - health.go: readiness checks behind /readyz and gRPC health;
 //   - metrics.go: connection refusals, storage errors, offline partitions,
 //     waiting long polls; domainmetrics.go and purgemetrics.go: the log,
 //     share groups, change streams, compaction and purges;
-//   - restroutes.go, httproute.go: the REST route table (405, unknown
-//     query parameters) and the http_route label.
+//   - describe.go: the cluster view DescribeCluster answers with, in file
+//     mode and on the active instance.
 //
-// Cluster mode (--store jetstream, docs/cluster.md) is in cluster.go (the
-// lease-driven active backend, fencing, roles in readiness) and forward.go
-// (standbys forward every routed call to the active instance); backend.go
-// builds the services over a log store and a share-state store, for both
-// modes.
+// Cluster routing (--store jetstream, docs/cluster.md) is in cluster.go
+// (the lease-driven active backend, fencing, roles in readiness),
+// forward.go (standbys forward every routed call to the active instance),
+// and partitioned.go, owners.go and groups.go (partitioned mode: each
+// partition and group served at its owner).
 package app
 
 import (

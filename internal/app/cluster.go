@@ -153,7 +153,7 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 		n.s.log.Error("refusing to join the cluster", "reason", reason)
 		return
 	}
-	if n.s.auth != nil && n.s.auth.tokensEnabled() && !n.loadSecret(ctx, lease) {
+	if n.s.auth != nil && n.s.auth.TokensEnabled() && !n.loadSecret(ctx, lease) {
 		return
 	}
 	// The heartbeat lists this instance in DescribeCluster and, in
@@ -201,7 +201,7 @@ func (n *clusterNode) loadSecret(ctx context.Context, lease *cluster.Lease) bool
 		secret, err := lease.Secret(sctx)
 		cancel()
 		if err == nil {
-			n.s.auth.setInstanceSecret(secret)
+			n.s.auth.SetInstanceSecret(secret)
 			n.mu.Lock()
 			n.secret = secret
 			n.mu.Unlock()

@@ -1,11 +1,14 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"time"
+
+	"github.com/sharelog/sharelog/internal/edge"
 )
 
 // Values of Config.Authorizer (--authorizer).
@@ -252,7 +255,7 @@ func (c Config) Validate() error {
 	if c.TLSClientCA != "" && c.TLSCert == "" {
 		bad("--tls-client-ca needs --tls-cert and --tls-key")
 	}
-	if _, err := parseTrustedProxies(c.TrustedProxies); err != nil {
+	if _, err := edge.ParseTrustedProxies(c.TrustedProxies); err != nil {
 		bad("--trusted-proxies: %v", err)
 	}
 	if c.ShutdownTimeout <= 0 {
@@ -299,4 +302,22 @@ func (c Config) Validate() error {
 	}
 	c.Cluster.validate(bad)
 	return errors.Join(errs...)
+}
+
+// exposedListeners returns the flags (with their values) of the listeners
+// bound beyond loopback without both TLS and authentication (see
+// edge.Exposed). Client certificates (--tls-client-ca) authenticate as
+// tokens do; a gRPC listener the embedder passed (Options.GRPCListener)
+// is not checked.
+func exposedListeners(ctx context.Context, cfg Config, grpcOverridden bool) ([]string, error) {
+	secured := cfg.TLSCert != "" && (cfg.AuthTokensFile != "" || cfg.TLSClientCA != "")
+	var ls []edge.Listen
+	if !grpcOverridden {
+		ls = append(ls, edge.Listen{Flag: "--grpc-addr", Addr: cfg.GRPCAddr})
+	}
+	ls = append(ls, edge.Listen{Flag: "--http-addr", Addr: cfg.HTTPAddr})
+	if cfg.KafkaAddr != "" {
+		ls = append(ls, edge.Listen{Flag: "--kafka-addr", Addr: cfg.KafkaAddr})
+	}
+	return edge.Exposed(ctx, secured, ls...)
 }

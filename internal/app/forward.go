@@ -23,6 +23,7 @@ import (
 
 	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/principal"
 	"github.com/sharelog/sharelog/internal/transport/grpcapi"
 )
@@ -247,7 +248,7 @@ func (n *clusterNode) outgoing(ctx context.Context) context.Context {
 	// the active instance would see that, not the caller's: name the
 	// caller (a token in the metadata still wins there).
 	if user := principal.User(ctx); user != principal.Anonymous {
-		out.Set(mdForwardedPrincipal, user)
+		out.Set(edge.MDForwardedPrincipal, user)
 	}
 	return metadata.NewOutgoingContext(ctx, out)
 }

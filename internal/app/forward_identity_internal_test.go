@@ -10,10 +10,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/principal"
 )
 
@@ -32,8 +34,19 @@ func tlsPeer(leaf *x509.Certificate, md metadata.MD) context.Context {
 func TestForwardedCertificatePrincipal(t *testing.T) {
 	self := &x509.Certificate{Raw: []byte("instance certificate"), Subject: pkix.Name{CommonName: "sharelog"}}
 	client := &x509.Certificate{Raw: []byte("mallory's certificate"), Subject: pkix.Name{CommonName: "mallory"}}
-	g := &gate{auth: &authenticator{clientCerts: true}, self: self.Raw}
-	forwarded := metadata.Pairs(mdForwardedPrincipal, "User:alice")
+	auth, err := edge.NewAuthenticator("", true, nil)
+	require.NoError(t, err)
+	g := edge.NewGate(edge.GateConfig{Auth: auth, Self: self.Raw})
+	forwarded := metadata.Pairs(edge.MDForwardedPrincipal, "User:alice")
+	// admit runs the gate and returns the context its handler sees.
+	admit := func(ctx context.Context, method string) (context.Context, error) {
+		var seen context.Context
+		_, err := g.Unary(ctx, nil, &grpc.UnaryServerInfo{FullMethod: method}, func(ctx context.Context, _ any) (any, error) {
+			seen = ctx
+			return nil, nil
+		})
+		return seen, err
+	}
 
 	for _, tc := range []struct {
 		name string
@@ -46,11 +59,11 @@ func TestForwardedCertificatePrincipal(t *testing.T) {
 		{"a client with a certificate of the same name", tlsPeer(&x509.Certificate{Raw: []byte("other"), Subject: pkix.Name{CommonName: "sharelog"}}, forwarded), "User:sharelog"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, err := g.admit(tc.ctx, "/sharelog.v1.LogService/ListTopics")
+			ctx, err := admit(tc.ctx, "/sharelog.v1.LogService/ListTopics")
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, principal.User(ctx))
 			md, _ := metadata.FromIncomingContext(ctx)
-			assert.Empty(t, md.Get(mdForwardedPrincipal), "the claim is not passed on")
+			assert.Empty(t, md.Get(edge.MDForwardedPrincipal), "the claim is not passed on")
 		})
 	}
 
@@ -62,7 +75,7 @@ func TestForwardedCertificatePrincipal(t *testing.T) {
 	n.s.cfg.Cluster.InstanceID = "standby-1"
 	in := metadata.NewIncomingContext(principal.WithUser(context.Background(), "User:alice"), metadata.MD{})
 	out, _ := metadata.FromOutgoingContext(n.outgoing(in))
-	assert.Equal(t, []string{"User:alice"}, out.Get(mdForwardedPrincipal))
+	assert.Equal(t, []string{"User:alice"}, out.Get(edge.MDForwardedPrincipal))
 	out, _ = metadata.FromOutgoingContext(n.outgoing(metadata.NewIncomingContext(context.Background(), metadata.MD{})))
-	assert.Empty(t, out.Get(mdForwardedPrincipal), "an anonymous call names nobody")
+	assert.Empty(t, out.Get(edge.MDForwardedPrincipal), "an anonymous call names nobody")
 }

@@ -1,63 +1,19 @@
 package app
 
 import (
-	"container/list"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
-// Health probes need no token, so they are rate-limited per client IP: a
-// probe costs nearly nothing, but a flood of them should not.
-const (
-	healthLimiterIPs   = 4096 // limiters kept; the least recently used go first
-	healthThrottledMsg = "too many health checks from this address; slow down"
-)
-
-// ipLimiter is a token bucket per client IP in a bounded LRU map: an
-// evicted IP starts again with a full bucket, which bounds memory whatever
-// the number of addresses.
-type ipLimiter struct {
-	limit rate.Limit
-	burst int
-	max   int
-
-	mu  sync.Mutex
-	lru *list.List // of *ipBucket, most recent first
-	m   map[string]*list.Element
-}
-
-type ipBucket struct {
-	ip  string
-	lim *rate.Limiter
-}
-
-func newIPLimiter(limit rate.Limit, burst, max int) *ipLimiter {
-	return &ipLimiter{limit: limit, burst: burst, max: max, lru: list.New(), m: make(map[string]*list.Element)}
-}
-
-func (l *ipLimiter) allow(ip string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e, ok := l.m[ip]; ok {
-		l.lru.MoveToFront(e)
-		return e.Value.(*ipBucket).lim.Allow()
-	}
-	if l.lru.Len() >= l.max {
-		oldest := l.lru.Back()
-		l.lru.Remove(oldest)
-		delete(l.m, oldest.Value.(*ipBucket).ip)
-	}
-	b := &ipBucket{ip: ip, lim: rate.NewLimiter(l.limit, l.burst)}
-	l.m[ip] = l.lru.PushFront(b)
-	return b.lim.Allow()
-}
+// Health probes need no token, so they are rate-limited per client IP
+// (edge.IPLimiter): a probe costs nearly nothing, but a flood of them
+// should not.
+const healthLimiterIPs = 4096 // limiters kept; the least recently used go first
 
 // HealthWatchesPerIP bounds the gRPC health Watch streams one client IP
 // holds open at once without a credential. Health needs none and a Watch
@@ -66,36 +22,6 @@ func (l *ipLimiter) allow(ip string) bool {
 // most; the room is for clients sharing an address (NAT), and calls with
 // a valid credential are not counted.
 const HealthWatchesPerIP = 64
-
-const healthWatchMethod = healthMethodPrefix + "Watch"
-
-// ipSlots counts the open streams of each client IP, up to max each. The
-// map holds only IPs with an open stream.
-type ipSlots struct {
-	max int
-	mu  sync.Mutex
-	n   map[string]int
-}
-
-func newIPSlots(max int) *ipSlots { return &ipSlots{max: max, n: make(map[string]int)} }
-
-func (s *ipSlots) acquire(ip string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n[ip] >= s.max {
-		return false
-	}
-	s.n[ip]++
-	return true
-}
-
-func (s *ipSlots) release(ip string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n[ip]--; s.n[ip] <= 0 {
-		delete(s.n, ip)
-	}
-}
 
 // ReadinessCheck is one source of not-readiness: while Check reports
 // ok == false, /readyz answers 503 with the reason, and gRPC health reports

@@ -2,18 +2,13 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
-	"net"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,92 +31,6 @@ func scrape(t *testing.T, tel *telemetry.Telemetry) string {
 	rec := httptest.NewRecorder()
 	tel.Metrics.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	return rec.Body.String()
-}
-
-// The listener closes connections over the total or per-IP cap at accept,
-// counts each refusal, and frees a slot when a connection closes.
-func TestLimitListener(t *testing.T) {
-	m, tel := newTestMetrics(t, nil)
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	l := newLimitListener(inner, "http", 3, 2, slog.New(slog.DiscardHandler), m.connRefused)
-	defer l.Close()
-	accepted := make(chan net.Conn, 10)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- c
-		}
-	}()
-	dialErr := func(src string) (net.Conn, error) {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
-		c, err := d.Dial("tcp", inner.Addr().String())
-		if err == nil {
-			t.Cleanup(func() { c.Close() })
-		}
-		return c, err
-	}
-	dial := func(src string) net.Conn {
-		c, err := dialErr(src)
-		require.NoError(t, err)
-		return c
-	}
-	// refused reports whether the server closed c without serving it.
-	refused := func(c net.Conn) bool {
-		require.NoError(t, c.SetReadDeadline(time.Now().Add(200*time.Millisecond)))
-		_, err := c.Read(make([]byte, 1))
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return false // still open: accepted
-		}
-		return true // EOF or reset
-	}
-	// refusedDial is refused for a new connection from src: the reset may
-	// already fail the dial.
-	refusedDial := func(src string) bool {
-		c, err := dialErr(src)
-		if err != nil {
-			require.ErrorIs(t, err, syscall.ECONNRESET)
-			return true
-		}
-		return refused(c)
-	}
-	take := func() net.Conn {
-		select {
-		case c := <-accepted:
-			return c
-		case <-time.After(5 * time.Second):
-			t.Fatal("no connection accepted")
-			return nil
-		}
-	}
-
-	a1, a2 := dial("127.0.0.1"), dial("127.0.0.1")
-	s1, s2 := take(), take()
-	assert.True(t, refusedDial("127.0.0.1"), "third connection from one IP is over --max-connections-per-ip")
-	b1 := dial("127.0.0.2")
-	take()
-	assert.False(t, refused(b1), "another IP still connects")
-	assert.True(t, refusedDial("127.0.0.3"), "fourth connection is over --max-connections")
-	assert.False(t, refused(a1))
-	assert.False(t, refused(a2))
-	assert.Equal(t, 3, l.open())
-
-	s1.Close()
-	s2.Close() // closing twice must not free two slots
-	s2.Close()
-	require.Eventually(t, func() bool { return l.open() == 1 }, 5*time.Second, 5*time.Millisecond)
-	c := dial("127.0.0.1")
-	take()
-	assert.False(t, refused(c), "a closed connection frees its slot")
-
-	out := scrape(t, tel)
-	assert.Regexp(t, `sharelog_connections_refused_total\{[^}]*cause="max_connections_per_ip"[^}]*listener="http"[^}]*\} 1`, out)
-	assert.Regexp(t, `sharelog_connections_refused_total\{[^}]*cause="max_connections"[^}]*listener="http"[^}]*\} 1`, out)
 }
 
 func TestErrnoName(t *testing.T) {
@@ -198,55 +107,12 @@ func TestExposedListeners(t *testing.T) {
 	assert.ErrorContains(t, err, "--grpc-addr")
 }
 
-func TestIPLimiterBounded(t *testing.T) {
-	l := newIPLimiter(1, 2, 3)
-	assert.True(t, l.allow("a"))
-	assert.True(t, l.allow("a"))
-	assert.False(t, l.allow("a"), "burst spent")
-	for _, ip := range []string{"b", "c", "d"} {
-		assert.True(t, l.allow(ip))
-	}
-	assert.Len(t, l.m, 3, "bounded")
-	assert.Equal(t, 3, l.lru.Len())
-	_, kept := l.m["a"]
-	assert.False(t, kept, "the least recently used is evicted")
-}
-
-// countingHandler counts WARN records whose message mentions a phrase.
-type countingHandler struct {
-	slog.Handler
-	phrase string
-	seen   chan struct{}
-}
-
-func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
-	if r.Level == slog.LevelWarn && strings.Contains(r.Message, h.phrase) {
-		select {
-		case h.seen <- struct{}{}:
-		default: // counted enough
-		}
-	}
-	return nil
-}
-
-// With --insecure-allow-remote the warning repeats every interval.
-func TestExposureWarningRepeats(t *testing.T) {
-	h := countingHandler{Handler: slog.DiscardHandler, phrase: "without TLS and authentication", seen: make(chan struct{}, 10)}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		exposureLoop(slog.New(h), []string{"--http-addr 0.0.0.0:0"}, time.Millisecond, stop)
-		close(done)
-	}()
-	for range 3 {
-		select {
-		case <-h.seen:
-		case <-time.After(5 * time.Second):
-			t.Fatal("the warning did not repeat")
-		}
-	}
-	close(stop)
-	<-done
+// --trusted-proxies is validated with the rest of the configuration
+// (edge.ParseTrustedProxies parses it).
+func TestTrustedProxiesFlag(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.TrustedProxies = "nope"
+	require.ErrorContains(t, cfg.Validate(), "--trusted-proxies")
+	cfg.TrustedProxies = " 10.0.0.0/8, 192.168.1.7 ,::1"
+	require.NoError(t, cfg.Validate())
 }

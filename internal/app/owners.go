@@ -12,8 +12,6 @@ package app
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"slices"
@@ -26,6 +24,7 @@ import (
 	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/cluster"
+	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jsstate"
 )
@@ -227,13 +226,12 @@ func (n *clusterNode) ownedOnlyCall(ctx context.Context) (bool, error) {
 	}
 	a := n.s.auth
 	switch {
-	case a.tokensEnabled():
-		sum := sha256.Sum256([]byte(v[len(v)-1]))
-		if inst := a.instance.Load(); inst != nil && subtle.ConstantTimeCompare(sum[:], inst[:]) == 1 {
+	case a.TokensEnabled():
+		if a.IsInstanceSecret(v[len(v)-1]) {
 			return true, nil
 		}
-	case a.clientCerts:
-		if peerIsSelf(ctx, n.s.selfCert) {
+	case a.ClientCerts():
+		if edge.PeerIsSelf(ctx, n.s.selfCert) {
 			return true, nil
 		}
 	default:

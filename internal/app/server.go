@@ -1,33 +1,38 @@
-// Package app wires sharelog's process: the log store, the gRPC server with
-// health and reflection, the REST gateway (dialing the gRPC server, so that
-// streaming works through it), OpenAPI, health, readiness and Prometheus
-// endpoints, OpenTelemetry, TLS and bearer-token auth, and graceful shutdown.
+// Package app wires sharelog's process and holds its cluster routing.
 //
-// It also holds the process's defences (see README "Limits and exposure"):
-//   - connlimit.go: per-listener caps on connections, in total and per IP,
-//     enforced at accept;
-//   - http.go: body deadlines, probe rate limits, gateway error mapping and
-//     the forwarding of the REST client's IP;
-//   - gate.go: the interceptor that authenticates, names the client for
-//     per-client limits (internal/principal) and rejects undecodable bodies
-//     (codec.go);
-//   - exposure.go: the refusal to serve beyond loopback in the clear;
-//   - authorization (docs/security.md): Start opens the ACL bindings of
-//     the data dir (internal/authz) and hands every service one
-//     authz.Guard, which enforces them with --authorizer acl and writes
-//     the audit log in every mode;
+// Wiring (server.go, config*.go): Start opens the log store and the share
+// state, builds one domain backend over them (backend.go, for both
+// modes), and serves it on every listener — the gRPC server with health
+// and reflection (internal/transport/grpcapi), the REST gateway dialing a
+// second, in-memory gRPC server so that streaming works through it
+// (internal/transport/httpgw), and the Kafka listener
+// (internal/transport/kafkawire) — with OpenTelemetry, TLS and graceful
+// shutdown. Authorization (docs/security.md): Start opens the ACL bindings
+// of the data dir (internal/authz) and hands every service one
+// authz.Guard, which enforces them with --authorizer acl and writes the
+// audit log in every mode.
+//
+// What the listeners share comes from internal/edge, built once here: the
+// Authenticator (tokens file, client certificates), the gRPC Gate of each
+// gRPC server, the connection limits at accept (every listener, Kafka's
+// included; Kafka has no authentication yet), the per-IP probe limits,
+// trusted proxies, and the refusal to serve beyond loopback in the clear
+// (exposedListeners maps the configuration onto it; see README "Limits
+// and exposure").
+//
+// Also here:
 //   - health.go: readiness checks behind /readyz and gRPC health;
 //   - metrics.go: connection refusals, storage errors, offline partitions,
 //     waiting long polls; domainmetrics.go and purgemetrics.go: the log,
 //     share groups, change streams, compaction and purges;
-//   - restroutes.go, httproute.go: the REST route table (405, unknown
-//     query parameters) and the http_route label.
+//   - describe.go: the cluster view DescribeCluster answers with, in file
+//     mode and on the active instance.
 //
-// Cluster mode (--store jetstream, docs/cluster.md) is in cluster.go (the
-// lease-driven active backend, fencing, roles in readiness) and forward.go
-// (standbys forward every routed call to the active instance); backend.go
-// builds the services over a log store and a share-state store, for both
-// modes.
+// Cluster routing (--store jetstream, docs/cluster.md) is in cluster.go
+// (the lease-driven active backend, fencing, roles in readiness),
+// forward.go (standbys forward every routed call to the active instance),
+// and partitioned.go, owners.go and groups.go (partitioned mode: each
+// partition and group served at its owner).
 package app
 
 import (
@@ -63,11 +68,13 @@ import (
 	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/changestream"
+	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 	"github.com/sharelog/sharelog/internal/storage/sharestate/statelog"
 	"github.com/sharelog/sharelog/internal/telemetry"
 	"github.com/sharelog/sharelog/internal/transport/grpcapi"
+	"github.com/sharelog/sharelog/internal/transport/httpgw"
 	"github.com/sharelog/sharelog/internal/transport/kafkawire"
 )
 
@@ -121,9 +128,9 @@ type Server struct {
 	health       *health.Server
 	grpcListener net.Listener
 	httpListener net.Listener
-	connLimits   []*limitListener // gRPC, HTTP
+	connLimits   []*edge.LimitListener // gRPC, HTTP
 
-	auth         *authenticator
+	auth         *edge.Authenticator
 	selfCert     []byte // this instance's TLS certificate (DER), with --tls-client-ca
 	metrics      *serverMetrics
 	acl          *authz.ACL   // the ACL bindings (nil in cluster mode)
@@ -170,7 +177,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		return nil, err
 	}
 	if len(exposed) > 0 && !cfg.InsecureAllowRemote {
-		return nil, exposureError(exposed)
+		return nil, edge.ExposureError(exposed)
 	}
 
 	telOpts := o.Telemetry
@@ -194,16 +201,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}
 	var tlsCfg *tls.Config
 	if cfg.TLSCert != "" {
-		if tlsCfg, err = loadTLS(cfg); err != nil {
+		if tlsCfg, err = edge.LoadTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
 			return nil, err
 		}
 	}
-	auth, err := newAuthenticator(cfg.AuthTokensFile, cfg.TLSClientCA != "", log)
+	auth, err := edge.NewAuthenticator(cfg.AuthTokensFile, cfg.TLSClientCA != "", log)
 	if err != nil {
 		return nil, err
 	}
 	s.auth = auth
-	trusted, err := parseTrustedProxies(cfg.TrustedProxies)
+	trusted, err := edge.ParseTrustedProxies(cfg.TrustedProxies)
 	if err != nil {
 		return nil, fmt.Errorf("--trusted-proxies: %w", err)
 	}
@@ -281,7 +288,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			return nil, fmt.Errorf("listen on --kafka-addr %s: %w", cfg.KafkaAddr, err)
 		}
 		if s.kafka, err = kafkawire.Listen(kafkawire.Config{
-			Listener:         newLimitListener(kln, "kafka", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused),
+			Listener:         edge.NewLimitListener(kln, "kafka", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused),
 			AdvertisedAddr:   cfg.KafkaAdvertisedAddr,
 			AutoCreateTopics: cfg.KafkaAutoCreateTopics, DefaultPartitions: int32(cfg.KafkaDefaultPartitions),
 			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes,
@@ -298,25 +305,25 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	if cfg.HealthProbesPerSec == 0 {
 		healthLimit = rate.Inf
 	}
-	healthLimiter := newIPLimiter(healthLimit, healthBurst, healthLimiterIPs)
-	healthWatches := newIPSlots(HealthWatchesPerIP)
+	healthLimiter := edge.NewIPLimiter(healthLimit, healthBurst, healthLimiterIPs)
+	healthWatches := edge.NewIPSlots(HealthWatchesPerIP)
 	// Inside the call logger (which logs the final status), around
 	// everything else: the one place where errors become gRPC statuses.
 	errs := grpcapi.Errors{Log: log}
 	// With client certificates, a peer presenting this instance's own
 	// certificate is another instance of the cluster forwarding a call.
 	var selfCert []byte
-	if tlsCfg != nil && auth.clientCerts && len(tlsCfg.Certificates) > 0 && len(tlsCfg.Certificates[0].Certificate) > 0 {
+	if tlsCfg != nil && auth.ClientCerts() && len(tlsCfg.Certificates) > 0 && len(tlsCfg.Certificates[0].Certificate) > 0 {
 		selfCert = tlsCfg.Certificates[0].Certificate[0]
 		s.selfCert = selfCert
 	}
 	newGRPC := func(creds credentials.TransportCredentials, viaGateway bool) *grpc.Server {
-		codec := newRequestCodec()
-		g := &gate{auth: auth, codec: codec, health: healthLimiter, watches: healthWatches, audit: audit, trusted: trusted, viaGateway: viaGateway, self: selfCert}
+		g := edge.NewGate(edge.GateConfig{Auth: auth, Health: healthLimiter, HealthWatches: healthWatches, Audit: audit,
+			Trusted: trusted, ViaGateway: viaGateway, Self: selfCert})
 		gs := grpc.NewServer(
 			grpc.Creds(creds),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
-			grpc.ForceServerCodecV2(codec),
+			grpc.ForceServerCodecV2(g.Codec()),
 			// Reused handler goroutines keep their grown stacks: a new
 			// goroutine per call pays stack growth on every RPC.
 			grpc.NumStreamWorkers(uint32(runtime.NumCPU())),
@@ -334,15 +341,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			grpc.MaxConcurrentStreams(uint32(cfg.GRPCMaxConcurrentStreams)),
 			grpc.ChainUnaryInterceptor(s.withCluster([]grpc.UnaryServerInterceptor{
 				recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
-				callLogger{log}.unary,
+				edge.CallLogger{Log: log}.Unary,
 				errs.Unary,
-				g.unary,
+				g.Unary,
 			})...),
 			grpc.ChainStreamInterceptor(s.withClusterStream([]grpc.StreamServerInterceptor{
 				recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(s.recovered)),
-				callLogger{log}.stream,
+				edge.CallLogger{Log: log}.Stream,
 				errs.Stream,
-				g.stream,
+				g.Stream,
 			})...),
 		)
 		sharelogv1.RegisterLogServiceServer(gs, logSvc)
@@ -380,9 +387,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	if s.httpListener, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
 	}
-	grpcLimit := newLimitListener(s.grpcListener, "grpc", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused)
-	httpLimit := newLimitListener(s.httpListener, "http", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused)
-	s.connLimits = []*limitListener{grpcLimit, httpLimit}
+	grpcLimit := edge.NewLimitListener(s.grpcListener, "grpc", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused)
+	httpLimit := edge.NewLimitListener(s.httpListener, "http", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused)
+	s.connLimits = []*edge.LimitListener{grpcLimit, httpLimit}
 	memListener := bufconn.Listen(1 << 20)
 	if s.gatewayConn, err = grpc.NewClient("passthrough:///sharelog-gateway",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return memListener.DialContext(ctx) }),
@@ -393,23 +400,23 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	); err != nil {
 		return nil, fmt.Errorf("gateway client: %w", err)
 	}
-	handler, err := newHTTPHandler(ctx, s.gatewayConn, httpDeps{
-		maxRequestBytes: int64(cfg.MaxRequestBytes),
-		readTimeout:     cfg.HTTPReadTimeout,
-		metrics:         s.tel.Metrics,
-		readyz:          s.readyz,
-		health:          healthLimiter,
-		auth:            auth,
-		guard:           s.guard,
-		audit:           audit,
-		trusted:         trusted,
-		tracer:          s.tel.Tracer,
-		meter:           s.tel.Meter,
+	handler, err := httpgw.NewHandler(ctx, s.gatewayConn, httpgw.Deps{
+		MaxRequestBytes: int64(cfg.MaxRequestBytes),
+		ReadTimeout:     cfg.HTTPReadTimeout,
+		Metrics:         s.tel.Metrics,
+		Readyz:          s.readyz,
+		Health:          healthLimiter,
+		Auth:            auth,
+		Guard:           s.guard,
+		Audit:           audit,
+		Trusted:         trusted,
+		Tracer:          s.tel.Tracer,
+		Meter:           s.tel.Meter,
 	})
 	if err != nil {
 		return nil, err
 	}
-	// No ReadTimeout: bodyDeadline bounds bodies per request (see there).
+	// No ReadTimeout: the handler bounds bodies per request (Deps.ReadTimeout).
 	s.httpServer = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.HTTPIdleTimeout,
 		TLSConfig: tlsCfg, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
@@ -418,12 +425,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		interval = DefaultReadinessInterval
 	}
 	s.bg.Go(func() { s.healthLoop(interval, s.stopBG) })
-	if auth.tokensEnabled() {
-		s.bg.Go(func() { auth.watch(authReloadInterval, s.stopBG) })
+	if auth.TokensEnabled() {
+		s.bg.Go(func() { auth.Watch(s.stopBG) })
 	}
 	if len(exposed) > 0 {
-		warnExposed(log, exposed)
-		s.bg.Go(func() { exposureLoop(log, exposed, insecureWarnInterval, s.stopBG) })
+		edge.WarnExposed(log, exposed)
+		s.bg.Go(func() { edge.ExposureLoop(log, exposed, edge.InsecureWarnInterval, s.stopBG) })
 	}
 
 	go s.serve("grpc", func() error { return s.grpcServer.Serve(grpcLimit) })
@@ -439,7 +446,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}
 	s.ready.Store(true)
 	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "kafka_addr", s.KafkaAddr(),
-		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.enabled(), "client_certs", auth.clientCerts,
+		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.Enabled(), "client_certs", auth.ClientCerts(),
 		"authorizer", cfg.Authorizer, "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls)
 	return s, nil
 }
@@ -464,7 +471,7 @@ func (s *Server) recovered(ctx context.Context, p any) error {
 // ReloadAuth re-reads --auth-tokens-file now (cmd/server calls it on
 // SIGHUP; the file is also watched for changes). A file that cannot be read
 // or parsed keeps the tokens in force; the error is logged and returned.
-func (s *Server) ReloadAuth() error { return s.auth.reload(true) }
+func (s *Server) ReloadAuth() error { return s.auth.Reload() }
 
 // HTTPHandler is the whole HTTP surface (tests serve it with httptest).
 func (s *Server) HTTPHandler() http.Handler { return s.httpServer.Handler }

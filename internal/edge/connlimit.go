@@ -1,4 +1,4 @@
-package app
+package edge
 
 import (
 	"context"
@@ -12,14 +12,15 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// limitListener caps the open connections of one listener, in total
+// LimitListener caps the open connections of one listener, in total
 // (--max-connections) and per client IP (--max-connections-per-ip). A
 // connection over a cap is accepted and closed at once: left in the
 // kernel's accept queue it would still count against the backlog and its
 // client would wait for a timeout, and kept open it would hold a file
 // descriptor the log store needs. Each refusal is counted in
-// sharelog_connections_refused_total{listener,cause}.
-type limitListener struct {
+// sharelog_connections_refused_total{listener,cause}. Any listener (gRPC,
+// HTTP, Kafka) wraps its net.Listener in one and serves that.
+type LimitListener struct {
 	net.Listener
 	name       string
 	max, perIP int
@@ -33,13 +34,16 @@ type limitListener struct {
 	lastWarn atomic.Int64 // unix nanoseconds of the last refusal warning
 }
 
-func newLimitListener(l net.Listener, name string, max, perIP int, log *slog.Logger, refused metric.Int64Counter) *limitListener {
-	return &limitListener{Listener: l, name: name, max: max, perIP: perIP, log: log, refused: refused, byIP: make(map[string]int)}
+// NewLimitListener wraps l, named name in logs and in the listener label
+// of refused, the counter of refusals, with the caps max (in total) and
+// perIP.
+func NewLimitListener(l net.Listener, name string, max, perIP int, log *slog.Logger, refused metric.Int64Counter) *LimitListener {
+	return &LimitListener{Listener: l, name: name, max: max, perIP: perIP, log: log, refused: refused, byIP: make(map[string]int)}
 }
 
-// hostOf is the client IP of a connection address ("" keys unknown peers
-// together, e.g. in-memory listeners).
-func hostOf(addr string) string {
+// HostOf is the client IP of a connection address ("" keys unknown peers
+// together, e.g. in-memory listeners): the per-IP limits key.
+func HostOf(addr string) string {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return addr
@@ -47,13 +51,15 @@ func hostOf(addr string) string {
 	return host
 }
 
-func (l *limitListener) Accept() (net.Conn, error) {
+// Accept returns the next connection within the caps; those over a cap are
+// closed and counted on the way.
+func (l *LimitListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		ip := hostOf(c.RemoteAddr().String())
+		ip := HostOf(c.RemoteAddr().String())
 		cause := ""
 		l.mu.Lock()
 		switch {
@@ -80,7 +86,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 }
 
 // warnRefused logs refusals at most once a minute per listener.
-func (l *limitListener) warnRefused(cause, ip string) {
+func (l *LimitListener) warnRefused(cause, ip string) {
 	now := time.Now().UnixNano()
 	last := l.lastWarn.Load()
 	if now-last < int64(time.Minute) || !l.lastWarn.CompareAndSwap(last, now) {
@@ -90,7 +96,7 @@ func (l *limitListener) warnRefused(cause, ip string) {
 		"listener", l.name, "cause", cause, "client_ip", ip, "max_connections", l.max, "max_connections_per_ip", l.perIP)
 }
 
-func (l *limitListener) release(ip string) {
+func (l *LimitListener) release(ip string) {
 	l.mu.Lock()
 	l.total--
 	if l.byIP[ip]--; l.byIP[ip] <= 0 {
@@ -100,7 +106,7 @@ func (l *limitListener) release(ip string) {
 }
 
 // open reports the connections counted now (tests).
-func (l *limitListener) open() int {
+func (l *LimitListener) open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.total
@@ -108,7 +114,7 @@ func (l *limitListener) open() int {
 
 type limitedConn struct {
 	net.Conn
-	l    *limitListener
+	l    *LimitListener
 	ip   string
 	once sync.Once
 }

@@ -1,4 +1,4 @@
-package app
+package edge
 
 import (
 	"context"
@@ -10,12 +10,12 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// callLogger logs every finished call at a level chosen by its status code
+// CallLogger logs every finished gRPC call at a level chosen by its status code
 // (successes at debug, client errors at info, server faults at error). It
 // checks the level before building any field, so that at the default level a
 // successful call costs one Enabled check: the generic logging middleware
 // built its fields for every call, a measurable share of a small RPC.
-type callLogger struct{ log *slog.Logger }
+type CallLogger struct{ Log *slog.Logger }
 
 func levelFor(code codes.Code) slog.Level {
 	switch code {
@@ -28,10 +28,10 @@ func levelFor(code codes.Code) slog.Level {
 	}
 }
 
-func (l callLogger) finished(ctx context.Context, method string, start time.Time, err error) {
+func (l CallLogger) finished(ctx context.Context, method string, start time.Time, err error) {
 	code := status.Code(err)
 	level := levelFor(code)
-	if !l.log.Enabled(ctx, level) {
+	if !l.Log.Enabled(ctx, level) {
 		return
 	}
 	attrs := []slog.Attr{
@@ -42,17 +42,19 @@ func (l callLogger) finished(ctx context.Context, method string, start time.Time
 	if err != nil {
 		attrs = append(attrs, slog.String("grpc.error", status.Convert(err).Message()))
 	}
-	l.log.LogAttrs(ctx, level, "finished call", attrs...)
+	l.Log.LogAttrs(ctx, level, "finished call", attrs...)
 }
 
-func (l callLogger) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// Unary is the logger as a unary server interceptor.
+func (l CallLogger) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	resp, err := handler(ctx, req)
 	l.finished(ctx, info.FullMethod, start, err)
 	return resp, err
 }
 
-func (l callLogger) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+// Stream is the logger as a stream server interceptor.
+func (l CallLogger) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	start := time.Now()
 	err := handler(srv, ss)
 	l.finished(ss.Context(), info.FullMethod, start, err)

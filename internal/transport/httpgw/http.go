@@ -1,4 +1,4 @@
-package app
+package httpgw
 
 import (
 	"context"
@@ -29,22 +29,26 @@ import (
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/console"
+	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/principal"
 	"github.com/sharelog/sharelog/internal/transport/grpcapi"
 )
 
-type httpDeps struct {
-	maxRequestBytes int64
-	readTimeout     time.Duration // --http-read-timeout, for request bodies
-	metrics         http.Handler
-	readyz          func() (reasons []string, ok bool)
-	health          *ipLimiter // rate of /healthz and /readyz per client IP
-	auth            *authenticator
-	guard           *authz.Guard   // /metrics needs DESCRIBE on the cluster (with --authorizer acl)
-	audit           *authz.Audit   // refused credentials on /metrics
-	trusted         trustedProxies // --trusted-proxies
-	tracer          trace.TracerProvider
-	meter           metric.MeterProvider
+// Deps are what the HTTP surface serves and checks with.
+type Deps struct {
+	MaxRequestBytes int64         // --max-request-bytes, for request bodies
+	ReadTimeout     time.Duration // --http-read-timeout, for request bodies
+	Metrics         http.Handler  // the Prometheus scrape, served at /metrics
+	// Readyz is /readyz's answer: ok, or why not (and a ready server's
+	// notes).
+	Readyz  func() (reasons []string, ok bool)
+	Health  *edge.IPLimiter // rate of /healthz and /readyz per client IP
+	Auth    *edge.Authenticator
+	Guard   *authz.Guard        // /metrics needs DESCRIBE on the cluster (with --authorizer acl)
+	Audit   *authz.Audit        // refused credentials on /metrics
+	Trusted edge.TrustedProxies // --trusted-proxies
+	Tracer  trace.TracerProvider
+	Meter   metric.MeterProvider
 }
 
 // jsonMarshaler is the gateway's JSON: protobuf JSON mapping, zero values
@@ -88,10 +92,10 @@ func (m ndjsonStreams) Marshal(v any) ([]byte, error) {
 	return m.HTTPBodyMarshaler.Marshal(v)
 }
 
-// newHTTPHandler builds the HTTP surface: the gateway (over conn, a real gRPC
+// NewHandler builds the HTTP surface: the gateway (over conn, a real gRPC
 // client connection, so server streaming works), /openapi.json, /healthz,
-// /readyz and /metrics, all traced by otelhttp.
-func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (http.Handler, error) {
+// /readyz, /metrics and the web console, all traced by otelhttp.
+func NewHandler(ctx context.Context, conn *grpc.ClientConn, d Deps) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, ndjsonStreams{&runtime.HTTPBodyMarshaler{Marshaler: fastJSON{jsonMarshaler}}}),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
@@ -105,7 +109,7 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 		// the real client's IP, host and certificate principal travel in
 		// metadata only the gateway sets.
 		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
-			return gatewayMetadata(r, d.trusted)
+			return edge.GatewayMetadata(r, d.Trusted)
 		}),
 		runtime.WithErrorHandler(gatewayError),
 	)
@@ -121,14 +125,14 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("GET /healthz", limitProbes(d.health, func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /healthz", limitProbes(d.Health, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	}))
-	mux.Handle("GET /readyz", limitProbes(d.health, func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET /readyz", limitProbes(d.Health, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		reasons, ok := d.readyz()
-		if d.auth.enabled() && !d.auth.httpAllowed(r) {
+		reasons, ok := d.Readyz()
+		if d.Auth.Enabled() && !d.Auth.HTTPAllowed(r) {
 			// The probe needs no credential, but the reasons name
 			// topics, groups, files and instances: with authentication
 			// on, only a caller with a credential sees them.
@@ -157,16 +161,16 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 		w.Write(openapi.JSON)
 	})
 	mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		user, ok := d.auth.httpPrincipal(r)
+		user, ok := d.Auth.HTTPPrincipal(r)
 		if !ok {
 			const msg = "a valid bearer token or client certificate is required"
-			d.audit.Unauthenticated(r.Context(), hostOf(r.RemoteAddr), "GET /metrics", msg)
+			d.Audit.Unauthenticated(r.Context(), edge.HostOf(r.RemoteAddr), "GET /metrics", msg)
 			writeError(w, r, apierr.New(apierr.Unauthenticated, msg))
 			return
 		}
 		// The series are labelled with every topic and group name: only
 		// a principal that may describe the cluster reads them.
-		if err := d.guard.Require(principal.WithUser(r.Context(), user), authz.Describe, authz.Cluster, authz.ClusterName); err != nil {
+		if err := d.Guard.Require(principal.WithUser(r.Context(), user), authz.Describe, authz.Cluster, authz.ClusterName); err != nil {
 			var e *apierr.Error
 			if !errors.As(err, &e) {
 				e = apierr.New(apierr.ClusterAuthorizationFailed, "%v", err)
@@ -174,26 +178,26 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, d httpDeps) (htt
 			writeError(w, r, e)
 			return
 		}
-		d.metrics.ServeHTTP(w, r)
+		d.Metrics.ServeHTTP(w, r)
 	}))
 	// The web console (docs/console.md): static files, public like
 	// /openapi.json; its pages call the API above with the user's token.
 	mux.Handle("GET /ui/", console.Handler("/ui/"))
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	mux.Handle("/", limitBody(d.maxRequestBytes, gw))
+	mux.Handle("/", limitBody(d.MaxRequestBytes, gw))
 
-	return bodyDeadline(d.readTimeout, otelhttp.NewHandler(labelRoutes(mux), "http",
-		otelhttp.WithTracerProvider(d.tracer),
-		otelhttp.WithMeterProvider(d.meter),
+	return bodyDeadline(d.ReadTimeout, otelhttp.NewHandler(labelRoutes(mux), "http",
+		otelhttp.WithTracerProvider(d.Tracer),
+		otelhttp.WithMeterProvider(d.Meter),
 		otelhttp.WithSpanNameFormatter(spanName),
 	)), nil
 }
 
 // limitProbes rate-limits an unauthenticated probe per client IP (429).
-func limitProbes(l *ipLimiter, h http.HandlerFunc) http.Handler {
+func limitProbes(l *edge.IPLimiter, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !l.allow(hostOf(r.RemoteAddr)) {
-			writeError(w, r, apierr.New(apierr.ThrottlingQuotaExceeded, "%s", healthThrottledMsg))
+		if !l.Allow(edge.HostOf(r.RemoteAddr)) {
+			writeError(w, r, apierr.New(apierr.ThrottlingQuotaExceeded, "%s", edge.HealthThrottledMsg))
 			return
 		}
 		h(w, r)
@@ -291,8 +295,8 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 // the client id ShareGroupHeartbeat reads (as gRPC clients send it).
 // Authorization is passed by the gateway itself. Everything else —
 // notably Grpc-Metadata-* headers, which would otherwise let a REST client
-// set any metadata, and X-Forwarded-For, which gatewayMetadata reads only
-// from trusted proxies — is dropped.
+// set any metadata, and X-Forwarded-For, which edge.GatewayMetadata reads
+// only from trusted proxies — is dropped.
 var forwardedHeaders = map[string]string{
 	"Traceparent":  "traceparent",
 	"Tracestate":   "tracestate",
@@ -304,23 +308,6 @@ var forwardedHeaders = map[string]string{
 func incomingHeader(key string) (string, bool) {
 	md, ok := forwardedHeaders[textproto.CanonicalMIMEHeaderKey(key)]
 	return md, ok
-}
-
-// gatewayMetadata is the metadata the gateway adds to every call: the
-// direct peer's IP (the per-client limits key), the client host (the
-// X-Forwarded-For client when the peer is a trusted proxy, else the peer)
-// and the principal of the verified client certificate, if any.
-func gatewayMetadata(r *http.Request, trusted trustedProxies) metadata.MD {
-	ip := hostOf(r.RemoteAddr)
-	host := ip
-	if trusted.contains(ip) {
-		host = trusted.clientOf(ip, r.Header.Values("X-Forwarded-For"))
-	}
-	md := metadata.Pairs(mdClientAddr, ip, mdClientHost, host)
-	if user := certPrincipal(r.TLS); user != "" {
-		md.Set(mdClientPrincipal, user)
-	}
-	return md
 }
 
 // limitBody refuses bodies above --max-request-bytes with 413 and a

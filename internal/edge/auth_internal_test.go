@@ -1,4 +1,4 @@
-package app
+package edge
 
 import (
 	"bytes"
@@ -22,6 +22,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/sharelog/sharelog/apierr"
 )
 
 func sha256Hex(s string) string {
@@ -32,7 +34,7 @@ func sha256Hex(s string) string {
 // principalsOf authenticates each token against a parsed file.
 func principalsOf(t *testing.T, tokens []authToken, try ...string) []string {
 	t.Helper()
-	a := &authenticator{path: "x"}
+	a := &Authenticator{path: "x"}
 	a.table.Store(&tokens)
 	var out []string
 	for _, tok := range try {
@@ -114,11 +116,11 @@ func TestParseTokens(t *testing.T) {
 func TestIdentifyInstanceSecret(t *testing.T) {
 	tokens, err := parseTokens(strings.NewReader("alice s3cret\n"))
 	require.NoError(t, err)
-	a := &authenticator{path: "x"}
+	a := &Authenticator{path: "x"}
 	a.table.Store(&tokens)
 	_, ok := a.identify("Bearer cluster-secret")
 	require.False(t, ok, "no secret set yet")
-	a.setInstanceSecret("cluster-secret")
+	a.SetInstanceSecret("cluster-secret")
 	user, ok := a.identify("Bearer cluster-secret")
 	require.True(t, ok)
 	assert.Equal(t, InstancePrincipal, user)
@@ -133,7 +135,7 @@ func TestIdentifyInstanceSecret(t *testing.T) {
 func TestIdentifyHeader(t *testing.T) {
 	tokens, err := parseTokens(strings.NewReader("alice s3cret\n"))
 	require.NoError(t, err)
-	a := &authenticator{path: "x"}
+	a := &Authenticator{path: "x"}
 	a.table.Store(&tokens)
 	for header, want := range map[string]bool{
 		"Bearer s3cret": true, "bearer s3cret": true, "BEARER s3cret": true, "Bearer   s3cret ": true,
@@ -164,6 +166,49 @@ func TestIdentifyHeader(t *testing.T) {
 	require.ErrorContains(t, err, "a valid bearer token is required")
 }
 
+// A listener that carries a token in its own protocol (not an
+// authorization header) and one whose connection presented none get the
+// gRPC answers: the same principals, and Unauthenticated where a gRPC
+// call is refused.
+func TestTokenAndWithoutToken(t *testing.T) {
+	tokens, err := parseTokens(strings.NewReader("alice s3cret\n"))
+	require.NoError(t, err)
+	a := &Authenticator{path: "x"}
+	a.table.Store(&tokens)
+	user, err := a.Token("s3cret")
+	require.NoError(t, err)
+	assert.Equal(t, "User:alice", user)
+	for _, bad := range []string{"nope", "", "Bearer s3cret"} {
+		_, err = a.Token(bad)
+		var e *apierr.Error
+		require.ErrorAs(t, err, &e, "%q", bad)
+		assert.Equal(t, apierr.Unauthenticated, e.Reason)
+		assert.NotContains(t, err.Error(), "nope")
+	}
+	a.SetInstanceSecret("cluster-secret")
+	user, err = a.Token("cluster-secret")
+	require.NoError(t, err)
+	assert.Equal(t, InstancePrincipal, user)
+	assert.True(t, a.IsInstanceSecret("cluster-secret"))
+	assert.False(t, a.IsInstanceSecret("cluster-secre"))
+
+	_, err = a.WithoutToken("")
+	require.ErrorContains(t, err, "a valid bearer token is required", "tokens are required")
+	user, err = a.WithoutToken("User:cert")
+	require.NoError(t, err)
+	assert.Equal(t, "User:cert", user)
+
+	none := &Authenticator{}
+	_, err = none.Token("s3cret")
+	require.Error(t, err, "without a tokens file no token is known")
+	user, err = none.WithoutToken("")
+	require.NoError(t, err)
+	assert.Empty(t, user, "anonymous")
+	certs := &Authenticator{clientCerts: true}
+	_, err = certs.WithoutToken("")
+	require.ErrorContains(t, err, "names no principal")
+}
+
 // Reloading: a changed file replaces the table; a bad, empty or missing
 // file keeps it (logged once, without the token); auth stays on.
 func TestTokensReload(t *testing.T) {
@@ -171,7 +216,7 @@ func TestTokensReload(t *testing.T) {
 	write := func(s string) { require.NoError(t, os.WriteFile(path, []byte(s), 0o600)) }
 	write("alice old-secret\n")
 	var logs bytes.Buffer
-	a, err := newAuthenticator(path, false, slog.New(slog.NewTextHandler(&logs, nil)))
+	a, err := NewAuthenticator(path, false, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
 	known := func(tok string) string {
 		u, ok := a.identify("Bearer " + tok)
@@ -196,7 +241,7 @@ func TestTokensReload(t *testing.T) {
 		write(bad)
 		require.Error(t, a.reload(false))
 		assert.Equal(t, "User:alice", known("new-secret"), "a bad file keeps the tokens in force")
-		assert.True(t, a.enabled())
+		assert.True(t, a.Enabled())
 	}
 	logged := strings.Count(logs.String(), "not reloaded")
 	require.NoError(t, a.reload(false), "still bad but unchanged: not parsed again")
@@ -240,13 +285,13 @@ func TestCertPrincipal(t *testing.T) {
 		{"no TLS", nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, certPrincipal(tc.cs))
+			assert.Equal(t, tc.want, CertPrincipal(tc.cs))
 		})
 	}
 }
 
 func TestTrustedProxies(t *testing.T) {
-	tp, err := parseTrustedProxies(" 10.0.0.0/8, 192.168.1.7 ,::1")
+	tp, err := ParseTrustedProxies(" 10.0.0.0/8, 192.168.1.7 ,::1")
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		peer      string
@@ -268,27 +313,11 @@ func TestTrustedProxies(t *testing.T) {
 	assert.True(t, tp.contains("::ffff:10.0.0.1"))
 	assert.False(t, tp.contains("192.168.1.8"))
 	assert.False(t, tp.contains("bufconn"))
-	assert.False(t, trustedProxies(nil).contains("10.0.0.1"))
-	_, err = parseTrustedProxies("10.0.0.0/33")
+	assert.False(t, TrustedProxies(nil).contains("10.0.0.1"))
+	_, err = ParseTrustedProxies("10.0.0.0/33")
 	require.ErrorContains(t, err, "10.0.0.0/33")
-	_, err = parseTrustedProxies("example.org")
+	_, err = ParseTrustedProxies("example.org")
 	require.Error(t, err)
-	cfg := DefaultConfig()
-	cfg.TrustedProxies = "nope"
-	require.ErrorContains(t, cfg.Validate(), "--trusted-proxies")
-}
-
-// The gateway's header allowlist.
-func TestIncomingHeader(t *testing.T) {
-	for key, want := range map[string]string{
-		"traceparent": "traceparent", "Tracestate": "tracestate", "X-Request-Id": "x-request-id", "x-client-id": "x-client-id",
-		"Grpc-Metadata-Authorization": "", "Grpc-Metadata-Sharelog-Client-Principal": "", "Grpc-Metadata-X-Forwarded-For": "",
-		"X-Forwarded-For": "", "Cookie": "", "User-Agent": "", "Grpc-Timeout": "",
-	} {
-		got, ok := incomingHeader(key)
-		assert.Equal(t, want, got, key)
-		assert.Equal(t, want != "", ok, key)
-	}
 }
 
 // The example tokens file of docs/principals.md parses to what the page
@@ -315,7 +344,7 @@ func TestTokensFileNotRegularOrHuge(t *testing.T) {
 	require.NoError(t, os.WriteFile(real, []byte("alice s3cret\n"), 0o600))
 	path := filepath.Join(dir, "tokens")
 	require.NoError(t, os.Symlink(real, path))
-	a, err := newAuthenticator(path, false, nil)
+	a, err := NewAuthenticator(path, false, nil)
 	require.NoError(t, err, "a symlink to a regular file is read")
 
 	fifo := filepath.Join(dir, "fifo")
@@ -332,7 +361,7 @@ func TestTokensFileNotRegularOrHuge(t *testing.T) {
 		require.NoError(t, os.Symlink(target, path))
 		done := make(chan error, 2)
 		go func() {
-			_, err := newAuthenticator(path, false, nil)
+			_, err := NewAuthenticator(path, false, nil)
 			done <- err
 			done <- a.reload(true)
 		}()
@@ -354,7 +383,7 @@ func TestTokensFileNotRegularOrHuge(t *testing.T) {
 // not User:ANONYMOUS, which would share one principal (its members, its
 // session share, its bindings) among every such certificate.
 func TestNamelessCertificateRefused(t *testing.T) {
-	a := &authenticator{clientCerts: true}
+	a := &Authenticator{clientCerts: true}
 	user, err := a.authenticate(context.Background(), "User:carol")
 	require.NoError(t, err)
 	assert.Equal(t, "User:carol", user)
@@ -362,12 +391,12 @@ func TestNamelessCertificateRefused(t *testing.T) {
 	require.ErrorContains(t, err, "names no principal")
 
 	req := &http.Request{Header: http.Header{}, TLS: &tls.ConnectionState{}}
-	assert.False(t, a.httpAllowed(req), "/metrics: a certificate that names nobody is no credential")
-	none := &authenticator{}
+	assert.False(t, a.HTTPAllowed(req), "/metrics: a certificate that names nobody is no credential")
+	none := &Authenticator{}
 	user, err = none.authenticate(context.Background(), "")
 	require.NoError(t, err, "without authentication every call is anonymous")
 	assert.Empty(t, user)
-	assert.True(t, none.httpAllowed(req))
+	assert.True(t, none.HTTPAllowed(req))
 }
 
 // A bare token's principal is its line number, so removing or adding a
@@ -382,7 +411,7 @@ func TestReloadNeverRenumbersABareToken(t *testing.T) {
 	write := func(s string) { require.NoError(t, os.WriteFile(path, []byte(s), 0o600)) }
 	write("admin-secret\nuser-secret\nalice alice-secret\n")
 	var logs bytes.Buffer
-	a, err := newAuthenticator(path, false, slog.New(slog.NewTextHandler(&logs, nil)))
+	a, err := NewAuthenticator(path, false, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
 	known := func(tok string) string {
 		u, ok := a.identify("Bearer " + tok)

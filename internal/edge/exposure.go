@@ -1,4 +1,4 @@
-package app
+package edge
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// insecureWarnInterval is how often a server allowed to listen remotely
-// without TLS and authentication says so again.
-const insecureWarnInterval = time.Hour
+// InsecureWarnInterval is how often a server allowed to listen remotely
+// without TLS and authentication says so again (ExposureLoop).
+const InsecureWarnInterval = time.Hour
 
 // isLoopback reports whether a listen address binds loopback only. An
 // empty or unspecified host (":8080", "0.0.0.0", "::") binds every
@@ -38,46 +38,47 @@ func isLoopback(ctx context.Context, addr string) (bool, error) {
 	return len(ips) > 0, nil
 }
 
-// exposedListeners returns the flags (with their values) of the listeners
-// bound beyond loopback without both TLS and authentication: anyone who
-// can reach them could read, write and purge every topic in clear text.
-func exposedListeners(ctx context.Context, cfg Config, grpcOverridden bool) ([]string, error) {
-	// Client certificates (--tls-client-ca) authenticate as tokens do.
-	if cfg.TLSCert != "" && (cfg.AuthTokensFile != "" || cfg.TLSClientCA != "") {
+// Listen is one listener to check for exposure: its flag, as the
+// refusal names it, and its listen address.
+type Listen struct{ Flag, Addr string }
+
+// Exposed returns the listeners (flag and address) bound beyond loopback
+// when the server has not both TLS and authentication (secured): anyone
+// who can reach them could read, write and purge every topic in clear
+// text. With secured it returns none.
+func Exposed(ctx context.Context, secured bool, listeners ...Listen) ([]string, error) {
+	if secured {
 		return nil, nil
 	}
 	var exposed []string
-	for _, l := range []struct {
-		flag, addr string
-		skip       bool
-	}{{"--grpc-addr", cfg.GRPCAddr, grpcOverridden}, {"--http-addr", cfg.HTTPAddr, false}, {"--kafka-addr", cfg.KafkaAddr, cfg.KafkaAddr == ""}} {
-		if l.skip {
-			continue
-		}
-		ok, err := isLoopback(ctx, l.addr)
+	for _, l := range listeners {
+		ok, err := isLoopback(ctx, l.Addr)
 		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", l.flag, l.addr, err)
+			return nil, fmt.Errorf("%s %s: %w", l.Flag, l.Addr, err)
 		}
 		if !ok {
-			exposed = append(exposed, l.flag+" "+l.addr)
+			exposed = append(exposed, l.Flag+" "+l.Addr)
 		}
 	}
 	return exposed, nil
 }
 
-func exposureError(exposed []string) error {
+// ExposureError is the refusal to serve the exposed listeners.
+func ExposureError(exposed []string) error {
 	return fmt.Errorf("%v: not a loopback address, and the server has not both TLS (--tls-cert/--tls-key) and authentication (--auth-tokens-file or --tls-client-ca); "+
 		"refusing to serve it in the clear to anyone who can reach it. Bind 127.0.0.1, configure TLS and tokens, "+
 		"or pass --insecure-allow-remote to accept the risk", exposed)
 }
 
-func warnExposed(log *slog.Logger, exposed []string) {
+// WarnExposed says that the exposed listeners are served anyway
+// (--insecure-allow-remote).
+func WarnExposed(log *slog.Logger, exposed []string) {
 	log.Warn("serving beyond loopback without TLS and authentication (--insecure-allow-remote): anyone who can reach these listeners can read, write and purge every topic",
 		"listeners", exposed)
 }
 
-// exposureLoop repeats the warning every interval until stop closes.
-func exposureLoop(log *slog.Logger, exposed []string, interval time.Duration, stop <-chan struct{}) {
+// ExposureLoop repeats WarnExposed every interval until stop closes.
+func ExposureLoop(log *slog.Logger, exposed []string, interval time.Duration, stop <-chan struct{}) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -85,7 +86,7 @@ func exposureLoop(log *slog.Logger, exposed []string, interval time.Duration, st
 		case <-stop:
 			return
 		case <-t.C:
-			warnExposed(log, exposed)
+			WarnExposed(log, exposed)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package app
+package edge
 
 import (
 	"bufio"
@@ -28,10 +28,10 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// authReloadInterval is how often the tokens file is checked for changes.
+// ReloadInterval is how often Watch checks the tokens file for changes.
 // Reading and hashing a file of a few lines is cheap; a change takes effect
-// within this interval, or at once on SIGHUP (Server.ReloadAuth).
-const authReloadInterval = time.Second
+// within this interval, or at once on Reload (cmd/server calls it on SIGHUP).
+const ReloadInterval = time.Second
 
 // maxTokensFileBytes bounds the tokens file: ample for tens of thousands of
 // tokens, and a file replaced by something huge or endless is refused
@@ -71,7 +71,8 @@ func readTokensFile(path string) ([]byte, error) {
 	return raw, nil
 }
 
-// authenticator names the principal of a call (docs/principals.md):
+// Authenticator names the principal of a call (docs/principals.md), the
+// same way on every listener:
 //   - a bearer token from --auth-tokens-file, whose line names it
 //     ("User:<name>", or "User:token-<line>" for a bare token line);
 //   - else, with --tls-client-ca, the verified client certificate (first
@@ -83,7 +84,12 @@ func readTokensFile(path string) ([]byte, error) {
 // The token table is replaced whole when the file changes; a file that
 // does not parse keeps the previous table. Tokens are only held as
 // SHA-256 sums and never logged.
-type authenticator struct {
+//
+// A gRPC listener uses it through the Gate; a plain HTTP handler through
+// HTTPPrincipal; any other listener (Kafka, say) with Token for a token its
+// protocol carried and WithoutToken for a connection that presented none,
+// passing the connection's CertPrincipal.
+type Authenticator struct {
 	path        string // --auth-tokens-file; "" = no tokens
 	clientCerts bool   // --tls-client-ca: verified client certificates name principals
 	log         *slog.Logger
@@ -111,11 +117,15 @@ type authToken struct {
 	bare bool   // a bare token line: user is User:token-<line>
 }
 
-func newAuthenticator(path string, clientCerts bool, log *slog.Logger) (*authenticator, error) {
+// NewAuthenticator reads the tokens file at path (--auth-tokens-file; "" =
+// no tokens); clientCerts (--tls-client-ca) makes verified client
+// certificates name principals. Reloads and refused tokens are logged to
+// log (nil = nowhere).
+func NewAuthenticator(path string, clientCerts bool, log *slog.Logger) (*Authenticator, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &authenticator{path: path, clientCerts: clientCerts, log: log}
+	a := &Authenticator{path: path, clientCerts: clientCerts, log: log}
 	if path == "" {
 		return a, nil
 	}
@@ -140,7 +150,7 @@ func newAuthenticator(path string, clientCerts bool, log *slog.Logger) (*authent
 // super user or bindings name. Such a token is refused (logged, never its
 // content) until its line is named or put back; a named line's principal
 // is deliberate and always taken. a.mu is held (or a is not shared yet).
-func (a *authenticator) keepPrincipals(tokens []authToken) []authToken {
+func (a *Authenticator) keepPrincipals(tokens []authToken) []authToken {
 	out := tokens[:0]
 	for _, t := range tokens {
 		if was, ok := a.principals[t.sum]; ok && t.bare && was != t.user {
@@ -270,19 +280,28 @@ func validTokenName(name string) error {
 	return nil
 }
 
-// tokensEnabled reports whether --auth-tokens-file is set: then every call
+// TokensEnabled reports whether --auth-tokens-file is set: then every call
 // needs a credential. It never changes after start: reloading the file
 // cannot turn authentication off.
-func (a *authenticator) tokensEnabled() bool { return a.path != "" }
+func (a *Authenticator) TokensEnabled() bool { return a.path != "" }
 
-// enabled reports whether calls are authenticated at all (tokens or client
+// ClientCerts reports whether verified client certificates name principals
+// (--tls-client-ca).
+func (a *Authenticator) ClientCerts() bool { return a.clientCerts }
+
+// Enabled reports whether calls are authenticated at all (tokens or client
 // certificates).
-func (a *authenticator) enabled() bool { return a.tokensEnabled() || a.clientCerts }
+func (a *Authenticator) Enabled() bool { return a.TokensEnabled() || a.clientCerts }
+
+// Reload re-reads the tokens file now, even if unchanged. A file that
+// cannot be read or parsed keeps the tokens in force; the error is logged
+// and returned.
+func (a *Authenticator) Reload() error { return a.reload(true) }
 
 // reload re-reads the tokens file; unless force, an unchanged file is not
 // parsed again. A file that cannot be read or parsed keeps the previous
 // table; the error is logged once per distinct problem.
-func (a *authenticator) reload(force bool) error {
+func (a *Authenticator) reload(force bool) error {
 	if a.path == "" {
 		return nil
 	}
@@ -320,9 +339,14 @@ func countUsers(tokens []authToken) int {
 	return len(users)
 }
 
-// watch reloads the tokens file whenever it changes, until stop closes.
-func (a *authenticator) watch(interval time.Duration, stop <-chan struct{}) {
-	t := time.NewTicker(interval)
+// Watch reloads the tokens file whenever it changes (checked every
+// ReloadInterval), until stop closes. Without a tokens file it returns at
+// once.
+func (a *Authenticator) Watch(stop <-chan struct{}) {
+	if !a.TokensEnabled() {
+		return
+	}
+	t := time.NewTicker(ReloadInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -335,14 +359,18 @@ func (a *authenticator) watch(interval time.Duration, stop <-chan struct{}) {
 }
 
 // identify validates an "Authorization: Bearer <token>" value (the scheme
-// word in any case) and returns the token's principal. Every token is
-// compared, in constant time.
-func (a *authenticator) identify(header string) (string, bool) {
+// word in any case) and returns the token's principal.
+func (a *Authenticator) identify(header string) (string, bool) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return "", false
 	}
-	token = strings.TrimSpace(token)
+	return a.token(strings.TrimSpace(token))
+}
+
+// token returns a token's principal. Every token is compared, in constant
+// time.
+func (a *Authenticator) token(token string) (string, bool) {
 	tokens := a.table.Load()
 	if token == "" || tokens == nil {
 		return "", false
@@ -367,18 +395,59 @@ const InstancePrincipal = "User:" + instanceName
 
 const instanceName = "sharelog-instance"
 
-// setInstanceSecret makes the cluster's instance secret a credential.
-func (a *authenticator) setInstanceSecret(secret string) {
+// SetInstanceSecret makes the cluster's instance secret a credential, of
+// principal InstancePrincipal.
+func (a *Authenticator) SetInstanceSecret(secret string) {
 	sum := sha256.Sum256([]byte(secret))
 	a.instance.Store(&sum)
 }
 
-// authenticate returns the principal of a call ("" = anonymous) from its
-// authorization metadata and certUser, the principal its verified client
-// certificate names ("" if none). A token wins over a certificate; a token
-// that is not known fails the call even with a certificate.
-func (a *authenticator) authenticate(ctx context.Context, certUser string) (string, error) {
-	if a.tokensEnabled() {
+// IsInstanceSecret reports, in constant time, whether proof is the
+// cluster's instance secret (false before SetInstanceSecret).
+func (a *Authenticator) IsInstanceSecret(proof string) bool {
+	sum := sha256.Sum256([]byte(proof))
+	inst := a.instance.Load()
+	return inst != nil && subtle.ConstantTimeCompare(sum[:], inst[:]) == 1
+}
+
+// Token is the principal of a bearer token a listener's protocol carried
+// (without the "Bearer" word): Unauthenticated if the token is unknown, or
+// if there are no tokens (--auth-tokens-file unset) to know it by. Every
+// token is compared, in constant time.
+func (a *Authenticator) Token(token string) (string, error) {
+	if user, ok := a.token(token); ok {
+		return user, nil
+	}
+	return "", apierr.New(apierr.Unauthenticated, "unknown token")
+}
+
+// WithoutToken is the principal of a call that presented no token, given
+// certUser, the principal its verified client certificate names
+// (CertPrincipal; "" if none): certUser, else "" (anonymous) when
+// authentication is off; Unauthenticated when tokens are required or the
+// certificate names nobody.
+func (a *Authenticator) WithoutToken(certUser string) (string, error) {
+	if certUser != "" {
+		return certUser, nil
+	}
+	if a.TokensEnabled() {
+		return "", apierr.New(apierr.Unauthenticated, "a valid bearer token is required (authorization: Bearer <token>)")
+	}
+	if a.clientCerts {
+		// Every connection presented a verified certificate; one that
+		// names nobody must not become User:ANONYMOUS.
+		return "", apierr.New(apierr.Unauthenticated, "the client certificate names no principal (it needs a URI SAN, a DNS SAN or a subject CN)")
+	}
+	return "", nil
+}
+
+// authenticate returns the principal of a gRPC call ("" = anonymous) from
+// its authorization metadata and certUser, the principal its verified
+// client certificate names ("" if none). A token wins over a certificate;
+// a token that is not known fails the call even with a certificate.
+// Without --auth-tokens-file the authorization metadata is not read.
+func (a *Authenticator) authenticate(ctx context.Context, certUser string) (string, error) {
+	if a.TokensEnabled() {
 		md, _ := metadata.FromIncomingContext(ctx)
 		switch v := md.Get("authorization"); len(v) {
 		case 0:
@@ -391,27 +460,16 @@ func (a *authenticator) authenticate(ctx context.Context, certUser string) (stri
 			return "", apierr.New(apierr.Unauthenticated, "more than one authorization value")
 		}
 	}
-	if certUser != "" {
-		return certUser, nil
-	}
-	if a.tokensEnabled() {
-		return "", apierr.New(apierr.Unauthenticated, "a valid bearer token is required (authorization: Bearer <token>)")
-	}
-	if a.clientCerts {
-		// Every connection presented a verified certificate; one that
-		// names nobody must not become User:ANONYMOUS.
-		return "", apierr.New(apierr.Unauthenticated, "the client certificate names no principal (it needs a URI SAN, a DNS SAN or a subject CN)")
-	}
-	return "", nil
+	return a.WithoutToken(certUser)
 }
 
-// httpPrincipal is the principal of a plain HTTP request (not the
-// gateway's, whose calls are checked by the gRPC interceptor): its one
-// bearer token when tokens are configured, else its verified certificate;
-// ok is false when authentication is on and the request has no valid
-// credential. Without authentication every request is User:ANONYMOUS.
-func (a *authenticator) httpPrincipal(r *http.Request) (user string, ok bool) {
-	if a.tokensEnabled() {
+// HTTPPrincipal is the principal of a plain HTTP request (not the
+// gateway's, whose calls are checked by the gRPC Gate): its one bearer
+// token when tokens are configured, else its verified certificate; ok is
+// false when authentication is on and the request has no valid credential.
+// Without authentication every request is User:ANONYMOUS.
+func (a *Authenticator) HTTPPrincipal(r *http.Request) (user string, ok bool) {
+	if a.TokensEnabled() {
 		switch v := r.Header.Values("Authorization"); len(v) {
 		case 0:
 		case 1:
@@ -420,26 +478,26 @@ func (a *authenticator) httpPrincipal(r *http.Request) (user string, ok bool) {
 			return "", false
 		}
 	}
-	if !a.enabled() {
+	if !a.Enabled() {
 		return principal.Anonymous, true
 	}
-	user = certPrincipal(r.TLS)
+	user = CertPrincipal(r.TLS)
 	return user, user != ""
 }
 
-// httpAllowed reports whether a plain HTTP request carries a valid
+// HTTPAllowed reports whether a plain HTTP request carries a valid
 // credential (or needs none).
-func (a *authenticator) httpAllowed(r *http.Request) bool {
-	_, ok := a.httpPrincipal(r)
+func (a *Authenticator) HTTPAllowed(r *http.Request) bool {
+	_, ok := a.HTTPPrincipal(r)
 	return ok
 }
 
-// certPrincipal is the principal a verified client certificate names:
+// CertPrincipal is the principal a verified client certificate names:
 // "User:" and its first URI SAN (a SPIFFE ID, say), else its first DNS SAN,
 // else its subject CN; "" without a verified certificate, or when that name
 // is ANONYMOUS, * or holds a control character. Only the verified chain is
 // read: a certificate the handshake did not verify names nobody.
-func certPrincipal(cs *tls.ConnectionState) string {
+func CertPrincipal(cs *tls.ConnectionState) string {
 	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
 		return ""
 	}
@@ -463,7 +521,7 @@ func certPrincipal(cs *tls.ConnectionState) string {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
-// peerCertPrincipal is certPrincipal of a gRPC call's TLS connection.
+// peerCertPrincipal is CertPrincipal of a gRPC call's TLS connection.
 func peerCertPrincipal(ctx context.Context) string {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
@@ -473,17 +531,20 @@ func peerCertPrincipal(ctx context.Context) string {
 	if !ok {
 		return ""
 	}
-	return certPrincipal(&info.State)
+	return CertPrincipal(&info.State)
 }
 
-func loadTLS(cfg Config) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+// LoadTLS is the servers' TLS configuration from --tls-cert and --tls-key
+// and, when clientCA (--tls-client-ca) is set, the CA bundle verified
+// client certificates must chain to: every connection then presents one.
+func LoadTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
 	}
 	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
-	if cfg.TLSClientCA != "" {
-		pem, err := os.ReadFile(cfg.TLSClientCA)
+	if clientCA != "" {
+		pem, err := os.ReadFile(clientCA)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-client-ca: %w", err)
 		}

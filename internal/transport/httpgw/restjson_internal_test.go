@@ -1,4 +1,4 @@
-package app
+package httpgw
 
 import (
 	"bytes"
@@ -174,7 +174,7 @@ func TestFastJSONOtherMessages(t *testing.T) {
 }
 
 // FuzzFastJSONProduce: whatever the body, the fast decoder answers as
-// protojson does (go test -fuzz FuzzFastJSONProduce ./internal/app/).
+// protojson does (go test -fuzz FuzzFastJSONProduce ./internal/transport/httpgw/).
 func FuzzFastJSONProduce(f *testing.F) {
 	for _, tc := range produceBodies {
 		f.Add(tc.body)

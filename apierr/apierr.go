@@ -22,6 +22,11 @@ const Domain = "sharelog"
 // has one.
 type Reason string
 
+// None is the reason of no error: a per-partition outcome that succeeded
+// (Kafka's NONE, code 0; the proto's ERROR_CODE_NONE). It is not in
+// [Reasons].
+const None Reason = ""
+
 // Reasons; docs/errors.md says what each means and what a client does.
 const (
 	InvalidRequest           Reason = "INVALID_REQUEST"
@@ -125,9 +130,14 @@ var kafkaCodes = map[Reason]int16{
 }
 
 // KafkaCode is the Kafka protocol's numeric error code of r (the value of
-// the per-partition ErrorCode of the protos, which number Kafka's codes);
-// UNKNOWN_SERVER_ERROR (-1) for "" or an unknown reason.
+// the per-partition ErrorCode of the protos, which number Kafka's codes):
+// NONE (0) for [None], UNKNOWN_SERVER_ERROR (-1) for a reason outside the
+// vocabulary. A request-level error always has a reason; one without
+// (an *Error whose Reason is "") is the transport's to treat as INTERNAL.
 func (r Reason) KafkaCode() int16 {
+	if r == None {
+		return 0
+	}
 	if c, ok := kafkaCodes[r]; ok {
 		return c
 	}
@@ -135,14 +145,14 @@ func (r Reason) KafkaCode() int16 {
 }
 
 // ReasonOfKafkaCode is the reason whose Kafka code is c, for the codes that
-// one reason owns: NONE (0) is "", and a code shared by several reasons
+// one reason owns: NONE (0) is [None], and a code shared by several reasons
 // (6, 7, 1) names the reason that carries Kafka's own name where there is
 // one (NOT_OWNER for 6, REQUEST_TIMED_OUT for 7, OFFSET_OUT_OF_RANGE for 1).
 // Unknown codes are INTERNAL.
 func ReasonOfKafkaCode(c int16) Reason {
 	switch c {
 	case 0:
-		return ""
+		return None
 	case 6:
 		return NotOwner
 	case 7:

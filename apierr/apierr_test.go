@@ -43,6 +43,7 @@ func TestKafkaCodes(t *testing.T) {
 	assert.Equal(t, NotOwner, ReasonOfKafkaCode(6))
 	assert.Equal(t, RequestTimedOut, ReasonOfKafkaCode(7))
 	assert.Equal(t, OffsetOutOfRange, ReasonOfKafkaCode(1))
-	assert.Equal(t, Reason(""), ReasonOfKafkaCode(0))
+	assert.Equal(t, None, ReasonOfKafkaCode(0))
+	assert.Equal(t, int16(0), None.KafkaCode(), "NONE round-trips: a per-partition success")
 	assert.Equal(t, Internal, ReasonOfKafkaCode(9999))
 }

@@ -24,10 +24,10 @@
 // The view is read on first use and again after Options.Refresh (after
 // Options.RetryFailed when it could not be read, as while an instance takes
 // over), and at once after a routed call fails with UNAVAILABLE (NOT_OWNER,
-// OWNER_UNREACHABLE, or a transport failure) or with
-// NOT_LEADER_OR_FOLLOWER: ownership moved. The failed call itself is not
-// retried (a produce may not be safe to resend); the caller's own retry
-// goes to the new owner.
+// OWNER_UNREACHABLE, or a transport failure) or a ShareFetch answers a
+// partition NOT_LEADER_OR_FOLLOWER: ownership moved. The failed call itself
+// is not retried (a produce may not be safe to resend); the caller's own
+// retry goes to the new owner.
 package router
 
 import (
@@ -37,7 +37,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -214,15 +213,11 @@ func (c *Conn) check(routed bool, err error) {
 	if !routed || err == nil {
 		return
 	}
-	st, _ := status.FromError(err)
-	if st.Code() == codes.Unavailable {
+	// NOT_OWNER and OWNER_UNREACHABLE are UNAVAILABLE (docs/errors.md); a
+	// partition that moved is a per-partition code (movedInFetch), never a
+	// request-level reason.
+	if status.Code(err) == codes.Unavailable {
 		c.Invalidate()
-		return
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == "NOT_LEADER_OR_FOLLOWER" {
-			c.Invalidate()
-		}
 	}
 }
 

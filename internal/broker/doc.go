@@ -17,6 +17,8 @@
 //     listeners [Log.Subscribe] to topic creation and deletion instead of
 //     being called back by a handler.
 //
-// Errors are *apierr.Error values or the store's sentinels (which the
-// transport maps); the package imports neither gRPC nor the generated code.
+// Errors are *apierr.Error values or the store's sentinels; [ErrorOf]
+// (errors.go) is the one place where a sentinel gets its reason, for every
+// transport, and per-partition outcomes are apierr.Reasons. The package
+// imports neither gRPC nor the generated code.
 package broker

@@ -234,26 +234,26 @@ func TestPurge(t *testing.T) {
 		{Topic: "missing", Partitions: []PurgePartition{{0, 0}}},
 	})
 	require.NoError(t, err)
-	codes := func(tr PurgeTopicResult) (out []PartitionCode) {
+	codes := func(tr PurgeTopicResult) (out []apierr.Reason) {
 		for _, p := range tr.Partitions {
 			out = append(out, p.Code)
 		}
 		return out
 	}
-	assert.Equal(t, []PartitionCode{CodeNone, CodeInvalidRequest, CodeUnknownTopicOrPartition}, codes(res[0]),
+	assert.Equal(t, []apierr.Reason{apierr.None, apierr.InvalidRequest, apierr.UnknownTopicOrPartition}, codes(res[0]),
 		"partition 1 appears twice in the request")
 	assert.EqualValues(t, 3, res[0].Partitions[0].LowWatermark)
 	assert.EqualValues(t, -1, res[0].Partitions[1].LowWatermark)
-	assert.Equal(t, []PartitionCode{CodeInvalidRequest}, codes(res[1]))
-	assert.Equal(t, []PartitionCode{CodePolicyViolation}, codes(res[2]))
-	assert.Equal(t, []PartitionCode{CodeUnknownTopicOrPartition}, codes(res[3]))
+	assert.Equal(t, []apierr.Reason{apierr.InvalidRequest}, codes(res[1]))
+	assert.Equal(t, []apierr.Reason{apierr.PolicyViolation}, codes(res[2]))
+	assert.Equal(t, []apierr.Reason{apierr.UnknownTopicOrPartition}, codes(res[3]))
 
 	res, err = l.Purge(ctx, []PurgeTopic{{Topic: "t", Partitions: []PurgePartition{{0, 2}, {1, -2}}}})
 	require.NoError(t, err)
 	assert.Equal(t, PurgePartitionResult{Partition: 0, LowWatermark: 3}, res[0].Partitions[0], "at or below the log start: no change")
-	assert.Equal(t, CodeOffsetOutOfRange, res[0].Partitions[1].Code)
+	assert.Equal(t, apierr.OffsetOutOfRange, res[0].Partitions[1].Code)
 	res, err = l.Purge(ctx, []PurgeTopic{{Topic: "t", Partitions: []PurgePartition{{0, -1}, {1, 1}}}})
 	require.NoError(t, err)
 	assert.EqualValues(t, 5, res[0].Partitions[0].LowWatermark, "-1 is the high watermark")
-	assert.Equal(t, CodeOffsetOutOfRange, res[0].Partitions[1].Code, "above the high watermark")
+	assert.Equal(t, apierr.OffsetOutOfRange, res[0].Partitions[1].Code, "above the high watermark")
 }

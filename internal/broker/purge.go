@@ -5,20 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
-)
-
-// PartitionCode is a per-partition outcome of Purge (Kafka's error codes,
-// named without the transport's prefix).
-type PartitionCode int
-
-const (
-	CodeNone PartitionCode = iota
-	CodeUnknownTopicOrPartition
-	CodePolicyViolation
-	CodeInvalidRequest
-	CodeOffsetOutOfRange
-	CodeKafkaStorageError
 )
 
 // PurgeTopic asks to move the log start offset of some partitions of one
@@ -41,11 +29,13 @@ type PurgeTopicResult struct {
 }
 
 // PurgePartitionResult is one partition's outcome: its log start offset
-// after the call, or -1 with a code and a message.
+// after the call (Code apierr.None), or -1 with a reason and a message. The
+// transports answer Code.KafkaCode() (the proto's ErrorCode is the same
+// number).
 type PurgePartitionResult struct {
 	Partition    int32
 	LowWatermark int64
-	Code         PartitionCode
+	Code         apierr.Reason
 	Message      string
 }
 
@@ -93,29 +83,29 @@ func (l *Log) Purge(ctx context.Context, topics []PurgeTopic) ([]PurgeTopicResul
 }
 
 func (l *Log) purgePartition(ctx context.Context, info *logstore.TopicInfo, topic string, p PurgePartition, duplicate bool) PurgePartitionResult {
-	fail := func(code PartitionCode, format string, args ...any) PurgePartitionResult {
+	fail := func(code apierr.Reason, format string, args ...any) PurgePartitionResult {
 		return PurgePartitionResult{Partition: p.Partition, LowWatermark: -1, Code: code, Message: fmt.Sprintf(format, args...)}
 	}
 	part := p.Partition
 	switch {
 	case info == nil:
-		return fail(CodeUnknownTopicOrPartition, "topic %q does not exist", topic)
+		return fail(apierr.UnknownTopicOrPartition, "topic %q does not exist", topic)
 	case part < 0 || part >= info.Partitions:
-		return fail(CodeUnknownTopicOrPartition, "topic %q has no partition %d", topic, part)
+		return fail(apierr.UnknownTopicOrPartition, "topic %q has no partition %d", topic, part)
 	case info.Config.CleanupPolicy == logstore.CleanupCompact:
-		return fail(CodePolicyViolation, "topic %q has cleanup_policy \"compact\": records cannot be purged", topic)
+		return fail(apierr.PolicyViolation, "topic %q has cleanup_policy \"compact\": records cannot be purged", topic)
 	case duplicate:
-		return fail(CodeInvalidRequest, "partition %s-%d appears more than once in the request", topic, part)
+		return fail(apierr.InvalidRequest, "partition %s-%d appears more than once in the request", topic, part)
 	}
 	storeErr := func(err error) PurgePartitionResult {
 		switch {
 		case errors.Is(err, logstore.ErrUnknownTopic):
-			return fail(CodeUnknownTopicOrPartition, "%v", err)
+			return fail(apierr.UnknownTopicOrPartition, "%v", err)
 		case errors.Is(err, logstore.ErrOffsetOutOfRange):
-			return fail(CodeOffsetOutOfRange, "%v", err)
+			return fail(apierr.OffsetOutOfRange, "%v", err)
 		}
 		l.log.ErrorContext(ctx, "purge failed", "topic", topic, "partition", part, "err", err)
-		return fail(CodeKafkaStorageError, "the log start offset could not be stored durably")
+		return fail(apierr.KafkaStorageError, "the log start offset could not be stored durably")
 	}
 	logStart, hw, err := l.store.Bounds(topic, part)
 	if err != nil {
@@ -126,7 +116,7 @@ func (l *Log) purgePartition(ctx context.Context, info *logstore.TopicInfo, topi
 		offset = hw
 	}
 	if offset < 0 || offset > hw {
-		return fail(CodeOffsetOutOfRange,
+		return fail(apierr.OffsetOutOfRange,
 			"offset %d is outside [0, %d] (the high watermark); -1 means the high watermark", p.Offset, hw)
 	}
 	if offset <= logStart {

@@ -10,7 +10,7 @@ import (
 // ackOutcome is one partition entry's acknowledgement result.
 type ackOutcome struct {
 	has  bool // the entry carried batches
-	code ErrorCode
+	code apierr.Reason
 	msg  string
 }
 
@@ -33,19 +33,19 @@ func (m *Manager) processAcks(s *session, g *group, es []PartitionEntry, named [
 		}
 		out[i].has = true
 		if !named[i].ok {
-			out[i].code, out[i].msg = CodeUnknownTopicOrPartition, "topic or partition does not exist"
+			out[i].code, out[i].msg = apierr.UnknownTopicOrPartition, "topic or partition does not exist"
 			continue
 		}
 		if named[i].away != "" {
-			out[i].code, out[i].msg = CodeNotLeaderOrFollower, notHere(named[i].away)
+			out[i].code, out[i].msg = apierr.NotOwner, notHere(named[i].away)
 			continue
 		}
 		sp := g.partition(named[i].topicID, e.Topic, e.Partition, true)
 		if sp == nil {
 			if o := m.away(named[i].topicID, e.Topic, e.Partition); o != "" {
-				out[i].code, out[i].msg = CodeNotLeaderOrFollower, notHere(o) // moved a moment ago
+				out[i].code, out[i].msg = apierr.NotOwner, notHere(o) // moved a moment ago
 			} else {
-				out[i].code, out[i].msg = CodeUnknownTopicOrPartition, "share group was deleted"
+				out[i].code, out[i].msg = apierr.UnknownTopicOrPartition, "share group was deleted"
 			}
 			continue
 		}
@@ -63,7 +63,7 @@ func (m *Manager) processAcks(s *session, g *group, es []PartitionEntry, named [
 		for _, p := range pend {
 			if err := m.state.Wait(p.r.ticket); err != nil {
 				p.r.sp.rollback(p.r.undo, s)
-				out[p.i].code, out[p.i].msg = CodeKafkaStorageError, storageErrMsg(err)
+				out[p.i].code, out[p.i].msg = apierr.KafkaStorageError, storageErrMsg(err)
 			}
 		}
 	}
@@ -108,7 +108,7 @@ func (m *Manager) ShareAcknowledge(ctx context.Context, req AckRequest) (AckResp
 	for i := range req.Partitions {
 		r := PartitionAckResult{TopicPartition: req.Partitions[i].TopicPartition, ErrorCode: acks[i].code, ErrorMessage: acks[i].msg}
 		if !named[i].ok {
-			r.ErrorCode, r.ErrorMessage = CodeUnknownTopicOrPartition, "topic or partition does not exist"
+			r.ErrorCode, r.ErrorMessage = apierr.UnknownTopicOrPartition, "topic or partition does not exist"
 		}
 		resp.Partitions[i] = r
 	}

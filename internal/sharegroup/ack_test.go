@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
@@ -34,33 +35,33 @@ func TestAckDynamicRules(t *testing.T) {
 		name    string
 		prepare []AckBatch // applied by m first, must succeed
 		batches []AckBatch
-		want    ErrorCode
+		want    apierr.Reason
 	}{
-		{"own records", nil, []AckBatch{batch(10, 19, AckAccept), batch(25, 29, AckReject)}, CodeNone},
-		{"beyond the high watermark", nil, []AckBatch{batch(25, 31, AckAccept)}, CodeInvalidRequest},
-		{"another session's records", nil, []AckBatch{batch(18, 21, AckAccept)}, CodeInvalidRecordState},
-		{"first failing offset decides: state", nil, []AckBatch{batch(10, 11, AckAccept), batch(20, 20, AckAccept), batch(40, 40, AckAccept)}, CodeInvalidRecordState},
-		{"first failing offset decides: high watermark", nil, []AckBatch{batch(10, 11, AckAccept), batch(40, 41, AckAccept)}, CodeInvalidRequest},
-		{"below SPSO: no effect", nil, []AckBatch{batch(0, 5, AckReject)}, CodeNone},
-		{"already acknowledged", []AckBatch{batch(12, 13, AckAccept)}, []AckBatch{batch(12, 13, AckAccept)}, CodeInvalidRecordState},
-		{"acknowledged and then below SPSO", []AckBatch{batch(10, 13, AckAccept)}, []AckBatch{batch(10, 13, AckReject)}, CodeNone},
-		{"released", []AckBatch{batch(14, 14, AckRelease)}, []AckBatch{batch(14, 14, AckAccept)}, CodeInvalidRecordState},
-		{"archived", []AckBatch{batch(15, 15, AckGap)}, []AckBatch{batch(15, 15, AckRelease)}, CodeInvalidRecordState},
+		{"own records", nil, []AckBatch{batch(10, 19, AckAccept), batch(25, 29, AckReject)}, apierr.None},
+		{"beyond the high watermark", nil, []AckBatch{batch(25, 31, AckAccept)}, apierr.InvalidRequest},
+		{"another session's records", nil, []AckBatch{batch(18, 21, AckAccept)}, apierr.InvalidRecordState},
+		{"first failing offset decides: state", nil, []AckBatch{batch(10, 11, AckAccept), batch(20, 20, AckAccept), batch(40, 40, AckAccept)}, apierr.InvalidRecordState},
+		{"first failing offset decides: high watermark", nil, []AckBatch{batch(10, 11, AckAccept), batch(40, 41, AckAccept)}, apierr.InvalidRequest},
+		{"below SPSO: no effect", nil, []AckBatch{batch(0, 5, AckReject)}, apierr.None},
+		{"already acknowledged", []AckBatch{batch(12, 13, AckAccept)}, []AckBatch{batch(12, 13, AckAccept)}, apierr.InvalidRecordState},
+		{"acknowledged and then below SPSO", []AckBatch{batch(10, 13, AckAccept)}, []AckBatch{batch(10, 13, AckReject)}, apierr.None},
+		{"released", []AckBatch{batch(14, 14, AckRelease)}, []AckBatch{batch(14, 14, AckAccept)}, apierr.InvalidRecordState},
+		{"archived", []AckBatch{batch(15, 15, AckGap)}, []AckBatch{batch(15, 15, AckRelease)}, apierr.InvalidRecordState},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, x := setup(t)
 			if tc.prepare != nil {
-				require.Equal(t, CodeNone, e.ack("m", ackEntry(x, tc.prepare...)).Partitions[0].ErrorCode)
+				require.Equal(t, apierr.None, e.ack("m", ackEntry(x, tc.prepare...)).Partitions[0].ErrorCode)
 			}
 			before := e.state(x)
 			r := e.ack("m", ackEntry(x, tc.batches...), ackEntry(tp("t", 1), batch(0, 0, AckAccept)), ackEntry(tp("zz", 0), batch(0, 0, AckAccept)))
 			assert.Equal(t, tc.want, r.Partitions[0].ErrorCode, r.Partitions[0].ErrorMessage)
-			if tc.want != CodeNone {
+			if tc.want != apierr.None {
 				assert.Equal(t, before, e.state(x), "atomic: nothing changed")
 			}
 			// Partitions are independent: an uninitialised one, an unknown one.
-			assert.Equal(t, CodeInvalidRecordState, r.Partitions[1].ErrorCode)
-			assert.Equal(t, CodeUnknownTopicOrPartition, r.Partitions[2].ErrorCode)
+			assert.Equal(t, apierr.InvalidRecordState, r.Partitions[1].ErrorCode)
+			assert.Equal(t, apierr.UnknownTopicOrPartition, r.Partitions[2].ErrorCode)
 		})
 	}
 }
@@ -77,7 +78,7 @@ func TestAckPerOffsetTypes(t *testing.T) {
 		Partitions: []PartitionEntry{ackEntry(x, AckBatch{FirstOffset: 0, LastOffset: 5,
 			Types: []AckType{AckAccept, AckRelease, AckReject, AckGap, AckAccept, AckRenew}})}})
 	require.NoError(t, err)
-	require.Equal(t, CodeNone, r.Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, r.Partitions[0].ErrorCode)
 	assert.Equal(t, "spso=1 [1-1 AVAILABLE(1)] [2-3 ARCHIVED(0)] [4-4 ACKNOWLEDGED(0)] [5-5 ACQUIRED(1)] [6-7 ACQUIRED(1)]", e.state(x), "5 was renewed: another deadline")
 }
 
@@ -95,16 +96,16 @@ func TestRenewAndExpiry(t *testing.T) {
 		r, err := e.m.ShareAcknowledge(context.Background(), AckRequest{GroupID: testGroup, MemberID: "m", Epoch: e.next("m"), IsRenewAck: true,
 			Partitions: []PartitionEntry{ackEntry(x, batch(0, 1, AckRenew))}})
 		require.NoError(t, err)
-		require.Equal(t, CodeNone, r.Partitions[0].ErrorCode)
+		require.Equal(t, apierr.None, r.Partitions[0].ErrorCode)
 		time.Sleep(time.Second) // 2.5s: 2..3 expired, 0..1 renewed until 3.5s
 		assert.Equal(t, "spso=0 [0-1 ACQUIRED(1)] [2-3 AVAILABLE(1)]", e.state(x))
-		assert.Equal(t, CodeInvalidRecordState, e.ack("m", ackEntry(x, batch(2, 2, AckAccept))).Partitions[0].ErrorCode)
-		assert.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 1, AckAccept))).Partitions[0].ErrorCode)
+		assert.Equal(t, apierr.InvalidRecordState, e.ack("m", ackEntry(x, batch(2, 2, AckAccept))).Partitions[0].ErrorCode)
+		assert.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 1, AckAccept))).Partitions[0].ErrorCode)
 		// RENEW below SPSO has no effect and succeeds.
 		r, err = e.m.ShareAcknowledge(context.Background(), AckRequest{GroupID: testGroup, MemberID: "m", Epoch: e.next("m"), IsRenewAck: true,
 			Partitions: []PartitionEntry{ackEntry(x, batch(0, 1, AckRenew))}})
 		require.NoError(t, err)
-		assert.Equal(t, CodeNone, r.Partitions[0].ErrorCode)
+		assert.Equal(t, apierr.None, r.Partitions[0].ErrorCode)
 	})
 }
 
@@ -123,7 +124,7 @@ func TestOvertakenExpiry(t *testing.T) {
 		_, err := e.store.DeleteRecordsBefore(context.Background(), "t", 0, 3)
 		require.NoError(t, err)
 		assert.Equal(t, "spso=3 [3-4 ACQUIRED(1)] below[0-2 ACQUIRED(1)]", e.state(x))
-		assert.Equal(t, CodeNone, e.ack("o", ackEntry(x, batch(0, 2, AckAccept))).Partitions[0].ErrorCode)
+		assert.Equal(t, apierr.None, e.ack("o", ackEntry(x, batch(0, 2, AckAccept))).Partitions[0].ErrorCode)
 		assert.Equal(t, "spso=3 [3-4 ACQUIRED(1)] below[0-2 ACQUIRED(1)]", e.state(x), "not the owner: no effect")
 		time.Sleep(time.Second)
 		assert.Equal(t, "spso=3 [3-4 AVAILABLE(1)]", e.state(x))
@@ -148,7 +149,7 @@ func TestAckRangeCost(t *testing.T) {
 			sp.runs = append(sp.runs[:0], run{first: 0, last: n - 1, state: stAcquired, count: 1, owner: s.ID(), deadline: never - 1})
 			sp.mu.Unlock()
 			r := sp.ack(s, []AckBatch{batch(0, n-1, AckAccept)})
-			if r.code != CodeNone {
+			if r.code != apierr.None {
 				panic(r.msg)
 			}
 		})

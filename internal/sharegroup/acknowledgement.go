@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
 
@@ -20,7 +21,7 @@ type undoRec struct {
 // ackResult is what an ack left to finish: the durability wait and, if it
 // fails, the rollback.
 type ackResult struct {
-	code   ErrorCode
+	code   apierr.Reason
 	msg    string
 	sp     *sharePartition
 	ticket uint64 // 0: nothing to wait for
@@ -40,7 +41,7 @@ func (p *sharePartition) ack(s *session, batches []AckBatch) ackResult {
 		return res
 	}
 	if p.offline != "" {
-		res.code, res.msg = CodeKafkaStorageError, p.offline
+		res.code, res.msg = apierr.KafkaStorageError, p.offline
 		return res
 	}
 	ls, hw, err := m.store.Bounds(p.topic, p.part)
@@ -48,22 +49,22 @@ func (p *sharePartition) ack(s *session, batches []AckBatch) ackResult {
 		res.code, res.msg = storeCode(err)
 		return res
 	}
-	if res.code, res.msg = p.ensureDurable(); res.code != CodeNone {
+	if res.code, res.msg = p.ensureDurable(); res.code != apierr.None {
 		return res
 	}
 	if p.status == spUninit {
 		off := batches[0].FirstOffset
 		if off >= hw {
-			res.code, res.msg = CodeInvalidRequest, fmt.Sprintf("offset %d is at or beyond the high watermark %d", off, hw)
+			res.code, res.msg = apierr.InvalidRequest, fmt.Sprintf("offset %d is at or beyond the high watermark %d", off, hw)
 		} else {
-			res.code, res.msg = CodeInvalidRecordState, fmt.Sprintf("offset %d is not acquired", off)
+			res.code, res.msg = apierr.InvalidRecordState, fmt.Sprintf("offset %d is not acquired", off)
 		}
 		return res
 	}
 	now := m.now()
 	p.prepare(ls, now)
 	sid := s.ID()
-	if res.code, res.msg = p.checkAck(batches, sid, hw); res.code != CodeNone {
+	if res.code, res.msg = p.checkAck(batches, sid, hw); res.code != apierr.None {
 		return res
 	}
 	cfg := p.g.config()
@@ -91,7 +92,7 @@ func (p *sharePartition) ack(s *session, batches []AckBatch) ackResult {
 		ticket, err := p.writeDelta(st.delta)
 		if err != nil {
 			p.rollbackLocked(st.undo, s.Ended(), now)
-			res.code, res.msg, res.undo = CodeKafkaStorageError, storageErrMsg(err), nil
+			res.code, res.msg, res.undo = apierr.KafkaStorageError, storageErrMsg(err), nil
 			return res
 		}
 		res.ticket = ticket
@@ -117,28 +118,28 @@ type ackState struct {
 // checkAck finds the first offset, in request order, that may not be
 // acknowledged: below SPSO anything goes; from SPSO on every offset must be
 // ACQUIRED by this session (expired locks were already released by prepare).
-func (p *sharePartition) checkAck(batches []AckBatch, sid uint64, hw int64) (ErrorCode, string) {
+func (p *sharePartition) checkAck(batches []AckBatch, sid uint64, hw int64) (apierr.Reason, string) {
 	for bi := range batches {
 		b := &batches[bi]
 		off := max(b.FirstOffset, p.spso)
 		for off <= b.LastOffset {
 			if off > p.speo {
 				if off >= hw {
-					return CodeInvalidRequest, fmt.Sprintf("offset %d is at or beyond the high watermark %d", off, hw)
+					return apierr.InvalidRequest, fmt.Sprintf("offset %d is at or beyond the high watermark %d", off, hw)
 				}
-				return CodeInvalidRecordState, fmt.Sprintf("offset %d is not acquired", off)
+				return apierr.InvalidRecordState, fmt.Sprintf("offset %d is not acquired", off)
 			}
 			r := &p.runs[findRun(p.runs, off)]
 			if r.state != stAcquired {
-				return CodeInvalidRecordState, fmt.Sprintf("offset %d is %s, not acquired", off, r.state)
+				return apierr.InvalidRecordState, fmt.Sprintf("offset %d is %s, not acquired", off, r.state)
 			}
 			if r.owner != sid {
-				return CodeInvalidRecordState, fmt.Sprintf("offset %d is acquired by another share session", off)
+				return apierr.InvalidRecordState, fmt.Sprintf("offset %d is acquired by another share session", off)
 			}
 			off = r.last + 1
 		}
 	}
-	return CodeNone, ""
+	return apierr.None, ""
 }
 
 // applyAck applies one type to [a, z] (validated). mu is held.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
@@ -41,33 +42,33 @@ type planItem struct {
 // partFetch is one session partition's part of a fetch.
 type partFetch struct {
 	sp       *sharePartition
-	code     ErrorCode
+	code     apierr.Reason
 	msg      string
 	records  []logstore.Record
 	acquired []AcquiredRange
 	plan     []planItem
 }
 
-func (f *partFetch) fail(code ErrorCode, msg string) {
+func (f *partFetch) fail(code apierr.Reason, msg string) {
 	f.code, f.msg = code, msg
 	f.records, f.acquired = nil, nil
 }
 
 func (f *partFetch) resetResult() {
-	f.code, f.msg, f.records, f.acquired = CodeNone, "", f.records[:0], f.acquired[:0]
+	f.code, f.msg, f.records, f.acquired = apierr.None, "", f.records[:0], f.acquired[:0]
 }
 
 // storeCode maps a log-store error on a partition to its error code.
-func storeCode(err error) (ErrorCode, string) {
+func storeCode(err error) (apierr.Reason, string) {
 	switch {
 	case errors.Is(err, logstore.ErrUnknownTopic):
-		return CodeUnknownTopicOrPartition, "topic or partition does not exist"
+		return apierr.UnknownTopicOrPartition, "topic or partition does not exist"
 	case errors.Is(err, logstore.ErrCorrupt):
-		return CodeKafkaStorageError, "log read failed: corrupt record"
+		return apierr.KafkaStorageError, "log read failed: corrupt record"
 	case errors.Is(err, logstore.ErrClosed):
-		return CodeKafkaStorageError, "log store closed"
+		return apierr.KafkaStorageError, "log store closed"
 	}
-	return CodeKafkaStorageError, "storage error"
+	return apierr.KafkaStorageError, "storage error"
 }
 
 // acquire takes what the partition can give within bud for session s, or
@@ -83,7 +84,7 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 			return nil
 		}
 		if p.offline != "" {
-			out.fail(CodeKafkaStorageError, p.offline)
+			out.fail(apierr.KafkaStorageError, p.offline)
 			return nil
 		}
 		ls, hw, err := m.store.Bounds(p.topic, p.part)
@@ -91,7 +92,7 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 			out.fail(storeCode(err))
 			return nil
 		}
-		if code, msg := p.ensureDurable(); code != CodeNone {
+		if code, msg := p.ensureDurable(); code != apierr.None {
 			out.fail(code, msg)
 			return nil
 		}
@@ -101,7 +102,7 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 					return ctx.Err()
 				}
 				m.log.Warn("share-partition initialisation failed", "group", p.g.id, "partition", p.String(), "err", err)
-				out.fail(CodeKafkaStorageError, "initialisation failed")
+				out.fail(apierr.KafkaStorageError, "initialisation failed")
 				return nil
 			}
 		}

@@ -130,7 +130,7 @@ func (m *Manager) DescribeOffsets(ctx context.Context, groupID string, topics []
 		}
 	}
 	unknown := func(p int32, msg string) PartitionOffsets {
-		return PartitionOffsets{Partition: p, StartOffset: -1, Lag: -1, ErrorCode: CodeUnknownTopicOrPartition, ErrorMessage: msg}
+		return PartitionOffsets{Partition: p, StartOffset: -1, Lag: -1, ErrorCode: apierr.UnknownTopicOrPartition, ErrorMessage: msg}
 	}
 	out := make([]TopicOffsets, 0, len(topics))
 	for _, t := range topics {
@@ -164,7 +164,7 @@ func (m *Manager) DescribeOffsets(ctx context.Context, groupID string, topics []
 			}
 			po := PartitionOffsets{Partition: p, StartOffset: -1, Lag: -1}
 			if o := m.away(ref.id, t.Topic, p); o != "" {
-				po.ErrorCode, po.ErrorMessage = CodeNotLeaderOrFollower, notHere(o)
+				po.ErrorCode, po.ErrorMessage = apierr.NotOwner, notHere(o)
 			} else if sp := g.partition(ref.id, t.Topic, p, false); sp != nil {
 				po.StartOffset, po.Lag, po.ErrorCode, po.ErrorMessage = sp.offsets()
 			}
@@ -222,15 +222,15 @@ func (g *group) partitions() []*sharePartition {
 
 // offsets returns SPSO and lag: high watermark - SPSO - the terminal
 // offsets at or above SPSO; -1 and -1 when uninitialised.
-func (p *sharePartition) offsets() (spso, lag int64, code ErrorCode, msg string) {
+func (p *sharePartition) offsets() (spso, lag int64, code apierr.Reason, msg string) {
 	m := p.g.m
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.offline != "" {
-		return -1, -1, CodeKafkaStorageError, p.offline
+		return -1, -1, apierr.KafkaStorageError, p.offline
 	}
 	if p.status != spLive {
-		return -1, -1, CodeNone, ""
+		return -1, -1, apierr.None, ""
 	}
 	ls, hw, err := m.store.Bounds(p.topic, p.part)
 	if err != nil {
@@ -244,7 +244,7 @@ func (p *sharePartition) offsets() (spso, lag int64, code ErrorCode, msg string)
 			terminal += r.last - r.first + 1
 		}
 	}
-	return p.spso, max(hw-p.spso-terminal, 0), CodeNone, ""
+	return p.spso, max(hw-p.spso-terminal, 0), apierr.None, ""
 }
 
 // spSaved is a share-partition's state before an offsets reset, to undo
@@ -307,12 +307,12 @@ func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []Top
 			r := &out[i].Partitions[j]
 			r.Partition = p.Partition
 			if ref == nil || p.Partition < 0 || p.Partition >= ref.partitions {
-				r.ErrorCode, r.ErrorMessage = CodeUnknownTopicOrPartition, fmt.Sprintf("topic %q has no partition %d", t.Topic, p.Partition)
+				r.ErrorCode, r.ErrorMessage = apierr.UnknownTopicOrPartition, fmt.Sprintf("topic %q has no partition %d", t.Topic, p.Partition)
 				continue
 			}
 			sp := g.partition(ref.id, t.Topic, p.Partition, true)
 			if sp == nil { // served by another instance (owners.go)
-				r.ErrorCode, r.ErrorMessage = CodeNotLeaderOrFollower, notHere(m.away(ref.id, t.Topic, p.Partition))
+				r.ErrorCode, r.ErrorMessage = apierr.NotOwner, notHere(m.away(ref.id, t.Topic, p.Partition))
 				continue
 			}
 			jobs = append(jobs, &job{res: r, sp: sp, start: p.StartOffset})
@@ -336,11 +336,11 @@ func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []Top
 			continue
 		}
 		if sp.offline != "" {
-			j.res.ErrorCode, j.res.ErrorMessage = CodeKafkaStorageError, sp.offline
+			j.res.ErrorCode, j.res.ErrorMessage = apierr.KafkaStorageError, sp.offline
 			continue
 		}
 		if j.start < ls || j.start > hw {
-			j.res.ErrorCode = CodeOffsetOutOfRange
+			j.res.ErrorCode = apierr.OffsetOutOfRange
 			j.res.ErrorMessage = fmt.Sprintf("start offset %d is outside [%d, %d] (log start offset, high watermark)", j.start, ls, hw)
 			continue
 		}
@@ -350,7 +350,7 @@ func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []Top
 		ticket, err := sp.writeFull()
 		if err != nil {
 			sp.restore(j.saved)
-			j.res.ErrorCode, j.res.ErrorMessage = CodeKafkaStorageError, storageErrMsg(err)
+			j.res.ErrorCode, j.res.ErrorMessage = apierr.KafkaStorageError, storageErrMsg(err)
 			continue
 		}
 		j.done, last = true, ticket
@@ -365,7 +365,7 @@ func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []Top
 		// Each entry may have failed on its own (failures are not sticky).
 		if werr := m.state.Wait(j.sp.lastTicket.Load()); werr != nil {
 			j.sp.restore(j.saved)
-			j.res.ErrorCode, j.res.ErrorMessage = CodeKafkaStorageError, storageErrMsg(werr)
+			j.res.ErrorCode, j.res.ErrorMessage = apierr.KafkaStorageError, storageErrMsg(werr)
 			continue
 		}
 		j.sp.signal() // waiting fetches continue from the new start
@@ -447,12 +447,12 @@ func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []st
 		}
 		if offline != "" {
 			byTopic[i] = nil
-			out[i].ErrorCode, out[i].ErrorMessage = CodeKafkaStorageError, offline
+			out[i].ErrorCode, out[i].ErrorMessage = apierr.KafkaStorageError, offline
 			continue
 		}
 		byTopic[i] = live
 		if len(live) == 0 {
-			out[i].ErrorCode, out[i].ErrorMessage = CodeUnknownTopicOrPartition, "there is no offset information to delete for this topic"
+			out[i].ErrorCode, out[i].ErrorMessage = apierr.UnknownTopicOrPartition, "there is no offset information to delete for this topic"
 			continue
 		}
 		for _, sp := range live {
@@ -480,7 +480,7 @@ func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []st
 			continue
 		}
 		if werr != nil {
-			out[i].ErrorCode, out[i].ErrorMessage = CodeKafkaStorageError, "share state write failed"
+			out[i].ErrorCode, out[i].ErrorMessage = apierr.KafkaStorageError, "share state write failed"
 			continue
 		}
 		for _, sp := range byTopic[i] {

@@ -74,14 +74,14 @@ func TestDescribeOffsets(t *testing.T) {
 	assert.Empty(t, e.offsets(), "no share state yet")
 
 	e.open("m", x)
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 2, AckAccept), batch(5, 6, AckReject))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 2, AckAccept), batch(5, 6, AckReject))).Partitions[0].ErrorCode)
 	// SPSO 3; 5 and 6 terminal: lag = 10 - 3 - 2 = 5 (3, 4, 7, 8, 9 still to deliver or settle).
 	assert.Equal(t, []TopicOffsets{{Topic: "t", Partitions: []PartitionOffsets{po(0, 3, 5), po(1, -1, -1)}}}, e.offsets())
 	e.produce("t", 0, 4, 1)
 	assert.Equal(t, []TopicOffsets{{Topic: "t", Partitions: []PartitionOffsets{po(0, 3, 9)}}}, e.offsets(tps("t", 0)))
 
 	unknown := func(p int32) PartitionOffsets {
-		return PartitionOffsets{Partition: p, StartOffset: -1, Lag: -1, ErrorCode: CodeUnknownTopicOrPartition}
+		return PartitionOffsets{Partition: p, StartOffset: -1, Lag: -1, ErrorCode: apierr.UnknownTopicOrPartition}
 	}
 	got := e.offsets(tps("u"), tps("t", 1, 7, -1), tps("nope", 0), tps("gone"))
 	for i := range got {
@@ -98,7 +98,7 @@ func TestDescribeOffsets(t *testing.T) {
 
 	// Everything settled: lag 0.
 	e.fetch("m", FetchRequest{})
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(3, 4, AckAccept), batch(7, 13, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(3, 4, AckAccept), batch(7, 13, AckAccept))).Partitions[0].ErrorCode)
 	assert.Equal(t, []TopicOffsets{{Topic: "t", Partitions: []PartitionOffsets{po(0, 14, 0)}}}, e.offsets(tps("t", 0)))
 
 	// Share state goes with its topic (TopicDeleted): the admin view too.
@@ -122,20 +122,20 @@ func TestAlterOffsets(t *testing.T) {
 
 	// Creates the group.
 	res := e.alter("t", PartitionStartOffset{0, 4}, PartitionStartOffset{1, 0}, PartitionStartOffset{0 + 5, 0})
-	assert.Equal(t, CodeNone, res[0].Partitions[0].ErrorCode)
-	assert.Equal(t, CodeNone, res[0].Partitions[1].ErrorCode)
-	assert.Equal(t, CodeUnknownTopicOrPartition, res[0].Partitions[2].ErrorCode)
+	assert.Equal(t, apierr.None, res[0].Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.None, res[0].Partitions[1].ErrorCode)
+	assert.Equal(t, apierr.UnknownTopicOrPartition, res[0].Partitions[2].ErrorCode)
 	assert.Equal(t, []TopicOffsets{{Topic: "t", Partitions: []PartitionOffsets{po(0, 4, 6), po(1, 0, 0)}}}, e.offsets())
 
 	// Out of range: below the log start, above the high watermark; bounds inclusive.
 	res = e.alter("t", PartitionStartOffset{0, 1}, PartitionStartOffset{1, 1})
-	assert.Equal(t, CodeOffsetOutOfRange, res[0].Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.OffsetOutOfRange, res[0].Partitions[0].ErrorCode)
 	assert.Contains(t, res[0].Partitions[0].ErrorMessage, "[2, 10]")
-	assert.Equal(t, CodeOffsetOutOfRange, res[0].Partitions[1].ErrorCode)
+	assert.Equal(t, apierr.OffsetOutOfRange, res[0].Partitions[1].ErrorCode)
 	res = e.alter("t", PartitionStartOffset{0, 10})
-	assert.Equal(t, CodeNone, res[0].Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.None, res[0].Partitions[0].ErrorCode)
 	res = e.alter("nope", PartitionStartOffset{0, 0})
-	assert.Equal(t, CodeUnknownTopicOrPartition, res[0].Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.UnknownTopicOrPartition, res[0].Partitions[0].ErrorCode)
 
 	_, err = e.m.AlterOffsets(context.Background(), testGroup, []TopicStartOffsets{{Topic: "t", Partitions: []PartitionStartOffset{{0, 2}, {0, 3}}}})
 	requireReason(t, err, apierr.InvalidRequest)
@@ -147,11 +147,11 @@ func TestAlterOffsets(t *testing.T) {
 	e.alter("t", PartitionStartOffset{0, 2})
 	e.open("m", x)
 	assert.Equal(t, "spso=2 [2-9 ACQUIRED(1)]", e.state(x))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(2, 3, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(2, 3, AckRelease))).Partitions[0].ErrorCode)
 	e.alter("t", PartitionStartOffset{0, 5})
 	assert.Equal(t, "spso=5", e.state(x), "counts reset")
-	assert.Equal(t, CodeInvalidRecordState, e.ack("m", ackEntry(x, batch(6, 6, AckAccept))).Partitions[0].ErrorCode)
-	assert.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(4, 4, AckAccept))).Partitions[0].ErrorCode, "below SPSO: no effect")
+	assert.Equal(t, apierr.InvalidRecordState, e.ack("m", ackEntry(x, batch(6, 6, AckAccept))).Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(4, 4, AckAccept))).Partitions[0].ErrorCode, "below SPSO: no effect")
 	assert.Equal(t, []AcquiredRange{rng(5, 9, 1)}, acquired(t, e.fetch("m", FetchRequest{}), x))
 
 	// Members present: NON_EMPTY_GROUP, nothing changes.
@@ -192,11 +192,11 @@ func TestDeleteOffsets(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res, 3)
 	assert.Equal(t, TopicResult{Topic: "t"}, res[0])
-	assert.Equal(t, CodeNone, res[1].ErrorCode, "u was initialised by a's assignment")
-	assert.Equal(t, CodeUnknownTopicOrPartition, res[2].ErrorCode)
+	assert.Equal(t, apierr.None, res[1].ErrorCode, "u was initialised by a's assignment")
+	assert.Equal(t, apierr.UnknownTopicOrPartition, res[2].ErrorCode)
 	res, err = e.m.DeleteOffsets(context.Background(), testGroup, []string{"t"})
 	require.NoError(t, err)
-	assert.Equal(t, CodeUnknownTopicOrPartition, res[0].ErrorCode, "no share state left")
+	assert.Equal(t, apierr.UnknownTopicOrPartition, res[0].ErrorCode, "no share state left")
 	assert.Empty(t, e.offsets())
 	assert.Equal(t, []TopicOffsets{{Topic: "t", Partitions: []PartitionOffsets{po(0, -1, -1), po(1, -1, -1)}}}, e.offsets(tps("t")))
 

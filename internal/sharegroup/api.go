@@ -1,8 +1,6 @@
 package sharegroup
 
 import (
-	"errors"
-
 	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
@@ -72,22 +70,6 @@ type FetchRequest struct {
 	Readable func(topic string) bool
 }
 
-// ErrorCode is a per-partition result code (the proto ErrorCode without prefix).
-type ErrorCode int16
-
-const (
-	CodeNone ErrorCode = iota
-	CodeUnknownTopicOrPartition
-	CodeInvalidRequest
-	CodeInvalidRecordState
-	CodeKafkaStorageError
-	CodeUnknownServerError
-	CodeOffsetOutOfRange
-	// CodeNotLeaderOrFollower: the partition is served by another instance
-	// of the cluster, named in the message (owners.go).
-	CodeNotLeaderOrFollower
-)
-
 // AcquiredRange is an acquired_records entry.
 type AcquiredRange struct {
 	FirstOffset   int64
@@ -98,9 +80,9 @@ type AcquiredRange struct {
 // PartitionFetchResult is one partition of a ShareFetch response.
 type PartitionFetchResult struct {
 	TopicPartition
-	ErrorCode       ErrorCode
+	ErrorCode       apierr.Reason
 	ErrorMessage    string
-	AckErrorCode    ErrorCode
+	AckErrorCode    apierr.Reason
 	AckErrorMessage string
 	Records         []logstore.Record // exactly one per offset covered by Acquired, ascending
 	Acquired        []AcquiredRange
@@ -127,7 +109,7 @@ type AckRequest struct {
 // PartitionAckResult is one partition of a ShareAcknowledge response.
 type PartitionAckResult struct {
 	TopicPartition
-	ErrorCode    ErrorCode
+	ErrorCode    apierr.Reason
 	ErrorMessage string
 }
 
@@ -158,8 +140,10 @@ func storageError(format string, args ...any) *apierr.Error {
 	return apierr.New(apierr.KafkaStorageError, format, args...)
 }
 
-// ErrClosed is returned after Close.
-var ErrClosed = errors.New("share groups closed")
+// ErrClosed is returned after Close: UNAVAILABLE, the server is shutting
+// down. It carries its reason, so no transport needs to know it
+// (broker.ErrorOf returns it as it is).
+var ErrClosed error = &apierr.Error{Reason: apierr.Unavailable, Message: "the server is shutting down"}
 
 // --- Membership -----------------------------------------------------------
 
@@ -257,7 +241,7 @@ type PartitionOffsets struct {
 	Partition    int32
 	StartOffset  int64 // SPSO; -1 when uninitialised or on error
 	Lag          int64 // high watermark - SPSO - terminal offsets >= SPSO; -1 likewise
-	ErrorCode    ErrorCode
+	ErrorCode    apierr.Reason
 	ErrorMessage string
 }
 
@@ -282,7 +266,7 @@ type TopicStartOffsets struct {
 // PartitionResult is a per-partition outcome.
 type PartitionResult struct {
 	Partition    int32
-	ErrorCode    ErrorCode
+	ErrorCode    apierr.Reason
 	ErrorMessage string
 }
 
@@ -295,6 +279,6 @@ type TopicPartitionResults struct {
 // TopicResult is a per-topic outcome (DeleteShareGroupOffsets).
 type TopicResult struct {
 	Topic        string
-	ErrorCode    ErrorCode
+	ErrorCode    apierr.Reason
 	ErrorMessage string
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
@@ -164,7 +165,7 @@ func benchFetchAck(b *testing.B, storeKind string, fsync logstore.FsyncMode, con
 					continue
 				}
 				ar, err := m.ShareAcknowledge(ctx, AckRequest{GroupID: testGroup, MemberID: member, Epoch: epoch, Partitions: []PartitionEntry{ackEntry(x, acks...)}})
-				if err != nil || ar.Partitions[0].ErrorCode != CodeNone {
+				if err != nil || ar.Partitions[0].ErrorCode != apierr.None {
 					b.Error(err, ar)
 					return
 				}
@@ -207,7 +208,7 @@ func BenchmarkAckRange(b *testing.B) {
 				sp.spso, sp.speo = 0, size-1
 				sp.runs = append(sp.runs[:0], run{first: 0, last: size - 1, state: stAcquired, count: 1, owner: s.ID(), deadline: never - 1})
 				sp.mu.Unlock()
-				if r := sp.ack(s, bs); r.code != CodeNone {
+				if r := sp.ack(s, bs); r.code != apierr.None {
 					b.Fatal(r.msg)
 				}
 			}
@@ -260,7 +261,7 @@ func heapPerSharePartition(t testing.TB, parts int) (bytesPer float64, runs int)
 		ar, err := m.ShareAcknowledge(ctx, AckRequest{GroupID: testGroup, MemberID: "a", Epoch: epochs["a"], IsRenewAck: true,
 			Partitions: []PartitionEntry{ackEntry(x, AckBatch{FirstOffset: 100, LastOffset: 299, Types: types})}})
 		require.NoError(t, err)
-		require.Equal(t, CodeNone, ar.Partitions[0].ErrorCode)
+		require.Equal(t, apierr.None, ar.Partitions[0].ErrorCode)
 		epochs["a"]++
 	}
 	runtime.GC()

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
@@ -65,14 +66,14 @@ func TestConcurrentExactlyOnce(t *testing.T) {
 				epoch++
 				if len(acks) > 0 { // separate ShareAcknowledge
 					r, err := e.m.ShareAcknowledge(ctx, AckRequest{GroupID: testGroup, MemberID: member, Epoch: epoch, Partitions: []PartitionEntry{ackEntry(x, acks...)}})
-					if !assert.NoError(t, err) || !assert.Equal(t, CodeNone, r.Partitions[0].ErrorCode) {
+					if !assert.NoError(t, err) || !assert.Equal(t, apierr.None, r.Partitions[0].ErrorCode) {
 						return
 					}
 					epoch++
 					acks = nil
 				}
 				for _, p := range resp.Partitions {
-					if !assert.Equal(t, CodeNone, p.AckErrorCode) {
+					if !assert.Equal(t, apierr.None, p.AckErrorCode) {
 						return
 					}
 					for _, r := range p.Acquired {
@@ -204,7 +205,7 @@ func TestConcurrentChaos(t *testing.T) {
 						return
 					}
 					epoch++
-					assert.Equal(t, CodeNone, ar.Partitions[0].ErrorCode)
+					assert.Equal(t, apierr.None, ar.Partitions[0].ErrorCode)
 				}
 				if epoch != 0 {
 					_, err := e.m.ShareAcknowledge(ctx, AckRequest{GroupID: testGroup, MemberID: member, Epoch: -1})

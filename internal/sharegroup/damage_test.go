@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 	"github.com/sharelog/sharelog/internal/storage/sharestate/statelog"
@@ -68,9 +69,9 @@ func damageSetup(t *testing.T, crash bool) (logstore.Store, string, string) {
 	resp := e.open("m", x, y)
 	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, resp, x))
 	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, resp, y))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 4, AckAccept))).Partitions[0].ErrorCode)
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(y, batch(0, 9, AckAccept))).Partitions[0].ErrorCode)
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(5, 6, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 4, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(y, batch(0, 9, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(5, 6, AckAccept))).Partitions[0].ErrorCode)
 	dir := e.opts.Dir
 	if crash {
 		dir = copyDir(t, e.opts.Dir)
@@ -95,17 +96,17 @@ func offlineCheck(t *testing.T, e *env, x TopicPartition) {
 	t.Helper()
 	resp := e.open("m", x)
 	p := part(t, resp, x)
-	assert.Equal(t, CodeKafkaStorageError, p.ErrorCode)
+	assert.Equal(t, apierr.KafkaStorageError, p.ErrorCode)
 	assert.Contains(t, p.ErrorMessage, "--repair-share-state")
 	assert.Empty(t, p.Records, "nothing delivered from lost state")
 	r := e.ack("m", ackEntry(x, batch(7, 7, AckAccept)))
-	assert.Equal(t, CodeKafkaStorageError, r.Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.KafkaStorageError, r.Partitions[0].ErrorCode)
 	offs, err := e.m.DescribeOffsets(context.Background(), testGroup, []TopicPartitions{{Topic: x.Topic, Partitions: []int32{x.Partition}}})
 	require.NoError(t, err)
-	assert.Equal(t, CodeKafkaStorageError, offs[0].Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.KafkaStorageError, offs[0].Partitions[0].ErrorCode)
 	res, err := e.m.AlterOffsets(context.Background(), testGroup, []TopicStartOffsets{{Topic: x.Topic, Partitions: []PartitionStartOffset{{x.Partition, 0}}}})
 	require.NoError(t, err)
-	assert.Equal(t, CodeKafkaStorageError, res[0].Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.KafkaStorageError, res[0].Partitions[0].ErrorCode)
 }
 
 func isOffline(e *env, x TopicPartition) bool {
@@ -228,7 +229,7 @@ func TestShareStateDamage(t *testing.T) {
 			// An unaffected group works.
 			resp, err := e.m.ShareFetch(context.Background(), FetchRequest{GroupID: "fresh", MemberID: "f", Partitions: entries(x)})
 			require.NoError(t, err)
-			assert.Equal(t, CodeNone, part(t, resp, x).ErrorCode)
+			assert.Equal(t, apierr.None, part(t, resp, x).ErrorCode)
 			q, _ := filepath.Glob(filepath.Join(dir, "quarantine", "*", filepath.Base(file)))
 			assert.Equal(t, c.quarantined, len(q) == 1, "damaged file in quarantine: %v", q)
 			require.NoError(t, e.m.Close())
@@ -252,7 +253,7 @@ func TestShareStateDamage(t *testing.T) {
 				assert.Equal(t, c.repairedY, e3.state(y))
 			}
 			p := part(t, e3.open("m", x), x)
-			assert.Equal(t, CodeNone, p.ErrorCode, p.ErrorMessage)
+			assert.Equal(t, apierr.None, p.ErrorCode, p.ErrorMessage)
 			require.NoError(t, e3.m.Close())
 			e4 := newEnvOn(t, store, dir, nil)
 			assert.Empty(t, e4.m.Offline(), "the repair is durable")
@@ -272,7 +273,7 @@ func TestShareStateTruncatedBelowCheckpoint(t *testing.T) {
 	e.produce("t", 0, 40, 10)
 	require.Equal(t, []AcquiredRange{rng(0, 39, 1)}, acquired(t, e.open("m", x), x))
 	for i := int64(0); i < 40; i += 2 {
-		require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(i, i, AckAccept))).Partitions[0].ErrorCode)
+		require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(i, i, AckAccept))).Partitions[0].ErrorCode)
 	}
 	dir := copyDir(t, e.opts.Dir) // crash
 	mf, err := readManifest(dir)

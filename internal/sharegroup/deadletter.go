@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
@@ -177,7 +178,7 @@ func (p *sharePartition) deadLetterPass(ctx context.Context) (more bool, err err
 		p.mu.Unlock()
 		return false, nil
 	}
-	if code, msg := p.ensureDurable(); code != CodeNone {
+	if code, msg := p.ensureDurable(); code != apierr.None {
 		p.mu.Unlock()
 		return false, errors.New(msg)
 	}

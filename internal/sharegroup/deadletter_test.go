@@ -76,7 +76,7 @@ func TestDeadLetterReject(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, []AcquiredRange{rng(0, 1, 1)}, acquired(t, e.open("m", x), x))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 0, AckReject), batch(1, 1, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 0, AckReject), batch(1, 1, AckAccept))).Partitions[0].ErrorCode)
 	assert.Equal(t, "spso=0 [0-0 ARCHIVING(1)] [1-1 ACKNOWLEDGED(0)]", e.state(x), "the copy is pending: SPSO stays")
 
 	require.NoError(t, e.m.DeadLetterFlush(context.Background()))
@@ -120,11 +120,11 @@ func TestDeadLetterLimit(t *testing.T) {
 	e.produce("t", 0, 10, 5)
 	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, e.open("m", x), x))
 	// 0-1 released twice more (count 3 = limit on the third), 2 GAP, 3-9 released once.
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 1, AckRelease), batch(2, 2, AckGap), batch(3, 9, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 1, AckRelease), batch(2, 2, AckGap), batch(3, 9, AckRelease))).Partitions[0].ErrorCode)
 	require.Equal(t, []AcquiredRange{rng(0, 1, 2), rng(3, 9, 2)}, acquired(t, e.fetch("m", FetchRequest{}), x))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 1, AckRelease), batch(3, 9, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 1, AckRelease), batch(3, 9, AckRelease))).Partitions[0].ErrorCode)
 	require.Equal(t, []AcquiredRange{rng(0, 1, 3), rng(3, 9, 3)}, acquired(t, e.fetch("m", FetchRequest{}), x))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 1, AckRelease), batch(3, 4, AckAccept), batch(5, 9, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 1, AckRelease), batch(3, 4, AckAccept), batch(5, 9, AckRelease))).Partitions[0].ErrorCode)
 	assert.Equal(t, "spso=0 [0-1 ARCHIVING(3)] [2-2 ARCHIVED(0)] [3-4 ACKNOWLEDGED(0)] [5-9 ARCHIVING(3)]", e.state(x))
 	require.NoError(t, e.m.DeadLetterFlush(context.Background()))
 	assert.Equal(t, "spso=10", e.state(x))
@@ -137,9 +137,9 @@ func TestDeadLetterLimit(t *testing.T) {
 	// A lowered limit: acquisition archives AVAILABLE records over it.
 	e.produce("t", 0, 2, 5) // 10, 11
 	require.Equal(t, []AcquiredRange{rng(10, 11, 1)}, acquired(t, e.fetch("m", FetchRequest{}), x))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(10, 11, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(10, 11, AckRelease))).Partitions[0].ErrorCode)
 	require.Equal(t, []AcquiredRange{rng(10, 11, 2)}, acquired(t, e.fetch("m", FetchRequest{}), x))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(10, 11, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(10, 11, AckRelease))).Partitions[0].ErrorCode)
 	e.update(GroupConfig{DeliveryCountLimit: i32(2)})
 	assert.False(t, hasPart(e.fetch("m", FetchRequest{}), x), "nothing acquired")
 	assert.Equal(t, "spso=10 [10-11 ARCHIVING(2)]", e.state(x))
@@ -150,7 +150,7 @@ func TestDeadLetterLimit(t *testing.T) {
 	e.update(GroupConfig{DeadLetterTopic: str("")})
 	e.produce("t", 0, 1, 5) // 12
 	require.Equal(t, []AcquiredRange{rng(12, 12, 1)}, acquired(t, e.fetch("m", FetchRequest{}), x))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(12, 12, AckReject))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(12, 12, AckReject))).Partitions[0].ErrorCode)
 	assert.Equal(t, "spso=13", e.state(x))
 	assert.Len(t, dlqRecords(t, store, "dlq.t"), 9)
 }
@@ -168,7 +168,7 @@ func TestDeadLetterExpiry(t *testing.T) {
 	e.update(GroupConfig{AutoOffsetReset: str("earliest"), DeadLetterTopic: str("dlq.t"), RecordLockDurationMs: i32(60000)})
 	e.produce("t", 0, 1, 5)
 	require.Equal(t, []AcquiredRange{rng(0, 0, 1)}, acquired(t, e.open("m", x), x))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 0, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 0, AckRelease))).Partitions[0].ErrorCode)
 	require.Equal(t, []AcquiredRange{rng(0, 0, 2)}, acquired(t, e.fetch("m", FetchRequest{}), x))
 	// Expire the lock now (as its deadline passing would).
 	sp := e.sp(x)
@@ -206,7 +206,7 @@ func TestDeadLetterCrash(t *testing.T) {
 			e.update(GroupConfig{AutoOffsetReset: str("earliest"), DeadLetterTopic: str("dlq.t")})
 			e.produce("t", 0, 4, 5)
 			require.Equal(t, []AcquiredRange{rng(0, 3, 1)}, acquired(t, e.open("m", x), x))
-			require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 1, AckAccept), batch(2, 3, AckReject))).Partitions[0].ErrorCode)
+			require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 1, AckAccept), batch(2, 3, AckReject))).Partitions[0].ErrorCode)
 			if afterCopy {
 				require.NoError(t, e.m.DeadLetterFlush(context.Background()))
 				require.NotEmpty(t, crashed)
@@ -285,7 +285,7 @@ func TestDeadLetterAppendFails(t *testing.T) {
 	e.update(GroupConfig{AutoOffsetReset: str("earliest"), DeadLetterTopic: str("dlq.t")})
 	e.produce("t", 0, 3, 5)
 	require.Equal(t, []AcquiredRange{rng(0, 2, 1)}, acquired(t, e.open("m", x), x))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 2, AckReject))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 2, AckReject))).Partitions[0].ErrorCode)
 
 	err := e.m.DeadLetterFlush(context.Background())
 	require.ErrorIs(t, err, errInjected)
@@ -317,7 +317,7 @@ func TestDeadLetterMissingTopic(t *testing.T) {
 			e.update(GroupConfig{AutoOffsetReset: str("earliest"), DeadLetterTopic: str("dlq.t")})
 			e.produce("t", 0, 2, 5)
 			require.Equal(t, []AcquiredRange{rng(0, 1, 1)}, acquired(t, e.open("m", x), x))
-			require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 1, AckReject))).Partitions[0].ErrorCode)
+			require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 1, AckReject))).Partitions[0].ErrorCode)
 			require.NoError(t, e.m.DeadLetterFlush(context.Background()))
 			assert.Equal(t, "spso=2", e.state(x))
 			d, err := e.m.DescribeGroup(context.Background(), testGroup)
@@ -347,7 +347,7 @@ func TestDeadLetterSameTopic(t *testing.T) {
 	e.update(GroupConfig{AutoOffsetReset: str("earliest"), DeadLetterTopic: str("t")})
 	e.produce("t", 0, 1, 5)
 	require.Equal(t, []AcquiredRange{rng(0, 0, 1)}, acquired(t, e.open("m", x), x))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 0, AckReject))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 0, AckReject))).Partitions[0].ErrorCode)
 	require.NoError(t, e.m.DeadLetterFlush(context.Background()))
 	assert.Equal(t, "spso=1", e.state(x))
 	require.Equal(t, []AcquiredRange{rng(1, 1, 1)}, acquired(t, e.fetch("m", FetchRequest{}), x))
@@ -410,7 +410,7 @@ func TestDeadLetterWorker(t *testing.T) {
 	require.Equal(t, []AcquiredRange{rng(0, 0, 1)}, acquired(t, e.open("m", x), x))
 	ch, err := e.store.Watch("dlq.t", 0)
 	require.NoError(t, err)
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 0, AckReject))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 0, AckReject))).Partitions[0].ErrorCode)
 	<-ch // the copy was appended
 	require.NoError(t, e.m.DeadLetterFlush(context.Background()))
 	assert.Equal(t, "spso=1", e.state(x))

@@ -4,7 +4,8 @@
 // Open). docs/share-sessions.md describes the client-visible behaviour and
 // docs/errors.md the reasons; api.go holds the request and response types
 // internal/transport/grpcapi translates protobuf to. Request-level errors are
-// *apierr.Error values; per-partition outcomes are ErrorCodes.
+// *apierr.Error values; per-partition outcomes are apierr.Reasons
+// (apierr.None for success), whose Kafka codes the protos' ErrorCode numbers.
 //
 // # Files
 //

@@ -49,13 +49,13 @@ func TestExample8Crash(t *testing.T) {
 	}
 	e.produce("t", 0, 50, 10) // 50..99
 	require.Equal(t, []AcquiredRange{rng(50, 99, 1)}, acquired(t, e.fetch("a", FetchRequest{}), x))
-	require.Equal(t, CodeNone, e.ack("a", ackEntry(x, batch(80, 89, AckRelease), batch(90, 99, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("a", ackEntry(x, batch(80, 89, AckRelease), batch(90, 99, AckAccept))).Partitions[0].ErrorCode)
 	require.Equal(t, []AcquiredRange{rng(80, 89, 2)}, acquired(t, e.fetch("b", FetchRequest{}), x))
-	require.Equal(t, CodeNone, e.ack("b", ackEntry(x, batch(80, 89, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("b", ackEntry(x, batch(80, 89, AckRelease))).Partitions[0].ErrorCode)
 	require.Equal(t, []AcquiredRange{rng(80, 89, 3)}, acquired(t, e.fetch("b", FetchRequest{}), x))
-	require.Equal(t, CodeNone, e.ack("a", ackEntry(x, batch(50, 59, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("a", ackEntry(x, batch(50, 59, AckRelease))).Partitions[0].ErrorCode)
 	require.Equal(t, []AcquiredRange{rng(50, 59, 2)}, acquired(t, e.fetch("c", FetchRequest{}), x))
-	require.Equal(t, CodeNone, e.ack("c", ackEntry(x, batch(50, 59, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("c", ackEntry(x, batch(50, 59, AckRelease))).Partitions[0].ErrorCode)
 	require.Equal(t, "spso=50 [50-59 AVAILABLE(2)] [60-79 ACQUIRED(1)] [80-89 ACQUIRED(3)] [90-99 ACKNOWLEDGED(0)]", e.state(x))
 
 	crashed := copyDir(t, e.opts.Dir) // kill -9
@@ -85,7 +85,7 @@ func TestRestart(t *testing.T) {
 			e.produce("t", 0, 1000, 10)
 			// 0..99 accepted, 100..199 released once (count 1), 200..299 acquired.
 			require.Equal(t, []AcquiredRange{rng(0, 299, 1)}, acquired(t, e.open("m", x), x))
-			require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 99, AckAccept), batch(100, 199, AckRelease))).Partitions[0].ErrorCode)
+			require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 99, AckAccept), batch(100, 199, AckRelease))).Partitions[0].ErrorCode)
 			require.Equal(t, "spso=100 [100-199 AVAILABLE(1)] [200-299 ACQUIRED(1)]", e.state(x))
 			if crash {
 				dir = copyDir(t, dir)
@@ -133,7 +133,7 @@ func TestStartupClampAndDrop(t *testing.T) {
 	e.produce("keep", 0, 100, 10)
 	e.produce("gone", 0, 100, 10)
 	require.Equal(t, []AcquiredRange{rng(0, 99, 1)}, acquired(t, e.fetch("m", FetchRequest{}), k))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(k, batch(0, 9, AckAccept), batch(10, 19, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(k, batch(0, 9, AckAccept), batch(10, 19, AckRelease))).Partitions[0].ErrorCode)
 	require.NoError(t, e.m.Close())
 
 	_, err := store.DeleteRecordsBefore(ctx, "keep", 0, 50)
@@ -165,7 +165,7 @@ func TestRecoveryCorruption(t *testing.T) {
 		e.produce("t", 0, 30, 10)
 		e.fetch("m", FetchRequest{})
 		for i := int64(10); i < 40; i += 10 {
-			require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(i, i+4, AckAccept), batch(i+5, i+9, AckRelease))).Partitions[0].ErrorCode)
+			require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(i, i+4, AckAccept), batch(i+5, i+9, AckRelease))).Partitions[0].ErrorCode)
 		}
 		files, err := listGenerations(e.opts.Dir)
 		require.NoError(t, err)
@@ -251,16 +251,16 @@ func TestStateWriteFailure(t *testing.T) {
 			e.open("m", x)
 			e.produce("t", 0, 20, 10)
 			require.Equal(t, []AcquiredRange{rng(10, 29, 1)}, acquired(t, e.fetch("m", FetchRequest{}), x))
-			require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(10, 11, AckAccept))).Partitions[0].ErrorCode)
+			require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(10, 11, AckAccept))).Partitions[0].ErrorCode)
 			before := e.state(x)
 			f.set(which, true)
 			r := e.ack("m", ackEntry(x, batch(12, 14, AckAccept), batch(15, 16, AckRelease), batch(17, 17, AckReject)))
-			assert.Equal(t, CodeKafkaStorageError, r.Partitions[0].ErrorCode)
+			assert.Equal(t, apierr.KafkaStorageError, r.Partitions[0].ErrorCode)
 			assert.Contains(t, r.Partitions[0].ErrorMessage, "no space left on device")
 			assert.Equal(t, before, e.state(x), "rolled back: still ACQUIRED by the session")
 			// Still failing: the retry fails the same way, state unchanged.
 			resp := e.fetch("m", FetchRequest{Partitions: []PartitionEntry{ackEntry(x, batch(12, 12, AckAccept))}})
-			assert.Equal(t, CodeKafkaStorageError, part(t, resp, x).AckErrorCode)
+			assert.Equal(t, apierr.KafkaStorageError, part(t, resp, x).AckErrorCode)
 			assert.Equal(t, before, e.state(x))
 			_, err := e.m.UpdateConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(3)})
 			require.Error(t, err)
@@ -270,7 +270,7 @@ func TestStateWriteFailure(t *testing.T) {
 			// Space is back: the next acknowledgement succeeds, no reopen.
 			f.set(which, false)
 			r = e.ack("m", ackEntry(x, batch(12, 14, AckAccept), batch(15, 16, AckRelease), batch(17, 17, AckReject)))
-			require.Equal(t, CodeNone, r.Partitions[0].ErrorCode)
+			require.Equal(t, apierr.None, r.Partitions[0].ErrorCode)
 			assert.Equal(t, "spso=15 [15-16 AVAILABLE(1)] [17-17 ARCHIVED(0)] [18-29 ACQUIRED(1)]", e.state(x))
 			assert.Empty(t, e.m.Offline())
 			_, err = e.m.UpdateConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(3)})
@@ -311,15 +311,15 @@ func TestStateWriteFailureScoped(t *testing.T) {
 
 	f.set("write", true)
 	r := e.ack("m", ackEntry(x, batch(0, 4, AckAccept)))
-	require.Equal(t, CodeKafkaStorageError, r.Partitions[0].ErrorCode)
+	require.Equal(t, apierr.KafkaStorageError, r.Partitions[0].ErrorCode)
 	f.set("write", false)
 	// The other group was not part of the failed batch: its ack works.
 	ro, err := e.m.ShareAcknowledge(context.Background(), AckRequest{GroupID: "other", MemberID: "o", Epoch: 1,
 		Partitions: []PartitionEntry{ackEntry(y, batch(0, 9, AckAccept))}})
 	require.NoError(t, err)
-	require.Equal(t, CodeNone, ro.Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, ro.Partitions[0].ErrorCode)
 	// The failed partition rewrites its full state, then acks normally.
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 4, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 4, AckAccept))).Partitions[0].ErrorCode)
 	require.NoError(t, e.m.Close())
 	e2 := newEnvOn(t, e.store, e.opts.Dir, nil)
 	assert.Equal(t, "spso=5", e2.state(x), "0-4 acknowledged; 5-9 were only acquired")
@@ -342,16 +342,16 @@ func TestRollbackInterleaved(t *testing.T) {
 	sb, _, _ := e.m.sessions.Lookup(keyOf("b"))
 	ra := sp.ack(sa, []AckBatch{batch(10, 19, AckAccept)})
 	rb := sp.ack(sb, []AckBatch{batch(20, 24, AckAccept), batch(25, 29, AckRelease)})
-	require.Equal(t, CodeNone, ra.code)
-	require.Equal(t, CodeNone, rb.code)
+	require.Equal(t, apierr.None, ra.code)
+	require.Equal(t, apierr.None, rb.code)
 	require.Equal(t, "spso=25 [25-29 AVAILABLE(1)]", e.state(x))
 	// Both writes "failed": roll back a first, then b.
 	sp.rollback(ra.undo, sa)
 	sp.rollback(rb.undo, sb)
 	assert.Equal(t, "spso=10 [10-19 ACQUIRED(1)] [20-29 ACQUIRED(1)]", e.state(x))
 	// Owners are right: each session can acknowledge its own records.
-	assert.Equal(t, CodeNone, e.ack("b", ackEntry(x, batch(20, 29, AckAccept))).Partitions[0].ErrorCode)
-	assert.Equal(t, CodeNone, e.ack("a", ackEntry(x, batch(10, 19, AckAccept))).Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.None, e.ack("b", ackEntry(x, batch(20, 29, AckAccept))).Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.None, e.ack("a", ackEntry(x, batch(10, 19, AckAccept))).Partitions[0].ErrorCode)
 	assert.Equal(t, "spso=30", e.state(x))
 }
 
@@ -370,7 +370,7 @@ func TestCompaction(t *testing.T) {
 		resp := e.fetch("m", FetchRequest{MaxRecords: i32(10)})
 		require.Equal(t, []AcquiredRange{rng(off, off+9, 1)}, acquired(t, resp, x))
 		r := e.ack("m", ackEntry(x, batch(off, off+9, AckAccept)))
-		require.Equal(t, CodeNone, r.Partitions[0].ErrorCode)
+		require.Equal(t, apierr.None, r.Partitions[0].ErrorCode)
 	}
 	var total int64
 	files, err := listGenerations(dir)
@@ -421,7 +421,7 @@ func TestGroupCommit(t *testing.T) {
 			if assert.NoError(t, err) && assert.True(t, hasPart(resp, x)) {
 				for _, p := range resp.Partitions {
 					if p.TopicPartition == x {
-						assert.Equal(t, CodeNone, p.AckErrorCode)
+						assert.Equal(t, apierr.None, p.AckErrorCode)
 					}
 				}
 			}
@@ -448,7 +448,7 @@ func TestFsyncModes(t *testing.T) {
 			e.open("m", x)
 			e.produce("t", 0, 10, 1)
 			e.fetch("m", FetchRequest{})
-			require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 4, AckAccept))).Partitions[0].ErrorCode)
+			require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 4, AckAccept))).Partitions[0].ErrorCode)
 			require.NoError(t, e.m.Close()) // at once: Close alone must make the ack durable
 			e2 := newEnvOn(t, store, dir, nil)
 			assert.Equal(t, "spso=5", e2.state(x))
@@ -470,7 +470,7 @@ func TestFileStoreRestart(t *testing.T) {
 	resp := e.open("m", x)
 	require.Equal(t, []AcquiredRange{rng(0, 99, 1)}, acquired(t, resp, x))
 	require.Len(t, part(t, resp, x).Records, 100)
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 39, AckAccept), batch(40, 49, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 39, AckAccept), batch(40, 49, AckRelease))).Partitions[0].ErrorCode)
 	_, err = store.DeleteRecordsBefore(ctx, "t", 0, 45)
 	require.NoError(t, err)
 	require.NoError(t, e.m.Close())
@@ -500,12 +500,12 @@ func TestRestartOnMemoryState(t *testing.T) {
 	e.update(GroupConfig{AutoOffsetReset: str("earliest")})
 	e.produce("t", 0, 30, 10)
 	require.Equal(t, []AcquiredRange{rng(0, 29, 1)}, acquired(t, e.open("m", x), x))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 9, AckAccept), batch(10, 19, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 9, AckAccept), batch(10, 19, AckRelease))).Partitions[0].ErrorCode)
 	med.SetFailing(errors.New("injected"))
 	r := e.ack("m", ackEntry(x, batch(20, 24, AckAccept)))
-	assert.Equal(t, CodeKafkaStorageError, r.Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.KafkaStorageError, r.Partitions[0].ErrorCode)
 	med.SetFailing(nil)
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(20, 21, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(20, 21, AckAccept))).Partitions[0].ErrorCode)
 	require.Equal(t, "spso=10 [10-19 AVAILABLE(1)] [20-21 ACKNOWLEDGED(0)] [22-29 ACQUIRED(1)]", e.state(x))
 
 	crashed := med.Crash()

@@ -7,9 +7,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/sharelog/sharelog/apierr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sharelog/sharelog/apierr"
 )
 
 // Worked examples of the share-group rules, one test each.
@@ -94,7 +95,7 @@ func TestExample3AcksBeforeFetch(t *testing.T) {
 	e.produce("t", 0, 40, 1024)
 	resp = e.fetch("m", FetchRequest{MaxRecords: i32(25), Partitions: []PartitionEntry{ackEntry(x, batch(200, 214, AckAccept), batch(215, 229, AckRelease))}})
 	p := part(t, resp, x)
-	assert.Equal(t, CodeNone, p.AckErrorCode)
+	assert.Equal(t, apierr.None, p.AckErrorCode)
 	assert.Equal(t, []AcquiredRange{rng(215, 229, 2), rng(230, 239, 1)}, p.Acquired)
 	assert.Equal(t, int64(215), e.spso(x))
 }
@@ -112,11 +113,11 @@ func TestExample4AtomicRollback(t *testing.T) {
 	require.Equal(t, []AcquiredRange{rng(510, 514, 1)}, acquired(t, e.fetch("m2", FetchRequest{MaxRecords: i32(10)}), x))
 	before := e.state(x)
 	r := e.ack("m1", ackEntry(x, batch(500, 504, AckAccept), batch(505, 512, AckAccept)))
-	assert.Equal(t, CodeInvalidRecordState, r.Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.InvalidRecordState, r.Partitions[0].ErrorCode)
 	assert.Equal(t, before, e.state(x))
 	assert.Equal(t, int64(500), e.spso(x))
 	r = e.ack("m1", ackEntry(x, batch(500, 509, AckAccept)))
-	assert.Equal(t, CodeNone, r.Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.None, r.Partitions[0].ErrorCode)
 	assert.Equal(t, int64(510), e.spso(x))
 }
 
@@ -131,7 +132,7 @@ func TestExample5Replacement(t *testing.T) {
 	for want := int32(1); want <= 3; want++ {
 		require.Equal(t, []AcquiredRange{rng(60, 64, want)}, acquired(t, e.fetch("m", FetchRequest{}), x))
 		if want < 3 {
-			require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(60, 64, AckRelease))).Partitions[0].ErrorCode)
+			require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(60, 64, AckRelease))).Partitions[0].ErrorCode)
 		}
 	}
 	assert.Equal(t, "spso=60 [60-64 ACQUIRED(3)]", e.state(x))
@@ -158,7 +159,7 @@ func TestExample6ExpiryAndLimit(t *testing.T) {
 		assert.Equal(t, "spso=80 [80-81 AVAILABLE(1)]", e.state(x))
 		require.Equal(t, []AcquiredRange{rng(80, 81, 2)}, acquired(t, e.fetch("m2", FetchRequest{}), x))
 		r := e.ack("m2", ackEntry(x, batch(80, 80, AckAccept), batch(81, 81, AckRelease)))
-		require.Equal(t, CodeNone, r.Partitions[0].ErrorCode)
+		require.Equal(t, apierr.None, r.Partitions[0].ErrorCode)
 		assert.Equal(t, "spso=81 [81-81 AVAILABLE(2)]", e.state(x))
 		require.Equal(t, []AcquiredRange{rng(81, 81, 3)}, acquired(t, e.fetch("m1", FetchRequest{}), x))
 		time.Sleep(2 * time.Second)
@@ -186,17 +187,17 @@ func TestExample7Purge(t *testing.T) {
 	require.Equal(t, []AcquiredRange{rng(300, 309, 1)}, acquired(t, e.fetch("m1", req), x))
 	require.Equal(t, []AcquiredRange{rng(310, 319, 1)}, acquired(t, e.fetch("mx", req), x))
 	require.Equal(t, []AcquiredRange{rng(320, 329, 1)}, acquired(t, e.fetch("my", req), x))
-	require.Equal(t, CodeNone, e.ack("my", ackEntry(x, batch(320, 329, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("my", ackEntry(x, batch(320, 329, AckAccept))).Partitions[0].ErrorCode)
 	require.Equal(t, []AcquiredRange{rng(330, 339, 1)}, acquired(t, e.fetch("m2", req), x))
-	require.Equal(t, CodeNone, e.ack("mx", ackEntry(x, batch(310, 319, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("mx", ackEntry(x, batch(310, 319, AckRelease))).Partitions[0].ErrorCode)
 	require.Equal(t, []AcquiredRange{rng(310, 319, 2)}, acquired(t, e.fetch("mx", req), x))
-	require.Equal(t, CodeNone, e.ack("mx", ackEntry(x, batch(310, 319, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("mx", ackEntry(x, batch(310, 319, AckRelease))).Partitions[0].ErrorCode)
 	require.Equal(t, "spso=300 [300-309 ACQUIRED(1)] [310-319 AVAILABLE(2)] [320-329 ACKNOWLEDGED(0)] [330-339 ACQUIRED(1)]", e.state(x))
 
 	_, err := e.store.DeleteRecordsBefore(ctx, "t", 0, 315)
 	require.NoError(t, err)
 	assert.Equal(t, "spso=315 [315-319 AVAILABLE(2)] [320-329 ACKNOWLEDGED(0)] [330-339 ACQUIRED(1)] below[300-309 ACQUIRED(1)]", e.state(x))
-	require.Equal(t, CodeNone, e.ack("m1", ackEntry(x, batch(300, 309, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m1", ackEntry(x, batch(300, 309, AckAccept))).Partitions[0].ErrorCode)
 	assert.Equal(t, "spso=315 [315-319 AVAILABLE(2)] [320-329 ACKNOWLEDGED(0)] [330-339 ACQUIRED(1)]", e.state(x))
 	resp := e.fetch("mz", FetchRequest{})
 	assert.Equal(t, []AcquiredRange{rng(315, 319, 3), rng(340, 359, 1)}, acquired(t, resp, x))

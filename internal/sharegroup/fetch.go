@@ -111,7 +111,7 @@ func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchRespon
 			if a := acks[i]; a.has {
 				r := PartitionFetchResult{TopicPartition: req.Partitions[i].TopicPartition, AckErrorCode: a.code, AckErrorMessage: a.msg}
 				if !named[i].ok {
-					r.ErrorCode, r.ErrorMessage = CodeUnknownTopicOrPartition, a.msg
+					r.ErrorCode, r.ErrorMessage = apierr.UnknownTopicOrPartition, a.msg
 				}
 				resp.Partitions = append(resp.Partitions, r)
 			}
@@ -283,10 +283,10 @@ func (m *Manager) dropDeleted(ctx context.Context, s *session) ([]PartitionFetch
 		}
 		switch {
 		case !ok || id != sp.topicID:
-			gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, ErrorCode: CodeUnknownTopicOrPartition, ErrorMessage: "topic was deleted"})
+			gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, ErrorCode: apierr.UnknownTopicOrPartition, ErrorMessage: "topic was deleted"})
 		default:
 			if owner := m.away(sp.topicID, sp.tp.Topic, sp.tp.Partition); owner != "" {
-				gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, ErrorCode: CodeNotLeaderOrFollower, ErrorMessage: notHere(owner)})
+				gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, ErrorCode: apierr.NotOwner, ErrorMessage: notHere(owner)})
 			}
 		}
 	}
@@ -337,7 +337,7 @@ func (m *Manager) fetchRecords(ctx context.Context, s *session, parts []*sessPar
 			if err := pf.sp.acquire(ctx, s, &bud, dry, pf); err != nil {
 				return bud, false, err
 			}
-			hasErr = hasErr || pf.code != CodeNone
+			hasErr = hasErr || pf.code != apierr.None
 		}
 		return bud, hasErr, nil
 	}
@@ -434,17 +434,17 @@ func (m *Manager) shape(s *session, g *group, req *FetchRequest, named []namedPa
 			tp := req.Partitions[i].TopicPartition
 			if named[i].away != "" {
 				r := result(tp, nil)
-				r.ErrorCode, r.ErrorMessage = CodeNotLeaderOrFollower, notHere(named[i].away)
+				r.ErrorCode, r.ErrorMessage = apierr.NotOwner, notHere(named[i].away)
 				resp.Partitions = append(resp.Partitions, r)
 				continue
 			}
 			if !named[i].ok || j >= len(parts) || parts[j].tp != tp {
 				resp.Partitions = append(resp.Partitions, PartitionFetchResult{TopicPartition: tp,
-					ErrorCode: CodeUnknownTopicOrPartition, ErrorMessage: "topic or partition does not exist"})
+					ErrorCode: apierr.UnknownTopicOrPartition, ErrorMessage: "topic or partition does not exist"})
 				continue
 			}
 			resp.Partitions = append(resp.Partitions, result(tp, &res[j]))
-			parts[j].lastErr = res[j].code != CodeNone
+			parts[j].lastErr = res[j].code != apierr.None
 			j++
 		}
 		return resp
@@ -454,9 +454,9 @@ func (m *Manager) shape(s *session, g *group, req *FetchRequest, named []namedPa
 		inFetch[p.tp] = true
 		pf := &res[j]
 		i := find(p.tp)
-		include := len(pf.acquired) > 0 || pf.code != CodeNone || (i >= 0 && (added[i] || acks[i].has)) ||
-			(p.lastErr && pf.code == CodeNone)
-		p.lastErr = pf.code != CodeNone
+		include := len(pf.acquired) > 0 || pf.code != apierr.None || (i >= 0 && (added[i] || acks[i].has)) ||
+			(p.lastErr && pf.code == apierr.None)
+		p.lastErr = pf.code != apierr.None
 		if include {
 			resp.Partitions = append(resp.Partitions, result(p.tp, pf))
 		}
@@ -466,11 +466,11 @@ func (m *Manager) shape(s *session, g *group, req *FetchRequest, named []namedPa
 		switch {
 		case !named[i].ok:
 			r := result(tp, nil)
-			r.ErrorCode, r.ErrorMessage = CodeUnknownTopicOrPartition, "topic or partition does not exist"
+			r.ErrorCode, r.ErrorMessage = apierr.UnknownTopicOrPartition, "topic or partition does not exist"
 			resp.Partitions = append(resp.Partitions, r)
 		case named[i].away != "":
 			r := result(tp, nil)
-			r.ErrorCode, r.ErrorMessage = CodeNotLeaderOrFollower, notHere(named[i].away)
+			r.ErrorCode, r.ErrorMessage = apierr.NotOwner, notHere(named[i].away)
 			resp.Partitions = append(resp.Partitions, r)
 		case acks[i].has && !inFetch[tp]:
 			// Acknowledged but forgotten by the same request.

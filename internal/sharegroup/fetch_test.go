@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
@@ -133,10 +134,10 @@ func TestRecordLockLimitLowered(t *testing.T) {
 	e.produce("t", 0, 300, 1)
 	require.Equal(t, []AcquiredRange{rng(0, 199, 1)}, acquired(t, e.fetch("a", FetchRequest{}), x))
 	e.update(GroupConfig{PartitionMaxRecordLocks: i32(100)})
-	require.Equal(t, CodeNone, e.ack("a", ackEntry(x, batch(150, 199, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("a", ackEntry(x, batch(150, 199, AckRelease))).Partitions[0].ErrorCode)
 	assert.Equal(t, []AcquiredRange{rng(150, 199, 2)}, acquired(t, e.fetch("b", FetchRequest{}), x))
 	assert.False(t, hasPart(e.fetch("b", FetchRequest{}), x), "nothing past SPEO while SPSO + L <= SPEO")
-	require.Equal(t, CodeNone, e.ack("a", ackEntry(x, batch(0, 109, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("a", ackEntry(x, batch(0, 109, AckAccept))).Partitions[0].ErrorCode)
 	assert.Equal(t, []AcquiredRange{rng(200, 209, 1)}, acquired(t, e.fetch("b", FetchRequest{}), x), "SPSO 110 + L 100")
 }
 
@@ -358,7 +359,7 @@ func TestLongPoll(t *testing.T) {
 			start := time.Now()
 			resp := <-ch
 			assert.Zero(t, time.Since(start))
-			assert.Equal(t, CodeUnknownTopicOrPartition, part(t, resp, e.x).ErrorCode)
+			assert.Equal(t, apierr.UnknownTopicOrPartition, part(t, resp, e.x).ErrorCode)
 		})
 	})
 	t.Run("own session ends", func(t *testing.T) {
@@ -426,7 +427,7 @@ func TestLongPoll(t *testing.T) {
 			start := time.Now()
 			resp := <-waitFetch(e, "a", FetchRequest{MaxWaitMs: 5000})
 			assert.Zero(t, time.Since(start))
-			assert.Equal(t, CodeKafkaStorageError, part(t, resp, e.x).ErrorCode)
+			assert.Equal(t, apierr.KafkaStorageError, part(t, resp, e.x).ErrorCode)
 		})
 	})
 }
@@ -443,9 +444,9 @@ func TestResponseShaping(t *testing.T) {
 	// Epoch 0: every named partition, errored ones included.
 	resp := e.open("m", a, b, nope, bad)
 	require.Len(t, resp.Partitions, 4)
-	assert.Equal(t, CodeNone, part(t, resp, a).ErrorCode)
-	assert.Equal(t, CodeUnknownTopicOrPartition, part(t, resp, nope).ErrorCode)
-	assert.Equal(t, CodeUnknownTopicOrPartition, part(t, resp, bad).ErrorCode)
+	assert.Equal(t, apierr.None, part(t, resp, a).ErrorCode)
+	assert.Equal(t, apierr.UnknownTopicOrPartition, part(t, resp, nope).ErrorCode)
+	assert.Equal(t, apierr.UnknownTopicOrPartition, part(t, resp, bad).ErrorCode)
 	assert.Equal(t, int32(30000), resp.AcquisitionLockTimeoutMs)
 
 	// Nothing to report: empty.
@@ -454,9 +455,9 @@ func TestResponseShaping(t *testing.T) {
 	// with their acks.
 	resp = e.fetch("m", FetchRequest{Partitions: []PartitionEntry{{TopicPartition: c}, ackEntry(nope, batch(0, 0, AckAccept))}})
 	require.Len(t, resp.Partitions, 2)
-	assert.Equal(t, CodeNone, part(t, resp, c).ErrorCode)
-	assert.Equal(t, CodeUnknownTopicOrPartition, part(t, resp, nope).ErrorCode)
-	assert.Equal(t, CodeUnknownTopicOrPartition, part(t, resp, nope).AckErrorCode)
+	assert.Equal(t, apierr.None, part(t, resp, c).ErrorCode)
+	assert.Equal(t, apierr.UnknownTopicOrPartition, part(t, resp, nope).ErrorCode)
+	assert.Equal(t, apierr.UnknownTopicOrPartition, part(t, resp, nope).AckErrorCode)
 	// Records: shown.
 	e.produce("t", 1, 2, 1)
 	resp = e.fetch("m", FetchRequest{})
@@ -465,19 +466,19 @@ func TestResponseShaping(t *testing.T) {
 	// Acks: shown with acknowledge_error_code, NONE included.
 	resp = e.fetch("m", FetchRequest{Partitions: []PartitionEntry{ackEntry(b, batch(0, 1, AckAccept))}})
 	require.Len(t, resp.Partitions, 1)
-	assert.Equal(t, CodeNone, part(t, resp, b).AckErrorCode)
+	assert.Equal(t, apierr.None, part(t, resp, b).AckErrorCode)
 	// An error: shown every time; once cleared, shown once with NONE.
 	e.produce("t", 2, 1, 1)
 	hs.setReadErr(errors.New("disk on fire"))
 	for range 2 {
 		resp = e.fetch("m", FetchRequest{})
-		assert.Equal(t, CodeKafkaStorageError, part(t, resp, c).ErrorCode)
+		assert.Equal(t, apierr.KafkaStorageError, part(t, resp, c).ErrorCode)
 	}
 	hs.setReadErr(nil)
 	e.open("n", c) // another session takes c's record
 	resp = e.fetch("m", FetchRequest{})
 	require.Len(t, resp.Partitions, 1)
-	assert.Equal(t, CodeNone, part(t, resp, c).ErrorCode)
+	assert.Equal(t, apierr.None, part(t, resp, c).ErrorCode)
 	assert.Empty(t, part(t, resp, c).Acquired)
 	assert.Empty(t, e.fetch("m", FetchRequest{}).Partitions)
 
@@ -488,7 +489,7 @@ func TestResponseShaping(t *testing.T) {
 		Partitions: []PartitionEntry{ackEntry(a, batch(0, 0, AckRenew))}})
 	require.NoError(t, err)
 	require.Len(t, resp.Partitions, 1)
-	assert.Equal(t, CodeNone, part(t, resp, a).AckErrorCode)
+	assert.Equal(t, apierr.None, part(t, resp, a).AckErrorCode)
 	assert.Empty(t, part(t, resp, a).Acquired)
 	assert.Equal(t, "spso=0 [0-0 ACQUIRED(1)]", e.state(a), "nothing more fetched")
 }
@@ -514,7 +515,7 @@ func TestDeletedTopicInSession(t *testing.T) {
 			}
 			resp := e.fetch("m", FetchRequest{})
 			require.Len(t, resp.Partitions, 1)
-			assert.Equal(t, CodeUnknownTopicOrPartition, part(t, resp, x).ErrorCode)
+			assert.Equal(t, apierr.UnknownTopicOrPartition, part(t, resp, x).ErrorCode)
 			assert.Empty(t, e.fetch("m", FetchRequest{}).Partitions, "reported once")
 			g := e.m.groupFor(testGroup, false)
 			g.mu.Lock()
@@ -525,7 +526,7 @@ func TestDeletedTopicInSession(t *testing.T) {
 				// Named again: a new share-partition, initialised afresh.
 				e.produce("t", 0, 2, 1)
 				resp = e.fetch("m", FetchRequest{Partitions: entries(x)})
-				assert.Equal(t, CodeNone, part(t, resp, x).ErrorCode)
+				assert.Equal(t, apierr.None, part(t, resp, x).ErrorCode)
 				e.produce("t", 0, 1, 1)
 				assert.Equal(t, []AcquiredRange{rng(2, 2, 1)}, acquired(t, e.fetch("m", FetchRequest{}), x))
 			}
@@ -547,7 +548,7 @@ func TestRecreatedTopicNamedAgain(t *testing.T) {
 	e.produce("t", 0, 2, 1)
 	resp := e.fetch("m", FetchRequest{Partitions: entries(x)})
 	require.Len(t, resp.Partitions, 1)
-	assert.Equal(t, CodeNone, part(t, resp, x).ErrorCode)
+	assert.Equal(t, apierr.None, part(t, resp, x).ErrorCode)
 	e.produce("t", 0, 1, 1)
 	assert.Equal(t, []AcquiredRange{rng(2, 2, 1)}, acquired(t, e.fetch("m", FetchRequest{}), x))
 }

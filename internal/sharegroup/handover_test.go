@@ -40,7 +40,7 @@ func TestReleaseAndAdoptMoveAGroup(t *testing.T) {
 	a.produce("t", 0, 100, 10)
 	require.Equal(t, []AcquiredRange{rng(0, 99, 1)}, acquired(t, a.fetch("a", FetchRequest{}), x))
 	resp := a.ack("a", ackEntry(x, batch(0, 49, AckAccept), batch(50, 59, AckRelease)))
-	require.Equal(t, CodeNone, resp.Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, resp.Partitions[0].ErrorCode)
 
 	before := durableGroup(t, stA, testGroup)
 	require.NotNil(t, before)

@@ -72,7 +72,7 @@ func TestMemberIDBoundToPrincipal(t *testing.T) {
 	acked, err := e.m.ShareAcknowledge(alice, AckRequest{GroupID: testGroup, MemberID: "m", Epoch: 1,
 		Partitions: []PartitionEntry{ackEntry(x, batch(0, 4, AckAccept))}})
 	require.NoError(t, err)
-	assert.Equal(t, CodeNone, acked.Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.None, acked.Partitions[0].ErrorCode)
 	assert.Equal(t, int64(5), e.spso(x))
 
 	// Released when the member left and its session ended: then the id is

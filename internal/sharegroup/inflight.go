@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/sharelog/sharelog/apierr"
 )
 
 // DescribePartitionState's bounds on the ranges returned per share-partition.
@@ -31,7 +33,7 @@ type PartitionState struct {
 	Lag          int64 // as in PartitionOffsets
 	Ranges       []InFlightRange
 	Truncated    bool // Ranges stopped at the bound
-	ErrorCode    ErrorCode
+	ErrorCode    apierr.Reason
 	ErrorMessage string
 }
 
@@ -108,7 +110,7 @@ func (m *Manager) partitionState(ctx context.Context, groupID string, topics []T
 		}
 	}
 	unknown := func(p int32, msg string) PartitionState {
-		return PartitionState{Partition: p, StartOffset: -1, EndOffset: -1, Lag: -1, ErrorCode: CodeUnknownTopicOrPartition, ErrorMessage: msg}
+		return PartitionState{Partition: p, StartOffset: -1, EndOffset: -1, Lag: -1, ErrorCode: apierr.UnknownTopicOrPartition, ErrorMessage: msg}
 	}
 	owners := map[uint64]bool{}
 	out := make([]TopicState, 0, len(topics))
@@ -143,7 +145,7 @@ func (m *Manager) partitionState(ctx context.Context, groupID string, topics []T
 			}
 			ps := PartitionState{Partition: p, StartOffset: -1, EndOffset: -1, Lag: -1}
 			if o := m.away(ref.id, t.Topic, p); o != "" {
-				ps.ErrorCode, ps.ErrorMessage = CodeNotLeaderOrFollower, notHere(o)
+				ps.ErrorCode, ps.ErrorMessage = apierr.NotOwner, notHere(o)
 			} else if sp := g.partition(ref.id, t.Topic, p, false); sp != nil {
 				sp.state(&ps, maxRanges, owners)
 			}
@@ -160,7 +162,7 @@ func (p *sharePartition) state(ps *PartitionState, maxRanges int, owners map[uin
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.offline != "" {
-		ps.ErrorCode, ps.ErrorMessage = CodeKafkaStorageError, p.offline
+		ps.ErrorCode, ps.ErrorMessage = apierr.KafkaStorageError, p.offline
 		return
 	}
 	if p.status != spLive {

@@ -31,7 +31,7 @@ func TestDescribePartitionState(t *testing.T) {
 
 	before := time.Now()
 	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, e.open("m", x), x))
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 2, AckAccept), batch(5, 6, AckReject))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 2, AckAccept), batch(5, 6, AckReject))).Partitions[0].ErrorCode)
 
 	got, err = e.m.DescribePartitionState(ctx, testGroup, []TopicPartitions{tps("t"), tps("gone", 0)}, 0)
 	require.NoError(t, err)
@@ -63,7 +63,7 @@ func TestDescribePartitionState(t *testing.T) {
 		}
 	}
 	assert.Equal(t, PartitionState{Partition: 1, StartOffset: -1, EndOffset: -1, Lag: -1}, got[0].Partitions[1])
-	assert.Equal(t, CodeUnknownTopicOrPartition, got[1].Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.UnknownTopicOrPartition, got[1].Partitions[0].ErrorCode)
 
 	// The bound: two ranges of three, flagged.
 	got, err = e.m.DescribePartitionState(ctx, testGroup, []TopicPartitions{tps("t", 0)}, 2)
@@ -72,7 +72,7 @@ func TestDescribePartitionState(t *testing.T) {
 	assert.True(t, got[0].Partitions[0].Truncated)
 
 	// Released records are AVAILABLE again, delivery count kept, no owner.
-	require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(3, 4, AckRelease))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(3, 4, AckRelease))).Partitions[0].ErrorCode)
 	got, err = e.m.DescribePartitionState(ctx, testGroup, []TopicPartitions{tps("t", 0)}, 0)
 	require.NoError(t, err)
 	r := got[0].Partitions[0].Ranges[0]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/sessioncache"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
@@ -231,14 +232,14 @@ func (m *Manager) follow(g *group) {
 
 // droppedResult is the per-partition result of a dropped share-partition:
 // moved to another owner, or gone with its topic or group. mu is held.
-func (p *sharePartition) droppedResult() (ErrorCode, string) {
+func (p *sharePartition) droppedResult() (apierr.Reason, string) {
 	if p.movedTo != "" {
 		if o := p.g.m.opts.Owner(p.topic, p.part); o != "" {
-			return CodeNotLeaderOrFollower, notHere(o)
+			return apierr.NotOwner, notHere(o)
 		}
-		return CodeNotLeaderOrFollower, notHere(p.movedTo)
+		return apierr.NotOwner, notHere(p.movedTo)
 	}
-	return CodeUnknownTopicOrPartition, "topic was deleted"
+	return apierr.UnknownTopicOrPartition, "topic was deleted"
 }
 
 // promote makes rg's group (its config and epoch: in owner mode a

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
@@ -94,13 +95,13 @@ func TestOwnersServeTheirPartitions(t *testing.T) {
 	a.update(GroupConfig{DeliveryCountLimit: i32(3)})
 
 	resp := a.open("m", x0, x1)
-	require.Equal(t, CodeNotLeaderOrFollower, part(t, resp, x1).ErrorCode)
+	require.Equal(t, apierr.NotOwner, part(t, resp, x1).ErrorCode)
 	require.Contains(t, part(t, resp, x1).ErrorMessage, "instance B")
-	require.Equal(t, CodeNone, part(t, resp, x0).ErrorCode)
+	require.Equal(t, apierr.None, part(t, resp, x0).ErrorCode)
 	resp = b.open("m", x0, x1)
-	require.Equal(t, CodeNotLeaderOrFollower, part(t, resp, x0).ErrorCode)
+	require.Equal(t, apierr.NotOwner, part(t, resp, x0).ErrorCode)
 	require.Contains(t, part(t, resp, x0).ErrorMessage, "instance A")
-	require.Equal(t, CodeNone, part(t, resp, x1).ErrorCode)
+	require.Equal(t, apierr.None, part(t, resp, x1).ErrorCode)
 
 	a.produce("t", 0, 10, 10)
 	a.produce("t", 1, 20, 10)
@@ -113,9 +114,9 @@ func TestOwnersServeTheirPartitions(t *testing.T) {
 
 	// Acknowledgements go to the owner; elsewhere they are refused.
 	ack := a.ack("m", ackEntry(x1, batch(0, 19, AckAccept)))
-	require.Equal(t, CodeNotLeaderOrFollower, ack.Partitions[0].ErrorCode)
+	require.Equal(t, apierr.NotOwner, ack.Partitions[0].ErrorCode)
 	ack = b.ack("m", ackEntry(x1, batch(0, 19, AckAccept)))
-	require.Equal(t, CodeNone, ack.Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, ack.Partitions[0].ErrorCode)
 	require.Equal(t, "spso=20", b.state(x1))
 
 	// B follows the coordinator's config and writes nothing of the group's own.
@@ -162,7 +163,7 @@ func TestPartitionMovesBetweenOwners(t *testing.T) {
 	a.produce("t", 0, 10, 10)
 	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, a.fetch("m", FetchRequest{}), x))
 	ack := a.ack("m", ackEntry(x, batch(0, 4, AckAccept)))
-	require.Equal(t, CodeNone, ack.Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, ack.Partitions[0].ErrorCode)
 
 	// A second member waits on the partition when it moves.
 	a.open("w", x)
@@ -178,17 +179,17 @@ func TestPartitionMovesBetweenOwners(t *testing.T) {
 	a.m.ReleasePartition(info.ID, 0, "instance B")
 	select {
 	case resp := <-waiting:
-		require.Equal(t, CodeNotLeaderOrFollower, part(t, resp, x).ErrorCode)
+		require.Equal(t, apierr.NotOwner, part(t, resp, x).ErrorCode)
 		require.Contains(t, part(t, resp, x).ErrorMessage, "instance B")
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiting fetch did not return when its partition moved")
 	}
 
 	resp := a.fetch("m", FetchRequest{})
-	require.Equal(t, CodeNotLeaderOrFollower, part(t, resp, x).ErrorCode)
+	require.Equal(t, apierr.NotOwner, part(t, resp, x).ErrorCode)
 	require.False(t, hasPart(a.fetch("m", FetchRequest{}), x), "reported once, then gone from the session")
 	ack = a.ack("m", ackEntry(x, batch(5, 9, AckAccept)))
-	require.Equal(t, CodeNotLeaderOrFollower, ack.Partitions[0].ErrorCode, "an acknowledgement after the move is refused")
+	require.Equal(t, apierr.NotOwner, ack.Partitions[0].ErrorCode, "an acknowledgement after the move is refused")
 
 	states := partitionStates(t, stA, info.ID, 0)
 	require.Len(t, states, 1)
@@ -223,7 +224,7 @@ func TestCoordinationMovesKeepSessions(t *testing.T) {
 	require.NoError(t, b.m.AdoptGroup(&sharestate.GroupState{ID: testGroup, Config: sharestate.GroupConfig{DeliveryCountLimit: i32(4)}, GroupEpoch: 3}))
 
 	ack := a.ack("m", ackEntry(x, batch(0, 9, AckAccept)))
-	require.Equal(t, CodeNone, ack.Partitions[0].ErrorCode, "the session outlives the coordination")
+	require.Equal(t, apierr.None, ack.Partitions[0].ErrorCode, "the session outlives the coordination")
 	require.Equal(t, "spso=10", a.state(x))
 	la, err := a.m.ListGroups(StateUnknown)
 	require.NoError(t, err)
@@ -258,7 +259,7 @@ func TestOwnedOnlyAdminCalls(t *testing.T) {
 	offs, err := b.m.DescribeOffsets(ctx, testGroup, []TopicPartitions{{Topic: "t"}})
 	require.NoError(t, err)
 	require.Equal(t, []PartitionOffsets{
-		{Partition: 0, StartOffset: -1, Lag: -1, ErrorCode: CodeNotLeaderOrFollower, ErrorMessage: notHere("instance A")},
+		{Partition: 0, StartOffset: -1, Lag: -1, ErrorCode: apierr.NotOwner, ErrorMessage: notHere("instance A")},
 		{Partition: 1, StartOffset: -1, Lag: -1}}, offs[0].Partitions)
 	_, err = b.m.DescribeOffsets(context.Background(), testGroup, nil)
 	require.Error(t, err, "without OwnedOnly a group not live here does not exist")
@@ -269,11 +270,11 @@ func TestOwnedOnlyAdminCalls(t *testing.T) {
 	a.update(GroupConfig{AutoOffsetReset: str("earliest")})
 	a.produce("t", 1, 10, 10)
 	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, b.open("m", x0, x1), x1), "the followed config: earliest")
-	require.Equal(t, CodeNone, b.ack("m", ackEntry(x1, batch(0, 3, AckAccept))).Partitions[0].ErrorCode)
+	require.Equal(t, apierr.None, b.ack("m", ackEntry(x1, batch(0, 3, AckAccept))).Partitions[0].ErrorCode)
 	offs, err = b.m.DescribeOffsets(ctx, testGroup, nil)
 	require.NoError(t, err)
 	require.Equal(t, []TopicOffsets{{Topic: "t", Partitions: []PartitionOffsets{
-		{Partition: 0, StartOffset: -1, Lag: -1, ErrorCode: CodeNotLeaderOrFollower, ErrorMessage: notHere("instance A")},
+		{Partition: 0, StartOffset: -1, Lag: -1, ErrorCode: apierr.NotOwner, ErrorMessage: notHere("instance A")},
 		{Partition: 1, StartOffset: 4, Lag: 6}}}}, offs)
 
 	// The coordinator asks its peers after its checks, under the group's

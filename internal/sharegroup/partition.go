@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
 
@@ -116,19 +117,19 @@ func (p *sharePartition) lost() bool {
 // ensureDurable rewrites the partition's full state and waits for it if
 // its last entry was lost (a share-state write failure): until that succeeds the
 // share-partition answers KAFKA_STORAGE_ERROR. mu is held.
-func (p *sharePartition) ensureDurable() (ErrorCode, string) {
+func (p *sharePartition) ensureDurable() (apierr.Reason, string) {
 	if p.status != spLive || !p.lost() {
-		return CodeNone, ""
+		return apierr.None, ""
 	}
 	t, err := p.writeFull()
 	if err == nil {
 		err = p.g.m.state.Wait(t)
 	}
 	if err != nil {
-		return CodeKafkaStorageError, storageErrMsg(err)
+		return apierr.KafkaStorageError, storageErrMsg(err)
 	}
 	p.g.m.log.Info("share-partition state rewritten after a state log failure", "group", p.g.id, "topic", p.topic, "partition", p.part)
-	return CodeNone, ""
+	return apierr.None, ""
 }
 
 // storageErrMsg is the per-partition message of a share-state write failure.

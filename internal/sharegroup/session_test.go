@@ -9,9 +9,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/sharelog/sharelog/apierr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sharelog/sharelog/apierr"
 )
 
 // Static validation fails the whole request with
@@ -89,7 +90,7 @@ func TestFetchStaticValidation(t *testing.T) {
 	}
 	// Valid batches of ascending, per-offset types pass.
 	resp := e.fetch("m", FetchRequest{Partitions: acks(AckBatch{FirstOffset: 0, LastOffset: 1, Types: []AckType{AckAccept, AckRelease}}, batch(2, 4, AckAccept))})
-	assert.Equal(t, CodeNone, part(t, resp, x).AckErrorCode)
+	assert.Equal(t, apierr.None, part(t, resp, x).AckErrorCode)
 }
 
 func TestAckStaticValidation(t *testing.T) {
@@ -164,7 +165,7 @@ func TestSessionStep(t *testing.T) {
 			Partitions: []PartitionEntry{ackEntry(x, batch(0, 4, AckAccept))}})
 		require.NoError(t, err)
 		require.Len(t, resp.Partitions, 1, "only the partitions that carried acks")
-		assert.Equal(t, CodeNone, resp.Partitions[0].AckErrorCode)
+		assert.Equal(t, apierr.None, resp.Partitions[0].AckErrorCode)
 		assert.Empty(t, resp.Partitions[0].Records)
 		assert.Equal(t, "spso=5 [5-9 AVAILABLE(0)]", e.state(x))
 		assert.Equal(t, "spso=0 [0-9 AVAILABLE(0)]", e.state(y))
@@ -183,7 +184,7 @@ func TestSessionStep(t *testing.T) {
 		r, err := e.m.ShareAcknowledge(ctx, AckRequest{GroupID: testGroup, MemberID: "m", Epoch: -1,
 			Partitions: []PartitionEntry{ackEntry(x, batch(0, 1, AckReject))}})
 		require.NoError(t, err)
-		assert.Equal(t, CodeNone, r.Partitions[0].ErrorCode)
+		assert.Equal(t, apierr.None, r.Partitions[0].ErrorCode)
 		assert.Equal(t, "spso=2 [2-9 AVAILABLE(0)]", e.state(x))
 		_, _, ok := e.m.sessions.Lookup(keyOf("m"))
 		assert.False(t, ok)
@@ -243,8 +244,8 @@ func TestAckOutsideSession(t *testing.T) {
 	e.fetch("m", FetchRequest{Partitions: entries(y)})
 	e.fetch("m", FetchRequest{Forgotten: []TopicPartition{y}})
 	r := e.ack("m", ackEntry(y, batch(0, 3, AckAccept)), PartitionEntry{TopicPartition: x})
-	assert.Equal(t, CodeNone, r.Partitions[0].ErrorCode)
-	assert.Equal(t, CodeNone, r.Partitions[1].ErrorCode, "an entry without batches")
+	assert.Equal(t, apierr.None, r.Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.None, r.Partitions[1].ErrorCode, "an entry without batches")
 	assert.Equal(t, "spso=4", e.state(y))
 }
 
@@ -265,7 +266,7 @@ func TestSessionEndReleasesEverywhere(t *testing.T) {
 	// The new session does not own the old one's records.
 	e.fetch("m", FetchRequest{Forgotten: []TopicPartition{x}}) // x re-acquired by the open; forget it
 	r := e.ack("m", ackEntry(y, batch(0, 2, AckAccept)))
-	assert.Equal(t, CodeInvalidRecordState, r.Partitions[0].ErrorCode)
+	assert.Equal(t, apierr.InvalidRecordState, r.Partitions[0].ErrorCode)
 }
 
 // The cache holds --max-share-sessions; a full cache evicts idle

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
@@ -60,14 +61,14 @@ func TestUnreadableRecordsArchived(t *testing.T) {
 			e.update(GroupConfig{AutoOffsetReset: str("earliest")})
 			e.produce("t", 0, 20, 10)
 			resp := e.open("m", x)
-			require.Equal(t, CodeNone, part(t, resp, x).ErrorCode, part(t, resp, x).ErrorMessage)
+			require.Equal(t, apierr.None, part(t, resp, x).ErrorCode, part(t, resp, x).ErrorMessage)
 			assert.Equal(t, []AcquiredRange{rng(0, 4, 1), rng(8, 19, 1)}, acquired(t, resp, x))
 			assert.Len(t, part(t, resp, x).Records, 17)
 			assert.Equal(t, "spso=0 [0-4 ACQUIRED(1)] [5-7 ARCHIVED(0)] [8-19 ACQUIRED(1)]", e.state(x))
 			assert.Equal(t, uint64(3), e.m.Stats().UnreadableArchived)
 
 			// Acknowledged: SPSO passes the archived range; new records flow.
-			require.Equal(t, CodeNone, e.ack("m", ackEntry(x, batch(0, 4, AckAccept), batch(8, 19, AckAccept))).Partitions[0].ErrorCode)
+			require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 4, AckAccept), batch(8, 19, AckAccept))).Partitions[0].ErrorCode)
 			assert.Equal(t, "spso=20", e.state(x))
 			e.produce("t", 0, 3, 10)
 			assert.Equal(t, []AcquiredRange{rng(20, 22, 1)}, acquired(t, e.fetch("m", FetchRequest{}), x))

@@ -8,8 +8,10 @@
 // Handlers return domain errors as they are: [Errors], installed as the
 // unary and stream interceptor, is the single place where they become gRPC
 // statuses carrying a google.rpc.ErrorInfo whose reason is an apierr.Reason
-// (the table from reason to gRPC code and HTTP status is in status.go, and
-// docs/errors.md documents it). Internal errors are logged with the trace
+// (the domain names the reason of a sentinel, broker.ErrorOf; the table from
+// reason to gRPC code and HTTP status is in status.go, and docs/errors.md
+// documents it). A per-partition ErrorCode is a cast of the outcome's
+// reason (codeToProto). Internal errors are logged with the trace
 // id and masked: clients never see file paths or stack traces.
 //
 // A ShareFetch that may wait takes a broker.LongPolls slot here, around the

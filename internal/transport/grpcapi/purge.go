@@ -59,9 +59,9 @@ func (s *LogService) Purge(ctx context.Context, req *sharelogv1.PurgeRequest) (*
 		next++
 		for j, p := range dt.Partitions {
 			tr.Partitions[j] = &sharelogv1.PurgePartitionResult{Partition: p.Partition, LowWatermark: p.LowWatermark,
-				ErrorCode: purgeCodeToProto(p.Code), ErrorMessage: p.Message}
+				ErrorCode: codeToProto(p.Code), ErrorMessage: p.Message}
 			var perr error
-			if p.Code != broker.CodeNone {
+			if p.Code != apierr.None {
 				perr = errors.New(p.Message)
 			}
 			s.guard.Changed(ctx, "Purge", authz.Topic, t.GetTopic(), perr, slog.Int("partition", int(p.Partition)),
@@ -70,22 +70,4 @@ func (s *LogService) Purge(ctx context.Context, req *sharelogv1.PurgeRequest) (*
 		resp.Topics[i] = tr
 	}
 	return resp, nil
-}
-
-func purgeCodeToProto(c broker.PartitionCode) sharelogv1.ErrorCode {
-	switch c {
-	case broker.CodeNone:
-		return sharelogv1.ErrorCode_ERROR_CODE_NONE
-	case broker.CodeUnknownTopicOrPartition:
-		return sharelogv1.ErrorCode_ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION
-	case broker.CodePolicyViolation:
-		return sharelogv1.ErrorCode_ERROR_CODE_POLICY_VIOLATION
-	case broker.CodeInvalidRequest:
-		return sharelogv1.ErrorCode_ERROR_CODE_INVALID_REQUEST
-	case broker.CodeOffsetOutOfRange:
-		return sharelogv1.ErrorCode_ERROR_CODE_OFFSET_OUT_OF_RANGE
-	case broker.CodeKafkaStorageError:
-		return sharelogv1.ErrorCode_ERROR_CODE_KAFKA_STORAGE_ERROR
-	}
-	return sharelogv1.ErrorCode_ERROR_CODE_UNKNOWN_SERVER_ERROR
 }

@@ -344,25 +344,10 @@ func ackTypeFromProto(t sharelogv1.AcknowledgeType) sharegroup.AckType {
 	}
 }
 
-func codeToProto(c sharegroup.ErrorCode) sharelogv1.ErrorCode {
-	switch c {
-	case sharegroup.CodeNone:
-		return sharelogv1.ErrorCode_ERROR_CODE_NONE
-	case sharegroup.CodeUnknownTopicOrPartition:
-		return sharelogv1.ErrorCode_ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION
-	case sharegroup.CodeInvalidRequest:
-		return sharelogv1.ErrorCode_ERROR_CODE_INVALID_REQUEST
-	case sharegroup.CodeInvalidRecordState:
-		return sharelogv1.ErrorCode_ERROR_CODE_INVALID_RECORD_STATE
-	case sharegroup.CodeKafkaStorageError:
-		return sharelogv1.ErrorCode_ERROR_CODE_KAFKA_STORAGE_ERROR
-	case sharegroup.CodeOffsetOutOfRange:
-		return sharelogv1.ErrorCode_ERROR_CODE_OFFSET_OUT_OF_RANGE
-	case sharegroup.CodeNotLeaderOrFollower:
-		return sharelogv1.ErrorCode_ERROR_CODE_NOT_LEADER_OR_FOLLOWER
-	default:
-		return sharelogv1.ErrorCode_ERROR_CODE_UNKNOWN_SERVER_ERROR
-	}
+// codeToProto is a per-partition outcome as the proto's ErrorCode, which
+// numbers Kafka's codes: a cast of the reason's Kafka code.
+func codeToProto(r apierr.Reason) sharelogv1.ErrorCode {
+	return sharelogv1.ErrorCode(r.KafkaCode())
 }
 
 // requirePartitions rejects a topics entry without partitions: the
@@ -638,7 +623,7 @@ func (s *ShareGroupService) AlterShareGroupOffsets(ctx context.Context, req *sha
 				Partition: p.Partition, ErrorCode: codeToProto(p.ErrorCode), ErrorMessage: p.ErrorMessage,
 			})
 			var perr error
-			if p.ErrorCode != sharegroup.CodeNone {
+			if p.ErrorCode != apierr.None {
 				perr = errors.New(p.ErrorMessage)
 			}
 			s.guard.Changed(ctx, "AlterShareGroupOffsets", authz.Group, req.GetGroupId(), perr, slog.String("topic", t.GetTopic()),
@@ -664,7 +649,7 @@ func (s *ShareGroupService) DeleteShareGroupOffsets(ctx context.Context, req *sh
 	for i, t := range res {
 		out.Topics[i] = &sharelogv1.DeleteShareGroupOffsetsTopicResult{Topic: t.Topic, ErrorCode: codeToProto(t.ErrorCode), ErrorMessage: t.ErrorMessage}
 		var terr error
-		if t.ErrorCode != sharegroup.CodeNone {
+		if t.ErrorCode != apierr.None {
 			terr = errors.New(t.ErrorMessage)
 		}
 		s.guard.Changed(ctx, "DeleteShareGroupOffsets", authz.Group, req.GetGroupId(), terr, slog.String("topic", t.Topic))

@@ -13,9 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sharelog/sharelog/apierr"
-	"github.com/sharelog/sharelog/internal/sharegroup"
-	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
-	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/broker"
 )
 
 // ReasonStatus is how one reason travels: its gRPC code, and the HTTP
@@ -107,8 +105,10 @@ func (x Errors) Stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, 
 //   - an error that already is a gRPC status passes through untouched;
 //   - context cancellation and deadlines become CANCELLED and
 //     DEADLINE_EXCEEDED (without a reason: the caller ended the call);
-//   - the store's sentinels get their reasons;
-//   - anything else is logged with the trace id and masked as INTERNAL.
+//   - any other error gets the reason the domain gives it (broker.ErrorOf:
+//     the store's sentinels), and is logged where that answer hides its
+//     cause: failing storage as a warning, damage and anything unexpected
+//     (masked as INTERNAL, with the trace id) as an error.
 func (x Errors) toStatus(ctx context.Context, err error) error {
 	log := x.Log
 	if log == nil {
@@ -128,37 +128,22 @@ func (x Errors) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.Canceled, "the call was cancelled")
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "the call's deadline passed")
-	case errors.Is(err, sharegroup.ErrClosed), errors.Is(err, logstore.ErrClosed):
-		return Status(apierr.New(apierr.Unavailable, "the server is shutting down")).Err()
-	case errors.Is(err, logstore.ErrUnknownTopic):
-		return Status(apierr.New(apierr.UnknownTopicOrPartition, "%s", err)).Err()
-	case errors.Is(err, logstore.ErrTopicExists):
-		return Status(apierr.New(apierr.TopicAlreadyExists, "%s", err)).Err()
-	case errors.Is(err, logstore.ErrInvalidArgument):
-		return Status(apierr.Invalid("%s", err)).Err()
-	case errors.Is(err, logstore.ErrOffsetOutOfRange):
-		return Status(apierr.New(apierr.OffsetOutOfRange, "%s", err)).Err()
-	case errors.Is(err, sljs.ErrFenced):
-		// Cluster mode: another instance took the partition over; this one
-		// has stopped serving it (docs/cluster.md).
-		return Status(apierr.New(apierr.NotOwner, "this instance is no longer the owner of the partition; retry")).Err()
-	case errors.Is(err, logstore.ErrStorage), errors.Is(err, logstore.ErrOffline):
+	}
+	e := broker.ErrorOf(err)
+	switch e.Reason {
+	case apierr.KafkaStorageError:
 		// Retryable: the disk is full or damaged; the partition recovers
 		// once the cause is gone (or an operator repairs it).
 		log.WarnContext(ctx, "storage error", "err", err)
-		return Status(apierr.New(apierr.KafkaStorageError,
-			"the partition's storage is failing or offline; retry later (the server log has the details)")).Err()
-	case errors.Is(err, logstore.ErrCorrupt):
+	case apierr.CorruptMessage:
 		logInternal(ctx, log, err)
-		return Status(apierr.New(apierr.CorruptMessage,
-			"stored data failed its checksum; the server log has the details")).Err()
+	case apierr.Internal:
+		logInternal(ctx, log, err)
+		if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+			e = apierr.New(apierr.Internal, "%s; trace id %s", e.Message, sc.TraceID().String())
+		}
 	}
-	logInternal(ctx, log, err)
-	msg := "internal error"
-	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-		msg += "; trace id " + sc.TraceID().String()
-	}
-	return Status(&apierr.Error{Reason: apierr.Internal, Message: msg}).Err()
+	return Status(e).Err()
 }
 
 func logInternal(ctx context.Context, log *slog.Logger, err error) {

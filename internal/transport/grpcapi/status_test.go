@@ -14,6 +14,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -21,7 +22,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sharelog/sharelog/apierr"
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/sharegroup"
+	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
@@ -96,7 +99,11 @@ func TestErrorsInterceptor(t *testing.T) {
 		{"topic exists", logstore.ErrTopicExists, codes.AlreadyExists, apierr.TopicAlreadyExists, "", nil},
 		{"store invalid argument", logstore.ErrInvalidArgument, codes.InvalidArgument, apierr.InvalidRequest, "", nil},
 		{"out of range", logstore.ErrOffsetOutOfRange, codes.OutOfRange, apierr.OffsetOutOfRange, "", nil},
+		{"fenced append", fmt.Errorf("append t-0: %w", sljs.ErrFenced), codes.Unavailable, apierr.NotOwner,
+			"this instance is no longer the owner of the partition; retry", nil},
 		{"storage", fmt.Errorf("/data/x: %w", logstore.ErrStorage), codes.Unavailable, apierr.KafkaStorageError,
+			"the partition's storage is failing or offline; retry later (the server log has the details)", nil},
+		{"offline", fmt.Errorf("t-0: %w", logstore.ErrOffline), codes.Unavailable, apierr.KafkaStorageError,
 			"the partition's storage is failing or offline; retry later (the server log has the details)", nil},
 		{"corrupt", fmt.Errorf("/data/x: %w", logstore.ErrCorrupt), codes.DataLoss, apierr.CorruptMessage,
 			"stored data failed its checksum; the server log has the details", nil},
@@ -113,6 +120,7 @@ func TestErrorsInterceptor(t *testing.T) {
 		})
 	}
 	assert.Contains(t, logged.String(), "/secret/path", "the masked detail is logged")
+	assert.Contains(t, logged.String(), "level=WARN msg=\"storage error\"", "a failing partition is a warning")
 
 	resp, err := x.Unary(context.Background(), nil, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) { return "ok", nil })
 	assert.NoError(t, err)
@@ -146,3 +154,35 @@ func checkStatus(t *testing.T, err error, c codes.Code, reason apierr.Reason, ms
 type fakeStream struct{ grpc.ServerStream }
 
 func (fakeStream) Context() context.Context { return context.Background() }
+
+// A masked error names the call's trace id, so the operator finds the log.
+func TestInternalCarriesTraceID(t *testing.T) {
+	var logged strings.Builder
+	x := Errors{Log: slog.New(slog.NewTextHandler(&logged, nil))}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4}})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	_, err := x.Unary(ctx, nil, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) {
+		return nil, errors.New("disk says no")
+	})
+	checkStatus(t, err, codes.Internal, apierr.Internal, "internal error; trace id "+sc.TraceID().String(), nil)
+	assert.Contains(t, logged.String(), "trace_id="+sc.TraceID().String())
+}
+
+// The proto's per-partition ErrorCode numbers Kafka's codes, so a domain
+// outcome (an apierr.Reason) is a cast: every value of the enum is the
+// Kafka code of a reason named after it (ERROR_CODE_<reason>), except
+// UNKNOWN_SERVER_ERROR (INTERNAL) and NOT_LEADER_OR_FOLLOWER (NOT_OWNER,
+// a partition served by another instance).
+func TestProtoErrorCodesAreKafkaCodes(t *testing.T) {
+	alias := map[string]apierr.Reason{"UNKNOWN_SERVER_ERROR": apierr.Internal, "NOT_LEADER_OR_FOLLOWER": apierr.NotOwner, "NONE": apierr.None}
+	for v, name := range sharelogv1.ErrorCode_name {
+		kafkaName := strings.TrimPrefix(name, "ERROR_CODE_")
+		r, ok := alias[kafkaName]
+		if !ok {
+			r = apierr.Reason(kafkaName)
+		}
+		assert.Equal(t, sharelogv1.ErrorCode(v), codeToProto(r), "%s", name)
+		assert.Equal(t, r, apierr.ReasonOfKafkaCode(int16(v)), "%s", name)
+	}
+	assert.Equal(t, sharelogv1.ErrorCode_ERROR_CODE_UNKNOWN_SERVER_ERROR, codeToProto("MADE_UP"))
+}

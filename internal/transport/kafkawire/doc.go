@@ -3,8 +3,9 @@
 // (franz-go, librdkafka and kcat, kafkajs) produce, consume, purge and
 // administer topics. It has no semantics of its own: every handler decodes
 // the request with kmsg, calls the same domain packages the gRPC handlers
-// call (logstore, sharegroup), and encodes the answer; errors go through one
-// translation table (errors.go). docs/kafka.md describes what is served.
+// call (logstore, sharegroup), and encodes the answer; an error's code is
+// its domain reason's Kafka code (errors.go: broker.ErrorOf, the coordinator
+// answers of the group calls, and the listener's own codec errors). docs/kafka.md describes what is served.
 //
 // # Files
 //

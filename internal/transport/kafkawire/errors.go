@@ -1,78 +1,68 @@
 package kafkawire
 
 import (
-	"context"
 	"errors"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/sharelog/sharelog/apierr"
-	"github.com/sharelog/sharelog/internal/sharegroup"
-	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/broker"
 )
 
-// shareReasons maps the share-group request-level reasons (which already
-// carry Kafka's names) to Kafka error codes.
-var shareReasons = map[apierr.Reason]*kerr.Error{
-	apierr.InvalidRequest:           kerr.InvalidRequest,
-	apierr.UnknownTopicOrPartition:  kerr.UnknownTopicOrPartition,
-	apierr.TopicAlreadyExists:       kerr.TopicAlreadyExists,
-	apierr.OffsetOutOfRange:         kerr.OffsetOutOfRange,
-	apierr.CorruptMessage:           kerr.CorruptMessage,
-	apierr.ShareSessionNotFound:     kerr.ShareSessionNotFound,
-	apierr.InvalidShareSessionEpoch: kerr.InvalidShareSessionEpoch,
-	apierr.ShareSessionLimitReached: kerr.ShareSessionLimitReached,
-	apierr.GroupIDNotFound:          kerr.GroupIDNotFound,
-	apierr.UnknownMemberID:          kerr.UnknownMemberID,
-	apierr.FencedMemberEpoch:        kerr.FencedMemberEpoch,
-	apierr.GroupMaxSizeReached:      kerr.GroupMaxSizeReached,
-	apierr.NonEmptyGroup:            kerr.NonEmptyGroup,
-	apierr.KafkaStorageError:        kerr.KafkaStorageError,
-	apierr.ThrottlingQuotaExceeded:  kerr.ThrottlingQuotaExceeded,
-	apierr.Unavailable:              kerr.CoordinatorNotAvailable,
-}
-
-// errorCode is the one translation point from a sharelog error to a Kafka
-// error code. Context errors become REQUEST_TIMED_OUT; anything not named
-// here is UNKNOWN_SERVER_ERROR (and its text is not sent to the client).
+// errorCode is the Kafka error code of a sharelog error: the reason the
+// domain gives it (broker.ReasonOf: the store's sentinels, context errors
+// as REQUEST_TIMED_OUT, anything unexpected as INTERNAL) as its Kafka code
+// (apierr.Reason.KafkaCode; docs/errors.md "Kafka codes"), except for the
+// listener's own codec errors, which have Kafka codes and no reason.
 func errorCode(err error) int16 {
 	if err == nil {
 		return 0
 	}
-	var se *apierr.Error
-	if errors.As(err, &se) {
-		if e, ok := shareReasons[se.Reason]; ok {
-			return e.Code
-		}
-		return kerr.UnknownServerError.Code
-	}
-	if errors.Is(err, sharegroup.ErrClosed) {
-		return kerr.CoordinatorNotAvailable.Code
-	}
-	for _, m := range errorTable {
+	for _, m := range wireErrors {
 		if errors.Is(err, m.err) {
 			return m.code.Code
 		}
 	}
-	return kerr.UnknownServerError.Code
+	return broker.ReasonOf(err).KafkaCode()
 }
 
-var errorTable = []struct {
+// groupErrorCode is errorCode for the share-group calls (heartbeat,
+// ShareFetch, ShareAcknowledge and the group admin calls), which answer as
+// Kafka's group coordinators do: COORDINATOR_NOT_AVAILABLE for UNAVAILABLE
+// and NOT_COORDINATOR for NOT_OWNER, on which a client looks the
+// coordinator up again.
+func groupErrorCode(err error) int16 {
+	switch broker.ReasonOf(err) {
+	case apierr.Unavailable:
+		return kerr.CoordinatorNotAvailable.Code
+	case apierr.NotOwner:
+		return kerr.NotCoordinator.Code
+	}
+	return errorCode(err)
+}
+
+// wireErrors are the listener's own: a request's bytes that do not decode
+// as Kafka record batches (records.go).
+var wireErrors = []struct {
 	err  error
 	code *kerr.Error
 }{
-	{logstore.ErrUnknownTopic, kerr.UnknownTopicOrPartition},
-	{logstore.ErrTopicExists, kerr.TopicAlreadyExists},
-	{logstore.ErrOffsetOutOfRange, kerr.OffsetOutOfRange},
-	{logstore.ErrInvalidArgument, kerr.InvalidRequest},
-	{logstore.ErrCorrupt, kerr.CorruptMessage},
-	{logstore.ErrStorage, kerr.KafkaStorageError},
-	{logstore.ErrOffline, kerr.KafkaStorageError},
-	{logstore.ErrClosed, kerr.KafkaStorageError},
-	{context.DeadlineExceeded, kerr.RequestTimedOut},
-	{context.Canceled, kerr.RequestTimedOut},
 	{errRecordTooLarge, kerr.MessageTooLarge},
 	{errCorruptBatch, kerr.CorruptMessage},
 	{errInvalidRecord, kerr.InvalidRecord},
 	{errUnsupportedCodec, kerr.UnsupportedCompressionType},
+}
+
+// requestError gives a share-group call's request-level error its code
+// (groupErrorCode) and the message a client may see: the domain's, none
+// for an internal error, which is logged instead.
+func (l *Listener) requestError(op string, err error) (int16, *string) {
+	code := groupErrorCode(err)
+	e := broker.ErrorOf(err)
+	if e == nil || e.Reason == apierr.Internal || e.Reason == apierr.None {
+		l.log.Error("kafka "+op, "error", err)
+		return code, nil
+	}
+	msg := e.Message
+	return code, &msg
 }

@@ -1,8 +1,10 @@
 package kafkawire
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -12,8 +14,93 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/sharegroup"
+	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
+
+// errorCode answers the domain's reason as its Kafka code (the sentinels
+// as broker.ErrorOf names them) and the listener's codec errors as theirs;
+// the share-group calls answer as coordinators for UNAVAILABLE and
+// NOT_OWNER.
+func TestErrorCodes(t *testing.T) {
+	tests := []struct {
+		name      string
+		err       error
+		code      *kerr.Error // nil = NONE
+		groupCode *kerr.Error // the share-group calls' answer where it differs
+	}{
+		{"nil", nil, nil, nil},
+		{"unknown topic", fmt.Errorf("t: %w", logstore.ErrUnknownTopic), kerr.UnknownTopicOrPartition, nil},
+		{"topic exists", logstore.ErrTopicExists, kerr.TopicAlreadyExists, nil},
+		{"offset out of range", logstore.ErrOffsetOutOfRange, kerr.OffsetOutOfRange, nil},
+		{"invalid argument", logstore.ErrInvalidArgument, kerr.InvalidRequest, nil},
+		{"corrupt", logstore.ErrCorrupt, kerr.CorruptMessage, nil},
+		{"storage", fmt.Errorf("/data: %w", logstore.ErrStorage), kerr.KafkaStorageError, nil},
+		{"offline", logstore.ErrOffline, kerr.KafkaStorageError, nil},
+		// Shutting down is UNAVAILABLE on every transport (it was
+		// KAFKA_STORAGE_ERROR here).
+		{"store closed", logstore.ErrClosed, kerr.NotLeaderForPartition, kerr.CoordinatorNotAvailable},
+		{"share groups closed", sharegroup.ErrClosed, kerr.NotLeaderForPartition, kerr.CoordinatorNotAvailable},
+		{"fenced append", fmt.Errorf("append: %w", sljs.ErrFenced), kerr.NotLeaderForPartition, kerr.NotCoordinator},
+		{"deadline", fmt.Errorf("wait: %w", context.DeadlineExceeded), kerr.RequestTimedOut, nil},
+		{"cancelled", context.Canceled, kerr.RequestTimedOut, nil},
+		{"record too large", fmt.Errorf("p0: %w", errRecordTooLarge), kerr.MessageTooLarge, nil},
+		{"corrupt batch", fmt.Errorf("%w: CRC-32C mismatch", errCorruptBatch), kerr.CorruptMessage, nil},
+		{"invalid record", errInvalidRecord, kerr.InvalidRecord, nil},
+		{"unsupported codec", errUnsupportedCodec, kerr.UnsupportedCompressionType, nil},
+		{"domain error", fmt.Errorf("x: %w", apierr.New(apierr.FencedMemberEpoch, "epoch")), kerr.FencedMemberEpoch, nil},
+		{"not owner", apierr.New(apierr.NotOwner, "elsewhere"), kerr.NotLeaderForPartition, kerr.NotCoordinator},
+		{"unavailable", apierr.New(apierr.Unavailable, "bye"), kerr.NotLeaderForPartition, kerr.CoordinatorNotAvailable},
+		{"rollback required", apierr.New(apierr.RollbackRequired, "reset"), kerr.OffsetOutOfRange, nil},
+		{"topic authorization", apierr.New(apierr.TopicAuthorizationFailed, "no"), kerr.TopicAuthorizationFailed, nil},
+		{"unauthenticated", apierr.New(apierr.Unauthenticated, "who"), kerr.SaslAuthenticationFailed, nil},
+		{"unknown reason", apierr.New("MADE_UP", "x"), kerr.UnknownServerError, nil},
+		{"no reason is never NONE", &apierr.Error{Message: "x"}, kerr.UnknownServerError, nil},
+		{"unexpected", errors.New("boom"), kerr.UnknownServerError, nil},
+	}
+	code := func(e *kerr.Error) int16 {
+		if e == nil {
+			return 0
+		}
+		return e.Code
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := errorCode(tt.err); got != code(tt.code) {
+				t.Errorf("errorCode: %v, want %v", kerr.ErrorForCode(got), tt.code)
+			}
+			want := tt.groupCode
+			if want == nil {
+				want = tt.code
+			}
+			if got := groupErrorCode(tt.err); got != code(want) {
+				t.Errorf("groupErrorCode: %v, want %v", kerr.ErrorForCode(got), want)
+			}
+		})
+	}
+}
+
+// Every reason answers its apierr Kafka code, and a reason named after a
+// Kafka error has that error's number as franz-go knows it.
+func TestReasonsAnswerTheirKafkaCodes(t *testing.T) {
+	for _, r := range apierr.Reasons() {
+		got := errorCode(apierr.New(r, "x"))
+		if got != r.KafkaCode() {
+			t.Errorf("%s: code %d, want %d", r, got, r.KafkaCode())
+		}
+		if ke, ok := kerr.ErrorForCode(got).(*kerr.Error); ok && ke.Message != string(r) {
+			// Allowed only for the reasons without a Kafka name.
+			switch r {
+			case apierr.Unavailable, apierr.NotOwner, apierr.OwnerUnreachable, apierr.Internal,
+				apierr.Unauthenticated, apierr.RollbackRequired:
+			default:
+				t.Errorf("%s answers %s", r, ke.Message)
+			}
+		}
+	}
+}
 
 // rawConn is a hand-driven Kafka connection.
 type rawConn struct {

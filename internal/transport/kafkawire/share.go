@@ -88,43 +88,11 @@ func (c *conn) endShareSessions() {
 	}
 }
 
-// shareCodes maps the share-group per-partition codes to Kafka's.
-var shareCodes = map[sharegroup.ErrorCode]*kerr.Error{
-	sharegroup.CodeUnknownTopicOrPartition: kerr.UnknownTopicOrPartition,
-	sharegroup.CodeInvalidRequest:          kerr.InvalidRequest,
-	sharegroup.CodeInvalidRecordState:      kerr.InvalidRecordState,
-	sharegroup.CodeKafkaStorageError:       kerr.KafkaStorageError,
-	sharegroup.CodeUnknownServerError:      kerr.UnknownServerError,
-	sharegroup.CodeOffsetOutOfRange:        kerr.OffsetOutOfRange,
-}
-
-func shareCode(c sharegroup.ErrorCode) int16 {
-	if c == sharegroup.CodeNone {
-		return 0
-	}
-	if e, ok := shareCodes[c]; ok {
-		return e.Code
-	}
-	return kerr.UnknownServerError.Code
-}
-
 func optString(s string) *string {
 	if s == "" {
 		return nil
 	}
 	return &s
-}
-
-// requestError gives a request-level error its code and the message a
-// client may see (none for an internal error, which is logged).
-func (l *Listener) requestError(op string, err error) (int16, *string) {
-	code := errorCode(err)
-	if code == kerr.UnknownServerError.Code {
-		l.log.Error("kafka "+op, "error", err)
-		return code, nil
-	}
-	msg := err.Error()
-	return code, &msg
 }
 
 // resolveTopicID returns the name of the topic with id; ok is false when
@@ -293,8 +261,8 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 		}
 		rp := kmsg.NewShareFetchResponseTopicPartition()
 		rp.Partition = p.Partition
-		rp.ErrorCode, rp.ErrorMessage = shareCode(p.ErrorCode), optString(p.ErrorMessage)
-		rp.AcknowledgeErrorCode, rp.AcknowledgeErrorMessage = shareCode(p.AckErrorCode), optString(p.AckErrorMessage)
+		rp.ErrorCode, rp.ErrorMessage = p.ErrorCode.KafkaCode(), optString(p.ErrorMessage)
+		rp.AcknowledgeErrorCode, rp.AcknowledgeErrorMessage = p.AckErrorCode.KafkaCode(), optString(p.AckErrorMessage)
 		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = nodeID, 0
 		rp.Records = encodeAcquired(p.Records, p.Acquired)
 		for _, a := range p.Acquired {
@@ -388,7 +356,7 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 	for _, p := range out.Partitions {
 		rp := kmsg.NewShareAcknowledgeResponseTopicPartition()
 		rp.Partition = p.Partition
-		rp.ErrorCode, rp.ErrorMessage = shareCode(p.ErrorCode), optString(p.ErrorMessage)
+		rp.ErrorCode, rp.ErrorMessage = p.ErrorCode.KafkaCode(), optString(p.ErrorMessage)
 		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = nodeID, 0
 		t := topicOf(ids[p.Topic])
 		t.Partitions = append(t.Partitions, rp)

@@ -107,7 +107,7 @@ func (l *Listener) handleDescribeShareGroupOffsets(ctx context.Context, _ *conn,
 			for _, p := range t.Partitions {
 				rp := kmsg.NewDescribeShareGroupOffsetsResponseGroupTopicPartition()
 				rp.Partition, rp.StartOffset, rp.Lag, rp.LeaderEpoch = p.Partition, p.StartOffset, p.Lag, 0
-				rp.ErrorCode, rp.ErrorMessage = shareCode(p.ErrorCode), optString(p.ErrorMessage)
+				rp.ErrorCode, rp.ErrorMessage = p.ErrorCode.KafkaCode(), optString(p.ErrorMessage)
 				rt.Partitions = append(rt.Partitions, rp)
 			}
 			rg.Topics = append(rg.Topics, rt)
@@ -138,7 +138,7 @@ func (l *Listener) handleAlterShareGroupOffsets(ctx context.Context, _ *conn, kr
 		rt.Topic, rt.TopicID = t.Topic, l.nameID(ctx, t.Topic)
 		for _, p := range t.Partitions {
 			rp := kmsg.NewAlterShareGroupOffsetsResponseTopicPartition()
-			rp.Partition, rp.ErrorCode, rp.ErrorMessage = p.Partition, shareCode(p.ErrorCode), optString(p.ErrorMessage)
+			rp.Partition, rp.ErrorCode, rp.ErrorMessage = p.Partition, p.ErrorCode.KafkaCode(), optString(p.ErrorMessage)
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		resp.Topics = append(resp.Topics, rt)
@@ -161,7 +161,7 @@ func (l *Listener) handleDeleteShareGroupOffsets(ctx context.Context, _ *conn, k
 	for _, t := range out {
 		rt := kmsg.NewDeleteShareGroupOffsetsResponseTopic()
 		rt.Topic, rt.TopicID = t.Topic, l.nameID(ctx, t.Topic)
-		rt.ErrorCode, rt.ErrorMessage = shareCode(t.ErrorCode), optString(t.ErrorMessage)
+		rt.ErrorCode, rt.ErrorMessage = t.ErrorCode.KafkaCode(), optString(t.ErrorMessage)
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp, nil

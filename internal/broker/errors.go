@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/sharelog/sharelog/apierr"
-	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
@@ -61,7 +60,7 @@ func ErrorOf(err error) *apierr.Error {
 		return apierr.Invalid("%s", err)
 	case errors.Is(err, logstore.ErrOffsetOutOfRange):
 		return apierr.New(apierr.OffsetOutOfRange, "%s", err)
-	case errors.Is(err, sljs.ErrFenced):
+	case errors.Is(err, logstore.ErrFenced):
 		return apierr.New(apierr.NotOwner, msgFenced)
 	case errors.Is(err, logstore.ErrStorage), errors.Is(err, logstore.ErrOffline):
 		return apierr.New(apierr.KafkaStorageError, msgStorage)

@@ -6,13 +6,16 @@ import (
 	"fmt"
 
 	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // ErrFenced: an append carried the last sequence this instance knew for the
 // partition and the stream had moved on — another writer appended since.
 // The caller treats it as "no longer the partition's owner"; nothing of the
-// rejected batch was stored.
-var ErrFenced = errors.New("partition written by another writer")
+// rejected batch was stored. It is the log store's sentinel, so that the
+// domain maps it without knowing the backend.
+var ErrFenced = logstore.ErrFenced
 
 // API error codes sharelog tests for.
 const (

@@ -20,6 +20,11 @@ var (
 	ErrCorrupt = errors.New("corrupt record")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store closed")
+	// ErrFenced: a replicated store refused an append because another writer
+	// appended to the partition since (the caller no longer owns it); nothing
+	// of the refused batch was stored. The file and memory stores, which have
+	// one writer, never return it.
+	ErrFenced = errors.New("partition written by another writer")
 )
 
 // Cleanup policies.

@@ -7,7 +7,8 @@ import (
 // Hooks for Store implementations outside this package (the JetStream log
 // store, internal/storage/jetstream/jslog): the record frame, the shared request
 // validation and the in-memory key index, so every backend stores the same
-// bytes and answers bad input with the same errors as the file store.
+// bytes and answers bad input with the same errors as the file store. The
+// topic catalog's rules are a type of their own, Catalog (catalog.go).
 
 // EncodeRecord appends r's record frame (the layout doc.go describes) with
 // the given offset to dst. last marks the final record of an Append batch.
@@ -33,12 +34,6 @@ func DecodeRecord(b []byte) (Record, error) {
 	return r, nil
 }
 
-// NormalizeTopic validates a CreateTopic request and fills in defaults, as
-// every Store must (errors wrap ErrInvalidArgument).
-func NormalizeTopic(name string, partitions int32, cfg TopicConfig) (TopicConfig, error) {
-	return normalizeTopic(name, partitions, cfg)
-}
-
 // ValidateBatch checks an Append batch (not empty, records and batch within
 // the size limits) and returns its encoded size.
 func ValidateBatch(recs []Record) (int, error) { return validateBatch(recs) }
@@ -47,9 +42,6 @@ func ValidateBatch(recs []Record) (int, error) { return validateBatch(recs) }
 func ValidateReadLimits(maxRecords, maxBytes int) error {
 	return validateReadLimits(maxRecords, maxBytes)
 }
-
-// NewTopicID returns a new random topic ID (a version 4 UUID).
-func NewTopicID() string { return newTopicID() }
 
 // MemKeyIndex is one partition's key index held in memory, as the memory
 // store keeps it, for backends that index records themselves. Keys of one

@@ -15,6 +15,12 @@
 // removes superseded records from sealed segments, so offsets there have
 // gaps (see Compaction); offsets are never reused or renumbered.
 //
+// The topics by name are a Catalog (catalog.go), the same type in the file
+// store, the memory store and the JetStream log: it holds the rules of
+// CreateTopic, DeleteTopic, the lookups and Close (validation, one topic
+// per name, a new ID per creation, the errors of an unknown or deleted
+// topic), while persisting the catalog stays each store's (meta.json here).
+//
 // # Directory layout
 //
 //	<dir>/LOCK                                flock: one process per directory
@@ -362,7 +368,8 @@
 // never the reverse):
 //
 //	FileStore.cleanMu   one cleaning pass at a time (held during its I/O)
-//	FileStore.mu        RW; the topic map and closed flag. Never held during I/O.
+//	Catalog.mu          RW; FileStore.topics: the topic map, the names being
+//	                    created and the closed flag. Never held during I/O.
 //	partition.lsMu      log start moves (purge, retention) and their persistence
 //	partition.ckMu      checkpoint writes (append leader at roll, cleaner, Close)
 //	partition.wmu       the append queue; wcond waits on it

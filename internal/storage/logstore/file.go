@@ -93,8 +93,8 @@ type Options struct {
 // FileStore is the on-disk Store: one directory per topic, one per
 // partition, segmented logs with sparse indexes. See doc.go.
 //
-// Lock order: FileStore.mu, then partition locks (see partition). mu is
-// never held during I/O; it only guards the topic map.
+// Lock order: the catalog's lock (topics), then partition locks (see
+// partition). The catalog's lock is never held during I/O.
 type FileStore struct {
 	dir       string
 	topicsDir string
@@ -102,10 +102,7 @@ type FileStore struct {
 	log       *slog.Logger
 	lockFile  *os.File
 
-	mu       sync.RWMutex
-	topics   map[string]*topic
-	creating map[string]struct{} // names being created, reserved against duplicates
-	closed   bool
+	topics *Catalog[*topic] // the topic map, the names being created, closed
 
 	wake chan struct{} // nudges the reclaimer (buffered 1)
 	keys keyRebuilder  // rebuilds missing key-index runs (keyindex_file.go)
@@ -140,6 +137,9 @@ type topic struct {
 	dir   string
 	parts []*partition
 }
+
+// Info implements CatalogTopic.
+func (t *topic) Info() TopicInfo { return t.info }
 
 // topicMeta is meta.json.
 type topicMeta struct {
@@ -200,8 +200,7 @@ func Open(dir string, opts Options) (*FileStore, error) {
 		topicsDir: filepath.Join(dir, "topics"),
 		opts:      opts,
 		log:       opts.Logger,
-		topics:    make(map[string]*topic),
-		creating:  make(map[string]struct{}),
+		topics:    NewCatalog[*topic](),
 		wake:      make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		keys:      keyRebuilder{wake: make(chan struct{}, 1)},
@@ -222,7 +221,7 @@ func Open(dir string, opts Options) (*FileStore, error) {
 		return nil, fmt.Errorf("logstore: %w", err)
 	}
 	if err := s.load(); err != nil {
-		for _, t := range s.topics {
+		for _, t := range s.topics.All() {
 			t.shutdown(ErrClosed, false)
 		}
 		lf.Close()
@@ -284,17 +283,9 @@ func (s *FileStore) Offline() []OfflinePartition {
 
 // partition returns a live partition or ErrClosed / ErrUnknownTopic.
 func (s *FileStore) partition(name string, part int32) (*partition, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return nil, ErrClosed
-	}
-	t := s.topics[name]
-	if t == nil {
-		return nil, fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
-	}
-	if part < 0 || int(part) >= len(t.parts) {
-		return nil, fmt.Errorf("topic %q has %d partitions, no partition %d: %w", name, len(t.parts), part, ErrUnknownTopic)
+	t, err := s.topics.LookupPartition(name, part)
+	if err != nil {
+		return nil, err
 	}
 	return t.parts[part], nil
 }
@@ -321,38 +312,19 @@ func (s *FileStore) CreateTopic(ctx context.Context, name string, partitions int
 	if err := ctx.Err(); err != nil {
 		return TopicInfo{}, err
 	}
-	cfg, err := normalizeTopic(name, partitions, cfg)
+	info, err := s.topics.Reserve(name, partitions, cfg)
 	if err != nil {
 		return TopicInfo{}, err
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return TopicInfo{}, ErrClosed
-	}
-	_, busy := s.creating[name]
-	if s.topics[name] != nil || busy {
-		s.mu.Unlock()
-		return TopicInfo{}, fmt.Errorf("topic %q: %w", name, ErrTopicExists)
-	}
-	s.creating[name] = struct{}{}
-	s.mu.Unlock()
-
-	// The I/O runs without s.mu; the name stays reserved meanwhile.
-	info := TopicInfo{Name: name, ID: newTopicID(), Partitions: partitions, Config: cfg}
+	// The I/O runs without the catalog's lock; the name stays reserved
+	// meanwhile.
 	t, err := s.createTopicFiles(info)
-
-	s.mu.Lock()
-	delete(s.creating, name)
-	if err == nil && s.closed {
-		t.shutdown(ErrClosed, false)
-		err = ErrClosed
-	}
-	if err == nil {
-		s.topics[name] = t
-	}
-	s.mu.Unlock()
 	if err != nil {
+		s.topics.Release(name)
+		return TopicInfo{}, err
+	}
+	if err := s.topics.Install(t); err != nil {
+		t.shutdown(ErrClosed, false)
 		return TopicInfo{}, err
 	}
 	return info, nil
@@ -424,20 +396,11 @@ func (s *FileStore) DeleteTopic(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrClosed
+	t, err := s.topics.Remove(name)
+	if err != nil {
+		return err
 	}
-	t := s.topics[name]
-	if t == nil {
-		s.mu.Unlock()
-		return fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
-	}
-	delete(s.topics, name)
-	s.mu.Unlock()
-
-	t.shutdown(fmt.Errorf("topic %q was deleted: %w", name, ErrUnknownTopic), false)
+	t.shutdown(TopicDeletedError(name), false)
 	gone := t.dir + deletedSuffix
 	if err := s.fs.rename(t.dir, gone); err != nil {
 		return fmt.Errorf("delete topic %q: %w", name, err)
@@ -469,17 +432,7 @@ func (s *FileStore) Topics(ctx context.Context) ([]TopicInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return nil, ErrClosed
-	}
-	out := make([]TopicInfo, 0, len(s.topics))
-	for _, t := range s.topics {
-		out = append(out, t.info)
-	}
-	slices.SortFunc(out, func(a, b TopicInfo) int { return cmp.Compare(a.Name, b.Name) })
-	return out, nil
+	return s.topics.Infos()
 }
 
 // TopicInfo implements Store.
@@ -586,17 +539,10 @@ func (s *FileStore) Close() error { return s.close(true) }
 // checkpointed) writes the clean-shutdown marker; tests simulate a crash
 // with clean false.
 func (s *FileStore) close(clean bool) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	topics, first := s.topics.Close()
+	if !first {
 		return nil
 	}
-	s.closed = true
-	topics := make([]*topic, 0, len(s.topics))
-	for _, t := range s.topics {
-		topics = append(topics, t)
-	}
-	s.mu.Unlock()
 
 	close(s.stop)
 	s.cleanCancel()
@@ -617,29 +563,12 @@ func (s *FileStore) close(clean bool) error {
 }
 
 // liveTopics returns the current topics (for background tasks).
-func (s *FileStore) liveTopics() []*topic {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]*topic, 0, len(s.topics))
-	for _, t := range s.topics {
-		out = append(out, t)
-	}
-	return out
-}
+func (s *FileStore) liveTopics() []*topic { return s.topics.All() }
 
 // lookupTopic finds a live topic by name.
 func (s *FileStore) lookupTopic(ctx context.Context, name string) (*topic, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.mu.RLock()
-	t, closed := s.topics[name], s.closed
-	s.mu.RUnlock()
-	if closed {
-		return nil, ErrClosed
-	}
-	if t == nil {
-		return nil, fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
-	}
-	return t, nil
+	return s.topics.Lookup(name)
 }

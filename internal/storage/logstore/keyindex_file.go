@@ -3,7 +3,6 @@ package logstore
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"sync"
 )
@@ -286,18 +285,7 @@ func (p *partition) segmentEnd(off int64) (int64, error) {
 }
 
 // TopicID implements KeyIndexer.
-func (s *FileStore) TopicID(name string) (string, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return "", ErrClosed
-	}
-	t := s.topics[name]
-	if t == nil {
-		return "", fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
-	}
-	return t.info.ID, nil
-}
+func (s *FileStore) TopicID(name string) (string, error) { return s.topics.TopicID(name) }
 
 // ScanKeys implements KeyIndexer.
 func (s *FileStore) ScanKeys(ctx context.Context, topic string, partition int32, prefix []byte, end int64) (KeyCursor, error) {

@@ -2,7 +2,6 @@ package logstore
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -15,12 +14,10 @@ import (
 // records' Size, SegmentCount is always 1, and time retention is not
 // applied (it works on whole segments).
 //
-// Locks: MemStore.mu (topic map), then memPartition.mu; notifier locks are
-// leaves.
+// Locks: the catalog's lock (topics), then memPartition.mu; notifier locks
+// are leaves.
 type MemStore struct {
-	mu     sync.RWMutex
-	topics map[string]*memTopic
-	closed bool
+	topics *Catalog[*memTopic]
 }
 
 var _ Store = (*MemStore)(nil)
@@ -29,6 +26,9 @@ type memTopic struct {
 	info  TopicInfo
 	parts []*memPartition
 }
+
+// Info implements CatalogTopic.
+func (t *memTopic) Info() TopicInfo { return t.info }
 
 type memPartition struct {
 	topic string
@@ -47,21 +47,13 @@ type memPartition struct {
 
 // NewMem returns an empty MemStore.
 func NewMem() *MemStore {
-	return &MemStore{topics: make(map[string]*memTopic)}
+	return &MemStore{topics: NewCatalog[*memTopic]()}
 }
 
 func (s *MemStore) partition(name string, part int32) (*memPartition, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return nil, ErrClosed
-	}
-	t := s.topics[name]
-	if t == nil {
-		return nil, fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
-	}
-	if part < 0 || int(part) >= len(t.parts) {
-		return nil, fmt.Errorf("topic %q has %d partitions, no partition %d: %w", name, len(t.parts), part, ErrUnknownTopic)
+	t, err := s.topics.LookupPartition(name, part)
+	if err != nil {
+		return nil, err
 	}
 	return t.parts[part], nil
 }
@@ -71,24 +63,19 @@ func (s *MemStore) CreateTopic(ctx context.Context, name string, partitions int3
 	if err := ctx.Err(); err != nil {
 		return TopicInfo{}, err
 	}
-	cfg, err := normalizeTopic(name, partitions, cfg)
+	info, err := s.topics.Reserve(name, partitions, cfg)
 	if err != nil {
 		return TopicInfo{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return TopicInfo{}, ErrClosed
-	}
-	if s.topics[name] != nil {
-		return TopicInfo{}, fmt.Errorf("topic %q: %w", name, ErrTopicExists)
-	}
-	t := &memTopic{info: TopicInfo{Name: name, ID: newTopicID(), Partitions: partitions, Config: cfg}}
+	t := &memTopic{info: info}
 	t.parts = make([]*memPartition, partitions)
 	for i := range t.parts {
-		t.parts[i] = &memPartition{topic: name, id: int32(i), cfg: cfg, keys: newMemIndex()}
+		t.parts[i] = &memPartition{topic: name, id: int32(i), cfg: info.Config, keys: newMemIndex()}
 	}
-	s.topics[name] = t
+	if err := s.topics.Install(t); err != nil {
+		t.shutdown(ErrClosed)
+		return TopicInfo{}, err
+	}
 	return t.info, nil
 }
 
@@ -97,19 +84,11 @@ func (s *MemStore) DeleteTopic(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrClosed
+	t, err := s.topics.Remove(name)
+	if err != nil {
+		return err
 	}
-	t := s.topics[name]
-	if t == nil {
-		s.mu.Unlock()
-		return fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
-	}
-	delete(s.topics, name)
-	s.mu.Unlock()
-	t.shutdown(fmt.Errorf("topic %q was deleted: %w", name, ErrUnknownTopic))
+	t.shutdown(TopicDeletedError(name))
 	return nil
 }
 
@@ -127,17 +106,7 @@ func (s *MemStore) Topics(ctx context.Context) ([]TopicInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return nil, ErrClosed
-	}
-	out := make([]TopicInfo, 0, len(s.topics))
-	for _, t := range s.topics {
-		out = append(out, t.info)
-	}
-	slices.SortFunc(out, func(a, b TopicInfo) int { return cmp.Compare(a.Name, b.Name) })
-	return out, nil
+	return s.topics.Infos()
 }
 
 // TopicInfo implements Store.
@@ -332,15 +301,10 @@ func (s *MemStore) DeleteRecordsBefore(ctx context.Context, topic string, partit
 // Close implements Store. Later calls return ErrClosed; a second Close
 // returns nil.
 func (s *MemStore) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	topics, first := s.topics.Close()
+	if !first {
 		return nil
 	}
-	s.closed = true
-	topics := s.topics
-	s.topics = nil
-	s.mu.Unlock()
 	for _, t := range topics {
 		t.shutdown(ErrClosed)
 	}
@@ -350,18 +314,7 @@ func (s *MemStore) Close() error {
 var _ KeyIndexer = (*MemStore)(nil)
 
 // TopicID implements KeyIndexer.
-func (s *MemStore) TopicID(name string) (string, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return "", ErrClosed
-	}
-	t := s.topics[name]
-	if t == nil {
-		return "", fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
-	}
-	return t.info.ID, nil
-}
+func (s *MemStore) TopicID(name string) (string, error) { return s.topics.TopicID(name) }
 
 // ScanKeys implements KeyIndexer over the partition's in-memory index. The
 // memory store's index is always ready.
@@ -456,14 +409,5 @@ func (s *MemStore) lookupTopic(ctx context.Context, name string) (*memTopic, err
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.mu.RLock()
-	t, closed := s.topics[name], s.closed
-	s.mu.RUnlock()
-	if closed {
-		return nil, ErrClosed
-	}
-	if t == nil {
-		return nil, fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
-	}
-	return t, nil
+	return s.topics.Lookup(name)
 }

@@ -53,14 +53,17 @@ func (s *FileStore) load() error {
 			s.quarantineOrKeep(path, fmt.Sprintf("meta.json names topic id %q, not its directory's", meta.ID))
 			continue
 		}
-		if other := s.topics[meta.Name]; other != nil {
+		if other, err := s.topics.Lookup(meta.Name); err == nil {
 			return fmt.Errorf("topic %q is stored twice, with ids %s and %s", meta.Name, other.info.ID, meta.ID)
 		}
 		t, err := s.openTopic(meta, path)
 		if err != nil {
 			return fmt.Errorf("topic %q: %w", meta.Name, err)
 		}
-		s.topics[meta.Name] = t
+		if err := s.topics.Add(t); err != nil {
+			t.shutdown(ErrClosed, false)
+			return err
+		}
 	}
 	return nil
 }

@@ -586,13 +586,7 @@ func (s *Store) DeleteRecordsBefore(ctx context.Context, topic string, partition
 }
 
 // TopicID implements logstore.KeyIndexer.
-func (s *Store) TopicID(name string) (string, error) {
-	t, err := s.lookupTopic(name)
-	if err != nil {
-		return "", err
-	}
-	return t.info.ID, nil
-}
+func (s *Store) TopicID(name string) (string, error) { return s.topics.TopicID(name) }
 
 // indexFor returns the partition's key index if it covers every offset
 // below min(end, high watermark), else ErrIndexNotReady.

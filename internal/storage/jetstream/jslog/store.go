@@ -1,12 +1,10 @@
 package jslog
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,9 +49,9 @@ const readBatch = 256
 // Store is a logstore.Store and logstore.KeyIndexer on a NATS JetStream
 // cluster; see the package documentation for the mapping.
 //
-// Locks: Store.mu, then partition.mu; partition.appendMu and
-// partition.openMu are taken before partition.mu, never under it; the
-// notifiers' locks are leaves.
+// Locks: the catalog's lock (topics), then partition.mu;
+// partition.appendMu and partition.openMu are taken before partition.mu,
+// never under it; the notifiers' locks are leaves.
 type Store struct {
 	nc       *nats.Conn
 	js       njs.JetStream
@@ -63,10 +61,9 @@ type Store struct {
 	timeout  time.Duration
 	maxBatch int
 
-	mu     sync.RWMutex
-	topics map[string]*topic
-	revs   map[string]uint64 // highest metadata revision applied per topic name
-	closed bool
+	// topics is the topic map; its Update keeps the highest metadata
+	// revision applied per topic name.
+	topics *logstore.Catalog[*topic]
 
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
@@ -82,6 +79,9 @@ type topic struct {
 	rev   uint64
 	parts []*partition
 }
+
+// Info implements logstore.CatalogTopic.
+func (t *topic) Info() logstore.TopicInfo { return t.info }
 
 // topicMeta is a topic's metadata entry, the value of its key in the
 // metadata bucket.
@@ -122,7 +122,7 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	}
 	s := &Store{
 		nc: nc, js: js, prefix: o.Prefix, replicas: o.Replicas, timeout: o.Timeout, maxBatch: o.MaxBatchRecords,
-		topics: make(map[string]*topic), revs: make(map[string]uint64), watchDone: make(chan struct{}),
+		topics: logstore.NewCatalog[*topic](), watchDone: make(chan struct{}),
 	}
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
@@ -207,36 +207,28 @@ func (s *Store) watchMeta(ctx context.Context, w njs.KeyWatcher) {
 // its key was applied already (this instance's own creates and deletes are
 // applied before the watch delivers them).
 func (s *Store) applyMeta(e njs.KeyValueEntry) {
-	var gone *topic
-	s.mu.Lock()
 	tok, isTopic := strings.CutPrefix(e.Key(), "topic.")
 	name, err := sljs.UnhexKey(tok)
-	if !isTopic || err != nil || s.closed || e.Revision() <= s.revs[name] {
-		s.mu.Unlock()
+	if !isTopic || err != nil {
 		return
 	}
-	s.revs[name] = e.Revision()
-	cur := s.topics[name]
-	switch e.Operation() {
-	case njs.KeyValuePut:
+	gone, _ := s.topics.Update(name, e.Revision(), func(cur *topic) *topic {
+		if e.Operation() != njs.KeyValuePut { // deleted or purged
+			return nil
+		}
 		var m topicMeta
 		if err := json.Unmarshal(e.Value(), &m); err != nil || m.Name != name {
 			// Not ours to interpret; leave the topic as it was.
-			break
+			return cur
 		}
 		if cur != nil && cur.info.ID == m.ID {
 			cur.rev = e.Revision()
-			break
+			return cur
 		}
-		gone = cur
-		s.topics[name] = s.newTopic(m, e.Revision())
-	default: // deleted or purged
-		gone = cur
-		delete(s.topics, name)
-	}
-	s.mu.Unlock()
+		return s.newTopic(m, e.Revision())
+	})
 	if gone != nil {
-		gone.shutdown(fmt.Errorf("topic %q was deleted: %w", name, logstore.ErrUnknownTopic))
+		gone.shutdown(logstore.TopicDeletedError(name))
 	}
 }
 
@@ -273,26 +265,10 @@ func (s *Store) opCtx(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, s.timeout)
 }
 
-func (s *Store) lookupTopic(name string) (*topic, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return nil, logstore.ErrClosed
-	}
-	t := s.topics[name]
-	if t == nil {
-		return nil, fmt.Errorf("topic %q: %w", name, logstore.ErrUnknownTopic)
-	}
-	return t, nil
-}
-
 func (s *Store) partition(name string, part int32) (*partition, error) {
-	t, err := s.lookupTopic(name)
+	t, err := s.topics.LookupPartition(name, part)
 	if err != nil {
 		return nil, err
-	}
-	if part < 0 || int(part) >= len(t.parts) {
-		return nil, fmt.Errorf("topic %q has %d partitions, no partition %d: %w", name, len(t.parts), part, logstore.ErrUnknownTopic)
 	}
 	return t.parts[part], nil
 }
@@ -320,19 +296,16 @@ func (s *Store) CreateTopic(ctx context.Context, name string, partitions int32, 
 	if err := ctx.Err(); err != nil {
 		return logstore.TopicInfo{}, err
 	}
-	cfg, err := logstore.NormalizeTopic(name, partitions, cfg)
+	// Validated, and a cheap check of the name: it sees only what this
+	// instance knows, and reserves nothing (the metadata entry's
+	// create-if-absent below decides between creates).
+	info, err := s.topics.Prepare(name, partitions, cfg)
 	if err != nil {
-		return logstore.TopicInfo{}, err
-	}
-	if _, err := s.lookupTopic(name); err == nil {
-		return logstore.TopicInfo{}, fmt.Errorf("topic %q: %w", name, logstore.ErrTopicExists)
-	} else if errors.Is(err, logstore.ErrClosed) {
 		return logstore.TopicInfo{}, err
 	}
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
-	// The cheap check above sees only what this instance knows; ask the
-	// bucket before creating any stream.
+	// Ask the bucket before creating any stream.
 	// Retried while transient: a bucket whose replicas are electing a
 	// leader has no responder for a moment.
 	var found error
@@ -349,8 +322,8 @@ func (s *Store) CreateTopic(ctx context.Context, name string, partitions int32, 
 	case found == nil:
 		return logstore.TopicInfo{}, fmt.Errorf("topic %q: %w", name, logstore.ErrTopicExists)
 	}
-	m := topicMeta{Name: name, ID: logstore.NewTopicID(), Partitions: partitions,
-		SegmentBytes: cfg.SegmentBytes, RetentionMs: cfg.RetentionMs, CleanupPolicy: cfg.CleanupPolicy}
+	m := topicMeta{Name: name, ID: info.ID, Partitions: partitions,
+		SegmentBytes: info.Config.SegmentBytes, RetentionMs: info.Config.RetentionMs, CleanupPolicy: info.Config.CleanupPolicy}
 	if err := s.eachPartition(octx, partitions, func(ctx context.Context, p int32) error {
 		cfg := s.streamConfig(m, p)
 		if err := sljs.Retry(ctx, func(ctx context.Context) error {
@@ -374,16 +347,9 @@ func (s *Store) CreateTopic(ctx context.Context, name string, partitions int32, 
 		return logstore.TopicInfo{}, sljs.Wrap(ctx, fmt.Sprintf("record topic %q", name), err, logstore.ErrStorage)
 	}
 	t := s.newTopic(m, rev)
-	var gone *topic
-	s.mu.Lock()
-	if rev > s.revs[name] {
-		s.revs[name] = rev
-		gone = s.topics[name]
-		s.topics[name] = t
-	}
-	s.mu.Unlock()
+	gone, _ := s.topics.Update(name, rev, func(*topic) *topic { return t })
 	if gone != nil {
-		gone.shutdown(fmt.Errorf("topic %q was deleted: %w", name, logstore.ErrUnknownTopic))
+		gone.shutdown(logstore.TopicDeletedError(name))
 	}
 	return t.info, nil
 }
@@ -459,7 +425,7 @@ func (s *Store) DeleteTopic(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	t, err := s.lookupTopic(name)
+	t, err := s.topics.Lookup(name)
 	if err != nil {
 		return err
 	}
@@ -471,12 +437,8 @@ func (s *Store) DeleteTopic(ctx context.Context, name string) error {
 		}
 		return sljs.Wrap(ctx, fmt.Sprintf("delete topic %q", name), err, logstore.ErrStorage)
 	}
-	s.mu.Lock()
-	if s.topics[name] == t {
-		delete(s.topics, name)
-	}
-	s.mu.Unlock()
-	t.shutdown(fmt.Errorf("topic %q was deleted: %w", name, logstore.ErrUnknownTopic))
+	s.topics.RemoveIf(name, t)
+	t.shutdown(logstore.TopicDeletedError(name))
 	err = s.eachPartition(octx, t.info.Partitions, func(ctx context.Context, p int32) error {
 		err := s.js.DeleteStream(ctx, sljs.StreamName(s.prefix, t.info.ID, p))
 		if errors.Is(err, njs.ErrStreamNotFound) {
@@ -495,17 +457,7 @@ func (s *Store) Topics(ctx context.Context) ([]logstore.TopicInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return nil, logstore.ErrClosed
-	}
-	out := make([]logstore.TopicInfo, 0, len(s.topics))
-	for _, t := range s.topics {
-		out = append(out, t.info)
-	}
-	slices.SortFunc(out, func(a, b logstore.TopicInfo) int { return cmp.Compare(a.Name, b.Name) })
-	return out, nil
+	return s.topics.Infos()
 }
 
 // TopicInfo implements logstore.Store.
@@ -513,7 +465,7 @@ func (s *Store) TopicInfo(ctx context.Context, name string) (logstore.TopicInfo,
 	if err := ctx.Err(); err != nil {
 		return logstore.TopicInfo{}, err
 	}
-	t, err := s.lookupTopic(name)
+	t, err := s.topics.Lookup(name)
 	if err != nil {
 		return logstore.TopicInfo{}, err
 	}
@@ -526,7 +478,7 @@ func (s *Store) Topic(ctx context.Context, name string) (logstore.TopicInfo, []l
 	if err := ctx.Err(); err != nil {
 		return logstore.TopicInfo{}, nil, err
 	}
-	t, err := s.lookupTopic(name)
+	t, err := s.topics.Lookup(name)
 	if err != nil {
 		return logstore.TopicInfo{}, nil, err
 	}
@@ -561,15 +513,10 @@ func (s *Store) Topic(ctx context.Context, name string) (logstore.TopicInfo, []l
 // partitions; the connection stays the caller's. Later calls fail with
 // ErrClosed.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	topics, first := s.topics.Close()
+	if !first {
 		return nil
 	}
-	s.closed = true
-	topics := s.topics
-	s.topics = nil
-	s.mu.Unlock()
 	s.stopWatch()
 	<-s.watchDone
 	for _, t := range topics {

@@ -22,7 +22,7 @@ import (
 type backend struct {
 	share   *sharegroup.Manager
 	streams *changestream.Manager
-	log     logstore.Store // the store the log API writes through (purges counted)
+	logAPI  *broker.Log // the log domain (over the store, purges counted), under every transport
 	logSvc  sharelogv1.LogServiceServer
 	shareSv sharelogv1.ShareGroupServiceServer
 	change  sharelogv1.ChangeStreamServiceServer
@@ -65,9 +65,10 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		_ = b.share.Close()
 		return nil, err
 	}
-	b.log = purges
 	logAPI := broker.New(purges, broker.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Logger: log})
-	// Share state bound to a deleted topic goes with it.
+	b.logAPI = logAPI
+	// Share state bound to a deleted topic goes with it, whichever
+	// transport deleted it.
 	logAPI.Subscribe(func(ev broker.TopicEvent) {
 		if ev.Kind == broker.TopicDeleted {
 			b.share.TopicDeleted(ev.Topic.ID)

@@ -291,9 +291,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			Listener:         edge.NewLimitListener(kln, "kafka", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused),
 			AdvertisedAddr:   cfg.KafkaAdvertisedAddr,
 			AutoCreateTopics: cfg.KafkaAutoCreateTopics, DefaultPartitions: int32(cfg.KafkaDefaultPartitions),
-			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes,
-			OnTopicDeleted: s.share.TopicDeleted, LongPolls: s.longPolls, Share: s.share, Logger: log,
-		}, s.fileBackend.log); err != nil {
+			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir,
+			LongPolls: s.longPolls, Share: s.share, Logger: log,
+		}, s.fileBackend.logAPI); err != nil {
 			kln.Close()
 			return nil, fmt.Errorf("kafka listener on --kafka-addr %s: %w", cfg.KafkaAddr, err)
 		}

@@ -1,6 +1,8 @@
 package archtest
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -68,37 +70,106 @@ func TestStorageWiringArchitecture(t *testing.T) {
 	assert.Empty(t, asserts, "type assertions to store interfaces")
 }
 
-// The domain packages are transport-neutral: none depends (even
-// indirectly) on the gRPC handlers, gRPC itself or the generated protobuf
-// code, so another listener (the Kafka protocol) can call them as they
-// are. The public error vocabulary is a leaf of the standard library only.
-func TestDomainPackagesStayTransportFree(t *testing.T) {
-	const mod = "github.com/sharelog/sharelog/"
-	domain := []string{
-		mod + "apierr",
-		mod + "internal/broker",
-		mod + "internal/storage/logstore",
-		mod + "internal/sharegroup",
-		mod + "internal/storage/sharestate/...",
-		mod + "internal/changestream",
-		mod + "internal/sessioncache",
+// The layers of docs/architecture.md. Data flows one way: transports ->
+// domain -> storage. A package is in the first layer whose prefix it has.
+var layers = []struct {
+	name     string
+	prefixes []string
+}{
+	{"storage", []string{"internal/storage/"}},
+	{"transport", []string{"internal/transport/", "internal/edge"}},
+	{"wiring", []string{"internal/app", "cmd/server"}},
+	{"client", []string{"client/", "cmd/sharelogctl"}},
+	{"domain", []string{"apierr", "internal/broker", "internal/sharegroup", "internal/changestream",
+		"internal/sessioncache", "internal/authz", "internal/principal", "internal/cluster", "internal/ownership"}},
+}
+
+// goPackage is what `go list` says of one package (its non-test files).
+type goPackage struct {
+	ImportPath string
+	Imports    []string // direct
+	Deps       []string // transitive
+}
+
+func listPackages(t *testing.T) map[string]goPackage {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json=ImportPath,Imports,Deps", mod+"...").Output()
+	require.NoError(t, err)
+	pkgs := map[string]goPackage{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var p goPackage
+		require.NoError(t, dec.Decode(&p))
+		pkgs[strings.TrimPrefix(p.ImportPath, mod)] = p
 	}
-	forbidden := []string{mod + "internal/transport/grpcapi", "google.golang.org/grpc", mod + "gen/"}
-	for _, pkg := range domain {
-		out, err := exec.Command("go", append([]string{"list", "-deps", "-f", "{{.ImportPath}}"}, pkg)...).CombinedOutput()
-		require.NoError(t, err, "go list %s: %s", pkg, out)
-		deps := strings.Fields(string(out))
-		require.NotEmpty(t, deps)
-		for _, dep := range deps {
-			for _, bad := range forbidden {
-				assert.False(t, dep == strings.TrimSuffix(bad, "/") || strings.HasPrefix(dep, strings.TrimSuffix(bad, "/")+"/"),
-					"%s depends on %s", pkg, dep)
+	require.Greater(t, len(pkgs), 30, "go list found the packages")
+	return pkgs
+}
+
+const mod = "github.com/sharelog/sharelog/"
+
+func layerOf(rel string) string {
+	for _, l := range layers {
+		for _, p := range l.prefixes {
+			if rel == strings.TrimSuffix(p, "/") || strings.HasPrefix(rel, strings.TrimSuffix(p, "/")+"/") {
+				return l.name
 			}
 		}
 	}
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", mod+"apierr").CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	assert.Equal(t, []string{mod + "apierr"}, strings.Fields(string(out)), "apierr imports only the standard library")
+	return ""
+}
+
+func under(dep, prefix string) bool {
+	return dep == prefix || strings.HasPrefix(dep, prefix+"/")
+}
+
+// The arrows that may not exist (docs/architecture.md):
+//   - no transport imports a storage package: transports call the domain,
+//     which alone decides how the log and the share state are used;
+//   - nothing in the domain or in storage depends, even indirectly, on the
+//     generated protobuf code, gRPC, a transport or the wiring, so that every
+//     listener (gRPC, REST, Kafka, DCP) calls the domain as it is;
+//   - storage depends on no domain package (it is the bottom layer);
+//   - the CLI and the client libraries depend on no internal/ package: they
+//     speak only the public API (gen/, apierr, client/);
+//   - the public error vocabulary is a leaf of the standard library.
+func TestLayers(t *testing.T) {
+	pkgs := listPackages(t)
+	checked := map[string]int{}
+	for rel, p := range pkgs {
+		layer := layerOf(rel)
+		checked[layer]++
+		switch layer {
+		case "transport":
+			for _, im := range p.Imports {
+				assert.False(t, under(im, mod+"internal/storage"), "transport %s imports the storage package %s", rel, im)
+			}
+		case "domain", "storage":
+			for _, dep := range p.Deps {
+				for _, bad := range []string{mod + "gen", "google.golang.org/grpc", "google.golang.org/protobuf",
+					mod + "internal/transport", mod + "internal/app"} {
+					assert.False(t, under(dep, bad), "%s %s depends on %s", layer, rel, dep)
+				}
+				if layer == "storage" && strings.HasPrefix(dep, mod) {
+					assert.NotEqual(t, "domain", layerOf(strings.TrimPrefix(dep, mod)), "storage %s depends on the domain package %s", rel, dep)
+				}
+			}
+		case "client":
+			for _, dep := range p.Deps {
+				assert.False(t, under(dep, mod+"internal"), "%s depends on %s: clients use the public API only", rel, dep)
+			}
+		}
+	}
+	for _, l := range []string{"storage", "transport", "wiring", "client", "domain"} {
+		assert.NotZero(t, checked[l], "no package found in layer %s", l)
+	}
+	var nonStd []string
+	for _, dep := range pkgs["apierr"].Deps {
+		if strings.Contains(strings.Split(dep, "/")[0], ".") {
+			nonStd = append(nonStd, dep)
+		}
+	}
+	assert.Empty(t, nonStd, "apierr imports only the standard library")
 }
 
 // The repository is self-contained: no source or generated file cites the

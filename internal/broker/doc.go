@@ -1,7 +1,8 @@
 // Package broker is the log API's domain: what CreateTopic, DeleteTopic,
 // Produce, Fetch, ListOffsets and Purge do, independent of the transport.
-// The gRPC/REST handlers of internal/transport/grpcapi (and any other listener) only
-// translate their messages to these calls and back.
+// The gRPC/REST handlers of internal/transport/grpcapi and the Kafka
+// handlers of internal/transport/kafkawire only translate their messages to
+// these calls and back; neither calls a store.
 //
 // It owns:
 //   - routing: a record without a partition goes to murmur2(key) modulo the
@@ -9,13 +10,24 @@
 //     records go round-robin;
 //   - appends: the records of one partition are appended atomically and
 //     contiguously, and the partitions of one call in parallel so their
-//     fsyncs overlap;
-//   - the Fetch long-poll: at the high watermark a fetch waits up to its
-//     MaxWait for an append, if a [LongPolls] slot is free;
+//     fsyncs overlap ([Log.Produce]; a Kafka partition's batches:
+//     [Log.ProduceBatch]);
+//   - the fetch bounds ([Log.ReadPartition]: outside [log start, high
+//     watermark] is OFFSET_OUT_OF_RANGE, at the high watermark the answer
+//     is empty) and the long-poll ([Log.LongPoll]): at the high watermark
+//     a fetch of one partition or several waits up to its MaxWait for an
+//     append, if a [LongPolls] slot is free;
+//   - list offsets: earliest, latest, by timestamp and max timestamp;
+//   - topic creation's checks and configs ([Log.ValidateTopic],
+//     [TopicSettings.SetConfig], [ConfigEntries]) and [MaxPartitions];
 //   - purge: each partition judged alone (docs/purge.md);
 //   - topic lifecycle events: share groups, change streams and future
-//     listeners [Log.Subscribe] to topic creation and deletion instead of
-//     being called back by a handler.
+//     listeners [Log.Subscribe] to topic creation and deletion (also a
+//     Kafka auto-creation, [Log.EnsureTopic]) instead of being called back
+//     by a handler.
+//
+// The storage types and sentinels a transport needs are re-exported here
+// (types.go), so that no transport imports a storage package.
 //
 // Errors are *apierr.Error values or the store's sentinels; [ErrorOf]
 // (errors.go) is the one place where a sentinel gets its reason, for every

@@ -15,11 +15,11 @@ import (
 
 // Limits that protect the server; each is reported with a clear message.
 const (
-	MaxPartitions     = 10000            // partitions of one topic
-	MaxProduceRecords = 10000            // records in one Produce call
-	MaxFetchRecords   = 10000            // FetchRequest.MaxRecords
-	MaxFetchBytes     = 64 << 20         // FetchRequest.MaxBytes
-	MaxWait           = 60 * time.Second // FetchRequest.MaxWait
+	MaxPartitions     = logstore.MaxPartitions // partitions of one topic
+	MaxProduceRecords = 10000                  // records in one Produce call
+	MaxFetchRecords   = 10000                  // FetchRequest.MaxRecords
+	MaxFetchBytes     = 64 << 20               // FetchRequest.MaxBytes
+	MaxWait           = 60 * time.Second       // FetchRequest.MaxWait
 	DefaultMaxRecords = 500
 	DefaultMaxBytes   = 1 << 20
 )
@@ -49,6 +49,8 @@ type Log struct {
 
 	subMu sync.RWMutex
 	subs  []func(TopicEvent)
+
+	polling atomic.Int64 // calls waiting in LongPoll
 }
 
 // New returns the log API over store.
@@ -120,28 +122,11 @@ type Topic struct {
 
 // CreateTopic creates a topic of 1..MaxPartitions partitions and returns
 // its description.
+// Refusals of its arguments are *TopicError ([Log.ValidateTopic]).
 func (l *Log) CreateTopic(ctx context.Context, name string, partitions int32, s TopicSettings) (Topic, error) {
-	if name == "" {
-		return Topic{}, apierr.Invalid("name is required")
-	}
-	if partitions < 1 || partitions > MaxPartitions {
-		return Topic{}, apierr.Invalid("partitions must be between 1 and %d, got %d", MaxPartitions, partitions)
-	}
-	cfg := logstore.TopicConfig{SegmentBytes: l.cfg.SegmentBytes, RetentionMs: -1, CleanupPolicy: logstore.CleanupDelete}
-	if s.SegmentBytes != nil {
-		cfg.SegmentBytes = *s.SegmentBytes
-	}
-	if s.RetentionMs != nil {
-		cfg.RetentionMs = *s.RetentionMs
-	}
-	if s.CleanupPolicy != nil {
-		cfg.CleanupPolicy = *s.CleanupPolicy
-	}
-	if s.DeleteRetentionMs != nil {
-		cfg.DeleteRetentionMs = *s.DeleteRetentionMs
-	}
-	if s.MinCleanableDirtyRatio != nil {
-		cfg.MinCleanableDirtyRatio = *s.MinCleanableDirtyRatio
+	cfg, err := l.ValidateTopic(name, partitions, s)
+	if err != nil {
+		return Topic{}, err
 	}
 	info, err := l.store.CreateTopic(ctx, name, partitions, cfg)
 	if err != nil {
@@ -153,19 +138,25 @@ func (l *Log) CreateTopic(ctx context.Context, name string, partitions int32, s 
 
 // DeleteTopic deletes a topic and its data, then tells the subscribers.
 func (l *Log) DeleteTopic(ctx context.Context, name string) error {
+	_, err := l.RemoveTopic(ctx, name)
+	return err
+}
+
+// RemoveTopic is DeleteTopic answering the deleted topic's info.
+func (l *Log) RemoveTopic(ctx context.Context, name string) (TopicInfo, error) {
 	if name == "" {
-		return apierr.Invalid("name is required")
+		return TopicInfo{}, apierr.Invalid("name is required")
 	}
 	info, err := l.store.TopicInfo(ctx, name)
 	if err != nil {
-		return err
+		return TopicInfo{}, err
 	}
 	if err := l.store.DeleteTopic(ctx, name); err != nil {
-		return err
+		return TopicInfo{}, err
 	}
 	l.roundRobin.Delete(name)
 	l.publish(TopicEvent{Kind: TopicDeleted, Topic: info})
-	return nil
+	return info, nil
 }
 
 // ListTopics describes every topic, sorted by name; a topic deleted
@@ -227,8 +218,10 @@ func (l *Log) Produce(ctx context.Context, topic string, partition *int32, recor
 	if err != nil {
 		return Produced{}, err
 	}
-	if partition != nil && (*partition < 0 || *partition >= info.Partitions) {
-		return Produced{}, unknownPartition(topic, *partition)
+	if partition != nil {
+		if err := checkPartition(info, *partition); err != nil {
+			return Produced{}, err
+		}
 	}
 	now := l.now().UnixMilli()
 	out := Produced{Partitions: make([]int32, n), Offsets: make([]int64, n), LogAppendTime: now}
@@ -331,54 +324,26 @@ type Fetched struct {
 	LogStartOffset int64
 }
 
-// Fetch reads records from an offset within [log start, high watermark].
-// At the high watermark it waits up to MaxWait for an append, if a
-// long-poll slot is free (otherwise it answers at once, empty).
+// Fetch reads records from an offset within [log start, high watermark]
+// ([Log.ReadPartition]). At the high watermark it waits up to MaxWait for
+// an append ([Log.LongPoll]).
 func (l *Log) Fetch(ctx context.Context, req FetchRequest) (Fetched, error) {
 	maxRecords, maxBytes, wait, err := fetchLimits(req)
 	if err != nil {
 		return Fetched{}, err
 	}
-	topic, part := req.Topic, req.Partition
-	var deadline <-chan time.Time
-	for {
-		// Subscribe before reading the bounds so that no append is missed.
-		changed, err := l.store.Watch(topic, part)
-		if err != nil {
-			return Fetched{}, partitionErr(err, topic, part)
-		}
-		logStart, hw, err := l.store.Bounds(topic, part)
-		if err != nil {
-			return Fetched{}, partitionErr(err, topic, part)
-		}
-		if req.Offset < logStart || req.Offset > hw {
-			return Fetched{}, outOfRange(req.Offset, logStart, hw)
-		}
-		if req.Offset < hw || wait == 0 {
-			recs, err := l.store.Read(ctx, topic, part, req.Offset, maxRecords, maxBytes)
-			if err != nil {
-				return Fetched{}, l.readErr(err, topic, part, req.Offset)
-			}
-			return Fetched{Records: recs, HighWatermark: hw, LogStartOffset: logStart}, nil
-		}
-		if deadline == nil {
-			if !l.cfg.LongPolls.TryAcquire() {
-				wait = 0 // every long-poll slot is taken: answer now
-				continue
-			}
-			defer l.cfg.LongPolls.Release()
-			t := time.NewTimer(wait)
-			defer t.Stop()
-			deadline = t.C
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			wait = 0 // one last look, then answer empty
-		case <-ctx.Done():
-			return Fetched{}, ctx.Err()
-		}
+	var res Fetched
+	perr := l.LongPoll(ctx, []TopicPartition{{req.Topic, req.Partition}}, wait, func() bool {
+		res, err = l.ReadPartition(ctx, req.Topic, req.Partition, req.Offset, maxRecords, maxBytes)
+		return err != nil || req.Offset < res.HighWatermark
+	})
+	switch {
+	case err != nil:
+		return Fetched{}, err
+	case perr != nil:
+		return Fetched{}, perr
 	}
+	return res, nil
 }
 
 func fetchLimits(req FetchRequest) (maxRecords, maxBytes int, wait time.Duration, err error) {
@@ -410,14 +375,16 @@ func fetchLimits(req FetchRequest) (maxRecords, maxBytes int, wait time.Duration
 type OffsetSpec int
 
 const (
-	Earliest    OffsetSpec = iota + 1 // the log start offset
-	Latest                            // the high watermark
-	ByTimestamp                       // the first record at or after a timestamp
+	Earliest     OffsetSpec = iota + 1 // the log start offset
+	Latest                             // the high watermark
+	ByTimestamp                        // the first record at or after a timestamp
+	MaxTimestamp                       // the record with the largest timestamp
 )
 
-// ListOffsets returns an offset of the partition and, for ByTimestamp, the
-// timestamp of the record found (-1 otherwise; (-1, -1) when no record is
-// at or after ts). A timestamp lookup never answers below the log start.
+// ListOffsets returns an offset of the partition and, for ByTimestamp and
+// MaxTimestamp, the timestamp of the record found (-1 otherwise; (-1, -1)
+// when no record is at or after ts, or the partition is empty). A
+// timestamp lookup never answers below the log start.
 func (l *Log) ListOffsets(ctx context.Context, topic string, partition int32, spec OffsetSpec, ts int64) (offset, timestamp int64, err error) {
 	switch {
 	case topic == "":
@@ -444,6 +411,12 @@ func (l *Log) ListOffsets(ctx context.Context, topic string, partition int32, sp
 			return 0, 0, partitionErr(err, topic, partition)
 		}
 		return off, rts, nil
+	case MaxTimestamp:
+		off, rts, err := l.maxTimestamp(ctx, topic, partition)
+		if err != nil {
+			return 0, 0, partitionErr(err, topic, partition)
+		}
+		return off, rts, nil
 	}
 	return 0, 0, apierr.Invalid("unknown offset spec %d", spec)
 }
@@ -464,21 +437,18 @@ func outOfRange(offset, logStart, hw int64) *apierr.Error {
 	return e
 }
 
+// checkPartition refuses a partition the topic does not have.
+func checkPartition(info TopicInfo, partition int32) error {
+	if partition < 0 || partition >= info.Partitions {
+		return unknownPartition(info.Name, partition)
+	}
+	return nil
+}
+
 // partitionErr gives an unknown partition a message naming it.
 func partitionErr(err error, topic string, partition int32) error {
 	if errors.Is(err, logstore.ErrUnknownTopic) {
 		return unknownPartition(topic, partition)
 	}
 	return err
-}
-
-// readErr re-reads the bounds when a read raced with a purge, so that the
-// error carries the current log start offset.
-func (l *Log) readErr(err error, topic string, partition int32, offset int64) error {
-	if errors.Is(err, logstore.ErrOffsetOutOfRange) {
-		if logStart, hw, berr := l.store.Bounds(topic, partition); berr == nil {
-			return outOfRange(offset, logStart, hw)
-		}
-	}
-	return partitionErr(err, topic, partition)
 }

@@ -58,15 +58,31 @@ func validTopicName(name string) string {
 }
 
 // normalizeTopic validates a CreateTopic request and returns the config with
-// defaults filled in (SegmentBytes 0 → DefaultSegmentBytes, CleanupPolicy ""
-// → CleanupDelete). Errors wrap ErrInvalidArgument.
+// defaults filled in (see NormalizeTopicConfig). Errors wrap ErrInvalidArgument.
 func normalizeTopic(name string, partitions int32, cfg TopicConfig) (TopicConfig, error) {
-	if msg := validTopicName(name); msg != "" {
-		return cfg, fmt.Errorf("%w: %s", ErrInvalidArgument, msg)
+	if err := ValidateTopicName(name); err != nil {
+		return cfg, err
 	}
 	if partitions < 1 || partitions > MaxPartitions {
 		return cfg, fmt.Errorf("%w: partitions is %d, must be in [1, %d]", ErrInvalidArgument, partitions, MaxPartitions)
 	}
+	return NormalizeTopicConfig(cfg)
+}
+
+// ValidateTopicName reports why name is not a valid topic name (wrapping
+// ErrInvalidArgument), or nil if it is.
+func ValidateTopicName(name string) error {
+	if msg := validTopicName(name); msg != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidArgument, msg)
+	}
+	return nil
+}
+
+// NormalizeTopicConfig validates a new topic's config and returns it with
+// defaults filled in (SegmentBytes 0 → DefaultSegmentBytes, CleanupPolicy
+// "" → CleanupDelete, the compaction settings of a compacted topic 0 →
+// their defaults). Errors wrap ErrInvalidArgument.
+func NormalizeTopicConfig(cfg TopicConfig) (TopicConfig, error) {
 	if cfg.SegmentBytes == 0 {
 		cfg.SegmentBytes = DefaultSegmentBytes
 	}

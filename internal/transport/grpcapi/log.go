@@ -4,7 +4,6 @@ package grpcapi
 // holds its rules (routing, appends, the Fetch long-poll, purge), and back.
 
 import (
-	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -13,7 +12,6 @@ import (
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
-	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // LogService implements sharelogv1.LogServiceServer over a broker.Log.
@@ -96,17 +94,16 @@ func topicToProto(t broker.Topic) *sharelogv1.Topic {
 	info := t.Info
 	// The compaction settings of a topic that does not compact are stored
 	// unset; responses show the defaults they would take.
-	deleteRetention := cmp.Or(info.Config.DeleteRetentionMs, logstore.DefaultDeleteRetentionMs)
-	dirtyRatio := cmp.Or(info.Config.MinCleanableDirtyRatio, logstore.DefaultMinCleanableDirtyRatio)
+	cfg := broker.EffectiveConfig(info.Config)
 	out := &sharelogv1.Topic{
 		Name:    info.Name,
 		TopicId: info.ID,
 		Config: &sharelogv1.TopicConfig{
-			SegmentBytes:           &info.Config.SegmentBytes,
-			RetentionMs:            &info.Config.RetentionMs,
-			CleanupPolicy:          &info.Config.CleanupPolicy,
-			DeleteRetentionMs:      &deleteRetention,
-			MinCleanableDirtyRatio: &dirtyRatio,
+			SegmentBytes:           &cfg.SegmentBytes,
+			RetentionMs:            &cfg.RetentionMs,
+			CleanupPolicy:          &cfg.CleanupPolicy,
+			DeleteRetentionMs:      &cfg.DeleteRetentionMs,
+			MinCleanableDirtyRatio: &cfg.MinCleanableDirtyRatio,
 		},
 		PartitionCount: info.Partitions,
 		Partitions:     make([]*sharelogv1.TopicPartition, len(t.Partitions)),
@@ -132,9 +129,9 @@ func (s *LogService) Produce(ctx context.Context, req *sharelogv1.ProduceRequest
 	if err := s.guard.Require(ctx, authz.Write, authz.Topic, req.GetTopic()); err != nil {
 		return nil, err
 	}
-	recs := make([]logstore.Record, len(req.GetRecords()))
+	recs := make([]broker.Record, len(req.GetRecords()))
 	for i, r := range req.GetRecords() {
-		recs[i] = logstore.Record{Timestamp: r.GetTimestamp(), Key: r.Key, Value: r.Value, Headers: headersFromProto(r.GetHeaders())}
+		recs[i] = broker.Record{Timestamp: r.GetTimestamp(), Key: r.Key, Value: r.Value, Headers: headersFromProto(r.GetHeaders())}
 	}
 	res, err := s.log.Produce(ctx, req.GetTopic(), req.Partition, recs)
 	if err != nil {
@@ -189,18 +186,18 @@ func (s *LogService) ListOffsets(ctx context.Context, req *sharelogv1.ListOffset
 	return &sharelogv1.ListOffsetsResponse{Offset: off, Timestamp: ts}, nil
 }
 
-func headersFromProto(hs []*sharelogv1.RecordHeader) []logstore.Header {
+func headersFromProto(hs []*sharelogv1.RecordHeader) []broker.Header {
 	if len(hs) == 0 {
 		return nil
 	}
-	out := make([]logstore.Header, len(hs))
+	out := make([]broker.Header, len(hs))
 	for i, h := range hs {
-		out[i] = logstore.Header{Key: h.GetKey(), Value: h.GetValue()}
+		out[i] = broker.Header{Key: h.GetKey(), Value: h.GetValue()}
 	}
 	return out
 }
 
-func headersToProto(hs []logstore.Header) []*sharelogv1.RecordHeader {
+func headersToProto(hs []broker.Header) []*sharelogv1.RecordHeader {
 	if len(hs) == 0 {
 		return nil
 	}
@@ -212,7 +209,7 @@ func headersToProto(hs []logstore.Header) []*sharelogv1.RecordHeader {
 }
 
 // recordsToProto converts records; one backing array holds all messages.
-func recordsToProto(recs []logstore.Record) []*sharelogv1.Record {
+func recordsToProto(recs []broker.Record) []*sharelogv1.Record {
 	out := make([]*sharelogv1.Record, len(recs))
 	backing := make([]sharelogv1.Record, len(recs))
 	for i := range recs {

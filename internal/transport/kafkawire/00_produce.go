@@ -2,18 +2,17 @@ package kafkawire
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/broker"
 )
 
 // handleProduce validates each partition's record batches and appends their
-// records with one Append (atomic, contiguous). acks 1 and -1 both mean
-// "durable per --fsync"; acks 0 sends no response.
+// records with one broker.ProduceBatch (atomic, contiguous). acks 1 and -1
+// both mean "durable per --fsync"; acks 0 sends no response.
 func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
@@ -22,7 +21,7 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 	for _, t := range req.Topics {
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic = t.Topic
-		info, terr := l.topicForWrite(ctx, t.Topic)
+		_, terr := l.topicForWrite(ctx, t.Topic)
 		for _, p := range t.Partitions {
 			rp := kmsg.NewProduceResponseTopicPartition()
 			rp.Partition = p.Partition
@@ -33,8 +32,6 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 				rp.ErrorCode = kerr.InvalidRequiredAcks.Code
 			case terr != nil:
 				err = terr
-			case p.Partition < 0 || p.Partition >= info.Partitions:
-				err = logstore.ErrUnknownTopic
 			default:
 				rp.BaseOffset, rp.LogStartOffset, err = l.produce(ctx, dec, t.Topic, p.Partition, p.Records, now)
 			}
@@ -44,7 +41,7 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 					msg := err.Error()
 					rp.ErrorMessage = &msg
 				} else {
-					l.log.Error("kafka produce", "topic", t.Topic, "partition", p.Partition, "error", err)
+					l.logger.Error("kafka produce", "topic", t.Topic, "partition", p.Partition, "error", err)
 				}
 			}
 			rt.Partitions = append(rt.Partitions, rp)
@@ -62,38 +59,23 @@ func (l *Listener) produce(ctx context.Context, dec *batchDecoder, topic string,
 	if err != nil {
 		return -1, -1, err
 	}
-	base, err = l.store.Append(ctx, topic, partition, recs)
-	if err != nil {
-		return -1, -1, err
-	}
-	logStart, _, err = l.store.Bounds(topic, partition)
-	if err != nil {
-		logStart = -1 // the append is durable: report it, without a log start
-	}
-	return base, logStart, nil
+	return l.log.ProduceBatch(ctx, topic, partition, recs)
 }
 
 // topicForWrite looks a topic up, creating it when auto-creation is on.
-func (l *Listener) topicForWrite(ctx context.Context, name string) (logstore.TopicInfo, error) {
-	info, err := l.store.TopicInfo(ctx, name)
-	if err == nil || !errors.Is(err, logstore.ErrUnknownTopic) || !l.cfg.AutoCreateTopics {
-		return info, err
+func (l *Listener) topicForWrite(ctx context.Context, name string) (broker.TopicInfo, error) {
+	if !l.cfg.AutoCreateTopics {
+		return l.log.TopicInfo(ctx, name)
 	}
 	return l.autoCreate(ctx, name)
 }
 
-func (l *Listener) autoCreate(ctx context.Context, name string) (logstore.TopicInfo, error) {
-	info, err := l.store.CreateTopic(ctx, name, l.cfg.DefaultPartitions, l.defaultTopicConfig())
-	if errors.Is(err, logstore.ErrTopicExists) {
-		return l.store.TopicInfo(ctx, name) // created concurrently
+// autoCreate returns the topic name, creating it through the broker (whose
+// subscribers hear of it) when it does not exist.
+func (l *Listener) autoCreate(ctx context.Context, name string) (broker.TopicInfo, error) {
+	info, created, err := l.log.EnsureTopic(ctx, name, l.cfg.DefaultPartitions)
+	if created {
+		l.logger.Info("kafka auto-created topic", "topic", name, "partitions", l.cfg.DefaultPartitions)
 	}
-	if err != nil {
-		return info, err
-	}
-	l.log.Info("kafka auto-created topic", "topic", name, "partitions", l.cfg.DefaultPartitions)
-	return info, nil
-}
-
-func (l *Listener) defaultTopicConfig() logstore.TopicConfig {
-	return logstore.TopicConfig{SegmentBytes: l.cfg.SegmentBytes, RetentionMs: -1, CleanupPolicy: logstore.CleanupDelete}
+	return info, err
 }

@@ -5,6 +5,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharelog/sharelog/internal/broker"
 )
 
 // ListOffsets timestamps with a special meaning.
@@ -15,10 +17,11 @@ const (
 	listEarliestLocal = -4 // tiered storage's local log start: the log start here
 )
 
-// handleListOffsets answers earliest (the log start offset), latest (the
-// high watermark), max timestamp (the offset of the record with the
-// largest timestamp) and by timestamp (the first offset at or above the
-// log start whose timestamp is >= the one asked, or -1 if none).
+// handleListOffsets answers through broker.Log.ListOffsets: earliest (the
+// log start offset), latest (the high watermark), max timestamp (the offset
+// and timestamp of the record with the largest timestamp) and by timestamp
+// (the first offset at or above the log start whose timestamp is >= the
+// one asked, or -1 if none).
 func (l *Listener) handleListOffsets(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.ListOffsetsRequest)
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
@@ -29,62 +32,27 @@ func (l *Listener) handleListOffsets(ctx context.Context, _ *conn, kreq kmsg.Req
 			rp := kmsg.NewListOffsetsResponseTopicPartition()
 			rp.Partition = p.Partition
 			rp.Timestamp, rp.Offset = -1, -1
-			var err error
+			var spec broker.OffsetSpec
 			switch ts := p.Timestamp; {
-			case ts == listEarliest || ts == listEarliestLocal || ts == listLatest:
-				var logStart, hw int64
-				if logStart, hw, err = l.store.Bounds(t.Topic, p.Partition); err == nil {
-					rp.Offset = logStart
-					if ts == listLatest {
-						rp.Offset = hw
-					}
-					rp.LeaderEpoch = 0
-				}
+			case ts == listEarliest || ts == listEarliestLocal:
+				spec = broker.Earliest
+			case ts == listLatest:
+				spec = broker.Latest
 			case ts == listMaxTimestamp:
-				if rp.Offset, rp.Timestamp, err = l.maxTimestamp(ctx, t.Topic, p.Partition); err == nil {
-					rp.LeaderEpoch = 0
-				}
+				spec = broker.MaxTimestamp
 			case ts >= 0:
-				if rp.Offset, rp.Timestamp, err = l.store.OffsetForTimestamp(ctx, t.Topic, p.Partition, ts); err == nil {
-					rp.LeaderEpoch = 0
-				}
-			default:
-				rp.ErrorCode = kerr.InvalidRequest.Code
+				spec = broker.ByTimestamp
 			}
-			if err != nil {
+			if spec == 0 {
+				rp.ErrorCode = kerr.InvalidRequest.Code
+			} else if off, ts, err := l.log.ListOffsets(ctx, t.Topic, p.Partition, spec, max(p.Timestamp, 0)); err != nil {
 				rp.ErrorCode = errorCode(err)
-				rp.Offset, rp.Timestamp = -1, -1
+			} else {
+				rp.Offset, rp.Timestamp, rp.LeaderEpoch = off, ts, 0
 			}
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp, nil
-}
-
-// maxTimestamp scans the partition for the record with the largest
-// timestamp (the first such, as Kafka); (-1, -1) when it is empty. The log
-// store keeps no per-partition maximum, so this reads the whole partition.
-func (l *Listener) maxTimestamp(ctx context.Context, topic string, partition int32) (offset, ts int64, err error) {
-	logStart, hw, err := l.store.Bounds(topic, partition)
-	if err != nil {
-		return -1, -1, err
-	}
-	offset, ts = -1, -1
-	for next := logStart; next < hw; {
-		recs, err := l.store.Read(ctx, topic, partition, next, maxFetchRecords, 4<<20)
-		if err != nil {
-			return -1, -1, err
-		}
-		if len(recs) == 0 {
-			break
-		}
-		for i := range recs {
-			if recs[i].Timestamp > ts {
-				offset, ts = recs[i].Offset, recs[i].Timestamp
-			}
-		}
-		next = recs[len(recs)-1].Offset + 1
-	}
-	return offset, ts, nil
 }

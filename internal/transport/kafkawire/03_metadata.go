@@ -2,12 +2,11 @@ package kafkawire
 
 import (
 	"context"
-	"errors"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/broker"
 )
 
 // nodeID is this single broker's id; it leads every partition and is the
@@ -26,12 +25,12 @@ func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Reques
 	resp.ClusterID = &l.clusterID
 	resp.ControllerID = nodeID
 
-	var infos []logstore.TopicInfo
+	var infos []broker.TopicInfo
 	var errs []error
 	var names []*string
 	var ids [][16]byte
 	if req.Topics == nil {
-		all, err := l.store.Topics(ctx)
+		all, err := l.log.Topics(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -41,14 +40,14 @@ func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Reques
 	} else {
 		autoCreate := l.cfg.AutoCreateTopics && (req.GetVersion() < 4 || req.AllowAutoTopicCreation)
 		for _, t := range req.Topics {
-			var info logstore.TopicInfo
+			var info broker.TopicInfo
 			var err error
-			if t.Topic != nil {
-				info, err = l.store.TopicInfo(ctx, *t.Topic)
-				if errors.Is(err, logstore.ErrUnknownTopic) && autoCreate {
-					info, err = l.autoCreate(ctx, *t.Topic)
-				}
-			} else {
+			switch {
+			case t.Topic != nil && autoCreate:
+				info, err = l.autoCreate(ctx, *t.Topic)
+			case t.Topic != nil:
+				info, err = l.log.TopicInfo(ctx, *t.Topic)
+			default:
 				info, err = l.topicByID(ctx, t.TopicID)
 			}
 			infos, errs, names, ids = append(infos, info), append(errs, err), append(names, t.Topic), append(ids, t.TopicID)

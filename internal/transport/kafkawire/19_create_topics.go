@@ -4,19 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/broker"
 )
 
-// maxPartitions is the partition count bound of CreateTopic over gRPC.
-const maxPartitions = 10000
-
-// handleCreateTopics creates each topic with the configs retention.ms,
-// segment.bytes and cleanup.policy (any other config is INVALID_CONFIG).
+// handleCreateTopics creates each topic through broker.Log.CreateTopic, so
+// that its subscribers hear of it, with the configs the broker parses
+// (broker.TopicSettings.SetConfig; any other config is INVALID_CONFIG).
 // NumPartitions -1 takes --kafka-default-partitions; the replication
 // factor must be -1 or 1 (a single node) and manual assignments are refused.
 func (l *Listener) handleCreateTopics(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
@@ -40,39 +37,32 @@ func (l *Listener) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTo
 		parts = l.cfg.DefaultPartitions
 	}
 	switch {
-	case parts < 1 || parts > maxPartitions:
-		return kerr.InvalidPartitions.Code, fmt.Sprintf("partitions must be between 1 and %d, got %d", maxPartitions, parts)
 	case t.ReplicationFactor != -1 && t.ReplicationFactor != 1:
 		return kerr.InvalidReplicationFactor.Code, fmt.Sprintf("replication factor must be 1 on a single node, got %d", t.ReplicationFactor)
 	case len(t.ReplicaAssignment) > 0:
 		return kerr.InvalidReplicaAssignment.Code, "manual replica assignment is not supported"
 	}
-	cfg := l.defaultTopicConfig()
+	var settings broker.TopicSettings
 	for _, c := range t.Configs {
 		if c.Value == nil {
 			continue
 		}
-		if err := setTopicConfig(&cfg, c.Name, *c.Value); err != nil {
-			return kerr.InvalidConfig.Code, err.Error()
+		if err := settings.SetConfig(c.Name, *c.Value); err != nil {
+			return createTopicCode(err), err.Error()
 		}
 	}
 	if validateOnly {
-		if _, err := l.store.TopicInfo(ctx, t.Topic); err == nil {
-			return kerr.TopicAlreadyExists.Code, fmt.Sprintf("topic %q already exists", t.Topic)
+		if err := l.log.CheckNewTopic(ctx, t.Topic, parts, settings); err != nil {
+			return createTopicCode(err), err.Error()
 		}
 		rt.NumPartitions, rt.ReplicationFactor = parts, 1
 		return 0, ""
 	}
-	info, err := l.store.CreateTopic(ctx, t.Topic, parts, cfg)
+	topic, err := l.log.CreateTopic(ctx, t.Topic, parts, settings)
 	if err != nil {
-		code := errorCode(err)
-		if errors.Is(err, logstore.ErrInvalidArgument) {
-			// Configs and the partition count were checked above: what
-			// the store refuses is the name.
-			code = kerr.InvalidTopicException.Code
-		}
-		return code, err.Error()
+		return createTopicCode(err), err.Error()
 	}
+	info := topic.Info
 	rt.TopicID = topicID(info.ID)
 	rt.NumPartitions, rt.ReplicationFactor = info.Partitions, 1
 	for _, kv := range topicConfigs(info.Config) {
@@ -84,41 +74,20 @@ func (l *Listener) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTo
 	return 0, ""
 }
 
-// Topic config names served over Kafka (the same fields as the gRPC
-// TopicConfig).
-const (
-	cfgRetentionMs   = "retention.ms"
-	cfgSegmentBytes  = "segment.bytes"
-	cfgCleanupPolicy = "cleanup.policy"
-)
-
-func setTopicConfig(cfg *logstore.TopicConfig, name, value string) error {
-	switch name {
-	case cfgRetentionMs:
-		v, err := strconv.ParseInt(value, 10, 64)
-		if err != nil || v < -1 {
-			return fmt.Errorf("%s must be -1 or a non-negative integer, got %q", name, value)
+// createTopicCode is Kafka's code of a refused topic creation: the broker's
+// faults (all INVALID_REQUEST) each have their own.
+func createTopicCode(err error) int16 {
+	if te, ok := errors.AsType[*broker.TopicError](err); ok {
+		switch te.Fault {
+		case broker.FaultName:
+			return kerr.InvalidTopicException.Code
+		case broker.FaultPartitions:
+			return kerr.InvalidPartitions.Code
+		case broker.FaultConfig:
+			return kerr.InvalidConfig.Code
 		}
-		cfg.RetentionMs = v
-	case cfgSegmentBytes:
-		v, err := strconv.ParseInt(value, 10, 64)
-		if err != nil || v < logstore.MinSegmentBytes || v > logstore.MaxSegmentBytes {
-			return fmt.Errorf("%s must be an integer in [%d, %d], got %q", name, logstore.MinSegmentBytes, logstore.MaxSegmentBytes, value)
-		}
-		cfg.SegmentBytes = v
-	case cfgCleanupPolicy:
-		switch value {
-		case logstore.CleanupDelete, logstore.CleanupCompact, logstore.CleanupCompactDelete:
-			cfg.CleanupPolicy = value
-		case "delete,compact":
-			cfg.CleanupPolicy = logstore.CleanupCompactDelete
-		default:
-			return fmt.Errorf("%s must be delete, compact or compact,delete, got %q", name, value)
-		}
-	default:
-		return fmt.Errorf("config %q is not supported (supported: %s, %s, %s)", name, cfgRetentionMs, cfgSegmentBytes, cfgCleanupPolicy)
 	}
-	return nil
+	return errorCode(err)
 }
 
 type configKV struct {
@@ -127,11 +96,12 @@ type configKV struct {
 }
 
 // topicConfigs lists a topic's configs as DescribeConfigs/CreateTopics show
-// them (source 1: DYNAMIC_TOPIC_CONFIG).
-func topicConfigs(c logstore.TopicConfig) []configKV {
-	return []configKV{
-		{cfgCleanupPolicy, c.CleanupPolicy, 1},
-		{cfgRetentionMs, strconv.FormatInt(c.RetentionMs, 10), 1},
-		{cfgSegmentBytes, strconv.FormatInt(c.SegmentBytes, 10), 1},
+// them (broker.ConfigEntries; source 1: DYNAMIC_TOPIC_CONFIG).
+func topicConfigs(c broker.TopicConfig) []configKV {
+	entries := broker.ConfigEntries(c)
+	out := make([]configKV, len(entries))
+	for i, e := range entries {
+		out[i] = configKV{e.Name, e.Value, 1}
 	}
+	return out
 }

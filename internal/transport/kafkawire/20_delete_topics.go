@@ -4,13 +4,11 @@ import (
 	"context"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
-
-	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
-// handleDeleteTopics deletes each topic (by name, or by id from v6) and
-// tells OnTopicDeleted its id, as the gRPC DeleteTopic does, so that share
-// groups drop their state of it.
+// handleDeleteTopics deletes each topic (by name, or by id from v6) through
+// broker.Log.RemoveTopic, whose subscribers (share groups) drop their state
+// of it, as for the gRPC DeleteTopic.
 func (l *Listener) handleDeleteTopics(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.DeleteTopicsRequest)
 	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
@@ -31,24 +29,25 @@ func (l *Listener) handleDeleteTopics(ctx context.Context, _ *conn, kreq kmsg.Re
 	for _, tg := range targets {
 		rt := kmsg.NewDeleteTopicsResponseTopic()
 		rt.Topic, rt.TopicID = tg.name, tg.id
-		var info logstore.TopicInfo
-		var err error
+		name, err := "", error(nil)
 		if tg.name != nil {
-			info, err = l.store.TopicInfo(ctx, *tg.name)
+			name = *tg.name
+		} else if info, ierr := l.topicByID(ctx, tg.id); ierr != nil {
+			err = ierr
 		} else {
-			info, err = l.topicByID(ctx, tg.id)
+			name = info.Name
+			rt.Topic = &name
 		}
 		if err == nil {
-			name := info.Name
-			rt.Topic, rt.TopicID = &name, topicID(info.ID)
-			err = l.store.DeleteTopic(ctx, info.Name)
+			info, derr := l.log.RemoveTopic(ctx, name)
+			if err = derr; err == nil {
+				rt.Topic, rt.TopicID = &info.Name, topicID(info.ID)
+			}
 		}
 		if err != nil {
 			rt.ErrorCode = errorCode(err)
 			msg := err.Error()
 			rt.ErrorMessage = &msg
-		} else if l.cfg.OnTopicDeleted != nil {
-			l.cfg.OnTopicDeleted(info.ID)
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}

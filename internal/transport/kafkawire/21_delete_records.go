@@ -3,74 +3,46 @@ package kafkawire
 import (
 	"context"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/broker"
 )
 
-// handleDeleteRecords moves each partition's log start offset (purge), with
-// the rules of the gRPC Purge (docs/purge.md): -1
-// means the high watermark; an offset above it is OFFSET_OUT_OF_RANGE; one
-// at or below the log start changes nothing. Each partition has its own
-// result, the low watermark after the call. A partition named twice in one
-// request is INVALID_REQUEST for both entries (sharelog is stricter than
-// Kafka here: the order of two purges of one partition would be ambiguous).
+// handleDeleteRecords moves each partition's log start offset through
+// broker.Log.Purge, which holds the purge rules (docs/purge.md): each
+// partition judged alone, -1 means the high watermark, an offset above it
+// is OFFSET_OUT_OF_RANGE, one at or below the log start changes nothing, a
+// partition named twice in one request is INVALID_REQUEST for both entries.
+// Each partition's result is the low watermark after the call.
 func (l *Listener) handleDeleteRecords(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.DeleteRecordsRequest)
 	resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
-	type tp struct {
-		t string
-		p int32
-	}
-	seen := map[tp]int{}
-	for _, t := range req.Topics {
-		for _, p := range t.Partitions {
-			seen[tp{t.Topic, p.Partition}]++
+	topics := make([]broker.PurgeTopic, len(req.Topics))
+	for i, t := range req.Topics {
+		topics[i] = broker.PurgeTopic{Topic: t.Topic, Partitions: make([]broker.PurgePartition, len(t.Partitions))}
+		for j, p := range t.Partitions {
+			topics[i].Partitions[j] = broker.PurgePartition{Partition: p.Partition, Offset: p.Offset}
 		}
 	}
-	for _, t := range req.Topics {
+	res, err := l.log.Purge(ctx, topics)
+	if err != nil {
+		l.logger.Error("kafka delete records", "error", err)
+	}
+	for i, t := range req.Topics {
 		rt := kmsg.NewDeleteRecordsResponseTopic()
 		rt.Topic = t.Topic
-		for _, p := range t.Partitions {
+		for j, p := range t.Partitions {
 			rp := kmsg.NewDeleteRecordsResponseTopicPartition()
-			rp.Partition = p.Partition
-			rp.LowWatermark = -1
-			switch {
-			case seen[tp{t.Topic, p.Partition}] > 1:
-				rp.ErrorCode = kerr.InvalidRequest.Code
-			case p.Offset < -1:
-				rp.ErrorCode = kerr.OffsetOutOfRange.Code
-			default:
-				rp.LowWatermark, rp.ErrorCode = l.purge(ctx, t.Topic, p.Partition, p.Offset)
+			rp.Partition, rp.LowWatermark = p.Partition, -1
+			if err != nil {
+				rp.ErrorCode = errorCode(err) // the store failed the whole call
+			} else {
+				r := res[i].Partitions[j]
+				rp.LowWatermark, rp.ErrorCode = r.LowWatermark, r.Code.KafkaCode()
 			}
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp, nil
-}
-
-func (l *Listener) purge(ctx context.Context, topic string, partition int32, offset int64) (int64, int16) {
-	info, err := l.store.TopicInfo(ctx, topic)
-	switch {
-	case err != nil:
-		return -1, errorCode(err)
-	case partition < 0 || partition >= info.Partitions:
-		return -1, kerr.UnknownTopicOrPartition.Code
-	case info.Config.CleanupPolicy == logstore.CleanupCompact:
-		return -1, kerr.PolicyViolation.Code // a compacted-only topic cannot be purged
-	}
-	if offset == -1 {
-		_, hw, err := l.store.Bounds(topic, partition)
-		if err != nil {
-			return -1, errorCode(err)
-		}
-		offset = hw
-	}
-	logStart, err := l.store.DeleteRecordsBefore(ctx, topic, partition, offset)
-	if err != nil {
-		return -1, errorCode(err)
-	}
-	return logStart, 0
 }

@@ -8,8 +8,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// handleDescribeConfigs describes TOPIC resources (retention.ms,
-// segment.bytes, cleanup.policy) and GROUP resources (the share.* configs,
+// handleDescribeConfigs describes TOPIC resources (broker.ConfigEntries:
+// cleanup.policy, delete.retention.ms, min.cleanable.dirty.ratio,
+// retention.ms, segment.bytes) and GROUP resources (the share.* configs,
 // effective values); ConfigNames filters when set.
 func (l *Listener) handleDescribeConfigs(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.DescribeConfigsRequest)
@@ -20,7 +21,7 @@ func (l *Listener) handleDescribeConfigs(ctx context.Context, _ *conn, kreq kmsg
 		var kvs []configKV
 		switch r.ResourceType {
 		case kmsg.ConfigResourceTypeTopic:
-			info, err := l.store.TopicInfo(ctx, r.ResourceName)
+			info, err := l.log.TopicInfo(ctx, r.ResourceName)
 			if err != nil {
 				rr.ErrorCode, rr.ErrorMessage = l.requestError("describe configs", err)
 				break

@@ -9,6 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharelog/sharelog/internal/broker"
 )
 
 func produceN(t *testing.T, cl *kgo.Client, topic string, partition int32, n int, ts time.Time) {
@@ -168,13 +170,17 @@ func TestCreateDeleteTopics(t *testing.T) {
 	}
 
 	var deleted []string
-	f.l.cfg.OnTopicDeleted = func(id string) { deleted = append(deleted, id) }
+	f.log.Subscribe(func(ev broker.TopicEvent) {
+		if ev.Kind == broker.TopicDeleted {
+			deleted = append(deleted, ev.Topic.ID)
+		}
+	})
 	dres, err := adm.DeleteTopic(ctx, "orders")
 	if err != nil || dres.Err != nil {
 		t.Fatalf("delete: %v %+v", err, dres)
 	}
 	if len(deleted) != 1 || deleted[0] != info.ID {
-		t.Fatalf("OnTopicDeleted got %v, want [%s]", deleted, info.ID)
+		t.Fatalf("topic deleted events %v, want [%s]", deleted, info.ID)
 	}
 	dres, _ = adm.DeleteTopic(ctx, "orders")
 	if !errors.Is(dres.Err, kerr.UnknownTopicOrPartition) {

@@ -3,9 +3,10 @@
 // (franz-go, librdkafka and kcat, kafkajs) produce, consume, purge and
 // administer topics. It has no semantics of its own: every handler decodes
 // the request with kmsg, calls the same domain packages the gRPC handlers
-// call (logstore, sharegroup), and encodes the answer; an error's code is
-// its domain reason's Kafka code (errors.go: broker.ErrorOf, the coordinator
-// answers of the group calls, and the listener's own codec errors). docs/kafka.md describes what is served.
+// call (broker for the log, never a store; sharegroup), and encodes the
+// answer; an error's code is its domain reason's Kafka code (errors.go:
+// broker.ErrorOf, the coordinator answers of the group calls, and the
+// listener's own codec errors). docs/kafka.md describes what is served.
 //
 // # Files
 //
@@ -24,5 +25,5 @@
 // an unsupported version closes that connection only (ApiVersions answers an
 // unsupported version with its range instead, KIP-511). Nothing a request
 // does is half-applied: a Produce validates every batch of a partition
-// before its one Append.
+// before its one broker.Log.ProduceBatch.
 package kafkawire

@@ -60,7 +60,7 @@ func (l *Listener) requestError(op string, err error) (int16, *string) {
 	code := groupErrorCode(err)
 	e := broker.ErrorOf(err)
 	if e == nil || e.Reason == apierr.Internal || e.Reason == apierr.None {
-		l.log.Error("kafka "+op, "error", err)
+		l.logger.Error("kafka "+op, "error", err)
 		return code, nil
 	}
 	msg := e.Message

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
@@ -205,8 +206,9 @@ func FuzzConnection(f *testing.F) {
 	if _, err := store.CreateTopic(context.Background(), "t", 2, logstore.TopicConfig{SegmentBytes: 1 << 20, RetentionMs: -1, CleanupPolicy: logstore.CleanupDelete}); err != nil {
 		f.Fatal(err)
 	}
-	l := &Listener{cfg: Config{MaxRequestBytes: 1 << 16, DefaultPartitions: 1}, store: store,
-		log: slog.New(slog.DiscardHandler), clusterID: "fuzz", host: "127.0.0.1", port: 9092}
+	l := &Listener{cfg: Config{MaxRequestBytes: 1 << 16, DefaultPartitions: 1},
+		log:    broker.New(store, broker.Config{SegmentBytes: 1 << 20, Logger: slog.New(slog.DiscardHandler)}),
+		logger: slog.New(slog.DiscardHandler), clusterID: "fuzz", host: "127.0.0.1", port: 9092}
 	l.handlers = l.handlerTable()
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r := bytes.NewReader(in)

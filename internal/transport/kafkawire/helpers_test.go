@@ -9,26 +9,29 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 type fixture struct {
 	t     *testing.T
 	store logstore.Store
+	log   *broker.Log // the log domain over store, which the listener calls
 	l     *Listener
 	addr  string
 }
 
-// newFixture starts a listener on 127.0.0.1:0 over a memory store.
+// newFixture starts a listener on 127.0.0.1:0 over the log domain over a
+// memory store.
 func newFixture(t *testing.T, mutate ...func(*Config)) *fixture {
 	t.Helper()
 	store := logstore.NewMem()
-	cfg := Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), SegmentBytes: 1 << 20,
-		Logger: slog.New(slog.DiscardHandler)}
+	log := broker.New(store, broker.Config{SegmentBytes: 1 << 20, Logger: slog.New(slog.DiscardHandler)})
+	cfg := Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	l, err := Listen(cfg, store)
+	l, err := Listen(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +41,7 @@ func newFixture(t *testing.T, mutate ...func(*Config)) *fixture {
 		}
 		store.Close()
 	})
-	return &fixture{t: t, store: store, l: l, addr: l.Addr().String()}
+	return &fixture{t: t, store: store, log: log, l: l, addr: l.Addr().String()}
 }
 
 func (f *fixture) client(opts ...kgo.Opt) *kgo.Client {

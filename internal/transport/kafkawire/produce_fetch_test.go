@@ -93,13 +93,13 @@ func TestConsumeFromLatestAndTimestamp(t *testing.T) {
 		t.Fatalf("by timestamp: first offset %d, want 7", got[0].Offset)
 	}
 	byTime.Close() // its long-poll must not be mistaken for the next consumer's
-	waitFor(t, func() bool { return f.l.waitingFetches.Load() == 0 })
+	waitFor(t, func() bool { return f.log.Polling() == 0 })
 
 	latest := f.client(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"t": {0: kgo.NewOffset().AtEnd()}}))
 	done := make(chan []*kgo.Record, 1)
 	go func() { done <- latest.PollFetches(ctx).Records() }()
 	// The consumer long-polls at the end; the next record is the only one it sees.
-	waitFor(t, func() bool { return f.l.waitingFetches.Load() > 0 })
+	waitFor(t, func() bool { return f.log.Polling() > 0 })
 	if err := p.ProduceSync(ctx, &kgo.Record{Value: []byte("new")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/broker"
 )
 
 var (
@@ -66,11 +66,11 @@ func newBatchDecoder(max int) *batchDecoder { return &batchDecoder{max: max, bud
 // Produce) and returns their records, timestamps resolved (a batch without
 // a create time, or with LogAppendTime, gets now). Nothing is returned
 // unless every batch is valid.
-func (d *batchDecoder) decodeBatches(raw []byte, now int64) ([]logstore.Record, error) {
+func (d *batchDecoder) decodeBatches(raw []byte, now int64) ([]broker.Record, error) {
 	if len(raw) == 0 {
 		return nil, fmt.Errorf("%w: no record batch", errCorruptBatch)
 	}
-	var out []logstore.Record
+	var out []broker.Record
 	budget := d.budget
 	for len(raw) > 0 {
 		if len(raw) < batchHeaderLen {
@@ -118,7 +118,7 @@ func (d *batchDecoder) decodeBatches(raw []byte, now int64) ([]logstore.Record, 
 
 // appendRecords parses n records from payload. Record offset deltas must be
 // 0..n-1 and the payload must hold exactly n records.
-func appendRecords(out []logstore.Record, payload []byte, n int32, baseTs int64, logAppend bool, now int64) ([]logstore.Record, error) {
+func appendRecords(out []broker.Record, payload []byte, n int32, baseTs int64, logAppend bool, now int64) ([]broker.Record, error) {
 	for i := int32(0); i < n; i++ {
 		l, sz := kbin.Varint(payload)
 		if sz <= 0 || l <= 0 || int64(l) > int64(len(payload)-sz) {
@@ -139,11 +139,11 @@ func appendRecords(out []logstore.Record, payload []byte, n int32, baseTs int64,
 				return nil, fmt.Errorf("%w: record %d has negative timestamp %d", errInvalidRecord, i, ts)
 			}
 		}
-		rec := logstore.Record{Timestamp: ts, Key: r.Key, Value: r.Value}
+		rec := broker.Record{Timestamp: ts, Key: r.Key, Value: r.Value}
 		if len(r.Headers) > 0 {
-			rec.Headers = make([]logstore.Header, len(r.Headers))
+			rec.Headers = make([]broker.Header, len(r.Headers))
 			for j, h := range r.Headers {
-				rec.Headers[j] = logstore.Header{Key: h.Key, Value: h.Value}
+				rec.Headers[j] = broker.Header{Key: h.Key, Value: h.Value}
 			}
 		}
 		out = append(out, rec)
@@ -258,7 +258,7 @@ func decodeSnappy(src []byte, max int, tooLarge func() error) ([]byte, error) {
 
 // appendBatch encodes recs (ascending offsets, possibly with gaps) as one
 // uncompressed RecordBatch v2 with CreateTime timestamps.
-func appendBatch(dst []byte, recs []logstore.Record) []byte {
+func appendBatch(dst []byte, recs []broker.Record) []byte {
 	if len(recs) == 0 {
 		return dst
 	}
@@ -299,7 +299,7 @@ func appendBatch(dst []byte, recs []logstore.Record) []byte {
 
 // recordLen is the encoded size of r in a batch starting at base and
 // firstTs, without its own length prefix.
-func recordLen(r *logstore.Record, base, firstTs int64) int {
+func recordLen(r *broker.Record, base, firstTs int64) int {
 	n := 1 + kbin.VarlongLen(r.Timestamp-firstTs) + kbin.VarintLen(int32(r.Offset-base)) + varintBytesLen(r.Key) +
 		varintBytesLen(r.Value) + kbin.VarintLen(int32(len(r.Headers)))
 	for _, h := range r.Headers {
@@ -308,7 +308,7 @@ func recordLen(r *logstore.Record, base, firstTs int64) int {
 	return n
 }
 
-func appendRecord(dst []byte, r *logstore.Record, base, firstTs int64) []byte {
+func appendRecord(dst []byte, r *broker.Record, base, firstTs int64) []byte {
 	tsd := r.Timestamp - firstTs
 	od := int32(r.Offset - base)
 	n := recordLen(r, base, firstTs)

@@ -19,15 +19,16 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/sharegroup"
-	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // DefaultMaxRequestBytes is the default --kafka-max-request-bytes.
 const DefaultMaxRequestBytes = 100 << 20
 
-// LongPolls bounds the waiting Fetch calls, shared with the other
-// transports (the server passes the same bound as to gRPC).
+// LongPolls bounds the waiting ShareFetch calls, shared with the other
+// transports (the server passes the same bound as to gRPC and to the
+// broker, whose bound the Fetch long-poll takes).
 type LongPolls interface {
 	TryAcquire() bool
 	Release()
@@ -44,7 +45,7 @@ type Config struct {
 	// listening address.
 	AdvertisedAddr string
 	// AutoCreateTopics creates an unknown topic named by Metadata or Produce
-	// with DefaultPartitions partitions.
+	// with DefaultPartitions partitions and the broker's default settings.
 	AutoCreateTopics  bool
 	DefaultPartitions int32
 	// MaxRequestBytes caps a request frame and the decompressed size of
@@ -52,12 +53,7 @@ type Config struct {
 	MaxRequestBytes int32
 	// DataDir holds the persisted cluster id (file kafka-cluster-id).
 	DataDir string
-	// SegmentBytes is the segment size of topics created without one.
-	SegmentBytes int64
-	// OnTopicDeleted is told the id of every topic DeleteTopics removes, so
-	// that state bound to it (share groups) goes with it.
-	OnTopicDeleted func(topicID string)
-	// LongPolls bounds waiting fetches; nil = no bound.
+	// LongPolls bounds waiting share fetches; nil = no bound.
 	LongPolls LongPolls
 	// Share is the share-group manager; nil = share-group APIs are not
 	// advertised.
@@ -65,19 +61,17 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Listener serves the Kafka protocol over a logstore.Store.
+// Listener serves the Kafka protocol over the log domain (a *broker.Log).
 type Listener struct {
 	cfg       Config
-	store     logstore.Store
-	log       *slog.Logger
+	log       *broker.Log
+	logger    *slog.Logger
 	ln        net.Listener
 	clusterID string
 	host      string
 	port      int32
 	handlers  map[int16]handler
 
-	// waitingFetches counts fetches in their long-poll (tests wait on it).
-	waitingFetches atomic.Int64
 	// panics counts recovered handler panics (each closed its connection).
 	panics atomic.Int64
 
@@ -85,7 +79,7 @@ type Listener struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// idNames caches Kafka topic id → name (checked against the store on use).
+	// idNames caches Kafka topic id → name (checked against the log on use).
 	idNames sync.Map
 
 	mu          sync.Mutex
@@ -94,8 +88,10 @@ type Listener struct {
 	closed      bool
 }
 
-// Listen opens the listener and starts accepting connections.
-func Listen(cfg Config, store logstore.Store) (*Listener, error) {
+// Listen opens the listener over log and starts accepting connections.
+// Topic deletions reach the share groups through log's topic events, as
+// for every transport.
+func Listen(cfg Config, log *broker.Log) (*Listener, error) {
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
 	}
@@ -130,7 +126,7 @@ func Listen(cfg Config, store logstore.Store) (*Listener, error) {
 		return nil, fmt.Errorf("kafka advertised address %q: bad port", adv)
 	}
 	l := &Listener{
-		cfg: cfg, store: store, log: cfg.Logger.With("component", "kafka"), ln: ln,
+		cfg: cfg, log: log, logger: cfg.Logger.With("component", "kafka"), ln: ln,
 		clusterID: id, host: host, port: int32(port), conns: map[*conn]struct{}{},
 	}
 	l.handlers = l.handlerTable()
@@ -170,7 +166,7 @@ func (l *Listener) accept() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			l.log.Warn("kafka accept", "error", err)
+			l.logger.Warn("kafka accept", "error", err)
 			continue
 		}
 		c := &conn{l: l, nc: nc}
@@ -217,7 +213,7 @@ func (c *conn) serve() {
 			frame, err := readFrame(r, &in, c.l.cfg.MaxRequestBytes)
 			if err != nil {
 				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
-					c.l.log.Info("kafka connection closed", "remote", c.nc.RemoteAddr().String(), "reason", err)
+					c.l.logger.Info("kafka connection closed", "remote", c.nc.RemoteAddr().String(), "reason", err)
 				}
 				return
 			}
@@ -243,7 +239,7 @@ func (c *conn) serve() {
 		var err error
 		out, err = c.handle(ctx, frame, out[:0])
 		if err != nil {
-			c.l.log.Info("kafka connection closed", "remote", c.nc.RemoteAddr().String(), "reason", err)
+			c.l.logger.Info("kafka connection closed", "remote", c.nc.RemoteAddr().String(), "reason", err)
 			return
 		}
 		if len(out) > 0 {
@@ -263,7 +259,7 @@ func (c *conn) handle(ctx context.Context, frame, out []byte) (_ []byte, err err
 	defer func() {
 		if p := recover(); p != nil {
 			c.l.panics.Add(1)
-			c.l.log.Error("kafka handler panic", "panic", p, "stack", string(debug.Stack()))
+			c.l.logger.Error("kafka handler panic", "panic", p, "stack", string(debug.Stack()))
 			err = fmt.Errorf("internal error")
 		}
 	}()

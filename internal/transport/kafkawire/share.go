@@ -9,8 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/sharegroup"
-	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // shareSessionKey names a share session (group, member).
@@ -83,7 +83,7 @@ func (c *conn) endShareSessions() {
 	for _, k := range owned {
 		_, err := c.l.cfg.Share.ShareAcknowledge(ctx, sharegroup.AckRequest{GroupID: k.group, MemberID: k.member, Epoch: -1})
 		if err != nil && apierr.ReasonOf(err) != apierr.ShareSessionNotFound {
-			c.l.log.Warn("kafka: end share session of a closed connection", "group", k.group, "member", k.member, "error", err)
+			c.l.logger.Warn("kafka: end share session of a closed connection", "group", k.group, "member", k.member, "error", err)
 		}
 	}
 }
@@ -100,7 +100,7 @@ func optString(s string) *string {
 func (l *Listener) resolveTopicID(ctx context.Context, id [16]byte) (string, bool) {
 	if v, ok := l.idNames.Load(id); ok {
 		name := v.(string)
-		if info, err := l.store.TopicInfo(ctx, name); err == nil && topicID(info.ID) == id {
+		if info, err := l.log.TopicInfo(ctx, name); err == nil && topicID(info.ID) == id {
 			return name, true
 		}
 		l.idNames.Delete(id)
@@ -115,7 +115,7 @@ func (l *Listener) resolveTopicID(ctx context.Context, id [16]byte) (string, boo
 
 // nameID returns the Kafka topic id of a topic name (zero if unknown).
 func (l *Listener) nameID(ctx context.Context, name string) [16]byte {
-	info, err := l.store.TopicInfo(ctx, name)
+	info, err := l.log.TopicInfo(ctx, name)
 	if err != nil {
 		return [16]byte{}
 	}
@@ -287,7 +287,7 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 
 // encodeAcquired encodes records (one per acquired offset, ascending) as
 // one batch per acquired range.
-func encodeAcquired(recs []logstore.Record, acquired []sharegroup.AcquiredRange) []byte {
+func encodeAcquired(recs []broker.Record, acquired []sharegroup.AcquiredRange) []byte {
 	out := []byte{} // empty, not null, as for Fetch
 	i := 0
 	for _, a := range acquired {

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 )
@@ -30,8 +31,13 @@ func newShareFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	cfg := f.l.cfg
-	cfg.Share, cfg.OnTopicDeleted = m, m.TopicDeleted
-	l, err := Listen(cfg, f.store)
+	cfg.Share = m
+	f.log.Subscribe(func(ev broker.TopicEvent) {
+		if ev.Kind == broker.TopicDeleted {
+			m.TopicDeleted(ev.Topic.ID)
+		}
+	})
+	l, err := Listen(cfg, f.log)
 	if err != nil {
 		t.Fatal(err)
 	}

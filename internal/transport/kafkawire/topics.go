@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/broker"
 )
 
 // topicID converts a sharelog topic id (a UUID string) to Kafka's 16 bytes.
@@ -19,18 +19,18 @@ func topicID(id string) [16]byte {
 }
 
 // topicByID finds the topic whose id is id; ErrUnknownTopic if none.
-func (l *Listener) topicByID(ctx context.Context, id [16]byte) (logstore.TopicInfo, error) {
+func (l *Listener) topicByID(ctx context.Context, id [16]byte) (broker.TopicInfo, error) {
 	if id == ([16]byte{}) {
-		return logstore.TopicInfo{}, fmt.Errorf("%w: zero topic id", logstore.ErrUnknownTopic)
+		return broker.TopicInfo{}, fmt.Errorf("%w: zero topic id", broker.ErrUnknownTopic)
 	}
-	topics, err := l.store.Topics(ctx)
+	topics, err := l.log.Topics(ctx)
 	if err != nil {
-		return logstore.TopicInfo{}, err
+		return broker.TopicInfo{}, err
 	}
 	for _, t := range topics {
 		if topicID(t.ID) == id {
 			return t, nil
 		}
 	}
-	return logstore.TopicInfo{}, fmt.Errorf("%w: topic id %s", logstore.ErrUnknownTopic, uuid.UUID(id))
+	return broker.TopicInfo{}, fmt.Errorf("%w: topic id %s", broker.ErrUnknownTopic, uuid.UUID(id))
 }

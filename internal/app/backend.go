@@ -57,6 +57,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		DLQTopicPrefix:          cfg.DLQTopicPrefix,
 		DeadLetterAfterAppend:   o.DeadLetterAfterAppend,
 		MaxSessionsPerPrincipal: cfg.MaxShareSessionsPerPrincipal,
+		LongPolls:               s.longPolls,
 	}); err != nil {
 		return nil, fmt.Errorf("open share-group state: %w", err)
 	}
@@ -82,7 +83,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		}
 		return ids, err
 	})
-	b.shareSv = grpcapi.NewShareGroupService(b.share, s.longPolls, s.guard, grpcapi.WithDLQAutoCreate(s.cfg.DLQAutoCreateTopics))
+	b.shareSv = grpcapi.NewShareGroupService(b.share, s.guard, grpcapi.WithDLQAutoCreate(s.cfg.DLQAutoCreateTopics))
 	// Change streams get the traced store and the traced key index, so
 	// their reads are spans of the call, as every other RPC's.
 	tracedKeys := telemetry.TraceKeyIndex(keys, s.tel.Tracer, s.tel.Meter)

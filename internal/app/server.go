@@ -292,7 +292,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			AdvertisedAddr:   cfg.KafkaAdvertisedAddr,
 			AutoCreateTopics: cfg.KafkaAutoCreateTopics, DefaultPartitions: int32(cfg.KafkaDefaultPartitions),
 			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir,
-			LongPolls: s.longPolls, Share: s.share, Logger: log,
+			Share: s.share, Logger: log,
 		}, s.fileBackend.logAPI); err != nil {
 			kln.Close()
 			return nil, fmt.Errorf("kafka listener on --kafka-addr %s: %w", cfg.KafkaAddr, err)

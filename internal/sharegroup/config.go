@@ -36,6 +36,11 @@ type Options struct {
 	DLQTopicPrefix      string
 	// MaxSessionsPerPrincipal is --max-share-sessions-per-principal (0 = half of MaxShareSessions).
 	MaxSessionsPerPrincipal int
+	// LongPolls bounds the calls waiting for records at once, shared with
+	// the log's fetches (--max-long-polls; the broker's LongPolls): a
+	// ShareFetch that would wait while every slot is taken is answered at
+	// once, as if its max_wait_ms were 0. Nil = no bound.
+	LongPolls LongPolls
 
 	// Cluster mode, partitioned (owners.go, docs/cluster.md
 	// "Share-partitions at their owners"); nil for a single server, which
@@ -61,6 +66,12 @@ type Options struct {
 	// dlqManual (tests) keeps the dead-letter worker from starting: the
 	// test calls DeadLetterFlush.
 	dlqManual bool
+}
+
+// LongPolls is a bound of waiting calls (broker.LongPolls satisfies it).
+type LongPolls interface {
+	TryAcquire() bool
+	Release()
 }
 
 // Bounds of group config fields that are not flags.

@@ -66,6 +66,13 @@ func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchRespon
 		return FetchResponse{}, ErrClosed
 	}
 	defer m.leave()
+	if req.MaxWaitMs > 0 && m.opts.LongPolls != nil {
+		if m.opts.LongPolls.TryAcquire() {
+			defer m.opts.LongPolls.Release()
+		} else {
+			req.MaxWaitMs = 0 // every long-poll slot is taken: answer now
+		}
+	}
 	if err := validateFetch(&req); err != nil {
 		return FetchResponse{}, err
 	}

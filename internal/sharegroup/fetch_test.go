@@ -3,6 +3,7 @@ package sharegroup
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -223,6 +224,27 @@ func TestLongPoll(t *testing.T) {
 			resp := <-waitFetch(e, "a", FetchRequest{MaxWaitMs: 5000})
 			assert.Equal(t, 5*time.Second, time.Since(start))
 			assert.Empty(t, resp.Partitions)
+		})
+	})
+	t.Run("no long-poll slot free answers at once", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			slots := &countingSlots{free: 0}
+			e := setup(t, func(o *testOpts) { o.LongPolls = slots })
+			start := time.Now()
+			resp := <-waitFetch(e, "a", FetchRequest{MaxWaitMs: 5000})
+			assert.Zero(t, time.Since(start), "answered as if max_wait_ms were 0")
+			assert.Empty(t, resp.Partitions)
+			assert.Equal(t, 1, slots.tries)
+		})
+	})
+	t.Run("a waiting fetch holds a slot until it answers", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			slots := &countingSlots{free: 1}
+			e := setup(t, func(o *testOpts) { o.LongPolls = slots })
+			ch := waitFetch(e, "a", FetchRequest{MaxWaitMs: 5000})
+			assert.Equal(t, 0, slots.freeNow(), "the waiting fetch took the slot")
+			<-ch
+			assert.Equal(t, 1, slots.freeNow(), "and gave it back")
 		})
 	})
 	t.Run("max_wait 0 never waits", func(t *testing.T) {
@@ -551,4 +573,34 @@ func TestRecreatedTopicNamedAgain(t *testing.T) {
 	assert.Equal(t, apierr.None, part(t, resp, x).ErrorCode)
 	e.produce("t", 0, 1, 1)
 	assert.Equal(t, []AcquiredRange{rng(2, 2, 1)}, acquired(t, e.fetch("m", FetchRequest{}), x))
+}
+
+// countingSlots is a LongPolls bound with free slots.
+type countingSlots struct {
+	mu    sync.Mutex
+	free  int
+	tries int
+}
+
+func (c *countingSlots) TryAcquire() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tries++
+	if c.free == 0 {
+		return false
+	}
+	c.free--
+	return true
+}
+
+func (c *countingSlots) Release() {
+	c.mu.Lock()
+	c.free++
+	c.mu.Unlock()
+}
+
+func (c *countingSlots) freeNow() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.free
 }

@@ -14,7 +14,7 @@
 // reason (codeToProto). Internal errors are logged with the trace
 // id and masked: clients never see file paths or stack traces.
 //
-// A ShareFetch that may wait takes a broker.LongPolls slot here, around the
-// domain call, so that the share-group domain stays unaware of server-wide
-// limits.
+// The long-poll slots (--max-long-polls) are taken by the domain, not
+// here: the broker for Fetch, the share-group manager for ShareFetch, so
+// that every transport is bound by the same slots.
 package grpcapi

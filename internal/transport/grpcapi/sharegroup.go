@@ -28,7 +28,6 @@ import (
 	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/authz"
-	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
 
@@ -59,7 +58,6 @@ type ShareGroupService struct {
 	sharelogv1.UnimplementedShareGroupServiceServer
 
 	groups    ShareGroups
-	longPolls *broker.LongPolls
 	guard     *authz.Guard
 	// dlqAutoCreate is --dlq-auto-create-topics: the server may create a
 	// group's dead-letter topic, so naming one needs CREATE as well.
@@ -75,11 +73,11 @@ func WithDLQAutoCreate(on bool) ShareGroupOption {
 	return func(s *ShareGroupService) { s.dlqAutoCreate = on }
 }
 
-// NewShareGroupService returns the ShareGroupService handlers; longPolls
-// bounds waiting ShareFetch calls together with Fetch (nil = no bound);
-// guard checks permissions (nil = none).
-func NewShareGroupService(groups ShareGroups, longPolls *broker.LongPolls, guard *authz.Guard, opts ...ShareGroupOption) *ShareGroupService {
-	s := &ShareGroupService{groups: groups, longPolls: longPolls, guard: guard}
+// NewShareGroupService returns the ShareGroupService handlers; guard
+// checks permissions (nil = none). The share-group domain bounds waiting
+// ShareFetch calls itself (sharegroup Options.LongPolls).
+func NewShareGroupService(groups ShareGroups, guard *authz.Guard, opts ...ShareGroupOption) *ShareGroupService {
+	s := &ShareGroupService{groups: groups, guard: guard}
 	for _, o := range opts {
 		o(s)
 	}
@@ -118,13 +116,6 @@ func (s *ShareGroupService) ShareFetch(ctx context.Context, req *sharelogv1.Shar
 	for _, t := range req.GetForgottenTopicsData() {
 		for _, p := range t.GetPartitions() {
 			dreq.Forgotten = append(dreq.Forgotten, sharegroup.TopicPartition{Topic: t.GetTopic(), Partition: p})
-		}
-	}
-	if dreq.MaxWaitMs > 0 {
-		if s.longPolls.TryAcquire() {
-			defer s.longPolls.Release()
-		} else {
-			dreq.MaxWaitMs = 0
 		}
 	}
 	resp, err := s.groups.ShareFetch(ctx, dreq)

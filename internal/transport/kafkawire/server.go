@@ -26,14 +26,6 @@ import (
 // DefaultMaxRequestBytes is the default --kafka-max-request-bytes.
 const DefaultMaxRequestBytes = 100 << 20
 
-// LongPolls bounds the waiting ShareFetch calls, shared with the other
-// transports (the server passes the same bound as to gRPC and to the
-// broker, whose bound the Fetch long-poll takes).
-type LongPolls interface {
-	TryAcquire() bool
-	Release()
-}
-
 // Config configures a Listener.
 type Config struct {
 	// Addr is the address to listen on (host:port), unless Listener is set.
@@ -53,8 +45,6 @@ type Config struct {
 	MaxRequestBytes int32
 	// DataDir holds the persisted cluster id (file kafka-cluster-id).
 	DataDir string
-	// LongPolls bounds waiting share fetches; nil = no bound.
-	LongPolls LongPolls
 	// Share is the share-group manager; nil = share-group APIs are not
 	// advertised.
 	Share  *sharegroup.Manager

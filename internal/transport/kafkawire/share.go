@@ -222,13 +222,6 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 			fr.Forgotten = append(fr.Forgotten, sharegroup.TopicPartition{Topic: name, Partition: p})
 		}
 	}
-	if fr.MaxWaitMs > 0 && l.cfg.LongPolls != nil {
-		if l.cfg.LongPolls.TryAcquire() {
-			defer l.cfg.LongPolls.Release()
-		} else {
-			fr.MaxWaitMs = 0 // every long-poll slot is taken: answer now
-		}
-	}
 	out, err := l.cfg.Share.ShareFetch(ctx, fr)
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share fetch", err)

@@ -82,6 +82,7 @@ func TestDomainPackagesStayTransportFree(t *testing.T) {
 		mod + "internal/storage/sharestate/...",
 		mod + "internal/changestream",
 		mod + "internal/sessioncache",
+		mod + "internal/ownership",
 	}
 	forbidden := []string{mod + "internal/transport/grpcapi", "google.golang.org/grpc", mod + "gen/"}
 	for _, pkg := range domain {

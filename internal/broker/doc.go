@@ -13,6 +13,11 @@
 //   - the Fetch long-poll: at the high watermark a fetch waits up to its
 //     MaxWait for an append, if a [LongPolls] slot is free;
 //   - purge: each partition judged alone (docs/purge.md);
+//   - routing by partition owner in a partitioned cluster (route.go): the
+//     partitions this instance serves are served here, under a hold that
+//     keeps them here while an append or purge runs, the others at their
+//     owner ([Owners], [Peers]); a call another instance forwarded is
+//     never forwarded again ([WithForwardedBy]);
 //   - topic lifecycle events: share groups, change streams and future
 //     listeners [Log.Subscribe] to topic creation and deletion instead of
 //     being called back by a handler.

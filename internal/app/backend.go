@@ -30,14 +30,24 @@ type backend struct {
 
 // openBackend builds a backend over store (already traced), keys (its key
 // index, untraced) and state, which the share-group manager takes over.
-// view is what DescribeCluster reports about the instances and owners.
-func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, state sharestate.Store, o Options, view grpcapi.ClusterSource, owners *sharegroup.Options) (*backend, error) {
+// view is what DescribeCluster reports about the instances and owners;
+// route, in partitioned mode, is who serves each partition (nil: all here).
+func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, state sharestate.Store, o Options, view grpcapi.ClusterSource, owners *sharegroup.Options, route *logRoute) (*backend, error) {
 	cfg, log := s.cfg, s.log
 	b := &backend{}
-	var err error
 	if owners == nil {
 		owners = &sharegroup.Options{}
 	}
+	purges, err := newPurgeCounting(store, s.tel.Meter)
+	if err != nil {
+		_ = state.Close()
+		return nil, err
+	}
+	bcfg := broker.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Logger: log}
+	if route != nil {
+		bcfg.Owners, bcfg.Peers = route.owners, route.peers
+	}
+	logAPI := broker.New(purges, bcfg)
 	if b.share, err = sharegroup.Open(store, state, sharegroup.Options{
 		Owner:                   owners.Owner,
 		Coordinates:             owners.Coordinates,
@@ -55,18 +65,13 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		GroupMaxSize:            cfg.ShareGroupMaxSize,
 		DLQAutoCreateTopics:     cfg.DLQAutoCreateTopics,
 		DLQTopicPrefix:          cfg.DLQTopicPrefix,
+		DeadLetters:             logAPI, // at the dead-letter partition's owner
 		DeadLetterAfterAppend:   o.DeadLetterAfterAppend,
 		MaxSessionsPerPrincipal: cfg.MaxShareSessionsPerPrincipal,
 		LongPolls:               s.longPolls,
 	}); err != nil {
 		return nil, fmt.Errorf("open share-group state: %w", err)
 	}
-	purges, err := newPurgeCounting(store, s.tel.Meter)
-	if err != nil {
-		_ = b.share.Close()
-		return nil, err
-	}
-	logAPI := broker.New(purges, broker.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Logger: log})
 	b.logAPI = logAPI
 	// Share state bound to a deleted topic goes with it, whichever
 	// transport deleted it.
@@ -101,6 +106,13 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 	}
 	b.change = grpcapi.NewChangeStreamService(b.streams, s.guard)
 	return b, nil
+}
+
+// logRoute is who serves each partition, for the log API of a
+// partitioned instance (broker.Config.Owners and Peers).
+type logRoute struct {
+	owners broker.Owners
+	peers  broker.Peers
 }
 
 // close ends the backend's streams and sessions and closes the share

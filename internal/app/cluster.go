@@ -13,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sharelog/sharelog/internal/cluster"
+	"github.com/sharelog/sharelog/internal/ownership"
 	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jslog"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jsstate"
@@ -87,7 +88,7 @@ func (s *Server) newClusterNode(ctx context.Context, o Options, serverTLS *tls.C
 	}
 	n := &clusterNode{s: s, o: o, nc: nc, conns: map[string]*grpc.ClientConn{}, runDone: make(chan struct{})}
 	if c.Mode == ModePartitioned {
-		n.part = &partitioned{gates: map[string]*partitionGate{}}
+		n.part = &partitioned{gates: ownership.NewGates()}
 	}
 	if serverTLS != nil {
 		// Instances forward to each other over TLS, verified against the
@@ -329,7 +330,7 @@ func (n *clusterNode) openBackend(ctx context.Context, epoch uint64) (*activeBac
 	fence := func() { n.fenced(epoch) }
 	store := telemetry.TraceStore(fencedStore{Store: ls, fenced: fence}, n.s.tel.Tracer, n.s.tel.Meter)
 	view := func(ctx context.Context) (grpcapi.ClusterView, error) { return n.activeView(ctx, epoch) }
-	b, err := n.s.openBackend(store, ls, fencedState{Store: ss, fenced: fence}, n.o, view, nil)
+	b, err := n.s.openBackend(store, ls, fencedState{Store: ss, fenced: fence}, n.o, view, nil, nil)
 	if err != nil {
 		_ = ss.Close()
 		_ = ls.Close()
@@ -630,9 +631,9 @@ func (n *clusterNode) openCoordinatorBackend(_ context.Context, epoch uint64) (*
 	if ls == nil {
 		return nil, errors.New("the JetStream log is not open")
 	}
-	store := telemetry.TraceStore(routedStore{Store: ls, n: n}, n.s.tel.Tracer, n.s.tel.Meter)
+	store := telemetry.TraceStore(ls, n.s.tel.Tracer, n.s.tel.Meter)
 	view := func(ctx context.Context) (grpcapi.ClusterView, error) { return n.partitionedView(ctx, epoch) }
-	b, err := n.s.openBackend(store, ls, sharestate.NewMem(), n.o, view, nil)
+	b, err := n.s.openBackend(store, ls, sharestate.NewMem(), n.o, view, nil, n.logRoute(ls))
 	if err != nil {
 		return nil, err
 	}

@@ -30,7 +30,7 @@ import (
 
 // mdForwardedBy marks a call forwarded by another instance (its instance
 // ID). A forwarded call is never forwarded again.
-const mdForwardedBy = "sharelog-forwarded-by"
+const mdForwardedBy = grpcapi.MDForwardedBy
 
 // method is what a cluster node needs to serve or forward one RPC without
 // knowing its types: the request and response message types and the
@@ -91,15 +91,16 @@ func implOf(b *backend, svc string) any {
 
 // withCluster appends the cluster node's routing to the unary chain (last,
 // after authentication, so a standby refuses what the active instance
-// would). Without a cluster node the chain is unchanged.
+// would), after the mark of a forwarded call for the log domain. Without
+// a cluster node the chain is unchanged.
 func (s *Server) withCluster(chain []grpc.UnaryServerInterceptor) []grpc.UnaryServerInterceptor {
 	switch {
 	case s.cluster == nil:
 		return chain
 	case s.cluster.part != nil:
-		return append(chain, s.cluster.punary)
+		return append(chain, grpcapi.MarkForwarded, s.cluster.punary)
 	}
-	return append(chain, s.cluster.unary)
+	return append(chain, grpcapi.MarkForwarded, s.cluster.unary)
 }
 
 // withClusterStream is withCluster for streaming calls.

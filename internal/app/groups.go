@@ -21,6 +21,7 @@ import (
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/cluster"
+	"github.com/sharelog/sharelog/internal/ownership"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
 
@@ -100,11 +101,7 @@ func (n *clusterNode) acquireGroup(ctx context.Context, item, id string, epoch u
 		// (owners.go): its group key is written now.
 		defer b.share.EnsureGroup(id)
 	}
-	g := n.part.gate(item)
-	g.mu.Lock()
-	g.owned, g.epoch = true, epoch
-	g.calls, g.stop = context.WithCancel(context.Background())
-	g.mu.Unlock()
+	n.part.gates.Serve(item, epoch)
 	n.s.log.Info("coordinating a share group", "group", id, "epoch", epoch)
 	return nil
 }
@@ -113,17 +110,9 @@ func (n *clusterNode) acquireGroup(ctx context.Context, item, id string, epoch u
 // fetches return), the manager forgets it, and the share state store
 // writes what it still holds of it before the lease goes.
 func (n *clusterNode) releaseGroup(item, id string, epoch uint64, handover bool) {
-	g := n.part.gate(item)
-	g.mu.RLock()
-	stop, owned := g.stop, g.owned && g.epoch == epoch
-	g.mu.RUnlock()
-	if !owned {
+	if !n.part.gates.Stop(item, epoch) { // running calls end first
 		return
 	}
-	stop() // running calls end, and hold the gate until they have
-	g.mu.Lock()
-	g.owned, g.stop = false, nil
-	g.mu.Unlock()
 	n.mu.RLock()
 	state, b := n.part.state, n.part.logB
 	n.mu.RUnlock()
@@ -153,8 +142,8 @@ func (n *clusterNode) groupCall(ctx context.Context, fullMethod string, m method
 		return nil, notOwnerErr("this instance has not joined the cluster yet; retry")
 	}
 	for range 2 {
-		if g := n.part.hold(item); g != nil {
-			return n.serveGroup(ctx, fullMethod, m, req, id, g)
+		if h, ok := n.part.gates.Hold(item); ok {
+			return n.serveGroup(ctx, fullMethod, m, req, id, h)
 		}
 		owners, err := lease.LiveOwners(ctx)
 		if err != nil {
@@ -194,12 +183,12 @@ func (n *clusterNode) groupCall(ctx context.Context, fullMethod string, m method
 }
 
 // serveGroup runs a call of a group this instance coordinates, holding
-// the group's gate (g, read-locked by the caller) until it returns:
+// the group's gate (h, taken by the caller) until it returns:
 // giving the group up cancels the call (a waiting fetch returns), waits
 // for it, and the call answers NOT_OWNER.
-func (n *clusterNode) serveGroup(ctx context.Context, fullMethod string, m method, req any, id string, g *partitionGate) (any, error) {
-	defer g.mu.RUnlock()
-	calls := g.calls
+func (n *clusterNode) serveGroup(ctx context.Context, fullMethod string, m method, req any, id string, h *ownership.Held) (any, error) {
+	defer h.Release()
+	calls := h.Calls
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(calls, cancel)

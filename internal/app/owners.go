@@ -34,7 +34,7 @@ import (
 func (n *clusterNode) shareOwnerHooks() *sharegroup.Options {
 	return &sharegroup.Options{
 		Owner:          n.partitionOwnerName,
-		Coordinates:    func(group string) bool { return n.part.serves(cluster.GroupItem(group)) },
+		Coordinates:    func(group string) bool { return n.part.gates.Serves(cluster.GroupItem(group)) },
 		FollowedConfig: func(group string) (sharegroup.GroupConfig, bool) { return n.followedConfig(group, true) },
 	}
 }
@@ -160,10 +160,7 @@ func (n *clusterNode) shareFenced(f jsstate.Fenced) {
 	n.mu.RLock()
 	its := n.part.items
 	n.mu.RUnlock()
-	g := n.part.gate(item)
-	g.mu.RLock()
-	owned, epoch := g.owned, g.epoch
-	g.mu.RUnlock()
+	epoch, owned := n.part.gates.Term(item)
 	if its == nil || !owned {
 		return
 	}
@@ -191,7 +188,7 @@ func (n *clusterNode) ensureGroup(ctx context.Context, id string) {
 	if err != nil || slices.Contains(ids, id) {
 		return
 	}
-	if n.part.serves(item) {
+	if n.part.gates.Serves(item) {
 		b.share.EnsureGroup(id)
 		return
 	}
@@ -205,7 +202,7 @@ func (n *clusterNode) ensureGroup(ctx context.Context, id string) {
 	tctx, cancel := context.WithTimeout(ctx, n.s.cfg.Cluster.LeaseTTL/2)
 	its.Take(tctx, item)
 	cancel()
-	if n.part.serves(item) {
+	if n.part.gates.Serves(item) {
 		b.share.EnsureGroup(id)
 	}
 }

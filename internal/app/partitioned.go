@@ -10,7 +10,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -22,11 +21,10 @@ import (
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/cluster"
+	"github.com/sharelog/sharelog/internal/ownership"
 	"github.com/sharelog/sharelog/internal/sharegroup"
-	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jslog"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jsstate"
-	"github.com/sharelog/sharelog/internal/storage/logstore"
 	"github.com/sharelog/sharelog/internal/telemetry"
 	"github.com/sharelog/sharelog/internal/transport/grpcapi"
 )
@@ -38,54 +36,9 @@ type partitioned struct {
 	logB  *backend       // serves LogService and ChangeStreamService calls
 	items *cluster.Items // this instance's partition leases
 	calls sync.WaitGroup // calls running on logB
-
-	gmu   sync.Mutex
-	gates map[string]*partitionGate
-}
-
-// partitionGate says whether this instance serves a partition's writes.
-// Appends and purges hold it shared while they run; giving the partition
-// up takes it exclusively, so it waits for them, and none starts after.
-type partitionGate struct {
-	mu    sync.RWMutex
-	owned bool
-	epoch uint64
-	// For a share group (groups.go): calls ends when the group is given
-	// up, stop ends it.
-	calls context.Context
-	stop  context.CancelFunc
-}
-
-func (p *partitioned) gate(item string) *partitionGate {
-	p.gmu.Lock()
-	defer p.gmu.Unlock()
-	g := p.gates[item]
-	if g == nil {
-		g = &partitionGate{}
-		p.gates[item] = g
-	}
-	return g
-}
-
-// hold returns item's gate read-locked if this instance serves item (the
-// caller unlocks it), nil if not.
-func (p *partitioned) hold(item string) *partitionGate {
-	g := p.gate(item)
-	g.mu.RLock()
-	if !g.owned {
-		g.mu.RUnlock()
-		return nil
-	}
-	return g
-}
-
-func (p *partitioned) serves(item string) bool {
-	g := p.hold(item)
-	if g == nil {
-		return false
-	}
-	g.mu.RUnlock()
-	return true
+	// gates: the partitions and groups this instance serves, opened and
+	// closed by their leases (acquireItem, releaseItem).
+	gates *ownership.Gates
 }
 
 // openPartitioned opens the shared JetStream log store and the log backend,
@@ -125,12 +78,12 @@ func (n *clusterNode) openLogBackend(ctx context.Context, ls *jslog.Store) error
 	if err != nil {
 		return fmt.Errorf("open the JetStream share state: %w", err)
 	}
-	store := telemetry.TraceStore(routedStore{Store: ls, n: n}, n.s.tel.Tracer, n.s.tel.Meter)
+	store := telemetry.TraceStore(ls, n.s.tel.Tracer, n.s.tel.Meter)
 	// DescribeCluster is answered by the holder of the phase-1 lease.
 	unused := func(context.Context) (grpcapi.ClusterView, error) {
 		return grpcapi.ClusterView{}, notOwnerErr("DescribeCluster is answered by another instance; retry")
 	}
-	b, err := n.s.openBackend(store, ls, ss, n.o, unused, n.shareOwnerHooks()) // closes ss on failure
+	b, err := n.s.openBackend(store, ls, ss, n.o, unused, n.shareOwnerHooks(), n.logRoute(ls)) // closes ss on failure
 	if err != nil {
 		return err
 	}
@@ -188,94 +141,22 @@ func (n *clusterNode) acquirePartition(ctx context.Context, item string, epoch u
 	if err := n.adoptSharePartitions(ctx, id, part); err != nil {
 		return err
 	}
-	g := n.part.gate(item)
-	g.mu.Lock()
-	g.owned, g.epoch = true, epoch
-	g.mu.Unlock()
+	n.part.gates.Serve(item, epoch)
 	n.s.log.Info("serving partition", "topic", name, "partition", part, "epoch", epoch)
 	return nil
 }
 
 // releasePartition stops serving item's writes, after those running.
 func (n *clusterNode) releasePartition(item string, epoch uint64, handover bool) {
-	g := n.part.gate(item)
-	g.mu.Lock()
-	owned := g.owned && g.epoch == epoch
-	if owned {
-		g.owned = false
-	}
-	g.mu.Unlock()
+	owned := n.part.gates.Stop(item, epoch)
 	if id, part, ok := cluster.ParsePartitionItem(item); ok && owned {
 		n.releaseSharePartitions(id, part, handover)
 	}
 	n.s.log.Info("stopped serving partition", "item", item, "epoch", epoch, "handover", handover)
 }
 
-// routedStore is the JetStream log store as the backends of a partitioned
-// instance see it: appends and purges of a partition this instance owns
-// go to the store, under the partition's gate; an append to a partition
-// owned elsewhere (a produce routed by key, a dead-letter copy) is sent to
-// its owner as a Produce with that partition.
-type routedStore struct {
-	*jslog.Store
-	n *clusterNode
-}
-
-func (r routedStore) Append(ctx context.Context, topic string, part int32, recs []logstore.Record) (int64, error) {
-	id, err := r.Store.TopicID(topic)
-	if err != nil {
-		return r.Store.Append(ctx, topic, part, recs) // the store says what is wrong
-	}
-	item := cluster.PartitionItem(id, part)
-	if g := r.n.part.hold(item); g != nil {
-		off, err := r.Store.Append(ctx, topic, part, recs)
-		epoch := g.epoch
-		g.mu.RUnlock()
-		if errors.Is(err, sljs.ErrFenced) {
-			r.n.part.items.Fenced(item, epoch)
-		}
-		return off, err
-	}
-	cc, err := r.n.ownerConn(ctx, item, topic, part)
-	if err != nil {
-		return 0, err
-	}
-	req := &sharelogv1.ProduceRequest{Topic: topic, Partition: &part, Records: make([]*sharelogv1.Record, len(recs))}
-	for i := range recs {
-		rec := &recs[i]
-		pr := &sharelogv1.Record{Timestamp: rec.Timestamp, Key: rec.Key, Value: rec.Value}
-		for _, h := range rec.Headers {
-			pr.Headers = append(pr.Headers, &sharelogv1.RecordHeader{Key: h.Key, Value: h.Value})
-		}
-		req.Records[i] = pr
-	}
-	resp, err := sharelogv1.NewLogServiceClient(cc).Produce(r.n.outgoing(ctx), req)
-	if err != nil {
-		return 0, forwardErr(cc.Target(), err)
-	}
-	if len(resp.GetResults()) != len(recs) {
-		return 0, fmt.Errorf("the owner of %s-%d answered %d results for %d records: %w", topic, part, len(resp.GetResults()), len(recs), logstore.ErrStorage)
-	}
-	return resp.GetResults()[0].GetOffset(), nil
-}
-
-func (r routedStore) DeleteRecordsBefore(ctx context.Context, topic string, part int32, offset int64) (int64, error) {
-	id, err := r.Store.TopicID(topic)
-	if err != nil {
-		return r.Store.DeleteRecordsBefore(ctx, topic, part, offset)
-	}
-	g := r.n.part.hold(cluster.PartitionItem(id, part))
-	if g == nil {
-		// Purges are routed to the owner before they get here; ownership
-		// moved during the call.
-		return 0, fmt.Errorf("this instance stopped owning %s-%d during the purge; retry: %w", topic, part, logstore.ErrStorage)
-	}
-	defer g.mu.RUnlock()
-	return r.Store.DeleteRecordsBefore(ctx, topic, part, offset)
-}
-
-// ownerConn is the connection to item's owner, for a call this instance
-// cannot serve.
+// ownerConn is the connection to item's owner, for a change stream this
+// instance cannot serve.
 func (n *clusterNode) ownerConn(ctx context.Context, item, topic string, part int32) (*grpc.ClientConn, error) {
 	if forwardedFrom(ctx) != "" {
 		return nil, notOwnerErr(fmt.Sprintf("this instance does not own %s-%d (any more); retry", topic, part))
@@ -337,12 +218,8 @@ func (n *clusterNode) partitionOf(ctx context.Context, topic string, part int32)
 //     ListShareGroups to every instance;
 //   - CreateTopic, DeleteTopic and DescribeCluster go to the holder of the
 //     phase-1 lease (the phase-1 path);
-//   - Fetch, ListOffsets and Produce with a partition go to the
-//     partition's owner;
-//   - Purge is split by owner;
-//   - ListTopics, DescribeTopic and Produce without a partition are
-//     served here (appends to partitions owned elsewhere are sent on by
-//     routedStore).
+//   - every other LogService call is served here: the log domain asks
+//     the owners of partitions owned elsewhere (broker.Owners, logRoute).
 func (n *clusterNode) punary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	m, ok := methods[info.FullMethod]
 	if !ok || m.unary == nil {
@@ -376,110 +253,11 @@ func (n *clusterNode) punary(ctx context.Context, req any, info *grpc.UnaryServe
 		}
 		return n.serveLocal(ctx, m, req)
 	}
-	switch r := req.(type) {
+	switch req.(type) {
 	case *sharelogv1.CreateTopicRequest, *sharelogv1.DeleteTopicRequest, *sharelogv1.DescribeClusterRequest:
 		return n.unary(ctx, req, info, handler)
-	case *sharelogv1.PurgeRequest:
-		return n.purge(ctx, r)
-	case *sharelogv1.ProduceRequest:
-		if r.Partition == nil {
-			return n.serveLocal(ctx, m, req)
-		}
-		return n.byPartition(ctx, info.FullMethod, m, req, r.GetTopic(), r.GetPartition())
-	case *sharelogv1.FetchRequest:
-		return n.byPartition(ctx, info.FullMethod, m, req, r.GetTopic(), r.GetPartition())
-	case *sharelogv1.ListOffsetsRequest:
-		return n.byPartition(ctx, info.FullMethod, m, req, r.GetTopic(), r.GetPartition())
 	}
 	return n.serveLocal(ctx, m, req)
-}
-
-func (n *clusterNode) byPartition(ctx context.Context, fullMethod string, m method, req any, topic string, part int32) (any, error) {
-	item, ok := n.partitionOf(ctx, topic, part)
-	if !ok || n.part.serves(item) {
-		return n.serveLocal(ctx, m, req)
-	}
-	cc, err := n.ownerConn(ctx, item, topic, part)
-	if err != nil {
-		return nil, err
-	}
-	return n.forwardUnary(ctx, cc, fullMethod, m, req)
-}
-
-// purge splits a Purge by the owners of its partitions, sends each part
-// to its owner (or serves it here) and puts the answers back in the
-// request's order.
-func (n *clusterNode) purge(ctx context.Context, req *sharelogv1.PurgeRequest) (any, error) {
-	type part struct {
-		req *sharelogv1.PurgeRequest
-		pos [][2]int // per sub-request partition, in order: (topic entry, partition entry) of the request
-	}
-	const here = ""
-	parts := map[string]*part{} // owner address, here = this instance
-	var order []string
-	for ti, t := range req.GetTopics() {
-		for pi, p := range t.GetPartitions() {
-			target := here
-			if item, ok := n.partitionOf(ctx, t.GetTopic(), p.GetPartition()); ok && !n.part.serves(item) {
-				o, known := n.part.items.Owner(item)
-				if !known || o.Owner.Addr == "" || forwardedFrom(ctx) != "" {
-					return nil, notOwnerErr(fmt.Sprintf("%s-%d has no owner serving it here right now; retry", t.GetTopic(), p.GetPartition()))
-				}
-				target = o.Owner.Addr
-			}
-			pt := parts[target]
-			if pt == nil {
-				pt = &part{req: &sharelogv1.PurgeRequest{TimeoutMs: req.GetTimeoutMs()}}
-				parts[target] = pt
-				order = append(order, target)
-			}
-			if k := len(pt.req.Topics); k == 0 || pt.pos[len(pt.pos)-1][0] != ti {
-				pt.req.Topics = append(pt.req.Topics, &sharelogv1.PurgeTopic{Topic: t.GetTopic()})
-			}
-			last := pt.req.Topics[len(pt.req.Topics)-1]
-			last.Partitions = append(last.Partitions, p)
-			pt.pos = append(pt.pos, [2]int{ti, pi})
-		}
-	}
-	if len(order) <= 1 && (len(order) == 0 || order[0] == here) {
-		return n.serveLocal(ctx, methods[sharelogv1.LogService_Purge_FullMethodName], req)
-	}
-	out := &sharelogv1.PurgeResponse{Topics: make([]*sharelogv1.PurgeTopicResult, len(req.GetTopics()))}
-	for ti, t := range req.GetTopics() {
-		out.Topics[ti] = &sharelogv1.PurgeTopicResult{Topic: t.GetTopic(), Partitions: make([]*sharelogv1.PurgePartitionResult, len(t.GetPartitions()))}
-	}
-	m := methods[sharelogv1.LogService_Purge_FullMethodName]
-	for _, target := range order {
-		pt := parts[target]
-		var resp any
-		var err error
-		if target == here {
-			resp, err = n.serveLocal(ctx, m, pt.req)
-		} else {
-			var cc *grpc.ClientConn
-			if cc, err = n.conn(target); err == nil {
-				resp, err = n.forwardUnary(ctx, cc, sharelogv1.LogService_Purge_FullMethodName, m, pt.req)
-			}
-		}
-		if err != nil {
-			return nil, err
-		}
-		k := 0
-		for _, tr := range resp.(*sharelogv1.PurgeResponse).GetTopics() {
-			for _, pr := range tr.GetPartitions() {
-				if k >= len(pt.pos) {
-					return nil, fmt.Errorf("a purge answer has more partitions than its request: %w", logstore.ErrStorage)
-				}
-				pos := pt.pos[k]
-				out.Topics[pos[0]].Partitions[pos[1]] = pr
-				k++
-			}
-		}
-		if k != len(pt.pos) {
-			return nil, fmt.Errorf("a purge answer has %d partitions for %d asked: %w", k, len(pt.pos), logstore.ErrStorage)
-		}
-	}
-	return out, nil
 }
 
 // replayStream hands first to the handler's first RecvMsg, then reads on.
@@ -513,7 +291,7 @@ func (n *clusterNode) pstream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	}
 	ctx := ss.Context()
 	if topic, part, ok := requestPartition(first); ok {
-		if item, ok := n.partitionOf(ctx, topic, part); ok && !n.part.serves(item) {
+		if item, ok := n.partitionOf(ctx, topic, part); ok && !n.part.gates.Serves(item) {
 			cc, err := n.ownerConn(ctx, item, topic, part)
 			if err != nil {
 				return err

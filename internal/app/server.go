@@ -271,7 +271,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		if err != nil {
 			return nil, fmt.Errorf("open share-group state: %w", err)
 		}
-		b, err := s.openBackend(store, s.store, shareState, o, s.singleView, nil)
+		b, err := s.openBackend(store, s.store, shareState, o, s.singleView, nil, nil)
 		if err != nil {
 			return nil, err
 		}

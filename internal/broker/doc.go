@@ -21,6 +21,11 @@
 //   - topic creation's checks and configs ([Log.ValidateTopic],
 //     [TopicSettings.SetConfig], [ConfigEntries]) and [MaxPartitions];
 //   - purge: each partition judged alone (docs/purge.md);
+//   - routing by partition owner in a partitioned cluster (route.go): the
+//     partitions this instance serves are served here, under a hold that
+//     keeps them here while an append or purge runs, the others at their
+//     owner ([Owners], [Peers]); a call another instance forwarded is
+//     never forwarded again ([WithForwardedBy]);
 //   - topic lifecycle events: share groups, change streams and future
 //     listeners [Log.Subscribe] to topic creation and deletion (also a
 //     Kafka auto-creation, [Log.EnsureTopic]) instead of being called back

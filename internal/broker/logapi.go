@@ -36,6 +36,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock of log append times; nil = time.Now.
 	Now func() time.Time
+	// Owners and Peers route by partition owner in a cluster whose
+	// instances each serve a share of the partitions (route.go); nil
+	// Owners = a single node, every partition served here.
+	Owners Owners
+	Peers  Peers
 }
 
 // Log is the log API over a store. It is safe for concurrent use.
@@ -260,7 +265,7 @@ func (l *Log) appendAll(ctx context.Context, topic string, batches map[int32][]l
 	bases := make(map[int32]int64, len(batches))
 	if len(batches) == 1 {
 		for p, recs := range batches {
-			base, err := l.store.Append(ctx, topic, p, recs)
+			base, err := l.appendTo(ctx, topic, p, recs)
 			if err != nil {
 				return nil, err
 			}
@@ -275,7 +280,7 @@ func (l *Log) appendAll(ctx context.Context, topic string, batches map[int32][]l
 	)
 	for p, recs := range batches {
 		wg.Go(func() {
-			base, err := l.store.Append(ctx, topic, p, recs)
+			base, err := l.appendTo(ctx, topic, p, recs)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && firstErr == nil {
@@ -328,6 +333,9 @@ type Fetched struct {
 // ([Log.ReadPartition]). At the high watermark it waits up to MaxWait for
 // an append ([Log.LongPoll]).
 func (l *Log) Fetch(ctx context.Context, req FetchRequest) (Fetched, error) {
+	if res, done, err := l.fetchElsewhere(ctx, req); done {
+		return res, err
+	}
 	maxRecords, maxBytes, wait, err := fetchLimits(req)
 	if err != nil {
 		return Fetched{}, err
@@ -386,6 +394,9 @@ const (
 // when no record is at or after ts, or the partition is empty). A
 // timestamp lookup never answers below the log start.
 func (l *Log) ListOffsets(ctx context.Context, topic string, partition int32, spec OffsetSpec, ts int64) (offset, timestamp int64, err error) {
+	if off, rts, done, err := l.listOffsetsElsewhere(ctx, topic, partition, spec, ts); done {
+		return off, rts, err
+	}
 	switch {
 	case topic == "":
 		return 0, 0, apierr.Invalid("topic is required")

@@ -39,18 +39,9 @@ type PurgePartitionResult struct {
 	Message      string
 }
 
-// Purge moves log start offsets (Kafka's DeleteRecords), each partition
-// judged alone so one bad partition never fails the others:
-//  1. unknown topic or partition  → UNKNOWN_TOPIC_OR_PARTITION;
-//  2. cleanup policy "compact"     → POLICY_VIOLATION, nothing changes;
-//  3. the same partition twice     → INVALID_REQUEST for that partition;
-//  4. offset -1 = high watermark; any other negative, or above the high
-//     watermark → OFFSET_OUT_OF_RANGE;
-//  5. offset at or below the log start → NONE, the current log start;
-//  6. otherwise the log start moves to offset, durably before the result.
-//
-// The error is for a failure of the whole call (the store itself failing).
-func (l *Log) Purge(ctx context.Context, topics []PurgeTopic) ([]PurgeTopicResult, error) {
+// purgeHere is [Log.Purge] of partitions this instance serves (a single
+// node's, or one owner's part of a split request).
+func (l *Log) purgeHere(ctx context.Context, topics []PurgeTopic) ([]PurgeTopicResult, error) {
 	type tp struct {
 		topic     string
 		partition int32
@@ -122,7 +113,7 @@ func (l *Log) purgePartition(ctx context.Context, info *logstore.TopicInfo, topi
 	if offset <= logStart {
 		return PurgePartitionResult{Partition: part, LowWatermark: logStart}
 	}
-	newStart, err := l.store.DeleteRecordsBefore(ctx, topic, part, offset)
+	newStart, err := l.deleteBefore(ctx, topic, part, offset)
 	if err != nil {
 		return storeErr(err)
 	}

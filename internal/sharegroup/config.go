@@ -58,6 +58,11 @@ type Options struct {
 	// (the defaults apply until FollowConfig).
 	FollowedConfig func(group string) (GroupConfig, bool)
 
+	// DeadLetters appends a group's dead-letter copies. In a partitioned
+	// cluster it is the log domain's append, which reaches the dead-letter
+	// partition's owner; nil = the log store given to Open.
+	DeadLetters Appender
+
 	// DeadLetterAfterAppend, a test hook, runs after the dead-letter worker
 	// appended copies and before it archives their records: the point
 	// where a crash leaves copies whose records are still ARCHIVING.

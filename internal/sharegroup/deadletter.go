@@ -253,7 +253,7 @@ func (p *sharePartition) deadLetterPass(ctx context.Context) (more bool, err err
 			for i := range copies {
 				copies[i].Offset = 0
 			}
-			if _, err := m.store.Append(ctx, topic, dp, copies); err != nil {
+			if _, err := m.deadLetters().AppendPartition(ctx, topic, dp, copies); err != nil {
 				// Whether the append happened is unknown: look first next time.
 				p.mu.Lock()
 				p.dlqCheck = true
@@ -483,4 +483,26 @@ func (m *Manager) DeadLetterFlush(ctx context.Context) error {
 	}
 	defer m.leave()
 	return m.dlq.flush(ctx)
+}
+
+// Appender appends records to one partition (Options.DeadLetters).
+type Appender interface {
+	// AppendPartition appends recs, their timestamps kept, and returns the
+	// first one's offset.
+	AppendPartition(ctx context.Context, topic string, part int32, recs []logstore.Record) (int64, error)
+}
+
+// storeAppender is the log store as an Appender.
+type storeAppender struct{ logstore.Store }
+
+func (s storeAppender) AppendPartition(ctx context.Context, topic string, part int32, recs []logstore.Record) (int64, error) {
+	return s.Append(ctx, topic, part, recs)
+}
+
+// deadLetters is where dead-letter copies are appended.
+func (m *Manager) deadLetters() Appender {
+	if m.opts.DeadLetters != nil {
+		return m.opts.DeadLetters
+	}
+	return storeAppender{m.store}
 }

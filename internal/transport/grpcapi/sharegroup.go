@@ -57,8 +57,8 @@ const (
 type ShareGroupService struct {
 	sharelogv1.UnimplementedShareGroupServiceServer
 
-	groups    ShareGroups
-	guard     *authz.Guard
+	groups ShareGroups
+	guard  *authz.Guard
 	// dlqAutoCreate is --dlq-auto-create-topics: the server may create a
 	// group's dead-letter topic, so naming one needs CREATE as well.
 	dlqAutoCreate bool

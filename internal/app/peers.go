@@ -1,0 +1,139 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sharelog/sharelog/apierr"
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/broker"
+	"github.com/sharelog/sharelog/internal/cluster"
+	"github.com/sharelog/sharelog/internal/ownership"
+	"github.com/sharelog/sharelog/internal/storage/jetstream/jslog"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+)
+
+// logRoute is the partition routing of this partitioned instance's log
+// API: the partitions it serves by their gates and leases (ownership),
+// the others' owners called over gRPC (grpcPeers).
+func (n *clusterNode) logRoute(ls *jslog.Store) *logRoute {
+	return &logRoute{
+		owners: &ownership.Partitions{Gates: n.part.gates, Topics: ls, Leases: func() (*cluster.Items, string) {
+			n.mu.RLock()
+			defer n.mu.RUnlock()
+			return n.part.items, n.self.ID
+		}},
+		peers: grpcPeers{n},
+	}
+}
+
+// grpcPeers is broker.Peers over gRPC: the owner's LogService, called
+// with the caller's identity (outgoing) over the forwarding connections,
+// a failure to reach the owner answered OWNER_UNREACHABLE (forwardErr).
+type grpcPeers struct{ n *clusterNode }
+
+var _ broker.Peers = grpcPeers{}
+
+func (p grpcPeers) client(peer string) (sharelogv1.LogServiceClient, string, error) {
+	cc, err := p.n.conn(peer)
+	if err != nil {
+		return nil, "", err
+	}
+	return sharelogv1.NewLogServiceClient(cc), cc.Target(), nil
+}
+
+func (p grpcPeers) Append(ctx context.Context, peer, topic string, part int32, recs []logstore.Record) (int64, error) {
+	c, target, err := p.client(peer)
+	if err != nil {
+		return 0, err
+	}
+	req := &sharelogv1.ProduceRequest{Topic: topic, Partition: &part, Records: make([]*sharelogv1.Record, len(recs))}
+	for i := range recs {
+		rec := &recs[i]
+		pr := &sharelogv1.Record{Timestamp: rec.Timestamp, Key: rec.Key, Value: rec.Value}
+		for _, h := range rec.Headers {
+			pr.Headers = append(pr.Headers, &sharelogv1.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		req.Records[i] = pr
+	}
+	resp, err := c.Produce(p.n.outgoing(ctx), req)
+	if err != nil {
+		return 0, forwardErr(target, err)
+	}
+	if len(resp.GetResults()) != len(recs) {
+		return 0, fmt.Errorf("the owner of %s-%d answered %d results for %d records: %w", topic, part, len(resp.GetResults()), len(recs), logstore.ErrStorage)
+	}
+	return resp.GetResults()[0].GetOffset(), nil
+}
+
+func (p grpcPeers) Fetch(ctx context.Context, peer string, req broker.FetchRequest) (broker.Fetched, error) {
+	c, target, err := p.client(peer)
+	if err != nil {
+		return broker.Fetched{}, err
+	}
+	resp, err := c.Fetch(p.n.outgoing(ctx), &sharelogv1.FetchRequest{Topic: req.Topic, Partition: req.Partition, Offset: req.Offset,
+		MaxRecords: req.MaxRecords, MaxBytes: req.MaxBytes, MaxWaitMs: int32(req.MaxWait / time.Millisecond)})
+	if err != nil {
+		return broker.Fetched{}, forwardErr(target, err)
+	}
+	out := broker.Fetched{Records: make([]logstore.Record, len(resp.GetRecords())), HighWatermark: resp.GetHighWatermark(),
+		LogStartOffset: resp.GetLogStartOffset()}
+	for i, r := range resp.GetRecords() {
+		rec := logstore.Record{Offset: r.GetOffset(), Timestamp: r.GetTimestamp(), Key: r.Key, Value: r.Value}
+		for _, h := range r.GetHeaders() {
+			rec.Headers = append(rec.Headers, logstore.Header{Key: h.GetKey(), Value: h.GetValue()})
+		}
+		out.Records[i] = rec
+	}
+	return out, nil
+}
+
+func (p grpcPeers) ListOffsets(ctx context.Context, peer, topic string, part int32, spec broker.OffsetSpec, ts int64) (int64, int64, error) {
+	c, target, err := p.client(peer)
+	if err != nil {
+		return 0, 0, err
+	}
+	var ps sharelogv1.OffsetSpec
+	switch spec {
+	case broker.Earliest:
+		ps = sharelogv1.OffsetSpec_OFFSET_SPEC_EARLIEST
+	case broker.Latest:
+		ps = sharelogv1.OffsetSpec_OFFSET_SPEC_LATEST
+	case broker.ByTimestamp:
+		ps = sharelogv1.OffsetSpec_OFFSET_SPEC_TIMESTAMP
+	}
+	resp, err := c.ListOffsets(p.n.outgoing(ctx), &sharelogv1.ListOffsetsRequest{Topic: topic, Partition: part, Spec: ps, Timestamp: ts})
+	if err != nil {
+		return 0, 0, forwardErr(target, err)
+	}
+	return resp.GetOffset(), resp.GetTimestamp(), nil
+}
+
+func (p grpcPeers) Purge(ctx context.Context, peer string, topics []broker.PurgeTopic) ([]broker.PurgeTopicResult, error) {
+	c, target, err := p.client(peer)
+	if err != nil {
+		return nil, err
+	}
+	req := &sharelogv1.PurgeRequest{Topics: make([]*sharelogv1.PurgeTopic, len(topics))}
+	for i, t := range topics {
+		pt := &sharelogv1.PurgeTopic{Topic: t.Topic, Partitions: make([]*sharelogv1.PurgePartition, len(t.Partitions))}
+		for j, pp := range t.Partitions {
+			pt.Partitions[j] = &sharelogv1.PurgePartition{Partition: pp.Partition, Offset: pp.Offset}
+		}
+		req.Topics[i] = pt
+	}
+	resp, err := c.Purge(p.n.outgoing(ctx), req)
+	if err != nil {
+		return nil, forwardErr(target, err)
+	}
+	out := make([]broker.PurgeTopicResult, len(resp.GetTopics()))
+	for i, t := range resp.GetTopics() {
+		out[i] = broker.PurgeTopicResult{Topic: t.GetTopic(), Partitions: make([]broker.PurgePartitionResult, len(t.GetPartitions()))}
+		for j, r := range t.GetPartitions() {
+			out[i].Partitions[j] = broker.PurgePartitionResult{Partition: r.GetPartition(), LowWatermark: r.GetLowWatermark(),
+				Code: apierr.ReasonOfKafkaCode(int16(r.GetErrorCode())), Message: r.GetErrorMessage()}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,26 @@
+package grpcapi
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sharelog/sharelog/internal/broker"
+)
+
+// MDForwardedBy is the metadata key that marks a call forwarded by
+// another instance of a cluster (its value: that instance's ID). A
+// forwarded call is never forwarded again (docs/cluster.md).
+const MDForwardedBy = "sharelog-forwarded-by"
+
+// MarkForwarded is the unary interceptor that tells the log domain a call
+// was forwarded by another instance (broker.WithForwardedBy), from
+// MDForwardedBy: a partition this instance does not serve then answers
+// NOT_OWNER rather than travelling on.
+func MarkForwarded(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if v := metadata.ValueFromIncomingContext(ctx, MDForwardedBy); len(v) > 0 {
+		ctx = broker.WithForwardedBy(ctx, v[0])
+	}
+	return handler(ctx, req)
+}

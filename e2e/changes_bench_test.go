@@ -29,8 +29,8 @@ import (
 // was written and a GC). Server and client share the process, so the figure
 // includes the client's receive buffers (bounded by flow control).
 //
-//	SHARELOG_BENCH_KEYS=1000000 go test -run '^$' -bench BenchmarkOSOHeap -benchtime 1x -timeout 30m ./internal/app/
-//	SHARELOG_BENCH_KEYS=4000000 go test -run '^$' -bench BenchmarkOSOHeap -benchtime 1x -timeout 30m ./internal/app/
+//	SHARELOG_BENCH_KEYS=1000000 go test -run '^$' -bench BenchmarkOSOHeap -benchtime 1x -timeout 30m ./e2e/
+//	SHARELOG_BENCH_KEYS=4000000 go test -run '^$' -bench BenchmarkOSOHeap -benchtime 1x -timeout 30m ./e2e/
 func BenchmarkOSOHeap(b *testing.B) {
 	keys := 1_000_000
 	if v, err := strconv.Atoi(os.Getenv("SHARELOG_BENCH_KEYS")); err == nil && v > 0 {

@@ -42,7 +42,7 @@ func fillTopic(tb testing.TB, s *stack, name string, n, segments int) {
 // holding 10 records in one segment, and of one holding 1M records over ~100
 // segments. Target: the two within 2x of each other.
 //
-//	go test -run '^$' -bench BenchmarkPurge -benchtime 5x ./internal/app/
+//	go test -run '^$' -bench BenchmarkPurge -benchtime 5x ./e2e/
 func BenchmarkPurge(b *testing.B) {
 	for _, tc := range []struct {
 		name     string
@@ -85,7 +85,7 @@ func BenchmarkPurge(b *testing.B) {
 // another topic before a purge of 1M records over 100 segments and while it
 // and the reclamation of its segments run. Target: within 1.5x.
 //
-//	go test -run '^$' -bench BenchmarkProduceDuringPurge -benchtime 3x ./internal/app/
+//	go test -run '^$' -bench BenchmarkProduceDuringPurge -benchtime 3x ./e2e/
 func BenchmarkProduceDuringPurge(b *testing.B) {
 	s := newStack(b, app.Options{})
 	ctx := context.Background()

@@ -19,7 +19,7 @@ import (
 // BenchmarkProduceREST times one Produce of 100 records of 1 KiB through the
 // REST gateway and through gRPC, the shape of benchmark row G1.
 //
-//	go test -run '^$' -bench BenchmarkProduceREST -benchtime 2000x ./internal/app/
+//	go test -run '^$' -bench BenchmarkProduceREST -benchtime 2000x ./e2e/
 func BenchmarkProduceREST(b *testing.B) {
 	s := newStack(b, app.Options{})
 	s.createTopic(b, "bench", 1, nil)

@@ -18,7 +18,7 @@ import (
 // benchmark row C2; ns/op counts the whole produce-fetch-ack loop,
 // ack-ns/op the acknowledgement only.
 //
-//	go test -run '^$' -bench BenchmarkShareAcknowledge -benchtime 3000x ./internal/app/
+//	go test -run '^$' -bench BenchmarkShareAcknowledge -benchtime 3000x ./e2e/
 func BenchmarkShareAcknowledge(b *testing.B) {
 	for _, c := range []struct{ n, size int }{{1, 1024}, {100, 1024}, {100, 1}} {
 		n := c.n

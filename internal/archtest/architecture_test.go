@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -137,4 +138,23 @@ func TestSourcesCiteOnlyRepositoryFiles(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, files, 100, "the walk found the sources")
 	assert.Empty(t, hits, "cite docs/*.md or the protos, and state the rule in words")
+}
+
+// internal/testsupport (the shared stack, test CA and waits, with testify
+// in its imports) is for tests only: no package's non-test code imports
+// it, so it never reaches a binary.
+func TestTestSupportOnlyInTests(t *testing.T) {
+	const ts = "github.com/sharelog/sharelog/internal/testsupport"
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "github.com/sharelog/sharelog/...").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var importers []string
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Greater(t, len(lines), 20, "go list found the packages")
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if slices.Contains(f[1:], ts) {
+			importers = append(importers, f[0])
+		}
+	}
+	assert.Empty(t, importers, "non-test code importing %s", ts)
 }

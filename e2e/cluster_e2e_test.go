@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jsstate"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jstest"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
 // clusterInstance is one sharelog instance in cluster mode, in-process,
@@ -89,27 +89,15 @@ func createTopic(t *testing.T, log sharelogv1.LogServiceClient, name string, par
 // readyz is the instance's /readyz status and body.
 func (c *clusterInstance) readyz(t *testing.T) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + c.srv.HTTPAddr() + "/readyz")
+	code, body, err := testsupport.Readyz(c.srv.HTTPAddr())
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b))
+	return code, body
 }
 
-// waitReadyz polls /readyz until its body contains want.
+// waitReadyz polls /readyz until it answers 200 with a body containing want.
 func (c *clusterInstance) waitReadyz(t *testing.T, want string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		code, body := c.readyz(t)
-		if code == http.StatusOK && strings.Contains(body, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: /readyz %d %q after %v, want %q", c.id, code, body, within, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testsupport.WaitReadyz(t, c.srv.HTTPAddr(), want, within)
 }
 
 func TestClusterStandbyForwardsAndTakesOver(t *testing.T) {

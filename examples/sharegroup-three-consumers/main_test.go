@@ -7,9 +7,16 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/sharelog/sharelog/internal/testsupport"
 )
+
+// The example's consumers heartbeat on goroutines, and the test runs a
+// server: both must be gone once it ends.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // The example against the real server in-process: three consumers drain
 // the topic and their counts add up.

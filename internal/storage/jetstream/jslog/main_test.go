@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jstest"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
@@ -19,16 +20,25 @@ import (
 // acknowledgement), shared by every test.
 var cluster *jstest.Cluster
 
+// The tests share one JetStream cluster; once it is shut down, nothing
+// they started (connections, watchers, loops) may still run.
 func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(withCluster{m})
+}
+
+// withCluster runs the tests on the package's cluster and shuts it down
+// before goleak looks, so that its servers' goroutines are gone by then.
+type withCluster struct{ m *testing.M }
+
+func (w withCluster) Run() int {
 	c, err := jstest.Start(jstest.Options{SyncAlways: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start the JetStream test cluster:", err)
-		os.Exit(1)
+		return 1
 	}
 	cluster = c
-	code := m.Run()
-	c.Shutdown()
-	os.Exit(code)
+	defer c.Shutdown()
+	return w.m.Run()
 }
 
 // newStore opens a store with its own prefix on a connection of its own,

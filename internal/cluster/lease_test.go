@@ -2,13 +2,10 @@ package cluster
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jstest"
 )
@@ -18,22 +15,7 @@ var testCluster *jstest.Cluster
 // The tests share one JetStream cluster; once it is shut down, nothing
 // they started (connections, watchers, loops) may still run.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(withCluster{m})
-}
-
-// withCluster runs the tests on the package's cluster and shuts it down
-// before goleak looks, so that its servers' goroutines are gone by then.
-type withCluster struct{ m *testing.M }
-
-func (w withCluster) Run() int {
-	c, err := jstest.Start(jstest.Options{SyncAlways: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the JetStream test cluster:", err)
-		return 1
-	}
-	testCluster = c
-	defer c.Shutdown()
-	return w.m.Run()
+	jstest.Main(m, jstest.Options{SyncAlways: true}, func(c *jstest.Cluster) { testCluster = c })
 }
 
 func openLease(t *testing.T, prefix, id string) *Lease {

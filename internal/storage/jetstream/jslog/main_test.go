@@ -2,14 +2,11 @@ package jslog
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jstest"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
@@ -23,22 +20,7 @@ var cluster *jstest.Cluster
 // The tests share one JetStream cluster; once it is shut down, nothing
 // they started (connections, watchers, loops) may still run.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(withCluster{m})
-}
-
-// withCluster runs the tests on the package's cluster and shuts it down
-// before goleak looks, so that its servers' goroutines are gone by then.
-type withCluster struct{ m *testing.M }
-
-func (w withCluster) Run() int {
-	c, err := jstest.Start(jstest.Options{SyncAlways: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the JetStream test cluster:", err)
-		return 1
-	}
-	cluster = c
-	defer c.Shutdown()
-	return w.m.Run()
+	jstest.Main(m, jstest.Options{SyncAlways: true}, func(c *jstest.Cluster) { cluster = c })
 }
 
 // newStore opens a store with its own prefix on a connection of its own,

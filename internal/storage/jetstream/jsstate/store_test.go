@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jsstate"
@@ -29,22 +27,7 @@ var cluster *jstest.Cluster
 // The tests share one JetStream cluster; once it is shut down, nothing
 // they started (connections, watchers, loops) may still run.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(withCluster{m})
-}
-
-// withCluster runs the tests on the package's cluster and shuts it down
-// before goleak looks, so that its servers' goroutines are gone by then.
-type withCluster struct{ m *testing.M }
-
-func (w withCluster) Run() int {
-	c, err := jstest.Start(jstest.Options{SyncAlways: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the JetStream test cluster:", err)
-		return 1
-	}
-	cluster = c
-	defer c.Shutdown()
-	return w.m.Run()
+	jstest.Main(m, jstest.Options{SyncAlways: true}, func(c *jstest.Cluster) { cluster = c })
 }
 
 // medium is one share state bucket.

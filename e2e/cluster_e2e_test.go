@@ -47,19 +47,8 @@ func testLogger() *slog.Logger {
 
 func startClusterInstance(t *testing.T, js *jstest.Cluster, prefix, id string, mutate ...func(*app.Config)) *clusterInstance {
 	t.Helper()
-	cfg := app.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Cluster.Store = app.StoreJetStream
-	cfg.Cluster.NATSURL = js.URL()
-	cfg.Cluster.NATSPrefix = prefix
-	cfg.Cluster.InstanceID = id
-	cfg.Cluster.LeaseTTL = time.Second
-	cfg.ShutdownTimeout = 5 * time.Second
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	srv, err := app.Start(context.Background(), cfg, testLogger(), app.Options{ReadinessInterval: 50 * time.Millisecond})
+	cfg := testsupport.ClusterConfig(t, js.URL(), prefix, id, mutate...)
+	srv, err := app.Start(context.Background(), cfg, testLogger(), testsupport.ClusterOptions())
 	require.NoError(t, err)
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)

@@ -43,17 +43,8 @@ func startPartitionedCluster(t *testing.T, ids ...string) []*clusterNode {
 	prefix := js.Prefix()
 	var nodes []*clusterNode
 	for _, id := range ids {
-		cfg := app.DefaultConfig()
-		cfg.DataDir = t.TempDir()
-		cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-		cfg.Cluster.Store = app.StoreJetStream
-		cfg.Cluster.Mode = app.ModePartitioned
-		cfg.Cluster.NATSURL = js.URL()
-		cfg.Cluster.NATSPrefix = prefix
-		cfg.Cluster.InstanceID = id
-		cfg.Cluster.LeaseTTL = time.Second
-		cfg.ShutdownTimeout = 5 * time.Second
-		srv, err := app.Start(context.Background(), cfg, nil, app.Options{ReadinessInterval: 50 * time.Millisecond})
+		cfg := testsupport.ClusterConfig(t, js.URL(), prefix, id, func(c *app.Config) { c.Cluster.Mode = app.ModePartitioned })
+		srv, err := app.Start(context.Background(), cfg, nil, testsupport.ClusterOptions())
 		require.NoError(t, err)
 		n := &clusterNode{id: id, srv: srv}
 		n.conn = dial(t, srv.GRPCAddr())

@@ -16,6 +16,9 @@
 //
 // Both close what they start at t's cleanup, so a test never leaks the
 // server's goroutines: the packages that use them run goleak in TestMain.
+// [ClusterConfig] and [ClusterOptions] configure one instance of a
+// cluster on a JetStream test cluster (jstest), with a short lease and a
+// quick readiness loop; [Dial] and [FastReconnect] are the clients' side.
 //
 // # Certificates
 //

@@ -117,3 +117,30 @@ func FastReconnect() grpc.DialOption {
 		MinConnectTimeout: time.Second,
 	})
 }
+
+// ClusterConfig is the configuration of one in-process instance of a
+// cluster on the JetStream cluster at natsURL: instance id, names under
+// prefix, a one-second lease (so a takeover is quick), loopback
+// listeners, a data dir in t.TempDir() and a five-second shutdown, then
+// each mutate in order. Start it with ClusterOptions.
+func ClusterConfig(t testing.TB, natsURL, prefix, id string, mutate ...func(*app.Config)) app.Config {
+	t.Helper()
+	cfg := app.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Cluster.Store = app.StoreJetStream
+	cfg.Cluster.NATSURL = natsURL
+	cfg.Cluster.NATSPrefix = prefix
+	cfg.Cluster.InstanceID = id
+	cfg.Cluster.LeaseTTL = time.Second
+	cfg.ShutdownTimeout = 5 * time.Second
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	return cfg
+}
+
+// ClusterOptions are the app.Options of a cluster instance in tests: its
+// readiness (lease, membership) is re-checked every 50 ms, so WaitReadyz
+// sees a change quickly.
+func ClusterOptions() app.Options { return app.Options{ReadinessInterval: 50 * time.Millisecond} }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -132,5 +133,7 @@ func (s *stack) metricsText() string { return testsupport.MetricsText(s.http.Cli
 // on a produce wakes it.
 func (s *stack) awaitLongPolls(t *testing.T, n int) {
 	t.Helper()
-	testsupport.AwaitLongPolls(t, s.http.Client(), s.http.URL, n)
+	re := testsupport.LongPollsWaiting(n)
+	require.Eventually(t, func() bool { return re.MatchString(s.metricsText()) }, 10*time.Second, pollTick,
+		"%d calls wait for records", n)
 }

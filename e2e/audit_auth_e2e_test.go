@@ -3,22 +3,18 @@ package e2e
 import (
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/test/bufconn"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/app"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
 // A refused credential is a denial too: one audit line per refused call
@@ -27,22 +23,13 @@ import (
 func TestAuditLogsRefusedCredentials(t *testing.T) {
 	var logs syncBuffer
 	tokens := writeTokens(t, t.TempDir())
-	cfg := app.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.Fsync = "127.0.0.1:0", "127.0.0.1:0", "never"
-	cfg.AuthTokensFile = tokens
-	lis := bufconn.Listen(1 << 20)
-	srv, err := app.Start(context.Background(), cfg, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})), app.Options{GRPCListener: lis})
-	require.NoError(t, err)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	hs := httptest.NewServer(srv.HTTPHandler())
-	t.Cleanup(func() { hs.Close(); conn.Close(); require.NoError(t, srv.Close()) })
+	st := testsupport.NewStack(t, testsupport.StackOptions{
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})),
+	}, func(cfg *app.Config) { cfg.AuthTokensFile = tokens })
+	hs := st.HTTP
 
-	lc := sharelogv1.NewLogServiceClient(conn)
-	_, err = lc.ListTopics(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer guessed-secret-1"), &sharelogv1.ListTopicsRequest{})
+	lc := st.Log
+	_, err := lc.ListTopics(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer guessed-secret-1"), &sharelogv1.ListTopicsRequest{})
 	requireReason(t, err, codes.Unauthenticated, "UNAUTHENTICATED")
 	_, err = lc.ListTopics(context.Background(), &sharelogv1.ListTopicsRequest{})
 	requireReason(t, err, codes.Unauthenticated, "UNAUTHENTICATED")

@@ -6,24 +6,20 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/app"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
 func (s *authzStack) topicNames(t *testing.T, ctx context.Context) []string {
@@ -386,24 +382,15 @@ func (b *syncBuffer) lines(t *testing.T) []map[string]any {
 func TestAuditLog(t *testing.T) {
 	var logs syncBuffer
 	tokens := writeTokens(t, t.TempDir())
-	cfg := app.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.Fsync = "127.0.0.1:0", "127.0.0.1:0", "never"
-	cfg.AuthTokensFile, cfg.Authorizer, cfg.SuperUsers = tokens, app.AuthorizerACL, []string{"User:token-1"}
-	lis := bufconn.Listen(1 << 20)
-	srv, err := app.Start(context.Background(), cfg, slog.New(slog.NewJSONHandler(&logs, nil)), app.Options{GRPCListener: lis})
-	require.NoError(t, err)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	hs := httptest.NewServer(srv.HTTPHandler())
-	t.Cleanup(func() { hs.Close(); conn.Close(); require.NoError(t, srv.Close()) })
+	st := testsupport.NewStack(t, testsupport.StackOptions{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, func(cfg *app.Config) {
+		cfg.AuthTokensFile, cfg.Authorizer, cfg.SuperUsers = tokens, app.AuthorizerACL, []string{"User:token-1"}
+	})
+	conn := st.Conn
 	admin := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+adminToken)
 	user := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+userToken)
 	lc := sharelogv1.NewLogServiceClient(conn)
 
-	_, err = lc.CreateTopic(admin, &sharelogv1.CreateTopicRequest{Name: "audited", Partitions: 1})
+	_, err := lc.CreateTopic(admin, &sharelogv1.CreateTopicRequest{Name: "audited", Partitions: 1})
 	require.NoError(t, err)
 	_, err = lc.Produce(user, &sharelogv1.ProduceRequest{Topic: "audited", Records: []*sharelogv1.Record{{Value: []byte("v")}}})
 	requireReason(t, err, codes.PermissionDenied, "TOPIC_AUTHORIZATION_FAILED")

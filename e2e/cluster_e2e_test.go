@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jsstate"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jstest"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
 // clusterInstance is one sharelog instance in cluster mode, in-process,
@@ -47,19 +47,8 @@ func testLogger() *slog.Logger {
 
 func startClusterInstance(t *testing.T, js *jstest.Cluster, prefix, id string, mutate ...func(*app.Config)) *clusterInstance {
 	t.Helper()
-	cfg := app.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Cluster.Store = app.StoreJetStream
-	cfg.Cluster.NATSURL = js.URL()
-	cfg.Cluster.NATSPrefix = prefix
-	cfg.Cluster.InstanceID = id
-	cfg.Cluster.LeaseTTL = time.Second
-	cfg.ShutdownTimeout = 5 * time.Second
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	srv, err := app.Start(context.Background(), cfg, testLogger(), app.Options{ReadinessInterval: 50 * time.Millisecond})
+	cfg := testsupport.ClusterConfig(t, js.URL(), prefix, id, mutate...)
+	srv, err := app.Start(context.Background(), cfg, testLogger(), testsupport.ClusterOptions())
 	require.NoError(t, err)
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
@@ -89,27 +78,15 @@ func createTopic(t *testing.T, log sharelogv1.LogServiceClient, name string, par
 // readyz is the instance's /readyz status and body.
 func (c *clusterInstance) readyz(t *testing.T) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + c.srv.HTTPAddr() + "/readyz")
+	code, body, err := testsupport.Readyz(c.srv.HTTPAddr())
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b))
+	return code, body
 }
 
-// waitReadyz polls /readyz until its body contains want.
+// waitReadyz polls /readyz until it answers 200 with a body containing want.
 func (c *clusterInstance) waitReadyz(t *testing.T, want string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		code, body := c.readyz(t)
-		if code == http.StatusOK && strings.Contains(body, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: /readyz %d %q after %v, want %q", c.id, code, body, within, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testsupport.WaitReadyz(t, c.srv.HTTPAddr(), want, within)
 }
 
 func TestClusterStandbyForwardsAndTakesOver(t *testing.T) {

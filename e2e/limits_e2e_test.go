@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -80,10 +79,6 @@ func TestMalformedJSONIsInvalidRequest(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "body: %s", raw)
 	assert.Contains(t, string(raw), "--max-request-bytes")
-}
-
-func waitingRE(n int) *regexp.Regexp {
-	return regexp.MustCompile(fmt.Sprintf(`(?m)^sharelog_long_polls_waiting(\{[^}]*\})? %d$`, n))
 }
 
 // With --max-long-polls 2, a third Fetch that would wait answers at once,

@@ -2,14 +2,9 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -29,54 +24,8 @@ import (
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/app"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
-
-// testCA issues certificates for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-	pem  []byte
-}
-
-var certSerial int64
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sharelog test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns a leaf certificate for tmpl's names and its PEM files.
-func (ca *testCA) issue(t *testing.T, tmpl *x509.Certificate, usage x509.ExtKeyUsage) (tls.Certificate, []byte, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	certSerial++
-	tmpl.SerialNumber = big.NewInt(100 + certSerial)
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
-	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{usage}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	require.NoError(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	require.NoError(t, err)
-	return pair, certPEM, keyPEM
-}
 
 // mtlsClient is one client certificate's gRPC and HTTPS clients.
 type mtlsClient struct {
@@ -90,26 +39,22 @@ type mtlsClient struct {
 // client cannot forge it); a token wins over the certificate.
 func TestClientCertificatePrincipal(t *testing.T) {
 	t.Parallel()
-	ca := newTestCA(t)
+	ca := testsupport.NewCA(t)
 	dir := t.TempDir()
-	_, srvCert, srvKey := ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "server"},
+	_, srvCert, srvKey := ca.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "server"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}, x509.ExtKeyUsageServerAuth)
-	files := map[string][]byte{"ca.pem": ca.pem, "server.pem": srvCert, "server.key": srvKey, "tokens": []byte("dave tok-dave\n")}
+	files := map[string][]byte{"ca.pem": ca.PEM, "server.pem": srvCert, "server.key": srvKey, "tokens": []byte("dave tok-dave\n")}
 	for name, b := range files {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b, 0o600))
 	}
-	cfg := app.DefaultConfig()
-	cfg.DataDir, cfg.Fsync = t.TempDir(), "never"
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA = filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key"), filepath.Join(dir, "ca.pem")
-	cfg.AuthTokensFile = filepath.Join(dir, "tokens")
-	srv, err := app.Start(context.Background(), cfg, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
+	srv := testsupport.Serve(t, func(cfg *app.Config) {
+		cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA = filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key"), filepath.Join(dir, "ca.pem")
+		cfg.AuthTokensFile = filepath.Join(dir, "tokens")
+	})
 
 	client := func(tmpl *x509.Certificate) mtlsClient {
-		pair, _, _ := ca.issue(t, tmpl, x509.ExtKeyUsageClientAuth)
-		tc := &tls.Config{RootCAs: ca.pool, Certificates: []tls.Certificate{pair}, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+		pair, _, _ := ca.Issue(t, tmpl, x509.ExtKeyUsageClientAuth)
+		tc := &tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{pair}, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 		conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
 		require.NoError(t, err)
 		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc.Clone()}}
@@ -125,7 +70,7 @@ func TestClientCertificatePrincipal(t *testing.T) {
 	carol := client(&x509.Certificate{Subject: pkix.Name{CommonName: "carol"}})
 
 	ctx := context.Background()
-	_, err = alice.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "q", Partitions: 1})
+	_, err := alice.log.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "q", Partitions: 1})
 	require.NoError(t, err, "a certificate alone authenticates, tokens configured or not")
 	hb, err := alice.sg.ShareGroupHeartbeat(ctx, hbReq("g", "m", 0, "q"))
 	require.NoError(t, err)

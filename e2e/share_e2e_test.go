@@ -16,6 +16,7 @@ import (
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/app"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
 const (
@@ -74,17 +75,7 @@ func (s *shareStack) fetch(t *testing.T, req *sharelogv1.ShareFetchRequest) *sha
 
 // partitionOf returns one partition's entry of a ShareFetch response.
 func partitionOf(resp *sharelogv1.ShareFetchResponse, topic string, p int32) *sharelogv1.ShareFetchPartitionResponse {
-	for _, tr := range resp.GetResponses() {
-		if tr.GetTopic() != topic {
-			continue
-		}
-		for _, pr := range tr.GetPartitions() {
-			if pr.GetPartition() == p {
-				return pr
-			}
-		}
-	}
-	return nil
+	return testsupport.PartitionOf(resp, topic, p)
 }
 
 type rng struct {
@@ -92,10 +83,12 @@ type rng struct {
 	count       int32
 }
 
+// acquired is testsupport.Acquired with short positional literals for
+// the tables here.
 func acquired(pr *sharelogv1.ShareFetchPartitionResponse) []rng {
 	var out []rng
-	for _, a := range pr.GetAcquiredRecords() {
-		out = append(out, rng{a.GetFirstOffset(), a.GetLastOffset(), a.GetDeliveryCount()})
+	for _, a := range testsupport.Acquired(pr) {
+		out = append(out, rng{a.First, a.Last, a.Count})
 	}
 	return out
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,17 +14,16 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/app"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
-// stack is the real server in-process: gRPC over bufconn, the REST gateway
-// over httptest (the gateway itself dials the gRPC server), a file store in
-// t.TempDir().
+// stack is the real server in-process (testsupport.NewStack): gRPC over
+// bufconn, the REST gateway over httptest (the gateway itself dials the
+// gRPC server), a file store in t.TempDir().
 type stack struct {
 	srv     *app.Server
 	conn    *grpc.ClientConn
@@ -36,29 +34,11 @@ type stack struct {
 
 func newStack(t testing.TB, opts app.Options, mutate ...func(*app.Config)) *stack {
 	t.Helper()
-	cfg := app.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Fsync = "never"
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	lis := bufconn.Listen(1 << 20)
-	opts.GRPCListener = lis
-	srv, err := app.Start(context.Background(), cfg, nil, opts)
-	require.NoError(t, err)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20), grpc.MaxCallRecvMsgSize(64<<20)))
-	require.NoError(t, err)
-	hs := httptest.NewServer(srv.HTTPHandler())
-	t.Cleanup(func() {
-		hs.Close()
-		conn.Close()
-		require.NoError(t, srv.Close())
-	})
-	return &stack{srv: srv, conn: conn, log: sharelogv1.NewLogServiceClient(conn), http: hs, dataDir: cfg.DataDir}
+	return stackOf(testsupport.NewStack(t, testsupport.StackOptions{App: opts}, mutate...))
+}
+
+func stackOf(s *testsupport.Stack) *stack {
+	return &stack{srv: s.Srv, conn: s.Conn, log: s.Log, http: s.HTTP, dataDir: s.DataDir}
 }
 
 // requireReason asserts a gRPC error's code and ErrorInfo reason.
@@ -146,25 +126,14 @@ func (s *stack) produce(t testing.TB, topic string, partition int32, values ...s
 // metricsText returns the /metrics page, or "" if it cannot be read. It
 // does not fail the test, so it may run off the test's goroutine (as
 // require.Eventually's condition does).
-func (s *stack) metricsText() string {
-	resp, err := s.http.Client().Get(s.http.URL + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return ""
-	}
-	return string(raw)
-}
+func (s *stack) metricsText() string { return testsupport.MetricsText(s.http.Client(), s.http.URL) }
 
 // awaitLongPolls waits until n Fetch or ShareFetch calls hold a long-poll
 // slot: a Fetch takes its slot after subscribing to appends, so from then
 // on a produce wakes it.
 func (s *stack) awaitLongPolls(t *testing.T, n int) {
 	t.Helper()
-	re := waitingRE(n)
+	re := testsupport.LongPollsWaiting(n)
 	require.Eventually(t, func() bool { return re.MatchString(s.metricsText()) }, 10*time.Second, pollTick,
 		"%d calls wait for records", n)
 }

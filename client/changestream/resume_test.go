@@ -3,7 +3,6 @@ package changestream_test
 import (
 	"context"
 	"fmt"
-	"net"
 
 	"strings"
 	"sync/atomic"
@@ -14,39 +13,24 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/sharelog/sharelog/client/changestream"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/app"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
 // startServer runs the real server in-process (gRPC over bufconn, file
-// store in a temp dir) and returns a client connection to it.
+// store in a temp dir) and returns a client connection to it, dialled with
+// the client's recommended options.
 func startServer(t *testing.T, mutate func(*app.Config)) *grpc.ClientConn {
 	t.Helper()
-	cfg := app.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Fsync = "never"
+	var muts []func(*app.Config)
 	if mutate != nil {
-		mutate(&cfg)
+		muts = append(muts, mutate)
 	}
-	lis := bufconn.Listen(1 << 20)
-	srv, err := app.Start(context.Background(), cfg, nil, app.Options{GRPCListener: lis})
-	require.NoError(t, err)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		append(changestream.DialOptions(),
-			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-			grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		conn.Close()
-		require.NoError(t, srv.Close())
-	})
-	return conn
+	return testsupport.NewStack(t, testsupport.StackOptions{Dial: changestream.DialOptions()}, muts...).Conn
 }
 
 // cutConn fails the first StreamChanges call it sees after delivering

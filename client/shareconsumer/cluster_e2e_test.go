@@ -12,13 +12,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/app"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jstest"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
 // clusterNode is one in-process sharelog instance of a partitioned cluster
@@ -43,17 +43,8 @@ func startPartitionedCluster(t *testing.T, ids ...string) []*clusterNode {
 	prefix := js.Prefix()
 	var nodes []*clusterNode
 	for _, id := range ids {
-		cfg := app.DefaultConfig()
-		cfg.DataDir = t.TempDir()
-		cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-		cfg.Cluster.Store = app.StoreJetStream
-		cfg.Cluster.Mode = app.ModePartitioned
-		cfg.Cluster.NATSURL = js.URL()
-		cfg.Cluster.NATSPrefix = prefix
-		cfg.Cluster.InstanceID = id
-		cfg.Cluster.LeaseTTL = time.Second
-		cfg.ShutdownTimeout = 5 * time.Second
-		srv, err := app.Start(context.Background(), cfg, nil, app.Options{ReadinessInterval: 50 * time.Millisecond})
+		cfg := testsupport.ClusterConfig(t, js.URL(), prefix, id, func(c *app.Config) { c.Cluster.Mode = app.ModePartitioned })
+		srv, err := app.Start(context.Background(), cfg, nil, testsupport.ClusterOptions())
 		require.NoError(t, err)
 		n := &clusterNode{id: id, srv: srv}
 		n.conn = dial(t, srv.GRPCAddr())
@@ -79,17 +70,7 @@ func (n *clusterNode) stop(t *testing.T) {
 
 func (n *clusterNode) waitReadyz(t *testing.T, want string) {
 	t.Helper()
-	var body string
-	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + n.srv.HTTPAddr() + "/readyz")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		body = string(b)
-		return resp.StatusCode == http.StatusOK && strings.Contains(body, want)
-	}, 15*time.Second, 50*time.Millisecond, "%s /readyz: %q", n.id, body)
+	testsupport.WaitReadyz(t, n.srv.HTTPAddr(), want, 15*time.Second)
 }
 
 // metric returns the lines of the instance's /metrics for one family.
@@ -179,10 +160,7 @@ type fetchWatch struct {
 func (w *fetchWatch) dial(addr string) (grpc.ClientConnInterface, error) {
 	return grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.5, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
-			MinConnectTimeout: time.Second,
-		}),
+		testsupport.FastReconnect(),
 		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			err := invoker(ctx, method, req, reply, cc, opts...)
 			if err != nil {

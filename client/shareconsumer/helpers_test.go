@@ -3,10 +3,8 @@ package shareconsumer
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"sort"
 	"sync"
 	"testing"
@@ -15,12 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/app"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
 // Every test closes its consumers, connections and servers: none may leave a
@@ -42,15 +39,11 @@ type env struct {
 
 func newEnv(t *testing.T, mutate ...func(*app.Config)) *env {
 	t.Helper()
-	cfg := app.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Fsync = "never"
-	cfg.ShareMinRecordLockDuration = 100 * time.Millisecond
-	cfg.ShutdownTimeout = 5 * time.Second
-	for _, m := range mutate {
-		m(&cfg)
+	fast := func(cfg *app.Config) {
+		cfg.ShareMinRecordLockDuration = 100 * time.Millisecond
+		cfg.ShutdownTimeout = 5 * time.Second
 	}
+	cfg := testsupport.Config(t, append([]func(*app.Config){fast}, mutate...)...)
 	srv, err := app.Start(context.Background(), cfg, nil)
 	require.NoError(t, err)
 	cfg.GRPCAddr = srv.GRPCAddr() // a restart listens on the same address
@@ -72,15 +65,7 @@ func newEnv(t *testing.T, mutate ...func(*app.Config)) *env {
 // restarted server quickly.
 func dial(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.5, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
-			MinConnectTimeout: time.Second,
-		}))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	return testsupport.Dial(t, addr, testsupport.FastReconnect())
 }
 
 // restart stops the server (gracefully) and starts it again on the same
@@ -294,16 +279,7 @@ type serverConfig = app.Config
 func (e *env) awaitLongPolls(n int) {
 	e.t.Helper()
 	e.mu.Lock()
-	url := "http://" + e.srv.HTTPAddr() + "/metrics"
+	base := "http://" + e.srv.HTTPAddr()
 	e.mu.Unlock()
-	re := regexp.MustCompile(fmt.Sprintf(`(?m)^sharelog_long_polls_waiting(\{[^}]*\})? %d$`, n))
-	require.Eventually(e.t, func() bool {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		return err == nil && re.Match(raw)
-	}, 10*time.Second, 5*time.Millisecond, "%d ShareFetch calls wait", n)
+	testsupport.AwaitLongPolls(e.t, http.DefaultClient, base, n)
 }

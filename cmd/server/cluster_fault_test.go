@@ -25,6 +25,7 @@ import (
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jstest"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
 // leaseTTL is the fault tests' --lease-ttl.
@@ -47,31 +48,11 @@ func startMember(t *testing.T, natsURL, prefix, id string, extra ...string) *chi
 		"--instance-id", id, "--lease-ttl", leaseTTL.String(), "--share-record-lock-duration", "3s"}, extra...)...)
 }
 
-// readyz is the child's /readyz body (status line included).
-func (c *child) readyz() string {
-	cl := http.Client{Timeout: time.Second}
-	resp, err := cl.Get("http://" + c.httpAddr + "/readyz")
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
-}
-
+// waitReadyz waits until the child's /readyz answers 200 with want in its
+// body, and returns how long that took.
 func (c *child) waitReadyz(t *testing.T, want string, within time.Duration) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for {
-		got := c.readyz()
-		if strings.Contains(got, want) {
-			return time.Since(start)
-		}
-		if time.Since(start) > within {
-			t.Fatalf("/readyz is %q after %v, want %q", got, within, want)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	return testsupport.WaitReadyz(t, c.httpAddr, want, within)
 }
 
 func retryable(err error) bool {
@@ -580,7 +561,7 @@ func TestClusterCutFromNATS(t *testing.T) {
 	}
 	px.setCut(true)
 	cut := time.Now()
-	took := a.waitReadyz(t, "503 not ready", leaseTTL-100*time.Millisecond)
+	took := testsupport.WaitReadyzStatus(t, a.httpAddr, http.StatusServiceUnavailable, "not ready", leaseTTL-100*time.Millisecond)
 	t.Logf("the cut instance stopped serving %v after the cut", took)
 	// Its calls fail fast and retryably; none hangs.
 	p := int32(0)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -36,7 +37,10 @@ func TestMain(m *testing.M) {
 		runNATSChild(conf) // a NATS node for the cluster fault tests
 		return
 	}
-	os.Exit(m.Run())
+	// In the test process itself: the children's log readers and
+	// waiters, the in-process JetStream clusters and the clients must be
+	// gone once the tests have killed and closed them.
+	goleak.VerifyTestMain(m)
 }
 
 type child struct {

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
 // Acknowledgements answered under --fsync always survive a SIGKILL; records
@@ -38,12 +39,8 @@ func TestShareAcksSurviveSIGKILL(t *testing.T) {
 	}
 	acquiredOf := func(resp *sharelogv1.ShareFetchResponse) [][3]int64 {
 		var out [][3]int64
-		for _, tr := range resp.GetResponses() {
-			for _, pr := range tr.GetPartitions() {
-				for _, a := range pr.GetAcquiredRecords() {
-					out = append(out, [3]int64{a.GetFirstOffset(), a.GetLastOffset(), int64(a.GetDeliveryCount())})
-				}
-			}
+		for _, r := range testsupport.AcquiredAll(resp) {
+			out = append(out, [3]int64{r.First, r.Last, int64(r.Count)})
 		}
 		return out
 	}

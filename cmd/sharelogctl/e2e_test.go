@@ -3,15 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,6 +21,7 @@ import (
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	slserver "github.com/sharelog/sharelog/internal/app"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
 // End-to-end tests: sharelogctl in-process against the real server on loopback TCP.
@@ -41,17 +36,7 @@ type testServer struct {
 
 func startServer(t *testing.T, mutate ...func(*slserver.Config)) *testServer {
 	t.Helper()
-	cfg := slserver.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Fsync = "never"
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	srv, err := slserver.Start(context.Background(), cfg, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, srv.Close()) })
-	return &testServer{t: t, addr: srv.GRPCAddr()}
+	return &testServer{t: t, addr: testsupport.Serve(t, mutate...).GRPCAddr()}
 }
 
 // ctl runs sharelogctl against the server.
@@ -566,11 +551,11 @@ func TestE2EToken(t *testing.T) {
 func TestE2ETLS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ca := newTestCA(t)
-	serverCert, serverKey := ca.issue(t, dir, "server", true)
-	clientCert, clientKey := ca.issue(t, dir, "client", false)
+	ca := testsupport.NewCA(t)
+	serverCert, serverKey := ca.IssueFiles(t, dir, "server", x509.ExtKeyUsageServerAuth)
+	clientCert, clientKey := ca.IssueFiles(t, dir, "client", x509.ExtKeyUsageClientAuth)
 	caFile := filepath.Join(dir, "ca.pem")
-	require.NoError(t, os.WriteFile(caFile, ca.certPEM, 0o600))
+	require.NoError(t, os.WriteFile(caFile, ca.PEM, 0o600))
 
 	ctl := startServer(t, func(c *slserver.Config) {
 		c.TLSCert, c.TLSKey, c.TLSClientCA = serverCert, serverKey, caFile
@@ -588,58 +573,4 @@ func TestE2ETLS(t *testing.T) {
 	res = ctl("", "topics", "list", "--cert-file", clientCert)
 	assert.Equal(t, 1, res.code)
 	assert.Contains(t, res.stderr, "error: --cert-file and --key-file go together\n")
-}
-
-type testCA struct {
-	cert    *x509.Certificate
-	key     *ecdsa.PrivateKey
-	certPEM []byte
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "sharelogctl test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return &testCA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue writes a certificate for 127.0.0.1 signed by the CA and its key; it returns their paths.
-func (ca *testCA) issue(t *testing.T, dir, name string, server bool) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	usage := x509.ExtKeyUsageClientAuth
-	if server {
-		usage = x509.ExtKeyUsageServerAuth
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	require.NoError(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
-	return certFile, keyFile
 }

@@ -9,12 +9,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
 // shareClients are direct gRPC clients of the test server, to act as
@@ -26,9 +25,7 @@ type shareClients struct {
 
 func (s *testServer) clients() shareClients {
 	s.t.Helper()
-	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(s.t, err)
-	s.t.Cleanup(func() { conn.Close() })
+	conn := testsupport.Dial(s.t, s.addr)
 	return shareClients{log: sharelogv1.NewLogServiceClient(conn), sg: sharelogv1.NewShareGroupServiceClient(conn)}
 }
 

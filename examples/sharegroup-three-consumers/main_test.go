@@ -7,20 +7,21 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
-	"github.com/sharelog/sharelog/internal/app"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
+
+// The example's consumers heartbeat on goroutines, and the test runs a
+// server: both must be gone once it ends.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // The example against the real server in-process: three consumers drain
 // the topic and their counts add up.
 func TestThreeConsumersDrainTheTopic(t *testing.T) {
-	cfg := app.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Fsync = "never"
-	srv, err := app.Start(context.Background(), cfg, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, srv.Close()) })
+	srv := testsupport.Serve(t)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -236,4 +237,23 @@ func TestArchitectureDocNamesEveryPackage(t *testing.T) {
 		}
 	}
 	assert.Empty(t, missing, "packages docs/architecture.md does not name")
+}
+
+// internal/testsupport (the shared stack, test CA and waits, with testify
+// in its imports) is for tests only: no package's non-test code imports
+// it, so it never reaches a binary.
+func TestTestSupportOnlyInTests(t *testing.T) {
+	const ts = "github.com/sharelog/sharelog/internal/testsupport"
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "github.com/sharelog/sharelog/...").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var importers []string
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Greater(t, len(lines), 20, "go list found the packages")
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if slices.Contains(f[1:], ts) {
+			importers = append(importers, f[0])
+		}
+	}
+	assert.Empty(t, importers, "non-test code importing %s", ts)
 }

@@ -2,8 +2,6 @@ package cluster
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -14,16 +12,10 @@ import (
 
 var testCluster *jstest.Cluster
 
+// The tests share one JetStream cluster; once it is shut down, nothing
+// they started (connections, watchers, loops) may still run.
 func TestMain(m *testing.M) {
-	c, err := jstest.Start(jstest.Options{SyncAlways: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the JetStream test cluster:", err)
-		os.Exit(1)
-	}
-	testCluster = c
-	code := m.Run()
-	c.Shutdown()
-	os.Exit(code)
+	jstest.Main(m, jstest.Options{SyncAlways: true}, func(c *jstest.Cluster) { testCluster = c })
 }
 
 func openLease(t *testing.T, prefix, id string) *Lease {

@@ -2,8 +2,6 @@ package jslog
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -19,16 +17,10 @@ import (
 // acknowledgement), shared by every test.
 var cluster *jstest.Cluster
 
+// The tests share one JetStream cluster; once it is shut down, nothing
+// they started (connections, watchers, loops) may still run.
 func TestMain(m *testing.M) {
-	c, err := jstest.Start(jstest.Options{SyncAlways: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the JetStream test cluster:", err)
-		os.Exit(1)
-	}
-	cluster = c
-	code := m.Run()
-	c.Shutdown()
-	os.Exit(code)
+	jstest.Main(m, jstest.Options{SyncAlways: true}, func(c *jstest.Cluster) { cluster = c })
 }
 
 // newStore opens a store with its own prefix on a connection of its own,

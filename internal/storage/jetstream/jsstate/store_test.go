@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -25,16 +24,10 @@ import (
 // acknowledgement), shared by every test.
 var cluster *jstest.Cluster
 
+// The tests share one JetStream cluster; once it is shut down, nothing
+// they started (connections, watchers, loops) may still run.
 func TestMain(m *testing.M) {
-	c, err := jstest.Start(jstest.Options{SyncAlways: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the JetStream test cluster:", err)
-		os.Exit(1)
-	}
-	cluster = c
-	code := m.Run()
-	c.Shutdown()
-	os.Exit(code)
+	jstest.Main(m, jstest.Options{SyncAlways: true}, func(c *jstest.Cluster) { cluster = c })
 }
 
 // medium is one share state bucket.

@@ -5,7 +5,8 @@
 //
 // Share one cluster per test package: start it in TestMain (Start), hand
 // each test its own name prefix (Prefix) so tests cannot see each other's
-// streams, and shut it down after m.Run.
+// streams, and shut it down after m.Run. Main does all three, and checks
+// with goleak that the tests left nothing running.
 package jstest
 
 import (

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 
@@ -81,7 +82,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		}
 	})
 	b.logSvc = grpcapi.NewLogService(logAPI, s.guard).WithCluster(view, func() ([]string, error) {
-		groups, err := b.share.ListGroups(sharegroup.StateUnknown)
+		groups, err := b.share.ListGroups(context.Background(), sharegroup.StateUnknown)
 		ids := make([]string, len(groups))
 		for i, g := range groups {
 			ids[i] = g.GroupID

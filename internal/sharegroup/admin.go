@@ -46,7 +46,7 @@ func (g *group) state() GroupState {
 
 // ListGroups lists every group sorted by ID, only those in state filter
 // unless it is StateUnknown.
-func (m *Manager) ListGroups(filter GroupState) ([]GroupListing, error) {
+func (m *Manager) ListGroups(ctx context.Context, filter GroupState) ([]GroupListing, error) {
 	if !m.enter() {
 		return nil, ErrClosed
 	}

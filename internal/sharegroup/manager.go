@@ -477,7 +477,7 @@ func (m *Manager) groupList() []*group {
 }
 
 // GetConfig returns a group's effective configuration.
-func (m *Manager) GetConfig(groupID string) (GroupConfig, error) {
+func (m *Manager) GetConfig(ctx context.Context, groupID string) (GroupConfig, error) {
 	if !m.enter() {
 		return GroupConfig{}, ErrClosed
 	}
@@ -495,7 +495,7 @@ func (m *Manager) GetConfig(groupID string) (GroupConfig, error) {
 // before it returns; it applies as follows (lock duration to later locks,
 // the limits at the next transition or acquisition, auto_offset_reset to
 // uninitialised share-partitions) and wakes waiting fetches.
-func (m *Manager) UpdateConfig(groupID string, c GroupConfig) (GroupConfig, error) {
+func (m *Manager) UpdateConfig(ctx context.Context, groupID string, c GroupConfig) (GroupConfig, error) {
 	if !m.enter() {
 		return GroupConfig{}, ErrClosed
 	}

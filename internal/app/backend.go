@@ -53,6 +53,8 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		Owner:                   owners.Owner,
 		Coordinates:             owners.Coordinates,
 		FollowedConfig:          owners.FollowedConfig,
+		Coordinators:            owners.Coordinators,
+		Peers:                   owners.Peers,
 		Logger:                  log,
 		RecordLockDuration:      cfg.ShareRecordLockDuration,
 		MinRecordLockDuration:   cfg.ShareMinRecordLockDuration,

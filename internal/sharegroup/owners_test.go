@@ -32,7 +32,7 @@ func (o *owners) set(part int32, who string) {
 }
 
 // ownerEnv opens a manager for instance self over store, placed by o.
-func ownerEnv(t *testing.T, store logstore.Store, st sharestate.Store, self string, o *owners) *env {
+func ownerEnv(t *testing.T, store logstore.Store, st sharestate.Store, self string, o *owners, mut ...func(*Options)) *env {
 	t.Helper()
 	opts := testOpts{Options: Options{Logger: slog.New(slog.DiscardHandler),
 		Owner: func(topic string, part int32) string {
@@ -54,6 +54,9 @@ func ownerEnv(t *testing.T, store logstore.Store, st sharestate.Store, self stri
 			return o.config, true
 		},
 	}}
+	for _, f := range mut {
+		f(&opts.Options)
+	}
 	m, err := Open(store, st, opts.Options)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
@@ -282,8 +285,8 @@ func TestOwnedOnlyAdminCalls(t *testing.T) {
 	a.produce("t", 0, 5, 10)
 	require.NotEmpty(t, acquired(t, a.open("n", x0), x0))
 	asked := 0
-	failing := WithPeers(context.Background(), func(context.Context) error { asked++; return errors.New("peer b did not answer") })
-	require.ErrorContains(t, a.m.DeleteGroup(failing, testGroup), "peer b did not answer")
+	failing := func(context.Context) error { asked++; return errors.New("peer b did not answer") }
+	require.ErrorContains(t, a.m.deleteGroup(context.Background(), testGroup, failing), "peer b did not answer")
 	require.Equal(t, 1, asked)
 	require.True(t, a.m.HasGroup(testGroup))
 
@@ -300,8 +303,8 @@ func TestOwnedOnlyAdminCalls(t *testing.T) {
 	stB.mu.Unlock()
 	require.NoError(t, b.m.DeleteGroup(ctx, testGroup), "nothing left here: nothing to do")
 
-	peers := WithPeers(context.Background(), func(context.Context) error { asked++; return nil })
-	require.NoError(t, a.m.DeleteGroup(peers, testGroup))
+	peers := func(context.Context) error { asked++; return nil }
+	require.NoError(t, a.m.deleteGroup(context.Background(), testGroup, peers))
 	require.Equal(t, 2, asked)
 	require.False(t, a.m.HasGroup(testGroup))
 }

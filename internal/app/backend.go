@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 
@@ -52,6 +53,8 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		Owner:                   owners.Owner,
 		Coordinates:             owners.Coordinates,
 		FollowedConfig:          owners.FollowedConfig,
+		Coordinators:            owners.Coordinators,
+		Peers:                   owners.Peers,
 		Logger:                  log,
 		RecordLockDuration:      cfg.ShareRecordLockDuration,
 		MinRecordLockDuration:   cfg.ShareMinRecordLockDuration,
@@ -81,7 +84,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		}
 	})
 	b.logSvc = grpcapi.NewLogService(logAPI, s.guard).WithCluster(view, func() ([]string, error) {
-		groups, err := b.share.ListGroups(sharegroup.StateUnknown)
+		groups, err := b.share.ListGroups(context.Background(), sharegroup.StateUnknown)
 		ids := make([]string, len(groups))
 		for i, g := range groups {
 			ids[i] = g.GroupID

@@ -8,18 +8,16 @@ package app
 // (the log backend's), over a scoped share-state store that holds only
 // the groups it adopted. Other instances forward the calls to it (one
 // hop). A group nobody coordinates yet (a new one) is taken by the
-// instance that receives its first call.
+// instance that receives its first call. The share-group domain does the
+// routing (sharegroup.Coordinators, Peers): groupCoordinators here,
+// grpcGroupPeers (grouppeers.go).
 
 import (
 	"context"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
-	"google.golang.org/protobuf/proto"
-
-	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/cluster"
 	"github.com/sharelog/sharelog/internal/ownership"
 	"github.com/sharelog/sharelog/internal/sharegroup"
@@ -127,136 +125,67 @@ func (n *clusterNode) releaseGroup(item, id string, epoch uint64, handover bool)
 	n.s.log.Info("no longer coordinating a share group", "group", id, "epoch", epoch, "handover", handover)
 }
 
-// groupCall routes a ShareGroupService call naming a group to the group's
-// coordinator: served here when this instance holds the group's lease,
-// forwarded when another does, and taken here when none does.
-func (n *clusterNode) groupCall(ctx context.Context, fullMethod string, m method, req any, id string) (any, error) {
-	if sharegroup.ValidGroupID(id) != nil {
-		return n.serveLocal(ctx, m, req) // the service answers the invalid request
-	}
+// groupCoordinators is the sharegroup.Coordinators of this instance: a
+// group is coordinated here while its gate is open (its lease held, its
+// state adopted), else by the holder of its lease; a group nobody
+// coordinates is taken here by a call that may create it.
+type groupCoordinators struct{ n *clusterNode }
+
+var _ sharegroup.Coordinators = groupCoordinators{}
+
+func (c groupCoordinators) Coordinator(ctx context.Context, id string, create bool) (sharegroup.Coordinator, error) {
+	n := c.n
 	item := cluster.GroupItem(id)
 	n.mu.RLock()
 	its, lease, self, state := n.part.items, n.lease, n.self.ID, n.part.state
 	n.mu.RUnlock()
 	if its == nil || lease == nil {
-		return nil, notOwnerErr("this instance has not joined the cluster yet; retry")
+		return sharegroup.Coordinator{}, notOwnerErr("this instance has not joined the cluster yet; retry")
 	}
 	for range 2 {
 		if h, ok := n.part.gates.Hold(item); ok {
-			return n.serveGroup(ctx, fullMethod, m, req, id, h)
+			return sharegroup.Coordinator{Hold: groupHold{h}}, nil
 		}
 		owners, err := lease.LiveOwners(ctx)
 		if err != nil {
-			return nil, ownerUnreachableErr("cannot read the share group leases from NATS: " + err.Error())
+			return sharegroup.Coordinator{}, ownerUnreachableErr("cannot read the share group leases from NATS: " + err.Error())
 		}
 		if o, ok := owners[item]; ok && o.Owner.ID != self {
-			if forwardedFrom(ctx) != "" {
-				return nil, notOwnerErr(fmt.Sprintf("share group %q is coordinated by %s; retry", id, o.Owner.ID))
-			}
-			cc, err := n.conn(o.Owner.Addr)
-			if err != nil {
-				return nil, err
-			}
-			return n.forwardUnary(ctx, cc, fullMethod, m, req)
+			return sharegroup.Coordinator{Peer: o.Owner.Addr}, nil
 		}
 		// No coordinator. A call that may create the group takes it here;
-		// any other answers as for a group that does not exist when none
-		// has state, and waits for the placement when one has.
-		if !createsGroup(req) {
+		// any other is answered here, as for a group that does not exist,
+		// when none has state, and waits for the placement when one has.
+		if !create {
 			if state == nil {
-				return nil, notOwnerErr("this instance has not opened the share state yet; retry")
+				return sharegroup.Coordinator{}, notOwnerErr("this instance has not opened the share state yet; retry")
 			}
 			ids, err := state.LiveGroupIDs(ctx)
 			if err != nil {
-				return nil, ownerUnreachableErr("cannot list the share groups in NATS: " + err.Error())
+				return sharegroup.Coordinator{}, ownerUnreachableErr("cannot list the share groups in NATS: " + err.Error())
 			}
 			if !slices.Contains(ids, id) {
-				return n.serveLocal(ctx, m, req)
+				return sharegroup.Coordinator{Hold: noGroupHold{}}, nil
 			}
-			return nil, notOwnerErr(fmt.Sprintf("share group %q has no coordinator at the moment; retry", id))
+			return sharegroup.Coordinator{}, notOwnerErr(fmt.Sprintf("share group %q has no coordinator at the moment; retry", id))
 		}
 		tctx, cancel := context.WithTimeout(ctx, n.s.cfg.Cluster.LeaseTTL/2)
 		its.Take(tctx, item)
 		cancel()
 	}
-	return nil, notOwnerErr(fmt.Sprintf("share group %q is changing coordinator; retry", id))
+	return sharegroup.Coordinator{}, notOwnerErr(fmt.Sprintf("share group %q is changing coordinator; retry", id))
 }
 
-// serveGroup runs a call of a group this instance coordinates, holding
-// the group's gate (h, taken by the caller) until it returns:
-// giving the group up cancels the call (a waiting fetch returns), waits
-// for it, and the call answers NOT_OWNER.
-func (n *clusterNode) serveGroup(ctx context.Context, fullMethod string, m method, req any, id string, h *ownership.Held) (any, error) {
-	defer h.Release()
-	calls := h.Calls
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(calls, cancel)
-	defer stop()
-	b, done, err := n.localBackend()
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	serve := func(ctx context.Context, req any) (any, error) {
-		return m.unary(implOf(b, m.service), ctx, func(v any) error {
-			proto.Merge(v.(proto.Message), req.(proto.Message))
-			return nil
-		}, nil)
-	}
-	// The calls about share-partitions ask their owners too (owners.go).
-	out, err := n.adminFanOut(ctx, fullMethod, m, req, serve)
-	if err != nil && calls.Err() != nil {
-		return nil, notOwnerErr(fmt.Sprintf("share group %q moved to another instance during the call; retry", id))
-	}
-	return out, err
-}
+// groupHold is the hold of a group this instance coordinates, on its
+// gate: giving the group up ends the term's calls, then waits for them.
+type groupHold struct{ h *ownership.Held }
 
-// listGroups answers ListShareGroups with the groups of every live
-// instance: its own, and each other's (a forwarded call, which that
-// instance answers with its own only).
-func (n *clusterNode) listGroups(ctx context.Context, fullMethod string, m method, req *sharelogv1.ListShareGroupsRequest) (any, error) {
-	local, err := n.serveLocal(ctx, m, req)
-	if err != nil || forwardedFrom(ctx) != "" {
-		return local, err
-	}
-	out := local.(*sharelogv1.ListShareGroupsResponse)
-	members, err := n.otherMembers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, mem := range members {
-		cc, err := n.conn(mem.Addr)
-		if err != nil {
-			return nil, err
-		}
-		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := n.forwardUnary(fctx, cc, fullMethod, m, req)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		out.Groups = append(out.Groups, resp.(*sharelogv1.ListShareGroupsResponse).Groups...)
-	}
-	slices.SortFunc(out.Groups, func(a, b *sharelogv1.ShareGroupListing) int { return strings.Compare(a.GroupId, b.GroupId) })
-	out.Groups = slices.CompactFunc(out.Groups, func(a, b *sharelogv1.ShareGroupListing) bool { return a.GroupId == b.GroupId })
-	return out, nil
-}
+func (g groupHold) Term() context.Context { return g.h.Calls }
+func (g groupHold) Release()              { g.h.Release() }
 
-// createsGroup reports whether a call may create its group (as on a
-// single server): only those take a group nobody coordinates, so a call
-// about a group that does not exist creates no lease. (A session opening,
-// ShareFetch at epoch 0, is served where it arrives and takes the group
-// through ensureGroup: owners.go.)
-func createsGroup(req any) bool {
-	switch r := req.(type) {
-	case *sharelogv1.ShareGroupHeartbeatRequest:
-		return r.GetMemberEpoch() == 0
-	case *sharelogv1.UpdateShareGroupConfigRequest, *sharelogv1.AlterShareGroupOffsetsRequest:
-		return true
-	}
-	return false
-}
+// noGroupHold is the "hold" of a group that exists nowhere: nothing to
+// keep, the manager answers for it.
+type noGroupHold struct{}
 
-// groupRequest is a ShareGroupService request naming one group.
-type groupRequest interface{ GetGroupId() string }
+func (noGroupHold) Term() context.Context { return context.Background() }
+func (noGroupHold) Release()              {}

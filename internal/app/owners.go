@@ -12,17 +12,13 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/sharelog/sharelog/apierr"
-	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/cluster"
 	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/sharegroup"
@@ -30,12 +26,16 @@ import (
 )
 
 // shareOwnerHooks are the share-group manager's owner-mode options for
-// this instance (sharegroup.Options.Owner, Coordinates, FollowedConfig).
+// this instance (sharegroup.Options.Owner, Coordinates, FollowedConfig)
+// and its routing to the groups' coordinators and the partitions' owners
+// (Coordinators, Peers: groups.go, grouppeers.go).
 func (n *clusterNode) shareOwnerHooks() *sharegroup.Options {
 	return &sharegroup.Options{
 		Owner:          n.partitionOwnerName,
 		Coordinates:    func(group string) bool { return n.part.gates.Serves(cluster.GroupItem(group)) },
 		FollowedConfig: func(group string) (sharegroup.GroupConfig, bool) { return n.followedConfig(group, true) },
+		Coordinators:   groupCoordinators{n},
+		Peers:          grpcGroupPeers{n},
 	}
 }
 
@@ -208,7 +208,8 @@ func (n *clusterNode) ensureGroup(ctx context.Context, id string) {
 }
 
 // mdOwnedOnly marks a group's admin call its coordinator sends to the
-// other instances (fanOut): answer for the partitions you own. Its value
+// other instances (sharegroup.OwnedOnly, grpcGroupPeers): answer for the
+// partitions you own. Its value
 // is the cluster's instance secret when the cluster uses tokens, so only
 // an instance can send it (or the call must come over a connection
 // presenting this instance's certificate, with --tls-client-ca).
@@ -264,222 +265,4 @@ func (n *clusterNode) otherMembers(ctx context.Context) ([]cluster.Member, error
 		return nil, ownerUnreachableErr("cannot read the cluster members from NATS: " + err.Error())
 	}
 	return slices.DeleteFunc(members, func(mem cluster.Member) bool { return mem.ID == self }), nil
-}
-
-// fanOut sends req, owned-only, to every other live instance and returns
-// their answers; the first failure fails it (retryably when an instance
-// does not answer).
-func (n *clusterNode) fanOut(ctx context.Context, fullMethod string, m method, req proto.Message) ([]proto.Message, error) {
-	peers, err := n.otherMembers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]proto.Message, len(peers))
-	errs := make([]error, len(peers))
-	var wg sync.WaitGroup
-	for i, mem := range peers {
-		wg.Go(func() {
-			cc, err := n.conn(mem.Addr)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			resp := m.out.New().Interface()
-			if err := cc.Invoke(n.ownedOnlyOutgoing(fctx), fullMethod, req, resp); err != nil {
-				errs[i] = forwardErr(cc.Target(), err)
-				return
-			}
-			out[i] = resp
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, e := range errs {
-			if e != nil {
-				return nil, e
-			}
-		}
-	}
-	return out, nil
-}
-
-// Merging the coordinator's answer (local) with the others' (peers):
-// every instance answered every partition of the request in the same
-// order, NOT_LEADER_OR_FOLLOWER for those it does not own; the owner's
-// entry replaces the coordinator's.
-
-const notLeader = sharelogv1.ErrorCode_ERROR_CODE_NOT_LEADER_OR_FOLLOWER
-
-var errShapeChanged = notOwnerErr("the partitions changed while the call was answered; retry")
-
-// pick returns the entry at pos of the first answer whose entry there is
-// not NOT_LEADER_OR_FOLLOWER (the local one when none is).
-func pick[E interface{ GetErrorCode() sharelogv1.ErrorCode }](local E, others []E) E {
-	if local.GetErrorCode() != notLeader {
-		return local
-	}
-	for _, o := range others {
-		if o.GetErrorCode() != notLeader {
-			return o
-		}
-	}
-	return local
-}
-
-// mergeTopics merges per partition the topics of local with those of the
-// peers' answers, which must have the same topics and partitions.
-func mergeTopics[T any, P interface {
-	GetErrorCode() sharelogv1.ErrorCode
-	GetPartition() int32
-}](local []T, peers [][]T, parts func(T) []P) error {
-	for ti, t := range local {
-		lp := parts(t)
-		for pi := range lp {
-			var others []P
-			for _, pt := range peers {
-				if len(pt) != len(local) {
-					return errShapeChanged
-				}
-				pp := parts(pt[ti])
-				if len(pp) != len(lp) || pp[pi].GetPartition() != lp[pi].GetPartition() {
-					return errShapeChanged
-				}
-				others = append(others, pp[pi])
-			}
-			lp[pi] = pick(lp[pi], others)
-		}
-	}
-	return nil
-}
-
-// adminFanOut answers one of the group admin calls that concern
-// share-partitions, served here as the group's coordinator (serve runs
-// the call locally with ctx), merging the other instances' answers.
-func (n *clusterNode) adminFanOut(ctx context.Context, fullMethod string, m method, req any, serve func(context.Context, any) (any, error)) (any, error) {
-	switch r := req.(type) {
-	case *sharelogv1.DescribeShareGroupOffsetsRequest:
-		return describeMerged(ctx, n, fullMethod, m, r, serve, r.GetTopics(),
-			func(resp any) []*sharelogv1.ShareGroupOffsetsTopic {
-				return resp.(*sharelogv1.DescribeShareGroupOffsetsResponse).GetTopics()
-			}, (*sharelogv1.ShareGroupOffsetsTopic).GetPartitions,
-			func(c *sharelogv1.DescribeShareGroupOffsetsRequest, ts []*sharelogv1.TopicPartitions) { c.Topics = ts })
-	case *sharelogv1.DescribeSharePartitionStateRequest:
-		return describeMerged(ctx, n, fullMethod, m, r, serve, r.GetTopics(),
-			func(resp any) []*sharelogv1.SharePartitionStateTopic {
-				return resp.(*sharelogv1.DescribeSharePartitionStateResponse).GetTopics()
-			}, (*sharelogv1.SharePartitionStateTopic).GetPartitions,
-			func(c *sharelogv1.DescribeSharePartitionStateRequest, ts []*sharelogv1.TopicPartitions) {
-				c.Topics = ts
-			})
-	case *sharelogv1.AlterShareGroupOffsetsRequest:
-		var peers []proto.Message
-		local, err := serve(n.withPeers(ctx, fullMethod, m, r, &peers), req)
-		if err != nil {
-			return nil, err
-		}
-		lt := local.(*sharelogv1.AlterShareGroupOffsetsResponse).Topics
-		pts := make([][]*sharelogv1.AlterShareGroupOffsetsTopicResult, len(peers))
-		for i, p := range peers {
-			pts[i] = p.(*sharelogv1.AlterShareGroupOffsetsResponse).GetTopics()
-		}
-		return local, mergeTopics(lt, pts, (*sharelogv1.AlterShareGroupOffsetsTopicResult).GetPartitions)
-	case *sharelogv1.DeleteShareGroupOffsetsRequest:
-		var peers []proto.Message
-		local, err := serve(n.withPeers(ctx, fullMethod, m, r, &peers), req)
-		if err != nil {
-			return nil, err
-		}
-		lt := local.(*sharelogv1.DeleteShareGroupOffsetsResponse).Topics
-		for i := range lt {
-			for _, p := range peers {
-				pt := p.(*sharelogv1.DeleteShareGroupOffsetsResponse).GetTopics()
-				if len(pt) != len(lt) {
-					return nil, errShapeChanged
-				}
-				lt[i] = betterDelete(lt[i], pt[i])
-			}
-		}
-		return local, nil
-	case *sharelogv1.DeleteShareGroupRequest:
-		var peers []proto.Message
-		return serve(n.withPeers(ctx, fullMethod, m, r, &peers), req)
-	}
-	return serve(ctx, req)
-}
-
-// betterDelete is the topic result of a DeleteShareGroupOffsets that
-// says most: deleted somewhere, else a failure, else "nothing to delete".
-func betterDelete(a, b *sharelogv1.DeleteShareGroupOffsetsTopicResult) *sharelogv1.DeleteShareGroupOffsetsTopicResult {
-	rank := func(r *sharelogv1.DeleteShareGroupOffsetsTopicResult) int {
-		switch r.GetErrorCode() {
-		case sharelogv1.ErrorCode_ERROR_CODE_NONE:
-			return 2
-		case sharelogv1.ErrorCode_ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION:
-			return 0
-		}
-		return 1
-	}
-	if rank(b) > rank(a) {
-		return b
-	}
-	return a
-}
-
-// withPeers makes the manager fan req out to the other instances once its
-// checks passed, holding the group's lock (sharegroup.WithPeers); the
-// answers land in peers.
-func (n *clusterNode) withPeers(ctx context.Context, fullMethod string, m method, req proto.Message, peers *[]proto.Message) context.Context {
-	return sharegroup.WithPeers(ctx, func(ctx context.Context) error {
-		out, err := n.fanOut(ctx, fullMethod, m, req)
-		*peers = out
-		return err
-	})
-}
-
-// describeMerged answers a describe call of a group's share-partitions
-// (req, naming topics): here, then at every other instance (owned-only),
-// merged partition by partition. Without topics (every topic with share
-// state) it first learns the topics with state here and at every owner,
-// then asks again naming them (setTopics), so that every answer has the
-// same shape.
-func describeMerged[R proto.Message, T interface{ GetTopic() string }, P interface {
-	GetErrorCode() sharelogv1.ErrorCode
-	GetPartition() int32
-}](ctx context.Context, n *clusterNode, fullMethod string, m method, req R, serve func(context.Context, any) (any, error),
-	topics []*sharelogv1.TopicPartitions, answered func(any) []T, parts func(T) []P, setTopics func(R, []*sharelogv1.TopicPartitions)) (any, error) {
-	local, err := serve(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	peers, err := n.fanOut(ctx, fullMethod, m, req)
-	if err != nil {
-		return nil, err
-	}
-	if len(topics) == 0 {
-		var names []string
-		for _, resp := range append([]proto.Message{local.(proto.Message)}, peers...) {
-			for _, t := range answered(resp) {
-				names = append(names, t.GetTopic())
-			}
-		}
-		slices.Sort(names)
-		names = slices.Compact(names)
-		if len(names) == 0 {
-			return local, nil
-		}
-		named := proto.Clone(req).(R)
-		var ts []*sharelogv1.TopicPartitions
-		for _, t := range names {
-			ts = append(ts, &sharelogv1.TopicPartitions{Topic: t})
-		}
-		setTopics(named, ts)
-		return describeMerged(ctx, n, fullMethod, m, named, serve, ts, answered, parts, setTopics)
-	}
-	pts := make([][]T, len(peers))
-	for i, p := range peers {
-		pts[i] = answered(p)
-	}
-	return local, mergeTopics(answered(local), pts, parts)
 }

@@ -214,8 +214,11 @@ func (n *clusterNode) partitionOf(ctx context.Context, topic string, part int32)
 }
 
 // punary routes a unary call in partitioned mode:
-//   - ShareGroupService calls go to the group's coordinator (groups.go),
-//     ListShareGroups to every instance;
+//   - ShareGroupService calls are served here: the share-group domain asks
+//     the group's coordinator and the partitions' owners
+//     (sharegroup.Coordinators and Peers, groups.go, grouppeers.go); an
+//     admin call a coordinator sends owned-only is answered for the
+//     partitions owned here (owners.go);
 //   - CreateTopic, DeleteTopic and DescribeCluster go to the holder of the
 //     phase-1 lease (the phase-1 path);
 //   - every other LogService call is served here: the log domain asks
@@ -235,21 +238,13 @@ func (n *clusterNode) punary(ctx context.Context, req any, info *grpc.UnaryServe
 				return nil, err
 			}
 			if owned {
-				return n.serveLocal(sharegroup.OwnedOnly(ctx), m, req)
+				ctx = sharegroup.OwnedOnly(ctx)
 			}
-		case *sharelogv1.ListShareGroupsRequest:
-			return n.listGroups(ctx, info.FullMethod, m, r)
 		case *sharelogv1.ShareFetchRequest:
 			// Served by the instance that receives it (owners.go).
 			if r.GetShareSessionEpoch() == 0 && forwardedFrom(ctx) == "" {
 				n.ensureGroup(ctx, r.GetGroupId())
 			}
-			return n.serveLocal(ctx, m, req)
-		case *sharelogv1.ShareAcknowledgeRequest:
-			return n.serveLocal(ctx, m, req)
-		}
-		if r, ok := req.(groupRequest); ok {
-			return n.groupCall(ctx, info.FullMethod, m, req, r.GetGroupId())
 		}
 		return n.serveLocal(ctx, m, req)
 	}

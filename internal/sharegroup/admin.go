@@ -44,9 +44,9 @@ func (g *group) state() GroupState {
 	return StateEmpty
 }
 
-// ListGroups lists every group sorted by ID, only those in state filter
-// unless it is StateUnknown.
-func (m *Manager) ListGroups(filter GroupState) ([]GroupListing, error) {
+// listGroups is ListGroups of this instance's groups: those it
+// coordinates, sorted by ID.
+func (m *Manager) listGroups(filter GroupState) ([]GroupListing, error) {
 	if !m.enter() {
 		return nil, ErrClosed
 	}
@@ -64,8 +64,8 @@ func (m *Manager) ListGroups(filter GroupState) ([]GroupListing, error) {
 	return out, nil
 }
 
-// DescribeGroup describes a group, its effective config and its members.
-func (m *Manager) DescribeGroup(ctx context.Context, groupID string) (GroupDescription, error) {
+// describeGroup is DescribeGroup here.
+func (m *Manager) describeGroup(ctx context.Context, groupID string) (GroupDescription, error) {
 	if !m.enter() {
 		return GroupDescription{}, ErrClosed
 	}
@@ -107,10 +107,9 @@ func (m *Manager) DescribeGroup(ctx context.Context, groupID string) (GroupDescr
 	return d, nil
 }
 
-// DescribeOffsets reports each share-partition's start offset (SPSO) and
-// lag. No topics: every topic with share state in the group (all its
-// partitions); a topic without partitions: all of them.
-func (m *Manager) DescribeOffsets(ctx context.Context, groupID string, topics []TopicPartitions) ([]TopicOffsets, error) {
+// describeOffsets is DescribeOffsets of the share-partitions served here
+// (NOT_LEADER_OR_FOLLOWER for the others).
+func (m *Manager) describeOffsets(ctx context.Context, groupID string, topics []TopicPartitions) ([]TopicOffsets, error) {
 	if !m.enter() {
 		return nil, ErrClosed
 	}
@@ -264,10 +263,11 @@ func (p *sharePartition) restore(s spSaved) {
 	p.status, p.spso, p.speo, p.runs, p.below, p.nextDeadline = s.status, s.spso, s.speo, s.runs, s.below, s.nextDeadline
 }
 
-// AlterOffsets restarts share-partitions at the given start offsets, with
-// no in-flight state. It creates the group if needed; the group must
-// have no members. Durable before it returns.
-func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []TopicStartOffsets) ([]TopicPartitionResults, error) {
+// alterOffsets is AlterOffsets of the share-partitions served here; when
+// askOwners is set it runs after the checks passed and before anything
+// changes here, with the group's lock held (so no member joins in
+// between), and its error fails the call.
+func (m *Manager) alterOffsets(ctx context.Context, groupID string, topics []TopicStartOffsets, askOwners func(context.Context) error) ([]TopicPartitionResults, error) {
 	if !m.enter() {
 		return nil, ErrClosed
 	}
@@ -284,7 +284,7 @@ func (m *Manager) AlterOffsets(ctx context.Context, groupID string, topics []Top
 	if len(g.mem.members) > 0 {
 		return nil, nonEmpty(g)
 	}
-	if err := callPeers(ctx); err != nil {
+	if err := ask(ctx, askOwners); err != nil {
 		return nil, err
 	}
 
@@ -383,10 +383,9 @@ func duplicateAlter(topics []TopicStartOffsets) *TopicPartition {
 	return duplicate(len(all), func(i int) TopicPartition { return all[i] })
 }
 
-// DeleteOffsets makes the group's share-partitions of each topic
-// uninitialised. The group must exist and have no members. Durable
-// before it returns.
-func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []string) ([]TopicResult, error) {
+// deleteOffsets is DeleteOffsets of the share-partitions served here;
+// askOwners as in alterOffsets.
+func (m *Manager) deleteOffsets(ctx context.Context, groupID string, topics []string, askOwners func(context.Context) error) ([]TopicResult, error) {
 	if !m.enter() {
 		return nil, ErrClosed
 	}
@@ -407,7 +406,7 @@ func (m *Manager) DeleteOffsets(ctx context.Context, groupID string, topics []st
 	if len(g.mem.members) > 0 {
 		return nil, nonEmpty(g)
 	}
-	if err := callPeers(ctx); err != nil {
+	if err := ask(ctx, askOwners); err != nil {
 		return nil, err
 	}
 
@@ -498,10 +497,9 @@ func (p *sharePartition) resetUninit() {
 	p.signal()
 }
 
-// DeleteGroup deletes a group without members: its config and share state
-// (durably) and its sessions, whose records are released. The ID may
-// then be used for a new group.
-func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error {
+// deleteGroup is DeleteGroup here (an owned-only call: of the
+// share-partitions served here only); askOwners as in alterOffsets.
+func (m *Manager) deleteGroup(ctx context.Context, groupID string, askOwners func(context.Context) error) error {
 	if !m.enter() {
 		return ErrClosed
 	}
@@ -518,7 +516,7 @@ func (m *Manager) DeleteGroup(ctx context.Context, groupID string) error {
 	if len(g.mem.members) > 0 {
 		return nonEmpty(g)
 	}
-	if err := callPeers(ctx); err != nil {
+	if err := ask(ctx, askOwners); err != nil {
 		return err
 	}
 	// DEAD: no share-partition is created from now on, so every entry of

@@ -35,7 +35,7 @@ func (e *env) alter(topic string, offs ...PartitionStartOffset) []TopicPartition
 func TestListGroups(t *testing.T) {
 	e := newEnv(t, nil)
 	for _, g := range []string{"c", "a", "b"} {
-		_, err := e.m.UpdateConfig(g, GroupConfig{})
+		_, err := e.m.UpdateConfig(context.Background(), g, GroupConfig{})
 		require.NoError(t, err)
 	}
 	_, err := e.m.Heartbeat(context.Background(), HeartbeatRequest{GroupID: "b", MemberID: "m", SubscribedTopicNames: []string{"t"}})
@@ -51,7 +51,7 @@ func TestListGroups(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.filter.String(), func(t *testing.T) {
-			got, err := e.m.ListGroups(tt.filter)
+			got, err := e.m.ListGroups(context.Background(), tt.filter)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
 		})
@@ -229,18 +229,18 @@ func TestDeleteGroup(t *testing.T) {
 
 	require.NoError(t, e.m.DeleteGroup(context.Background(), testGroup))
 	// Gone: config, state and sessions (whose records are released).
-	_, err = e.m.GetConfig(testGroup)
+	_, err = e.m.GetConfig(context.Background(), testGroup)
 	requireReason(t, err, apierr.GroupIDNotFound)
 	_, err = e.m.DescribeGroup(context.Background(), testGroup)
 	requireReason(t, err, apierr.GroupIDNotFound)
-	groups, _ := e.m.ListGroups(StateUnknown)
+	groups, _ := e.m.ListGroups(context.Background(), StateUnknown)
 	assert.Empty(t, groups)
 	_, err = e.m.ShareFetch(context.Background(), FetchRequest{GroupID: testGroup, MemberID: "m", Epoch: 1})
 	requireReason(t, err, apierr.ShareSessionNotFound)
 	assert.Equal(t, 0, e.m.sessions.Len())
 
 	// The ID may be reused: a new group with the defaults.
-	cfg, err := e.m.UpdateConfig(testGroup, GroupConfig{})
+	cfg, err := e.m.UpdateConfig(context.Background(), testGroup, GroupConfig{})
 	require.NoError(t, err)
 	assert.Equal(t, "latest", *cfg.AutoOffsetReset)
 	assert.Equal(t, int32(5), *cfg.DeliveryCountLimit)
@@ -249,7 +249,7 @@ func TestDeleteGroup(t *testing.T) {
 	// Durable: not back after a crash.
 	crashed := copyDir(t, e.opts.Dir)
 	e2 := newEnvOn(t, e.store, crashed, nil)
-	groups, _ = e2.m.ListGroups(StateUnknown)
+	groups, _ = e2.m.ListGroups(context.Background(), StateUnknown)
 	assert.Empty(t, groups)
 }
 
@@ -284,7 +284,7 @@ func TestDeleteGroupDeadAndFailure(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- e.m.DeleteGroup(context.Background(), testGroup) }()
 	<-entered
-	groups, err := e.m.ListGroups(StateDead)
+	groups, err := e.m.ListGroups(context.Background(), StateDead)
 	require.NoError(t, err)
 	assert.Equal(t, []GroupListing{{testGroup, StateDead}}, groups)
 	close(block)
@@ -296,7 +296,7 @@ func TestDeleteGroupDeadAndFailure(t *testing.T) {
 	require.Error(t, err)
 	require.NotNil(t, reqErr(err))
 	assert.Equal(t, apierr.KafkaStorageError, reqErr(err).Reason, "a storage failure: retryable KAFKA_STORAGE_ERROR")
-	groups, _ = e.m.ListGroups(StateUnknown)
+	groups, _ = e.m.ListGroups(context.Background(), StateUnknown)
 	assert.Equal(t, []GroupListing{{testGroup, StateEmpty}}, groups, "nothing changed")
 	assert.Equal(t, []TopicOffsets{{Topic: "t", Partitions: []PartitionOffsets{po(0, 0, 0)}}}, e.offsets())
 	assert.Error(t, e.m.Close())
@@ -310,7 +310,7 @@ func TestDeleteGroupRacesOpen(t *testing.T) {
 	e.topic("t", 1)
 	x := tp("t", 0)
 	for range 50 {
-		_, err := e.m.UpdateConfig(testGroup, GroupConfig{})
+		_, err := e.m.UpdateConfig(context.Background(), testGroup, GroupConfig{})
 		require.NoError(t, err)
 		var wg sync.WaitGroup
 		wg.Go(func() {
@@ -402,7 +402,7 @@ func TestGroupOpsConcurrent(t *testing.T) {
 		for i := range 40 {
 			_, err := e.m.DescribeGroup(ctx, testGroup)
 			allowed(err, apierr.GroupIDNotFound)
-			_, err = e.m.ListGroups(StateUnknown)
+			_, err = e.m.ListGroups(context.Background(), StateUnknown)
 			allowed(err)
 			_, err = e.m.DescribeOffsets(ctx, testGroup, nil)
 			allowed(err, apierr.GroupIDNotFound)
@@ -410,7 +410,7 @@ func TestGroupOpsConcurrent(t *testing.T) {
 			allowed(err, apierr.NonEmptyGroup)
 			_, err = e.m.DeleteOffsets(ctx, testGroup, []string{"t"})
 			allowed(err, apierr.NonEmptyGroup, apierr.GroupIDNotFound)
-			_, err = e.m.UpdateConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(int32(2 + i%5))})
+			_, err = e.m.UpdateConfig(context.Background(), testGroup, GroupConfig{DeliveryCountLimit: i32(int32(2 + i%5))})
 			allowed(err)
 			if i%10 == 9 {
 				allowed(e.m.DeleteGroup(ctx, testGroup), apierr.NonEmptyGroup, apierr.GroupIDNotFound)

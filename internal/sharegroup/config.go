@@ -57,6 +57,11 @@ type Options struct {
 	// elsewhere, when a follower group is created here; false: unknown
 	// (the defaults apply until FollowConfig).
 	FollowedConfig func(group string) (GroupConfig, bool)
+	// Coordinators and Peers route the calls naming a group to its
+	// coordinator, and ask the other instances for the share-partitions
+	// they own (route.go); both or neither.
+	Coordinators Coordinators
+	Peers        Peers
 
 	// DeadLetters appends a group's dead-letter copies. In a partitioned
 	// cluster it is the log domain's append, which reaches the dead-letter
@@ -166,6 +171,9 @@ func (o *Options) normalize() error {
 	}
 	if o.GroupMaxSize < 1 || o.GroupMaxSize > o.MaxShareSessions {
 		bad("share group max size %d must lie within 1..max share sessions (%d)", o.GroupMaxSize, o.MaxShareSessions)
+	}
+	if (o.Coordinators == nil) != (o.Peers == nil) {
+		bad("Coordinators and Peers go together")
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("sharegroup: invalid options: %w", err)

@@ -16,11 +16,11 @@ import (
 // GetShareGroupConfig and UpdateShareGroupConfig.
 func TestGroupConfig(t *testing.T) {
 	e := newEnv(t, nil)
-	_, err := e.m.GetConfig("nope")
+	_, err := e.m.GetConfig(context.Background(), "nope")
 	assert.Equal(t, apierr.GroupIDNotFound, reqErr(err).Reason)
 
 	// Update creates the group; unset fields are the defaults.
-	c, err := e.m.UpdateConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(7)})
+	c, err := e.m.UpdateConfig(context.Background(), testGroup, GroupConfig{DeliveryCountLimit: i32(7)})
 	require.NoError(t, err)
 	want := GroupConfig{
 		RecordLockDurationMs:    i32(30000),
@@ -32,7 +32,7 @@ func TestGroupConfig(t *testing.T) {
 		DeadLetterTopic:         str(""),
 	}
 	assert.Equal(t, want, c)
-	got, err := e.m.GetConfig(testGroup)
+	got, err := e.m.GetConfig(context.Background(), testGroup)
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
 
@@ -57,20 +57,20 @@ func TestGroupConfig(t *testing.T) {
 		{"dead-letter topic internal", GroupConfig{DeadLetterTopic: str("__dlq")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := e.m.UpdateConfig(testGroup, tc.c)
+			_, err := e.m.UpdateConfig(context.Background(), testGroup, tc.c)
 			re := reqErr(err)
 			require.NotNil(t, re, "%v", err)
 			assert.Equal(t, apierr.InvalidRequest, re.Reason)
-			got, err := e.m.GetConfig(testGroup)
+			got, err := e.m.GetConfig(context.Background(), testGroup)
 			require.NoError(t, err)
 			assert.Equal(t, want, got, "nothing changed")
 		})
 	}
-	c, err = e.m.UpdateConfig(testGroup, GroupConfig{SessionTimeoutMs: i32(2000), HeartbeatIntervalMs: i32(1000), AutoOffsetReset: str("by_duration:P1DT6H")})
+	c, err = e.m.UpdateConfig(context.Background(), testGroup, GroupConfig{SessionTimeoutMs: i32(2000), HeartbeatIntervalMs: i32(1000), AutoOffsetReset: str("by_duration:P1DT6H")})
 	require.NoError(t, err)
 	assert.Equal(t, "by_duration:P1DT6H", *c.AutoOffsetReset)
 	assert.Equal(t, int32(7), *c.DeliveryCountLimit, "fields not set keep their value")
-	_, err = e.m.UpdateConfig("", GroupConfig{})
+	_, err = e.m.UpdateConfig(context.Background(), "", GroupConfig{})
 	assert.Equal(t, apierr.InvalidRequest, reqErr(err).Reason)
 }
 

@@ -361,22 +361,22 @@ func TestDeadLetterSameTopic(t *testing.T) {
 func TestDeadLetterConfig(t *testing.T) {
 	e := newEnv(t, func(o *testOpts) { o.DLQAutoCreateTopics = true })
 	for _, bad := range []string{"__x", "a b", "orders.dead", string(make([]byte, 250))} {
-		_, err := e.m.UpdateConfig(testGroup, GroupConfig{DeadLetterTopic: str(bad)})
+		_, err := e.m.UpdateConfig(context.Background(), testGroup, GroupConfig{DeadLetterTopic: str(bad)})
 		if re := reqErr(err); assert.NotNil(t, re, "%q", bad) {
 			assert.Equal(t, apierr.InvalidRequest, re.Reason)
 			assert.Contains(t, re.Message, "dead_letter_topic")
 		}
 	}
-	cfg, err := e.m.UpdateConfig(testGroup, GroupConfig{DeadLetterTopic: str("dlq.orders")})
+	cfg, err := e.m.UpdateConfig(context.Background(), testGroup, GroupConfig{DeadLetterTopic: str("dlq.orders")})
 	require.NoError(t, err)
 	assert.Equal(t, "dlq.orders", *cfg.DeadLetterTopic)
-	cfg, err = e.m.UpdateConfig(testGroup, GroupConfig{DeadLetterTopic: str("")})
+	cfg, err = e.m.UpdateConfig(context.Background(), testGroup, GroupConfig{DeadLetterTopic: str("")})
 	require.NoError(t, err)
 	assert.Equal(t, "", *cfg.DeadLetterTopic)
 
 	// Without auto-creation any valid name goes.
 	e2 := newEnv(t, nil)
-	cfg, err = e2.m.UpdateConfig(testGroup, GroupConfig{DeadLetterTopic: str("orders.dead")})
+	cfg, err = e2.m.UpdateConfig(context.Background(), testGroup, GroupConfig{DeadLetterTopic: str("orders.dead")})
 	require.NoError(t, err)
 	assert.Equal(t, "orders.dead", *cfg.DeadLetterTopic)
 
@@ -394,7 +394,7 @@ func TestDeadLetterConfigPersisted(t *testing.T) {
 	e.update(GroupConfig{DeadLetterTopic: str("dlq.x")})
 	require.NoError(t, e.m.Close())
 	e2 := newEnvOn(t, store, dir, nil)
-	cfg, err := e2.m.GetConfig(testGroup)
+	cfg, err := e2.m.GetConfig(context.Background(), testGroup)
 	require.NoError(t, err)
 	assert.Equal(t, "dlq.x", *cfg.DeadLetterTopic)
 }

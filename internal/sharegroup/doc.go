@@ -21,6 +21,8 @@
 //	membership.go, assignor.go, admin.go, config.go, validate.go, reliability.go
 //	metrics.go          per-share-partition counters and the scrape-time Metrics snapshot
 //	inflight.go         DescribePartitionState: the in-flight ranges, for admins and the console
+//	owners.go           share-partitions at their partition's owner; owned-only admin answers
+//	route.go            a cluster's routing: calls at the group's coordinator, the owners' answers merged
 //
 // # Model
 //

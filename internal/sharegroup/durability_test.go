@@ -93,7 +93,7 @@ func TestRestart(t *testing.T) {
 				require.NoError(t, e.m.Close())
 			}
 			e2 := newEnvOn(t, store, dir, nil)
-			cfg, err := e2.m.GetConfig(testGroup)
+			cfg, err := e2.m.GetConfig(context.Background(), testGroup)
 			require.NoError(t, err)
 			assert.Equal(t, "earliest", *cfg.AutoOffsetReset)
 			assert.Equal(t, int32(300), *cfg.PartitionMaxRecordLocks)
@@ -262,7 +262,7 @@ func TestStateWriteFailure(t *testing.T) {
 			resp := e.fetch("m", FetchRequest{Partitions: []PartitionEntry{ackEntry(x, batch(12, 12, AckAccept))}})
 			assert.Equal(t, apierr.KafkaStorageError, part(t, resp, x).AckErrorCode)
 			assert.Equal(t, before, e.state(x))
-			_, err := e.m.UpdateConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(3)})
+			_, err := e.m.UpdateConfig(context.Background(), testGroup, GroupConfig{DeliveryCountLimit: i32(3)})
 			require.Error(t, err)
 			assert.Equal(t, apierr.KafkaStorageError, reqErr(err).Reason)
 			assert.NotEmpty(t, e.m.Offline(), "the share-partition's durable state is unknown while the fault lasts")
@@ -273,7 +273,7 @@ func TestStateWriteFailure(t *testing.T) {
 			require.Equal(t, apierr.None, r.Partitions[0].ErrorCode)
 			assert.Equal(t, "spso=15 [15-16 AVAILABLE(1)] [17-17 ARCHIVED(0)] [18-29 ACQUIRED(1)]", e.state(x))
 			assert.Empty(t, e.m.Offline())
-			_, err = e.m.UpdateConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(3)})
+			_, err = e.m.UpdateConfig(context.Background(), testGroup, GroupConfig{DeliveryCountLimit: i32(3)})
 			require.NoError(t, err)
 			require.NoError(t, e.m.Close())
 
@@ -299,7 +299,7 @@ func TestStateWriteFailureScoped(t *testing.T) {
 	e.produce("t", 0, 10, 10)
 	e.produce("t", 1, 10, 10)
 	e.update(GroupConfig{AutoOffsetReset: str("earliest")})
-	_, err := e.m.UpdateConfig("other", GroupConfig{AutoOffsetReset: str("earliest")})
+	_, err := e.m.UpdateConfig(context.Background(), "other", GroupConfig{AutoOffsetReset: str("earliest")})
 	require.NoError(t, err)
 	open := func(group, member string, parts ...TopicPartition) FetchResponse {
 		resp, err := e.m.ShareFetch(context.Background(), FetchRequest{GroupID: group, MemberID: member, Partitions: entries(parts...)})

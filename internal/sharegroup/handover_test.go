@@ -53,7 +53,7 @@ func TestReleaseAndAdoptMoveAGroup(t *testing.T) {
 
 	require.NoError(t, b.m.AdoptGroup(before))
 	require.Error(t, b.m.AdoptGroup(before), "adopting a live group")
-	cfg, err := b.m.GetConfig(testGroup)
+	cfg, err := b.m.GetConfig(context.Background(), testGroup)
 	require.NoError(t, err)
 	require.Equal(t, int32(3), *cfg.DeliveryCountLimit)
 	// As after a crash: 60..99 were never acknowledged nor released, so

@@ -167,7 +167,7 @@ func (e *env) ack(member string, es ...PartitionEntry) AckResponse {
 // update sets group config fields.
 func (e *env) update(c GroupConfig) {
 	e.t.Helper()
-	_, err := e.m.UpdateConfig(testGroup, c)
+	_, err := e.m.UpdateConfig(context.Background(), testGroup, c)
 	require.NoError(e.t, err)
 }
 

@@ -43,14 +43,9 @@ type TopicState struct {
 	Partitions []PartitionState
 }
 
-// DescribePartitionState reports the in-flight records of a group's
-// share-partitions: [SPSO, SPEO] as runs of uniform state, then the
-// ACQUIRED runs below SPSO, at most maxRanges per partition (0 means
-// DefaultStateRanges). It changes nothing a client could observe: like
-// DescribeOffsets it only applies the lazy log-start moves and lock
-// expiries that every operation applies first. topics selects as in
-// DescribeOffsets.
-func (m *Manager) DescribePartitionState(ctx context.Context, groupID string, topics []TopicPartitions, maxRanges int) ([]TopicState, error) {
+// describePartitionState is DescribePartitionState of the
+// share-partitions served here (NOT_LEADER_OR_FOLLOWER for the others).
+func (m *Manager) describePartitionState(ctx context.Context, groupID string, topics []TopicPartitions, maxRanges int) ([]TopicState, error) {
 	if err := validGroupID(groupID); err != nil {
 		return nil, err
 	}

@@ -476,8 +476,8 @@ func (m *Manager) groupList() []*group {
 	return gs
 }
 
-// GetConfig returns a group's effective configuration.
-func (m *Manager) GetConfig(groupID string) (GroupConfig, error) {
+// getConfig is GetConfig here.
+func (m *Manager) getConfig(groupID string) (GroupConfig, error) {
 	if !m.enter() {
 		return GroupConfig{}, ErrClosed
 	}
@@ -489,13 +489,8 @@ func (m *Manager) GetConfig(groupID string) (GroupConfig, error) {
 	return g.config().public(), nil
 }
 
-// UpdateConfig sets the fields of c that are not nil, creating the group
-// if needed. Every set field is validated first; one bad value fails the
-// call with INVALID_REQUEST and changes nothing. The change is durable
-// before it returns; it applies as follows (lock duration to later locks,
-// the limits at the next transition or acquisition, auto_offset_reset to
-// uninitialised share-partitions) and wakes waiting fetches.
-func (m *Manager) UpdateConfig(groupID string, c GroupConfig) (GroupConfig, error) {
+// updateConfig is UpdateConfig here.
+func (m *Manager) updateConfig(groupID string, c GroupConfig) (GroupConfig, error) {
 	if !m.enter() {
 		return GroupConfig{}, ErrClosed
 	}

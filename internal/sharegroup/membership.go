@@ -114,9 +114,8 @@ func validateHeartbeat(r *HeartbeatRequest) error {
 	return nil
 }
 
-// Heartbeat serves ShareGroupHeartbeat: join at epoch 0, heartbeat at
-// the member's current or previous epoch, leave at -1.
-func (m *Manager) Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error) {
+// heartbeat is Heartbeat here.
+func (m *Manager) heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error) {
 	if !m.enter() {
 		return HeartbeatResponse{}, ErrClosed
 	}

@@ -70,7 +70,7 @@ func TestHeartbeatValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := e.m.Heartbeat(context.Background(), tt.req)
 			requireReason(t, err, apierr.InvalidRequest)
-			groups, err := e.m.ListGroups(StateUnknown)
+			groups, err := e.m.ListGroups(context.Background(), StateUnknown)
 			require.NoError(t, err)
 			assert.Empty(t, groups, "a refused join creates no group")
 		})
@@ -238,11 +238,11 @@ func TestMemberExpiry(t *testing.T) {
 		// The timer removes the last member without any call: EMPTY.
 		time.Sleep(999 * time.Millisecond)
 		synctest.Wait()
-		groups, _ := e.m.ListGroups(StateStable)
+		groups, _ := e.m.ListGroups(context.Background(), StateStable)
 		assert.Len(t, groups, 1)
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
-		groups, _ = e.m.ListGroups(StateEmpty)
+		groups, _ = e.m.ListGroups(context.Background(), StateEmpty)
 		assert.Equal(t, []GroupListing{{GroupID: testGroup, State: StateEmpty}}, groups)
 		assert.Equal(t, int32(4), e.describe().GroupEpoch)
 	})

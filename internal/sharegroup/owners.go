@@ -305,42 +305,39 @@ func (m *Manager) EnsureGroup(groupID string) {
 // owners"): the group's coordinator answers DescribeShareGroupOffsets,
 // DescribeSharePartitionState, AlterShareGroupOffsets,
 // DeleteShareGroupOffsets and DeleteShareGroup for the partitions it owns
-// and asks every other instance for theirs; each answers NOT_LEADER_OR_FOLLOWER
-// for the partitions it does not own, so the coordinator's server merges
-// the answers partition by partition. The other instances' calls are
-// owned-only (OwnedOnly): the group need not be live there, and
-// DeleteShareGroup only drops the share-partitions served there. The
-// coordinator makes them (WithPeers) after its own checks — the group
+// and asks every other instance for theirs (Peers, route.go); each answers
+// NOT_LEADER_OR_FOLLOWER for the partitions it does not own, so the
+// coordinator merges the answers partition by partition. The other
+// instances' calls are owned-only (OwnedOnly): the group need not be live
+// there, and DeleteShareGroup only drops the share-partitions served
+// there. The coordinator makes them after its own checks — the group
 // exists and has no members — holding the group's lock, so no member
 // joins in between.
 
 type ownedOnlyKey struct{}
 
-type peersKey struct{}
-
 // OwnedOnly marks ctx for an admin call a coordinator sends to the other
-// instances: answer for the partitions this manager serves.
+// instances: answer for the partitions this manager serves. The
+// transports set it only on a call that proves it comes from an instance.
 func OwnedOnly(ctx context.Context) context.Context {
 	return context.WithValue(ctx, ownedOnlyKey{}, true)
 }
+
+// IsOwnedOnly reports whether ctx is marked OwnedOnly: for Peers, which
+// then ask the peer's owned-only answer.
+func IsOwnedOnly(ctx context.Context) bool { return isOwnedOnly(ctx) }
 
 func isOwnedOnly(ctx context.Context) bool {
 	v, _ := ctx.Value(ownedOnlyKey{}).(bool)
 	return v
 }
 
-// WithPeers has AlterOffsets, DeleteOffsets and DeleteGroup run peers
-// after their checks passed and before they change anything here, with
-// the group's lock held; an error of peers fails the call.
-func WithPeers(ctx context.Context, peers func(context.Context) error) context.Context {
-	return context.WithValue(ctx, peersKey{}, peers)
-}
-
-func callPeers(ctx context.Context) error {
-	if f, _ := ctx.Value(peersKey{}).(func(context.Context) error); f != nil {
-		return f(ctx)
+// ask runs askOwners, if set, with ctx.
+func ask(ctx context.Context, askOwners func(context.Context) error) error {
+	if askOwners == nil {
+		return nil
 	}
-	return nil
+	return askOwners(ctx)
 }
 
 // adminGroup is the group of an admin call with op held: GROUP_ID_NOT_FOUND

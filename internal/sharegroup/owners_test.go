@@ -32,7 +32,7 @@ func (o *owners) set(part int32, who string) {
 }
 
 // ownerEnv opens a manager for instance self over store, placed by o.
-func ownerEnv(t *testing.T, store logstore.Store, st sharestate.Store, self string, o *owners) *env {
+func ownerEnv(t *testing.T, store logstore.Store, st sharestate.Store, self string, o *owners, mut ...func(*Options)) *env {
 	t.Helper()
 	opts := testOpts{Options: Options{Logger: slog.New(slog.DiscardHandler),
 		Owner: func(topic string, part int32) string {
@@ -54,6 +54,9 @@ func ownerEnv(t *testing.T, store logstore.Store, st sharestate.Store, self stri
 			return o.config, true
 		},
 	}}
+	for _, f := range mut {
+		f(&opts.Options)
+	}
 	m, err := Open(store, st, opts.Options)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
@@ -120,15 +123,15 @@ func TestOwnersServeTheirPartitions(t *testing.T) {
 	require.Equal(t, "spso=20", b.state(x1))
 
 	// B follows the coordinator's config and writes nothing of the group's own.
-	cfg, err := b.m.GetConfig(testGroup)
+	cfg, err := b.m.GetConfig(context.Background(), testGroup)
 	require.NoError(t, err)
 	require.Equal(t, int32(3), *cfg.DeliveryCountLimit)
 	b.m.FollowConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(5)})
-	cfg, err = b.m.GetConfig(testGroup)
+	cfg, err = b.m.GetConfig(context.Background(), testGroup)
 	require.NoError(t, err)
 	require.Equal(t, int32(5), *cfg.DeliveryCountLimit)
 	a.m.FollowConfig(testGroup, GroupConfig{DeliveryCountLimit: i32(7)})
-	cfg, err = a.m.GetConfig(testGroup)
+	cfg, err = a.m.GetConfig(context.Background(), testGroup)
 	require.NoError(t, err)
 	require.Equal(t, int32(3), *cfg.DeliveryCountLimit, "the coordinator's own config is not followed")
 	stB.mu.Lock()
@@ -137,10 +140,10 @@ func TestOwnersServeTheirPartitions(t *testing.T) {
 		require.Equal(t, int32(1), e.Partition, "B wrote state of a partition it does not own")
 	}
 	stB.mu.Unlock()
-	la, err := a.m.ListGroups(StateUnknown)
+	la, err := a.m.ListGroups(context.Background(), StateUnknown)
 	require.NoError(t, err)
 	require.Len(t, la, 1)
-	lb, err := b.m.ListGroups(StateUnknown)
+	lb, err := b.m.ListGroups(context.Background(), StateUnknown)
 	require.NoError(t, err)
 	require.Empty(t, lb, "only the coordinator lists the group")
 }
@@ -226,13 +229,13 @@ func TestCoordinationMovesKeepSessions(t *testing.T) {
 	ack := a.ack("m", ackEntry(x, batch(0, 9, AckAccept)))
 	require.Equal(t, apierr.None, ack.Partitions[0].ErrorCode, "the session outlives the coordination")
 	require.Equal(t, "spso=10", a.state(x))
-	la, err := a.m.ListGroups(StateUnknown)
+	la, err := a.m.ListGroups(context.Background(), StateUnknown)
 	require.NoError(t, err)
 	require.Empty(t, la)
-	lb, err := b.m.ListGroups(StateUnknown)
+	lb, err := b.m.ListGroups(context.Background(), StateUnknown)
 	require.NoError(t, err)
 	require.Len(t, lb, 1)
-	cfg, err := b.m.GetConfig(testGroup)
+	cfg, err := b.m.GetConfig(context.Background(), testGroup)
 	require.NoError(t, err)
 	require.Equal(t, int32(4), *cfg.DeliveryCountLimit)
 	require.Error(t, b.m.AdoptGroup(&sharestate.GroupState{ID: testGroup, Partitions: []sharestate.PartitionState{{TopicID: info.ID}}}),
@@ -282,8 +285,8 @@ func TestOwnedOnlyAdminCalls(t *testing.T) {
 	a.produce("t", 0, 5, 10)
 	require.NotEmpty(t, acquired(t, a.open("n", x0), x0))
 	asked := 0
-	failing := WithPeers(context.Background(), func(context.Context) error { asked++; return errors.New("peer b did not answer") })
-	require.ErrorContains(t, a.m.DeleteGroup(failing, testGroup), "peer b did not answer")
+	failing := func(context.Context) error { asked++; return errors.New("peer b did not answer") }
+	require.ErrorContains(t, a.m.deleteGroup(context.Background(), testGroup, failing), "peer b did not answer")
 	require.Equal(t, 1, asked)
 	require.True(t, a.m.HasGroup(testGroup))
 
@@ -300,8 +303,8 @@ func TestOwnedOnlyAdminCalls(t *testing.T) {
 	stB.mu.Unlock()
 	require.NoError(t, b.m.DeleteGroup(ctx, testGroup), "nothing left here: nothing to do")
 
-	peers := WithPeers(context.Background(), func(context.Context) error { asked++; return nil })
-	require.NoError(t, a.m.DeleteGroup(peers, testGroup))
+	peers := func(context.Context) error { asked++; return nil }
+	require.NoError(t, a.m.deleteGroup(context.Background(), testGroup, peers))
 	require.Equal(t, 2, asked)
 	require.False(t, a.m.HasGroup(testGroup))
 }

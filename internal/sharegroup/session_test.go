@@ -294,7 +294,7 @@ func TestSessionLimit(t *testing.T) {
 		// A refused request changes nothing: no group is created.
 		_, err = e.m.ShareFetch(context.Background(), FetchRequest{GroupID: "other", MemberID: "c", Partitions: entries(x)})
 		assert.Equal(t, apierr.ShareSessionLimitReached, reqErr(err).Reason)
-		_, err = e.m.GetConfig("other")
+		_, err = e.m.GetConfig(context.Background(), "other")
 		assert.Equal(t, apierr.GroupIDNotFound, reqErr(err).Reason)
 		// Replacing needs no slot.
 		e.open("b", x)

@@ -35,10 +35,10 @@ import (
 type ShareGroups interface {
 	ShareFetch(ctx context.Context, req sharegroup.FetchRequest) (sharegroup.FetchResponse, error)
 	ShareAcknowledge(ctx context.Context, req sharegroup.AckRequest) (sharegroup.AckResponse, error)
-	GetConfig(groupID string) (sharegroup.GroupConfig, error)
-	UpdateConfig(groupID string, c sharegroup.GroupConfig) (sharegroup.GroupConfig, error)
+	GetConfig(ctx context.Context, groupID string) (sharegroup.GroupConfig, error)
+	UpdateConfig(ctx context.Context, groupID string, c sharegroup.GroupConfig) (sharegroup.GroupConfig, error)
 	Heartbeat(ctx context.Context, req sharegroup.HeartbeatRequest) (sharegroup.HeartbeatResponse, error)
-	ListGroups(filter sharegroup.GroupState) ([]sharegroup.GroupListing, error)
+	ListGroups(ctx context.Context, filter sharegroup.GroupState) ([]sharegroup.GroupListing, error)
 	DescribeGroup(ctx context.Context, groupID string) (sharegroup.GroupDescription, error)
 	DescribeOffsets(ctx context.Context, groupID string, topics []sharegroup.TopicPartitions) ([]sharegroup.TopicOffsets, error)
 	DescribePartitionState(ctx context.Context, groupID string, topics []sharegroup.TopicPartitions, maxRanges int) ([]sharegroup.TopicState, error)
@@ -246,7 +246,7 @@ func (s *ShareGroupService) GetShareGroupConfig(ctx context.Context, req *sharel
 	if err := s.guard.Require(ctx, authz.DescribeConfigs, authz.Group, req.GetGroupId()); err != nil {
 		return nil, err
 	}
-	cfg, err := s.groups.GetConfig(req.GetGroupId())
+	cfg, err := s.groups.GetConfig(ctx, req.GetGroupId())
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +272,7 @@ func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sha
 			}
 		}
 	}
-	cfg, err := s.groups.UpdateConfig(req.GetGroupId(), sharegroup.GroupConfig{
+	cfg, err := s.groups.UpdateConfig(ctx, req.GetGroupId(), sharegroup.GroupConfig{
 		RecordLockDurationMs:    c.RecordLockDurationMs,
 		DeliveryCountLimit:      c.DeliveryCountLimit,
 		PartitionMaxRecordLocks: c.PartitionMaxRecordLocks,
@@ -430,7 +430,7 @@ func (s *ShareGroupService) ListShareGroups(ctx context.Context, req *sharelogv1
 	if !ok {
 		return nil, apierr.Invalid("state_filter %d is not a share group state", req.GetStateFilter())
 	}
-	groups, err := s.groups.ListGroups(filter)
+	groups, err := s.groups.ListGroups(ctx, filter)
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ func (l *Listener) handleDescribeConfigs(ctx context.Context, _ *conn, kreq kmsg
 				rr.ErrorCode = kerr.InvalidRequest.Code
 				break
 			}
-			c, err := l.cfg.Share.GetConfig(r.ResourceName)
+			c, err := l.cfg.Share.GetConfig(ctx, r.ResourceName)
 			if err != nil {
 				rr.ErrorCode, rr.ErrorMessage = l.requestError("describe configs", err)
 				break

@@ -15,7 +15,7 @@ import (
 // entries of a resource apply together or not at all. Only SET is served
 // (a group config cannot be reset to its default here), and TOPIC configs
 // are fixed at creation (the log store has no config update).
-func (l *Listener) handleIncrementalAlterConfigs(_ context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
+func (l *Listener) handleIncrementalAlterConfigs(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.IncrementalAlterConfigsRequest)
 	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
 	for _, r := range req.Resources {
@@ -52,7 +52,7 @@ func (l *Listener) handleIncrementalAlterConfigs(_ context.Context, _ *conn, kre
 				fail(kerr.InvalidConfig.Code, "%v", bad)
 				break
 			}
-			if _, err := l.cfg.Share.UpdateConfig(r.ResourceName, c); err != nil {
+			if _, err := l.cfg.Share.UpdateConfig(ctx, r.ResourceName, c); err != nil {
 				rr.ErrorCode, rr.ErrorMessage = l.requestError("alter group config", err)
 				if rr.ErrorCode == kerr.InvalidRequest.Code {
 					rr.ErrorCode = kerr.InvalidConfig.Code

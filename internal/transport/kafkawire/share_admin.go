@@ -22,13 +22,13 @@ func init() {
 
 // handleListGroups lists share groups (the only kind here). A TypesFilter
 // without "share" lists none; StatesFilter matches case-insensitively.
-func (l *Listener) handleListGroups(_ context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
+func (l *Listener) handleListGroups(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.ListGroupsRequest)
 	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
 	if len(req.TypesFilter) > 0 && !containsFold(req.TypesFilter, "share") {
 		return resp, nil
 	}
-	groups, err := l.cfg.Share.ListGroups(sharegroup.StateUnknown)
+	groups, err := l.cfg.Share.ListGroups(ctx, sharegroup.StateUnknown)
 	if err != nil {
 		resp.ErrorCode, _ = l.requestError("list groups", err)
 		return resp, nil

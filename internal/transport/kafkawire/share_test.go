@@ -359,7 +359,7 @@ func TestGroupConfigDescribeAndInvalid(t *testing.T) {
 	if code := aresp.Resources[0].ErrorCode; code != kerr.InvalidConfig.Code {
 		t.Fatalf("bad lock duration: %v", kerr.ErrorForCode(code))
 	}
-	cfg, err := f.l.cfg.Share.GetConfig("g")
+	cfg, err := f.l.cfg.Share.GetConfig(context.Background(), "g")
 	if err != nil || *cfg.DeliveryCountLimit != 3 {
 		t.Fatalf("a refused alter changed the config: %v %v", fmt.Sprint(cfg.DeliveryCountLimit), err)
 	}

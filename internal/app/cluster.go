@@ -631,8 +631,9 @@ func (f fencedState) Wait(ticket uint64) error {
 }
 
 // openCoordinatorBackend is openBackend in partitioned mode for the holder
-// of the phase-1 lease, which serves CreateTopic, DeleteTopic and
-// DescribeCluster. Share groups have coordinators of their own
+// of the phase-1 lease, which serves DescribeCluster (CreateTopic and
+// DeleteTopic reach it through the log domain's controller, and run on
+// the log backend: topicController). Share groups have coordinators of their own
 // (groups.go): this backend's share-group manager is never called.
 func (n *clusterNode) openCoordinatorBackend(_ context.Context, epoch uint64) (*activeBackend, error) {
 	n.mu.RLock()

@@ -283,6 +283,16 @@ func TestPartitionedShareGroupsAndChangeStreams(t *testing.T) {
 			}
 			require.NotNil(t, last, "stream of %d through %s ended without stream_end", p, in.id)
 			require.Equal(t, sharelogv1.StreamEndReason_STREAM_END_REASON_OK, last.GetReason())
+
+			// The owner's refusal, with its metadata, through every instance.
+			other := "00000000-0000-4000-8000-000000000000"
+			cs, err = sharelogv1.NewChangeStreamServiceClient(in.conn).StreamChanges(ctx,
+				&sharelogv1.StreamChangesRequest{Topic: "t", Partition: p, TopicId: &other})
+			require.NoError(t, err)
+			_, err = cs.Recv()
+			info := requireReason(t, err, codes.FailedPrecondition, "ROLLBACK_REQUIRED")
+			assert.Equal(t, "topic_recreated", info.GetMetadata()["cause"], "stream of %d through %s", p, in.id)
+			assert.NotEqual(t, other, info.GetMetadata()["topic_id"])
 		}
 	}
 }

@@ -46,7 +46,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 	}
 	bcfg := broker.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Logger: log}
 	if route != nil {
-		bcfg.Owners, bcfg.Peers = route.owners, route.peers
+		bcfg.Owners, bcfg.Peers, bcfg.Controller = route.owners, route.peers, route.controller
 	}
 	logAPI := broker.New(purges, bcfg)
 	if b.share, err = sharegroup.Open(store, state, sharegroup.Options{
@@ -95,6 +95,11 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 	// Change streams get the traced store and the traced key index, so
 	// their reads are spans of the call, as every other RPC's.
 	tracedKeys := telemetry.TraceKeyIndex(keys, s.tel.Tracer, s.tel.Meter)
+	var streamOwners broker.Owners
+	var streamPeers changestream.Peers
+	if route != nil {
+		streamOwners, streamPeers = route.owners, route.peers
+	}
 	if b.streams, err = changestream.New(store, tracedKeys, changestream.Config{
 		Backfill:               changestream.Backfill(cfg.OSOBackfill),
 		AutoSmallRatio:         cfg.OSOAutoSmallRatio,
@@ -103,6 +108,8 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		MaxStreams:             cfg.MaxChangeStreams,
 		MaxStreamsPerPrincipal: cfg.MaxChangeStreamsPerPrincipal,
 		Meter:                  s.tel.Meter,
+		Owners:                 streamOwners,
+		Peers:                  streamPeers,
 	}); err != nil {
 		_ = b.share.Close()
 		return nil, err
@@ -111,11 +118,14 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 	return b, nil
 }
 
-// logRoute is who serves each partition, for the log API of a
-// partitioned instance (broker.Config.Owners and Peers).
+// logRoute is who serves each partition and who creates and deletes
+// topics, for the log API and the change streams of a partitioned
+// instance (broker.Config.Owners, Peers and Controller;
+// changestream.Config.Owners and Peers).
 type logRoute struct {
-	owners broker.Owners
-	peers  broker.Peers
+	owners     broker.Owners
+	peers      grpcPeers
+	controller broker.Controller
 }
 
 // close ends the backend's streams and sessions and closes the share

@@ -432,24 +432,34 @@ func (n *clusterNode) route(ctx context.Context) (b *activeBackend, cc *grpc.Cli
 		active.calls.Add(1) // under n.mu: closeBackend cannot have started waiting
 	}
 	n.mu.RUnlock()
-	switch {
-	case closing:
-		return nil, nil, notOwnerErr("this instance is shutting down; retry")
-	case active != nil:
+	if active != nil && !closing {
 		return active, nil, nil
-	case role == cluster.Active:
-		return nil, nil, notOwnerErr("this instance is taking over as the active instance; retry")
-	case role == cluster.Disconnected:
-		return nil, nil, ownerUnreachableErr("this instance cannot reach the NATS cluster, so it does not know the active instance; retry, possibly on another instance")
-	case holder.Addr == "":
-		return nil, nil, notOwnerErr("no instance holds the lease yet; retry")
-	case forwardedFrom(ctx) != "":
-		// One hop only: a forwarded call that finds no owner here fails
-		// rather than travelling on.
-		return nil, nil, notOwnerErr(fmt.Sprintf("this instance is not active (the lease names %s); retry", holder.ID))
+	}
+	if err := holderErr(ctx, closing, role, holder); err != nil {
+		return nil, nil, err
 	}
 	cc, err = n.conn(holder.Addr)
 	return nil, cc, err
+}
+
+// holderErr is why a call for the holder of the phase-1 lease, which this
+// instance is not serving as, cannot go to holder either; nil: it can.
+func holderErr(ctx context.Context, closing bool, role cluster.Role, holder cluster.Holder) error {
+	switch {
+	case closing:
+		return notOwnerErr("this instance is shutting down; retry")
+	case role == cluster.Active:
+		return notOwnerErr("this instance is taking over as the active instance; retry")
+	case role == cluster.Disconnected:
+		return ownerUnreachableErr("this instance cannot reach the NATS cluster, so it does not know the active instance; retry, possibly on another instance")
+	case holder.Addr == "":
+		return notOwnerErr("no instance holds the lease yet; retry")
+	case forwardedFrom(ctx) != "":
+		// One hop only: a forwarded call that finds no owner here fails
+		// rather than travelling on.
+		return notOwnerErr(fmt.Sprintf("this instance is not active (the lease names %s); retry", holder.ID))
+	}
+	return nil
 }
 
 // conn is the forwarding connection to addr, made on first use.
@@ -621,8 +631,9 @@ func (f fencedState) Wait(ticket uint64) error {
 }
 
 // openCoordinatorBackend is openBackend in partitioned mode for the holder
-// of the phase-1 lease, which serves CreateTopic, DeleteTopic and
-// DescribeCluster. Share groups have coordinators of their own
+// of the phase-1 lease, which serves DescribeCluster (CreateTopic and
+// DeleteTopic reach it through the log domain's controller, and run on
+// the log backend: topicController). Share groups have coordinators of their own
 // (groups.go): this backend's share-group manager is never called.
 func (n *clusterNode) openCoordinatorBackend(_ context.Context, epoch uint64) (*activeBackend, error) {
 	n.mu.RLock()

@@ -109,9 +109,9 @@ func (s *Server) withClusterStream(chain []grpc.StreamServerInterceptor) []grpc.
 	case s.cluster == nil:
 		return chain
 	case s.cluster.part != nil:
-		return append(chain, s.cluster.pstream)
+		return append(chain, grpcapi.MarkForwardedStream, s.cluster.pstream)
 	}
-	return append(chain, s.cluster.stream)
+	return append(chain, grpcapi.MarkForwardedStream, s.cluster.stream)
 }
 
 func (n *clusterNode) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

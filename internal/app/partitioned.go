@@ -17,7 +17,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/cluster"
@@ -155,22 +154,6 @@ func (n *clusterNode) releasePartition(item string, epoch uint64, handover bool)
 	n.s.log.Info("stopped serving partition", "item", item, "epoch", epoch, "handover", handover)
 }
 
-// ownerConn is the connection to item's owner, for a change stream this
-// instance cannot serve.
-func (n *clusterNode) ownerConn(ctx context.Context, item, topic string, part int32) (*grpc.ClientConn, error) {
-	if forwardedFrom(ctx) != "" {
-		return nil, notOwnerErr(fmt.Sprintf("this instance does not own %s-%d (any more); retry", topic, part))
-	}
-	o, ok := n.part.items.Owner(item)
-	n.mu.RLock()
-	self := n.self.ID
-	n.mu.RUnlock()
-	if !ok || o.Owner.Addr == "" || o.Owner.ID == self {
-		return nil, notOwnerErr(fmt.Sprintf("%s-%d has no owner serving it right now (one is being chosen); retry", topic, part))
-	}
-	return n.conn(o.Owner.Addr)
-}
-
 // localBackend is the log backend for one call (done ends it).
 func (n *clusterNode) localBackend() (*backend, func(), error) {
 	n.mu.RLock()
@@ -197,32 +180,18 @@ func (n *clusterNode) serveLocal(ctx context.Context, m method, req any) (any, e
 	}, nil)
 }
 
-// partitionOf is the lease item of topic's partition, false when there is
-// no such partition (the log backend then answers the error).
-func (n *clusterNode) partitionOf(ctx context.Context, topic string, part int32) (string, bool) {
-	n.mu.RLock()
-	store := n.part.store
-	n.mu.RUnlock()
-	if store == nil {
-		return "", false
-	}
-	info, err := store.TopicInfo(ctx, topic)
-	if err != nil || part < 0 || part >= info.Partitions {
-		return "", false
-	}
-	return cluster.PartitionItem(info.ID, part), true
-}
-
 // punary routes a unary call in partitioned mode:
 //   - ShareGroupService calls are served here: the share-group domain asks
 //     the group's coordinator and the partitions' owners
 //     (sharegroup.Coordinators and Peers, groups.go, grouppeers.go); an
 //     admin call a coordinator sends owned-only is answered for the
 //     partitions owned here (owners.go);
-//   - CreateTopic, DeleteTopic and DescribeCluster go to the holder of the
-//     phase-1 lease (the phase-1 path);
+//   - DescribeCluster goes to the holder of the phase-1 lease (the
+//     phase-1 path);
 //   - every other LogService call is served here: the log domain asks
-//     the owners of partitions owned elsewhere (broker.Owners, logRoute).
+//     the owners of partitions owned elsewhere (broker.Owners, logRoute)
+//     and the holder of the phase-1 lease to create and delete topics
+//     (broker.Controller, topicController).
 func (n *clusterNode) punary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	m, ok := methods[info.FullMethod]
 	if !ok || m.unary == nil {
@@ -249,29 +218,15 @@ func (n *clusterNode) punary(ctx context.Context, req any, info *grpc.UnaryServe
 		return n.serveLocal(ctx, m, req)
 	}
 	switch req.(type) {
-	case *sharelogv1.CreateTopicRequest, *sharelogv1.DeleteTopicRequest, *sharelogv1.DescribeClusterRequest:
+	case *sharelogv1.DescribeClusterRequest:
 		return n.unary(ctx, req, info, handler)
 	}
 	return n.serveLocal(ctx, m, req)
 }
 
-// replayStream hands first to the handler's first RecvMsg, then reads on.
-type replayStream struct {
-	grpc.ServerStream
-	first proto.Message
-}
-
-func (r *replayStream) RecvMsg(v any) error {
-	if r.first != nil {
-		proto.Merge(v.(proto.Message), r.first)
-		r.first = nil
-		return nil
-	}
-	return r.ServerStream.RecvMsg(v)
-}
-
-// pstream routes a streaming call (StreamChanges) in partitioned mode to
-// the owner of the partition its request names.
+// pstream serves a streaming call (StreamChanges) in partitioned mode
+// here: the change-stream domain streams a partition owned elsewhere from
+// its owner (changestream.Peers, grpcPeers).
 func (n *clusterNode) pstream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	m, ok := methods[info.FullMethod]
 	if !ok || m.stream == nil {
@@ -280,37 +235,12 @@ func (n *clusterNode) pstream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	if m.service == sharelogv1.ShareGroupService_ServiceDesc.ServiceName {
 		return n.stream(srv, ss, info, handler)
 	}
-	first := m.in.New().Interface()
-	if err := ss.RecvMsg(first); err != nil {
-		return err
-	}
-	ctx := ss.Context()
-	if topic, part, ok := requestPartition(first); ok {
-		if item, ok := n.partitionOf(ctx, topic, part); ok && !n.part.gates.Serves(item) {
-			cc, err := n.ownerConn(ctx, item, topic, part)
-			if err != nil {
-				return err
-			}
-			return n.forwardStream(ctx, cc, info.FullMethod, m, ss, first)
-		}
-	}
 	b, done, err := n.localBackend()
 	if err != nil {
 		return err
 	}
 	defer done()
-	return m.stream(implOf(b, m.service), &replayStream{ServerStream: ss, first: first})
-}
-
-// requestPartition reads a request's topic and partition fields.
-func requestPartition(m proto.Message) (string, int32, bool) {
-	r := m.ProtoReflect()
-	fields := r.Descriptor().Fields()
-	tf, pf := fields.ByName("topic"), fields.ByName("partition")
-	if tf == nil || pf == nil || tf.Kind() != protoreflect.StringKind || pf.Kind() != protoreflect.Int32Kind {
-		return "", 0, false
-	}
-	return r.Get(tf).String(), int32(r.Get(pf).Int()), true
+	return m.stream(implOf(b, m.service), ss)
 }
 
 // partitionedView is DescribeCluster in partitioned mode, answered by the

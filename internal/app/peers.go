@@ -2,21 +2,27 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/broker"
+	"github.com/sharelog/sharelog/internal/changestream"
 	"github.com/sharelog/sharelog/internal/cluster"
 	"github.com/sharelog/sharelog/internal/ownership"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jslog"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/transport/grpcapi"
 )
 
 // logRoute is the partition routing of this partitioned instance's log
-// API: the partitions it serves by their gates and leases (ownership),
-// the others' owners called over gRPC (grpcPeers).
+// API and change streams: the partitions it serves by their gates and
+// leases (ownership), the others' owners called over gRPC (grpcPeers);
+// topics created and deleted by the holder of the phase-1 lease
+// (topicController).
 func (n *clusterNode) logRoute(ls *jslog.Store) *logRoute {
 	return &logRoute{
 		owners: &ownership.Partitions{Gates: n.part.gates, Topics: ls, Leases: func() (*cluster.Items, string) {
@@ -24,16 +30,42 @@ func (n *clusterNode) logRoute(ls *jslog.Store) *logRoute {
 			defer n.mu.RUnlock()
 			return n.part.items, n.self.ID
 		}},
-		peers: grpcPeers{n},
+		peers:      grpcPeers{n},
+		controller: topicController{n},
 	}
 }
 
-// grpcPeers is broker.Peers over gRPC: the owner's LogService, called
-// with the caller's identity (outgoing) over the forwarding connections,
-// a failure to reach the owner answered OWNER_UNREACHABLE (forwardErr).
+// topicController is broker.Controller in partitioned mode: the holder of
+// the phase-1 lease creates and deletes topics (docs/cluster.md), with the
+// answers of the phase-1 routing when none can (route, holderErr).
+type topicController struct{ n *clusterNode }
+
+var _ broker.Controller = topicController{}
+
+func (c topicController) Controller(ctx context.Context) (string, error) {
+	n := c.n
+	n.mu.RLock()
+	role, holder, active, closing := n.role, n.holder, n.active != nil, n.closing
+	n.mu.RUnlock()
+	if active && !closing {
+		return "", nil
+	}
+	if err := holderErr(ctx, closing, role, holder); err != nil {
+		return "", err
+	}
+	return holder.Addr, nil
+}
+
+// grpcPeers is broker.Peers and changestream.Peers over gRPC: the owner's
+// LogService and ChangeStreamService, called with the caller's identity
+// (outgoing) over the forwarding connections, a failure to reach the
+// owner answered OWNER_UNREACHABLE (forwardErr).
 type grpcPeers struct{ n *clusterNode }
 
-var _ broker.Peers = grpcPeers{}
+var (
+	_ broker.Peers       = grpcPeers{}
+	_ changestream.Peers = grpcPeers{}
+)
 
 func (p grpcPeers) client(peer string) (sharelogv1.LogServiceClient, string, error) {
 	cc, err := p.n.conn(peer)
@@ -136,4 +168,74 @@ func (p grpcPeers) Purge(ctx context.Context, peer string, topics []broker.Purge
 		}
 	}
 	return out, nil
+}
+
+func (p grpcPeers) CreateTopic(ctx context.Context, peer, name string, partitions int32, s broker.TopicSettings) (broker.Topic, error) {
+	c, target, err := p.client(peer)
+	if err != nil {
+		return broker.Topic{}, err
+	}
+	resp, err := c.CreateTopic(p.n.outgoing(ctx), &sharelogv1.CreateTopicRequest{Name: name, Partitions: partitions,
+		Config: &sharelogv1.TopicConfig{SegmentBytes: s.SegmentBytes, RetentionMs: s.RetentionMs, CleanupPolicy: s.CleanupPolicy,
+			DeleteRetentionMs: s.DeleteRetentionMs, MinCleanableDirtyRatio: s.MinCleanableDirtyRatio}})
+	if err != nil {
+		return broker.Topic{}, forwardErr(target, err)
+	}
+	return grpcapi.TopicFromProto(resp), nil
+}
+
+func (p grpcPeers) DeleteTopic(ctx context.Context, peer, name string) error {
+	c, target, err := p.client(peer)
+	if err != nil {
+		return err
+	}
+	if _, err := c.DeleteTopic(p.n.outgoing(ctx), &sharelogv1.DeleteTopicRequest{Name: name}); err != nil {
+		return forwardErr(target, err)
+	}
+	return nil
+}
+
+// Stream relays the owner's StreamChanges: its headers start the stream
+// here, each of its messages is handed to send and flushed as one (so the
+// messages are the owner's: both sides batch under the same bounds), and
+// its error is returned as it is.
+func (p grpcPeers) Stream(ctx context.Context, peer string, req changestream.Request, send changestream.Sender) error {
+	cc, err := p.n.conn(peer)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cs, err := sharelogv1.NewChangeStreamServiceClient(cc).StreamChanges(p.n.outgoing(ctx), &sharelogv1.StreamChangesRequest{
+		Topic: req.Topic, Partition: req.Partition, StartOffset: req.StartOffset, EndOffset: req.EndOffset, TopicId: req.TopicID,
+		KeyPrefix: req.KeyPrefix, OsoMode: sharelogv1.OsoMode(req.OSO)})
+	if err != nil {
+		return forwardErr(cc.Target(), err)
+	}
+	// No headers (a nil MD) when the owner refused the call at once: its
+	// error comes with the first Recv.
+	if hdr, _ := cs.Header(); hdr != nil && req.Started != nil {
+		req.Started()
+	}
+	for {
+		resp, err := cs.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return forwardErr(cc.Target(), err)
+		}
+		for _, pe := range resp.GetEvents() {
+			ev, err := grpcapi.ChangeEventFromProto(pe)
+			if err != nil {
+				return err
+			}
+			if err := send.Send(ev); err != nil {
+				return err
+			}
+		}
+		if err := send.Flush(); err != nil {
+			return err
+		}
+	}
 }

@@ -24,8 +24,10 @@
 //   - routing by partition owner in a partitioned cluster (route.go): the
 //     partitions this instance serves are served here, under a hold that
 //     keeps them here while an append or purge runs, the others at their
-//     owner ([Owners], [Peers]); a call another instance forwarded is
-//     never forwarded again ([WithForwardedBy]);
+//     owner ([Owners], [Peers]); topics are created and deleted at the
+//     controller ([Controller]); a call another instance forwarded is
+//     never forwarded again ([WithForwardedBy]); [Locate] is the owner
+//     decision, shared with the change streams;
 //   - topic lifecycle events: share groups, change streams and future
 //     listeners [Log.Subscribe] to topic creation and deletion (also a
 //     Kafka auto-creation, [Log.EnsureTopic]) instead of being called back

@@ -41,6 +41,9 @@ type Config struct {
 	// Owners = a single node, every partition served here.
 	Owners Owners
 	Peers  Peers
+	// Controller, in such a cluster, is who creates and deletes topics
+	// (route.go); nil = this instance.
+	Controller Controller
 }
 
 // Log is the log API over a store. It is safe for concurrent use.
@@ -128,7 +131,16 @@ type Topic struct {
 // CreateTopic creates a topic of 1..MaxPartitions partitions and returns
 // its description.
 // Refusals of its arguments are *TopicError ([Log.ValidateTopic]).
+// With a Controller that names a peer, the peer creates it (and its
+// subscribers hear of it) and its answer is this call's.
 func (l *Log) CreateTopic(ctx context.Context, name string, partitions int32, s TopicSettings) (Topic, error) {
+	peer, err := l.controller(ctx)
+	if err != nil {
+		return Topic{}, err
+	}
+	if peer != "" {
+		return l.cfg.Peers.CreateTopic(ctx, peer, name, partitions, s)
+	}
 	cfg, err := l.ValidateTopic(name, partitions, s)
 	if err != nil {
 		return Topic{}, err
@@ -142,13 +154,31 @@ func (l *Log) CreateTopic(ctx context.Context, name string, partitions int32, s 
 }
 
 // DeleteTopic deletes a topic and its data, then tells the subscribers.
+// With a Controller that names a peer, the peer deletes it (and tells its
+// subscribers).
 func (l *Log) DeleteTopic(ctx context.Context, name string) error {
 	_, err := l.RemoveTopic(ctx, name)
 	return err
 }
 
-// RemoveTopic is DeleteTopic answering the deleted topic's info.
+// RemoveTopic is DeleteTopic answering the deleted topic's info. When a
+// peer deletes it, the info is the topic as this instance's store knew it
+// before (the name alone if it did not know it yet).
 func (l *Log) RemoveTopic(ctx context.Context, name string) (TopicInfo, error) {
+	peer, err := l.controller(ctx)
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	if peer != "" {
+		info, err := l.store.TopicInfo(ctx, name)
+		if err != nil {
+			info = TopicInfo{Name: name}
+		}
+		if err := l.cfg.Peers.DeleteTopic(ctx, peer, name); err != nil {
+			return TopicInfo{}, err
+		}
+		return info, nil
+	}
 	if name == "" {
 		return TopicInfo{}, apierr.Invalid("name is required")
 	}

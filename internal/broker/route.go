@@ -3,7 +3,9 @@ package broker
 // Routing by partition owner (docs/cluster.md "Phase 2"): in a cluster
 // whose instances each serve a share of the partitions, the log API
 // serves the partitions this instance owns and asks the owner of every
-// other one. A single node has no Owners: everything is local.
+// other one; topics are created and deleted by one instance, the
+// controller, and the others ask it. A single node has no Owners and no
+// Controller: everything is local.
 
 import (
 	"context"
@@ -14,7 +16,8 @@ import (
 )
 
 // Owners says which instance serves each partition. It is consulted at
-// the entry of Produce, Fetch, ListOffsets and Purge.
+// the entry of Produce, Fetch, ListOffsets and Purge (and of a change
+// stream, internal/changestream).
 type Owners interface {
 	// Owner is who serves topic's partition part right now: this instance
 	// (Owner.Hold set) or a peer (Owner.Peer). A partition that does not
@@ -55,6 +58,22 @@ type Peers interface {
 	ListOffsets(ctx context.Context, peer, topic string, part int32, spec OffsetSpec, ts int64) (offset, timestamp int64, err error)
 	// Purge is [Log.Purge] at the peer, answered in request order.
 	Purge(ctx context.Context, peer string, topics []PurgeTopic) ([]PurgeTopicResult, error)
+	// CreateTopic is [Log.CreateTopic] at the peer (the controller).
+	CreateTopic(ctx context.Context, peer, name string, partitions int32, s TopicSettings) (Topic, error)
+	// DeleteTopic is [Log.DeleteTopic] at the peer (the controller).
+	DeleteTopic(ctx context.Context, peer, name string) error
+}
+
+// Controller says which instance creates and deletes topics: the topic
+// lifecycle has one holder at a time. It is consulted at the entry of
+// CreateTopic, DeleteTopic and RemoveTopic (EnsureTopic creates through
+// CreateTopic).
+type Controller interface {
+	// Controller is where topics are created and deleted right now: ""
+	// for this instance, else the address of the peer that does. The
+	// error (a retryable NOT_OWNER or OWNER_UNREACHABLE) says that no
+	// instance is known to.
+	Controller(ctx context.Context) (peer string, err error)
 }
 
 // forwardedKey marks a context whose call another instance forwarded.
@@ -87,7 +106,18 @@ func (l *Log) owner(ctx context.Context, topic string, part int32) (Hold, string
 	if l.cfg.Peers == nil {
 		return nil, "", fmt.Errorf("broker: Owners without Peers")
 	}
-	o, err := l.cfg.Owners.Owner(ctx, topic, part)
+	return Locate(ctx, l.cfg.Owners, topic, part)
+}
+
+// Locate asks owners where topic's partition part is served: a hold when
+// here, else the address of the peer that serves it. A call another
+// instance forwarded (ForwardedBy) that does not find the partition here
+// answers NOT_OWNER rather than travelling on, and so does a partition
+// that has no owner right now. Every domain that routes by partition
+// (the log API, change streams) asks through it, so that they answer
+// alike.
+func Locate(ctx context.Context, owners Owners, topic string, part int32) (Hold, string, error) {
+	o, err := owners.Owner(ctx, topic, part)
 	switch {
 	case err == nil && o.Hold != nil:
 		return o.Hold, "", nil
@@ -104,6 +134,25 @@ func (l *Log) owner(ctx context.Context, topic string, part int32) (Hold, string
 type noHold struct{}
 
 func (noHold) Release(error) {}
+
+// controller is where topics are created and deleted: "" here (always,
+// without a Controller), else the controller's address.
+func (l *Log) controller(ctx context.Context) (string, error) {
+	if l.cfg.Controller == nil {
+		return "", nil
+	}
+	if l.cfg.Peers == nil {
+		return "", fmt.Errorf("broker: Controller without Peers")
+	}
+	peer, err := l.cfg.Controller.Controller(ctx)
+	switch {
+	case err != nil:
+		return "", err
+	case peer != "" && ForwardedBy(ctx) != "":
+		return "", apierr.New(apierr.NotOwner, "this instance does not create or delete topics (any more); retry")
+	}
+	return peer, nil
+}
 
 // AppendPartition appends recs to one partition, at its owner: records a
 // component of this instance writes on its own behalf (a share group's

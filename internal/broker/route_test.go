@@ -89,6 +89,23 @@ func (p *fakePeers) Purge(ctx context.Context, peer string, topics []PurgeTopic)
 	return p.peer(peer, "Purge").Purge(fwd(ctx), topics)
 }
 
+func (p *fakePeers) CreateTopic(ctx context.Context, peer, name string, partitions int32, s TopicSettings) (Topic, error) {
+	return p.peer(peer, "CreateTopic").CreateTopic(fwd(ctx), name, partitions, s)
+}
+
+func (p *fakePeers) DeleteTopic(ctx context.Context, peer, name string) error {
+	return p.peer(peer, "DeleteTopic").DeleteTopic(fwd(ctx), name)
+}
+
+// fakeController names the controller: "" here, else a peer's address;
+// err says none is known.
+type fakeController struct {
+	peer string
+	err  error
+}
+
+func (c fakeController) Controller(context.Context) (string, error) { return c.peer, c.err }
+
 // cluster makes this instance's Log and one peer's ("B", a single node
 // for the calls it receives), both with topic t of 4 partitions.
 func cluster(t *testing.T, owners map[tp]string) (here, b *Log, o *fakeOwners, p *fakePeers) {
@@ -252,4 +269,105 @@ func TestHoldReleasedWithTheAppendOutcome(t *testing.T) {
 	assert.NoError(t, o.released[0])
 	assert.ErrorIs(t, o.released[1], err, "the store's refusal reaches the owner (a fenced write gives the partition up)")
 	assert.Zero(t, o.holds)
+}
+
+// controlled makes this instance's Log, whose controller is c, and the
+// controller B's, a single node for the calls it receives; the events
+// each one's subscribers heard are in the slices.
+func controlled(t *testing.T, c fakeController) (here, b *Log, p *fakePeers, hereEvents, bEvents *[]TopicEvent) {
+	t.Helper()
+	b, _ = newLog(t, Config{})
+	p = &fakePeers{logs: map[string]*Log{"B": b}}
+	here, _ = newLog(t, Config{Controller: c, Peers: p})
+	hereEvents, bEvents = &[]TopicEvent{}, &[]TopicEvent{}
+	here.Subscribe(func(ev TopicEvent) { *hereEvents = append(*hereEvents, ev) })
+	b.Subscribe(func(ev TopicEvent) { *bEvents = append(*bEvents, ev) })
+	return here, b, p, hereEvents, bEvents
+}
+
+func TestTopicLifecycleAtTheController(t *testing.T) {
+	ctx := context.Background()
+	here, b, p, hereEvents, bEvents := controlled(t, fakeController{peer: "B"})
+
+	created, err := here.CreateTopic(ctx, "t", 3, TopicSettings{})
+	require.NoError(t, err)
+	assert.Equal(t, "t", created.Info.Name)
+	assert.Len(t, created.Partitions, 3, "the controller's answer")
+	_, err = b.store.TopicInfo(ctx, "t")
+	require.NoError(t, err, "the controller created it")
+	_, err = here.store.TopicInfo(ctx, "t")
+	assert.ErrorIs(t, err, logstore.ErrUnknownTopic, "nothing was created here")
+
+	_, err = here.CreateTopic(ctx, "t", 3, TopicSettings{})
+	require.Error(t, err)
+	assert.Equal(t, apierr.TopicAlreadyExists, ErrorOf(err).Reason, "the controller's refusal, as it gave it")
+	_, err = here.CreateTopic(ctx, "bad name!", 1, TopicSettings{})
+	assert.Equal(t, apierr.InvalidRequest, reason(t, err))
+
+	info, created2, err := here.EnsureTopic(ctx, "auto", 2)
+	require.NoError(t, err)
+	assert.True(t, created2)
+	assert.Equal(t, "auto", info.Name)
+
+	require.NoError(t, here.DeleteTopic(ctx, "t"))
+	_, err = b.store.TopicInfo(ctx, "t")
+	assert.ErrorIs(t, err, logstore.ErrUnknownTopic, "the controller deleted it")
+	err = here.DeleteTopic(ctx, "t")
+	require.Error(t, err)
+	assert.Equal(t, apierr.UnknownTopicOrPartition, ErrorOf(err).Reason)
+
+	assert.Equal(t, []string{"B CreateTopic", "B CreateTopic", "B CreateTopic", "B CreateTopic", "B DeleteTopic", "B DeleteTopic"}, p.calls)
+	assert.Empty(t, *hereEvents, "the controller's subscribers hear of its changes, not this instance's")
+	kinds := []TopicEventKind{}
+	for _, ev := range *bEvents {
+		kinds = append(kinds, ev.Kind)
+	}
+	assert.Equal(t, []TopicEventKind{TopicCreated, TopicCreated, TopicDeleted}, kinds)
+}
+
+func TestTopicLifecycleHereWhenThisInstanceIsTheController(t *testing.T) {
+	ctx := context.Background()
+	here, _, p, hereEvents, _ := controlled(t, fakeController{})
+	_, err := here.CreateTopic(ctx, "t", 1, TopicSettings{})
+	require.NoError(t, err)
+	_, err = here.RemoveTopic(WithForwardedBy(ctx, "C"), "t")
+	require.NoError(t, err, "a forwarded call is served by the controller")
+	assert.Empty(t, p.calls)
+	assert.Len(t, *hereEvents, 2)
+}
+
+func TestTopicLifecycleWithoutAController(t *testing.T) {
+	ctx := context.Background()
+	noneKnown := apierr.New(apierr.NotOwner, "no instance holds the lease yet; retry")
+	here, _, p, _, _ := controlled(t, fakeController{err: noneKnown})
+	_, err := here.CreateTopic(ctx, "t", 1, TopicSettings{})
+	assert.Equal(t, noneKnown, err, "the controller's error, as the Controller gave it")
+	assert.Equal(t, noneKnown, here.DeleteTopic(ctx, "t"))
+	assert.Empty(t, p.calls)
+
+	// One hop only: a forwarded call that does not find the controller
+	// here is refused rather than sent on.
+	here, _, p, _, _ = controlled(t, fakeController{peer: "B"})
+	fctx := WithForwardedBy(ctx, "C")
+	_, err = here.CreateTopic(fctx, "t", 1, TopicSettings{})
+	assert.Equal(t, apierr.NotOwner, reason(t, err))
+	assert.Equal(t, apierr.NotOwner, reason(t, here.DeleteTopic(fctx, "t")))
+	assert.Empty(t, p.calls)
+}
+
+func TestRemoveTopicAtTheControllerAnswersTheInfoKnownHere(t *testing.T) {
+	ctx := context.Background()
+	here, b, _, _, _ := controlled(t, fakeController{peer: "B"})
+	// The stores of a cluster are one (here: two copies of the topic).
+	orig, err := b.store.CreateTopic(ctx, "t", 2, logstore.TopicConfig{RetentionMs: -1, CleanupPolicy: logstore.CleanupDelete})
+	require.NoError(t, err)
+	_, err = here.store.CreateTopic(ctx, "t", 2, logstore.TopicConfig{RetentionMs: -1, CleanupPolicy: logstore.CleanupDelete})
+	require.NoError(t, err)
+	info, err := here.RemoveTopic(ctx, "t")
+	require.NoError(t, err)
+	assert.Equal(t, "t", info.Name)
+	assert.EqualValues(t, 2, info.Partitions)
+	_, err = b.store.TopicInfo(ctx, "t")
+	assert.ErrorIs(t, err, logstore.ErrUnknownTopic)
+	assert.NotEmpty(t, orig.ID)
 }

@@ -17,6 +17,9 @@ type (
 	PartitionInfo = logstore.PartitionInfo
 )
 
+// ErrOffline marks a partition that cannot be served (PartitionInfo.Err).
+var ErrOffline = logstore.ErrOffline
+
 // Cleanup policies (TopicConfig.CleanupPolicy).
 const (
 	CleanupDelete        = logstore.CleanupDelete

@@ -32,7 +32,10 @@
 // (logstore.KeyIndexer: scans, counts, segment ends and entry reads), nil
 // when the store has none. Nothing is discovered by asserting interfaces on
 // the store, so the server passes the traced store and the traced index
-// (internal/telemetry) and every read of a call is a span of it.
+// (internal/telemetry) and every read of a call is a span of it. In a
+// partitioned cluster Config.Owners (broker.Owners) says who serves each
+// partition and Config.Peers streams from the owner of one served
+// elsewhere (route.go).
 //
 // # Resources
 //

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/principal"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
@@ -53,6 +54,11 @@ type Config struct {
 	BatchRecords int // records read at once (0 = 256)
 	BatchBytes   int // bytes read at once (0 = 1 MiB; one larger record alone)
 	Meter        metric.MeterProvider
+	// Owners and Peers route by partition owner in a cluster whose
+	// instances each serve a share of the partitions (route.go); nil
+	// Owners = a single node, every stream served here.
+	Owners broker.Owners
+	Peers  Peers
 }
 
 // Manager runs StreamChanges calls over a log store. Its methods are safe for
@@ -104,6 +110,9 @@ func New(store logstore.Store, idx logstore.KeyIndexer, cfg Config) (*Manager, e
 	}
 	if cfg.Meter == nil {
 		cfg.Meter = noop.NewMeterProvider()
+	}
+	if cfg.Owners != nil && cfg.Peers == nil {
+		return nil, errors.New("changestream: Owners without Peers")
 	}
 	m := &Manager{store: store, idx: idx, cfg: cfg, stop: make(chan struct{}), owned: make(map[string]int)}
 	var err error
@@ -172,9 +181,20 @@ func rollbackRequired(cause, topicID string, ls, hw int64, msg string) *apierr.E
 // (logstore.ErrCorrupt on a checksum failure; the events before it are
 // flushed first). send blocking is the back-pressure: nothing is buffered
 // beyond one read batch and the events send holds.
+//
+// With Owners, a partition served by a peer is streamed from it (after
+// the request's own fields are validated): the peer applies its limits
+// and answers, this Manager's shutdown and limits do not apply.
 func (m *Manager) Stream(ctx context.Context, req Request, send Sender) error {
 	if err := validate(&req); err != nil {
 		return err
+	}
+	peer, err := m.ownerOf(ctx, &req)
+	if err != nil {
+		return err
+	}
+	if peer != "" {
+		return m.cfg.Peers.Stream(ctx, peer, req, send)
 	}
 	select {
 	case <-m.stop:
@@ -200,7 +220,7 @@ func (m *Manager) Stream(ctx context.Context, req Request, send Sender) error {
 	if req.EndOffset != nil {
 		s.hasEnd, s.end = true, *req.EndOffset
 	}
-	err := s.run()
+	err = s.run()
 	if err != nil && ctx.Err() == nil && !s.sendFailed {
 		// The events before a failure are valid: deliver them before the
 		// call fails, so the client's checkpoint gets as far as it can.

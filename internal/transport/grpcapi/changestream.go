@@ -26,8 +26,10 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/authz"
+	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/changestream"
 )
 
@@ -176,4 +178,35 @@ func eventToProto(ev *changestream.Event) *sharelogv1.ChangeEvent {
 		return &sharelogv1.ChangeEvent{Event: &sharelogv1.ChangeEvent_StreamEnd{StreamEnd: &sharelogv1.StreamEnd{Reason: sharelogv1.StreamEndReason(ev.Reason)}}}
 	}
 	panic(fmt.Sprintf("changestream event of unknown kind %d", ev.Kind))
+}
+
+// ChangeEventFromProto is eventToProto reversed: a change stream's event
+// as another instance sent it, for the stream relayed from the owner of
+// its partition (changestream.Peers). Converting it back gives the same
+// message.
+func ChangeEventFromProto(pe *sharelogv1.ChangeEvent) (*changestream.Event, error) {
+	switch e := pe.GetEvent().(type) {
+	case *sharelogv1.ChangeEvent_SnapshotMarker:
+		m := e.SnapshotMarker
+		return &changestream.Event{Kind: changestream.EventMarker, Start: m.GetStartOffset(), End: m.GetEndOffset(),
+			Source: changestream.Source(m.GetSource())}, nil
+	case *sharelogv1.ChangeEvent_OsoSnapshot:
+		if e.OsoSnapshot.GetPhase() == sharelogv1.OsoPhase_OSO_PHASE_END {
+			return &changestream.Event{Kind: changestream.EventOSOEnd}, nil
+		}
+		return &changestream.Event{Kind: changestream.EventOSOStart}, nil
+	case *sharelogv1.ChangeEvent_Mutation:
+		m := e.Mutation
+		return &changestream.Event{Kind: changestream.EventMutation, Record: &broker.Record{Offset: m.GetOffset(),
+			Timestamp: m.GetTimestamp(), Key: m.GetKey(), Value: m.GetValue(), Headers: headersFromProto(m.GetHeaders())}}, nil
+	case *sharelogv1.ChangeEvent_Deletion:
+		d := e.Deletion
+		return &changestream.Event{Kind: changestream.EventDeletion, Record: &broker.Record{Offset: d.GetOffset(),
+			Timestamp: d.GetTimestamp(), Key: d.GetKey()}}, nil
+	case *sharelogv1.ChangeEvent_OffsetAdvanced:
+		return &changestream.Event{Kind: changestream.EventOffsetAdvanced, Offset: e.OffsetAdvanced.GetOffset()}, nil
+	case *sharelogv1.ChangeEvent_StreamEnd:
+		return &changestream.Event{Kind: changestream.EventEnd, Reason: changestream.EndReason(e.StreamEnd.GetReason())}, nil
+	}
+	return nil, apierr.New(apierr.Internal, "the owner sent a change event of a kind this instance does not know")
 }

@@ -156,3 +156,36 @@ func TestEventBatcherSendError(t *testing.T) {
 	require.NoError(t, b.Send(mutation(0, nil)))
 	assert.ErrorIs(t, b.Flush(), boom)
 }
+
+// TestChangeEventRoundTrip: an event relayed from a partition's owner
+// (ChangeEventFromProto, then eventToProto) is the message the owner sent.
+func TestChangeEventRoundTrip(t *testing.T) {
+	one := int64(1)
+	events := []*sharelogv1.ChangeEvent{
+		{Event: &sharelogv1.ChangeEvent_SnapshotMarker{SnapshotMarker: &sharelogv1.SnapshotMarker{StartOffset: one, EndOffset: 9,
+			Source: sharelogv1.SnapshotSource_SNAPSHOT_SOURCE_MEMORY}}},
+		{Event: &sharelogv1.ChangeEvent_OsoSnapshot{OsoSnapshot: &sharelogv1.OsoSnapshot{Phase: sharelogv1.OsoPhase_OSO_PHASE_START}}},
+		{Event: &sharelogv1.ChangeEvent_OsoSnapshot{OsoSnapshot: &sharelogv1.OsoSnapshot{Phase: sharelogv1.OsoPhase_OSO_PHASE_END}}},
+		{Event: &sharelogv1.ChangeEvent_Mutation{Mutation: &sharelogv1.Mutation{Offset: 3, Timestamp: 77, Key: []byte("k"), Value: []byte("v"),
+			Headers: []*sharelogv1.RecordHeader{{Key: "h", Value: []byte("x")}}}}},
+		{Event: &sharelogv1.ChangeEvent_Mutation{Mutation: &sharelogv1.Mutation{Offset: 4, Key: []byte("empty value")}}},
+		{Event: &sharelogv1.ChangeEvent_Deletion{Deletion: &sharelogv1.Deletion{Offset: 5, Timestamp: 78, Key: []byte("k")}}},
+		{Event: &sharelogv1.ChangeEvent_OffsetAdvanced{OffsetAdvanced: &sharelogv1.OffsetAdvanced{Offset: 6}}},
+	}
+	for r := range sharelogv1.StreamEndReason_name {
+		events = append(events, &sharelogv1.ChangeEvent{Event: &sharelogv1.ChangeEvent_StreamEnd{StreamEnd: &sharelogv1.StreamEnd{
+			Reason: sharelogv1.StreamEndReason(r)}}})
+	}
+	for _, pe := range events {
+		ev, err := ChangeEventFromProto(pe)
+		require.NoError(t, err, "%v", pe)
+		back := eventToProto(ev)
+		want, err := proto.Marshal(pe)
+		require.NoError(t, err)
+		got, err := proto.Marshal(back)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "%v", pe)
+	}
+	_, err := ChangeEventFromProto(&sharelogv1.ChangeEvent{})
+	assert.Error(t, err, "an event of no kind")
+}

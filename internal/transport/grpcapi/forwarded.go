@@ -24,3 +24,19 @@ func MarkForwarded(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handle
 	}
 	return handler(ctx, req)
 }
+
+// MarkForwardedStream is MarkForwarded for streaming calls (a change
+// stream of a partition served elsewhere is streamed from its owner).
+func MarkForwardedStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if v := metadata.ValueFromIncomingContext(ss.Context(), MDForwardedBy); len(v) > 0 {
+		ss = forwardedStream{ServerStream: ss, ctx: broker.WithForwardedBy(ss.Context(), v[0])}
+	}
+	return handler(srv, ss)
+}
+
+type forwardedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s forwardedStream) Context() context.Context { return s.ctx }

@@ -5,6 +5,7 @@ package grpcapi
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -120,6 +121,28 @@ func topicToProto(t broker.Topic) *sharelogv1.Topic {
 			// The path and cause are in the server log; clients get the code.
 			out.Partitions[i].ErrorCode = sharelogv1.ErrorCode_ERROR_CODE_KAFKA_STORAGE_ERROR
 			out.Partitions[i].ErrorMessage = "partition offline: its files failed validation at start (the server log names the file)"
+		}
+	}
+	return out
+}
+
+// TopicFromProto is topicToProto reversed, for a topic another instance
+// described (the controller answering CreateTopic): converting it back
+// gives the same message. An offline partition's Err wraps
+// broker.ErrOffline with the message the instance sent.
+func TopicFromProto(t *sharelogv1.Topic) broker.Topic {
+	c := t.GetConfig()
+	out := broker.Topic{
+		Info: broker.TopicInfo{Name: t.GetName(), ID: t.GetTopicId(), Partitions: t.GetPartitionCount(), Config: broker.TopicConfig{
+			SegmentBytes: c.GetSegmentBytes(), RetentionMs: c.GetRetentionMs(), CleanupPolicy: c.GetCleanupPolicy(),
+			DeleteRetentionMs: c.GetDeleteRetentionMs(), MinCleanableDirtyRatio: c.GetMinCleanableDirtyRatio()}},
+		Partitions: make([]broker.PartitionInfo, len(t.GetPartitions())),
+	}
+	for i, p := range t.GetPartitions() {
+		out.Partitions[i] = broker.PartitionInfo{Partition: p.GetPartition(), LogStartOffset: p.GetLogStartOffset(),
+			HighWatermark: p.GetHighWatermark(), SizeBytes: p.GetSizeBytes(), SegmentCount: p.GetSegmentCount()}
+		if p.GetErrorCode() != sharelogv1.ErrorCode_ERROR_CODE_NONE {
+			out.Partitions[i].Err = fmt.Errorf("%s: %w", p.GetErrorMessage(), broker.ErrOffline)
 		}
 	}
 	return out

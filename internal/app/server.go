@@ -255,6 +255,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		}
 		if cfg.Authorizer == AuthorizerACL {
 			s.guard = authz.NewGuard(s.acl, audit)
+			if len(cfg.SuperUsers) == 0 {
+				// Not an error: bindings may already grant what is
+				// needed. But on a new data dir nobody may create the
+				// first binding, and a lost binding cannot be put back.
+				log.Warn("--authorizer acl without --super-users: only the ACL bindings grant anything, and no principal may bypass them to repair a lost binding (docs/security.md)")
+			}
 		}
 		aclSvc = grpcapi.NewAclService(s.acl, "", s.guard)
 		store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)

@@ -258,6 +258,11 @@ func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sha
 		return nil, err
 	}
 	c := req.GetConfig()
+	if c == nil {
+		// An update names at least the fields it sets: without a config
+		// there is nothing to apply (REST: a PATCH body of {}).
+		return nil, apierr.Invalid("config is required: name the fields to set")
+	}
 	// The server appends to the dead-letter topic on the group's behalf:
 	// whoever names it must be allowed to write it, and, when the server
 	// creates missing ones, to create it as CreateTopic would require

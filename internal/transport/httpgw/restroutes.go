@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
@@ -52,7 +53,11 @@ func loadRESTRoutes(doc []byte) (*restRoutes, error) {
 		for i := range lit {
 			lit[i] = regexp.QuoteMeta(lit[i])
 		}
-		r.match = regexp.MustCompile("^" + strings.Join(lit, "[^/]+") + "$")
+		// A segment may be empty: the gateway matches /v1/topics/ to
+		// /v1/topics/{name} with an empty name (and the handler refuses
+		// it), so the table must know that path too, or a wrong method on
+		// it would fall through to the gateway's 501.
+		r.match = regexp.MustCompile("^" + strings.Join(lit, "[^/]*") + "$")
 		for method, raw := range ops {
 			m := strings.ToUpper(method)
 			switch m {
@@ -178,6 +183,14 @@ func (rt *restRoutes) checkQuery(next runtime.HandlerFunc) runtime.HandlerFunc {
 		if rl, ok := r.Context().Value(routeLabelKey{}).(*routeLabel); ok {
 			rl.route = route.template
 		}
+		if what := invalidUTF8(r, params); what != "" {
+			// Every path and query parameter is a proto string, which
+			// must be UTF-8: the gateway's call would fail to marshal
+			// (a 500), so the request is the client's error.
+			writeStatus(w, r, http.StatusBadRequest,
+				status.New(codes.InvalidArgument, what+" is not valid UTF-8"), "INVALID_REQUEST")
+			return
+		}
 		if k := route.unknownQuery(r.Method, r.URL.Query()); k != "" {
 			writeStatus(w, r, http.StatusBadRequest,
 				status.New(codes.InvalidArgument, fmt.Sprintf("unknown query parameter %q for %s %s", k, r.Method, route.template)),
@@ -188,18 +201,50 @@ func (rt *restRoutes) checkQuery(next runtime.HandlerFunc) runtime.HandlerFunc {
 	}
 }
 
+// invalidUTF8 names the first path or query parameter of a request that
+// is not valid UTF-8 once unescaped ("" if none).
+func invalidUTF8(r *http.Request, params map[string]string) string {
+	if !utf8.ValidString(r.URL.Path) {
+		return "the path"
+	}
+	for name, v := range params {
+		if !utf8.ValidString(v) {
+			return fmt.Sprintf("path parameter %q", name)
+		}
+	}
+	q := r.URL.Query()
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !utf8.ValidString(k) {
+			return "a query parameter name"
+		}
+		for _, v := range q[k] {
+			if !utf8.ValidString(v) {
+				return fmt.Sprintf("query parameter %q", k)
+			}
+		}
+	}
+	return ""
+}
+
 // routingError is the gateway's routing error handler: a known path with
 // a method it does not serve is 405 with Allow (the gateway's default
 // answers 501), the rest as the gateway does.
 func (rt *restRoutes) routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
 	if httpStatus == http.StatusMethodNotAllowed {
-		if allow := rt.allowed(r.URL.Path); len(allow) > 0 {
-			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeStatus(w, r, http.StatusMethodNotAllowed,
-				status.New(codes.InvalidArgument, fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", "))),
-				"INVALID_REQUEST")
-			return
-		}
+		// The gateway found the path under another method: 405 whether or
+		// not the table lists it (a stale document, say), never the
+		// gateway's 501.
+		allow := rt.allowed(r.URL.Path)
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeStatus(w, r, http.StatusMethodNotAllowed,
+			status.New(codes.InvalidArgument, fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", "))),
+			"INVALID_REQUEST")
+		return
 	}
 	runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
 }

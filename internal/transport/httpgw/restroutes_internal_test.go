@@ -36,6 +36,9 @@ func TestRESTRouteTable(t *testing.T) {
 	assert.Nil(t, rt.find(http.MethodGet, "/v1/topics/a/b"))
 	assert.Equal(t, []string{"GET", "POST"}, rt.allowed("/v1/topics"))
 	assert.Empty(t, rt.allowed("/v2/topics"))
+	// The gateway matches an empty segment (/v1/topics/ is GetTopic with
+	// no name): the table must too, so a wrong method there is a 405.
+	assert.Equal(t, []string{"DELETE", "GET"}, rt.allowed("/v1/topics/"))
 
 	fetch := rt.find(http.MethodGet, "/v1/topics/t/partitions/0/records")
 	assert.Empty(t, fetch.unknownQuery(http.MethodGet, url.Values{"offset": {"1"}, "max_wait_ms": {"5"}, "maxBytes": {"9"}}))

@@ -65,6 +65,8 @@ func storeCode(err error) (apierr.Reason, string) {
 		return apierr.UnknownTopicOrPartition, "topic or partition does not exist"
 	case errors.Is(err, logstore.ErrCorrupt):
 		return apierr.KafkaStorageError, "log read failed: corrupt record"
+	case errors.Is(err, logstore.ErrOffline):
+		return apierr.KafkaStorageError, "partition offline: its files failed validation at start (see the server log and docs/operations.md)"
 	case errors.Is(err, logstore.ErrClosed):
 		return apierr.KafkaStorageError, "log store closed"
 	}

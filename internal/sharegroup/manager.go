@@ -363,6 +363,10 @@ func (g *group) partition(topicID, topic string, part int32, create bool) *share
 	return sp
 }
 
+// alwaysStale is the watch of a topic reference that must not be cached:
+// a closed channel, so every lookup refreshes it.
+var alwaysStale = func() <-chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
 // lookupTopic returns the topic's current identity, or nil if it does not
 // exist. A name now bound to another ID means the old topic was deleted:
 // its share state is dropped.
@@ -393,7 +397,13 @@ func (m *Manager) lookupTopic(ctx context.Context, name string) (*topicRef, erro
 		return nil, nil
 	}
 	ch, err := m.store.Watch(name, 0)
-	if err != nil {
+	switch {
+	case errors.Is(err, logstore.ErrOffline):
+		// Partition 0 is offline, the topic is there all the same (its
+		// other partitions serve): with no change signal to cache on,
+		// every lookup asks the store again.
+		ch = alwaysStale
+	case err != nil:
 		return nil, nil // deleted meanwhile
 	}
 	nref := &topicRef{id: info.ID, partitions: info.Partitions, watch: ch}

@@ -87,11 +87,6 @@ func fetchTopics(topic string, parts []int32, batches map[int32][]*sharelogv1.Ac
 	return []*sharelogv1.ShareFetchTopic{ft}
 }
 
-func accept(first, last int64) []*sharelogv1.AcknowledgementBatch {
-	return []*sharelogv1.AcknowledgementBatch{{FirstOffset: first, LastOffset: last,
-		AcknowledgeTypes: []sharelogv1.AcknowledgeType{sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_ACCEPT}}}
-}
-
 // With one partition of a topic offline, the topic's healthy partitions
 // keep working for share groups: the heartbeat assigns every partition,
 // ShareFetch serves the healthy ones and answers KAFKA_STORAGE_ERROR for

@@ -106,6 +106,10 @@ type Authenticator struct {
 	// reload never gives a token another bare-line principal (see
 	// keepPrincipals).
 	principals map[[sha256.Size]byte]string
+
+	callsMu sync.Mutex // guards calls; taken after mu, never before
+	// calls are the running calls admitted with each token (revoke.go).
+	calls map[[sha256.Size]byte]map[*callWatch]struct{}
 }
 
 // authToken is one accepted token: its SHA-256 (compared in constant time)
@@ -318,6 +322,7 @@ func (a *Authenticator) reload(force bool) error {
 		if tokens, err = parseTokens(bytes.NewReader(raw)); err == nil {
 			tokens = a.keepPrincipals(tokens)
 			a.table.Store(&tokens)
+			a.endRevoked()
 			a.lastErr = ""
 			a.log.Info("auth tokens reloaded", "file", a.path, "tokens", len(tokens), "principals", countUsers(tokens))
 			return nil

@@ -316,6 +316,17 @@ func (g *Gate) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 	if decodeErr != nil {
 		return nil, decodeErr
 	}
+	if sum, ok := g.Auth.bearerSum(ctx); ok {
+		var release func()
+		ctx, release = g.Auth.bind(ctx, sum)
+		defer release()
+		resp, err := handler(ctx, req)
+		if revoked(ctx) {
+			// A long poll cut short answers as the call would now.
+			return nil, revokedError()
+		}
+		return resp, err
+	}
 	return handler(ctx, req)
 }
 
@@ -331,6 +342,16 @@ func (g *Gate) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 			return apierr.New(apierr.ThrottlingQuotaExceeded, "%d health watches are open from this address, the most one address may hold", g.HealthWatches.max)
 		}
 		defer g.HealthWatches.Release(ip)
+	}
+	if sum, ok := g.Auth.bearerSum(ctx); ok {
+		var release func()
+		ctx, release = g.Auth.bind(ctx, sum)
+		defer release()
+		err := handler(srv, &gatedStream{ServerStream: ss, ctx: ctx, codec: g.codec})
+		if revoked(ctx) {
+			return revokedError()
+		}
+		return err
 	}
 	return handler(srv, &gatedStream{ServerStream: ss, ctx: ctx, codec: g.codec})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/transport/grpcapi"
 )
 
 // grpcGroupPeers is sharegroup.Peers over gRPC: the peer's
@@ -75,7 +76,7 @@ func (p grpcGroupPeers) GetConfig(ctx context.Context, peer, groupID string) (sh
 	if err != nil {
 		return sharegroup.GroupConfig{}, forwardErr(target, err)
 	}
-	return groupConfigFromProto(resp.GetConfig()), nil
+	return grpcapi.GroupConfigFromProto(resp.GetConfig()), nil
 }
 
 func (p grpcGroupPeers) UpdateConfig(ctx context.Context, peer, groupID string, cfg sharegroup.GroupConfig) (sharegroup.GroupConfig, error) {
@@ -83,15 +84,11 @@ func (p grpcGroupPeers) UpdateConfig(ctx context.Context, peer, groupID string, 
 	if err != nil {
 		return sharegroup.GroupConfig{}, err
 	}
-	resp, err := c.UpdateShareGroupConfig(out, &sharelogv1.UpdateShareGroupConfigRequest{GroupId: groupID, Config: &sharelogv1.ShareGroupConfig{
-		RecordLockDurationMs: cfg.RecordLockDurationMs, DeliveryCountLimit: cfg.DeliveryCountLimit,
-		PartitionMaxRecordLocks: cfg.PartitionMaxRecordLocks, AutoOffsetReset: cfg.AutoOffsetReset,
-		SessionTimeoutMs: cfg.SessionTimeoutMs, HeartbeatIntervalMs: cfg.HeartbeatIntervalMs, DeadLetterTopic: cfg.DeadLetterTopic,
-	}})
+	resp, err := c.UpdateShareGroupConfig(out, &sharelogv1.UpdateShareGroupConfigRequest{GroupId: groupID, Config: grpcapi.GroupConfigToProto(cfg)})
 	if err != nil {
 		return sharegroup.GroupConfig{}, forwardErr(target, err)
 	}
-	return groupConfigFromProto(resp.GetConfig()), nil
+	return grpcapi.GroupConfigFromProto(resp.GetConfig()), nil
 }
 
 func (p grpcGroupPeers) DescribeGroup(ctx context.Context, peer, groupID string) (sharegroup.GroupDescription, error) {
@@ -103,8 +100,8 @@ func (p grpcGroupPeers) DescribeGroup(ctx context.Context, peer, groupID string)
 	if err != nil {
 		return sharegroup.GroupDescription{}, forwardErr(target, err)
 	}
-	d := sharegroup.GroupDescription{GroupID: resp.GetGroupId(), State: groupStateFromProto(resp.GetState()),
-		GroupEpoch: resp.GetGroupEpoch(), AssignmentEpoch: resp.GetAssignmentEpoch(), Config: groupConfigFromProto(resp.GetConfig()),
+	d := sharegroup.GroupDescription{GroupID: resp.GetGroupId(), State: groupState(resp.GetState()),
+		GroupEpoch: resp.GetGroupEpoch(), AssignmentEpoch: resp.GetAssignmentEpoch(), Config: grpcapi.GroupConfigFromProto(resp.GetConfig()),
 		Members:             make([]sharegroup.MemberDescription, len(resp.GetMembers())),
 		DeadLetteredRecords: uint64(resp.GetDeadLetteredRecords()), DeadLetterSkippedRecords: uint64(resp.GetDeadLetterSkippedRecords())}
 	for i, m := range resp.GetMembers() {
@@ -226,13 +223,13 @@ func (p grpcGroupPeers) ListGroups(ctx context.Context, peer string, filter shar
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.ListShareGroups(out, &sharelogv1.ListShareGroupsRequest{StateFilter: groupStateToProto(filter)})
+	resp, err := c.ListShareGroups(out, &sharelogv1.ListShareGroupsRequest{StateFilter: grpcapi.GroupStateToProto(filter)})
 	if err != nil {
 		return nil, forwardErr(target, err)
 	}
 	res := make([]sharegroup.GroupListing, len(resp.GetGroups()))
 	for i, g := range resp.GetGroups() {
-		res[i] = sharegroup.GroupListing{GroupID: g.GetGroupId(), State: groupStateFromProto(g.GetState())}
+		res[i] = sharegroup.GroupListing{GroupID: g.GetGroupId(), State: groupState(g.GetState())}
 	}
 	return res, nil
 }
@@ -240,15 +237,6 @@ func (p grpcGroupPeers) ListGroups(ctx context.Context, peer string, filter shar
 // reasonOf is a per-partition outcome's reason, from the proto's
 // ErrorCode (Kafka's numbers).
 func reasonOf(c sharelogv1.ErrorCode) apierr.Reason { return apierr.ReasonOfKafkaCode(int16(c)) }
-
-func groupConfigFromProto(c *sharelogv1.ShareGroupConfig) sharegroup.GroupConfig {
-	if c == nil {
-		return sharegroup.GroupConfig{}
-	}
-	return sharegroup.GroupConfig{RecordLockDurationMs: c.RecordLockDurationMs, DeliveryCountLimit: c.DeliveryCountLimit,
-		PartitionMaxRecordLocks: c.PartitionMaxRecordLocks, AutoOffsetReset: c.AutoOffsetReset, SessionTimeoutMs: c.SessionTimeoutMs,
-		HeartbeatIntervalMs: c.HeartbeatIntervalMs, DeadLetterTopic: c.DeadLetterTopic}
-}
 
 func assignmentFromProto(a *sharelogv1.Assignment) sharegroup.Assignment {
 	var out sharegroup.Assignment
@@ -266,26 +254,9 @@ func topicPartitionsToProto(ts []sharegroup.TopicPartitions) []*sharelogv1.Topic
 	return out
 }
 
-func groupStateToProto(st sharegroup.GroupState) sharelogv1.ShareGroupState {
-	switch st {
-	case sharegroup.StateEmpty:
-		return sharelogv1.ShareGroupState_SHARE_GROUP_STATE_EMPTY
-	case sharegroup.StateStable:
-		return sharelogv1.ShareGroupState_SHARE_GROUP_STATE_STABLE
-	case sharegroup.StateDead:
-		return sharelogv1.ShareGroupState_SHARE_GROUP_STATE_DEAD
-	}
-	return sharelogv1.ShareGroupState_SHARE_GROUP_STATE_UNSPECIFIED
-}
-
-func groupStateFromProto(st sharelogv1.ShareGroupState) sharegroup.GroupState {
-	switch st {
-	case sharelogv1.ShareGroupState_SHARE_GROUP_STATE_EMPTY:
-		return sharegroup.StateEmpty
-	case sharelogv1.ShareGroupState_SHARE_GROUP_STATE_STABLE:
-		return sharegroup.StateStable
-	case sharelogv1.ShareGroupState_SHARE_GROUP_STATE_DEAD:
-		return sharegroup.StateDead
-	}
-	return sharegroup.StateUnknown
+// groupState is a peer's group state; a value this build does not know is
+// StateUnknown.
+func groupState(st sharelogv1.ShareGroupState) sharegroup.GroupState {
+	gs, _ := grpcapi.GroupStateFromProto(st)
+	return gs
 }

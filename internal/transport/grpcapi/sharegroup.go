@@ -250,7 +250,7 @@ func (s *ShareGroupService) GetShareGroupConfig(ctx context.Context, req *sharel
 	if err != nil {
 		return nil, err
 	}
-	return &sharelogv1.GetShareGroupConfigResponse{GroupId: req.GetGroupId(), Config: configToProto(cfg)}, nil
+	return &sharelogv1.GetShareGroupConfigResponse{GroupId: req.GetGroupId(), Config: GroupConfigToProto(cfg)}, nil
 }
 
 func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sharelogv1.UpdateShareGroupConfigRequest) (*sharelogv1.UpdateShareGroupConfigResponse, error) {
@@ -277,7 +277,18 @@ func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sha
 			}
 		}
 	}
-	cfg, err := s.groups.UpdateConfig(ctx, req.GetGroupId(), sharegroup.GroupConfig{
+	cfg, err := s.groups.UpdateConfig(ctx, req.GetGroupId(), GroupConfigFromProto(c))
+	s.guard.Changed(ctx, "UpdateShareGroupConfig", authz.Group, req.GetGroupId(), err, slog.String("config", c.String()))
+	if err != nil {
+		return nil, err
+	}
+	return &sharelogv1.UpdateShareGroupConfigResponse{GroupId: req.GetGroupId(), Config: GroupConfigToProto(cfg)}, nil
+}
+
+// GroupConfigToProto is a share group's config as the protos carry it
+// (the handlers' answers; another instance's request to the coordinator).
+func GroupConfigToProto(c sharegroup.GroupConfig) *sharelogv1.ShareGroupConfig {
+	return &sharelogv1.ShareGroupConfig{
 		RecordLockDurationMs:    c.RecordLockDurationMs,
 		DeliveryCountLimit:      c.DeliveryCountLimit,
 		PartitionMaxRecordLocks: c.PartitionMaxRecordLocks,
@@ -285,16 +296,16 @@ func (s *ShareGroupService) UpdateShareGroupConfig(ctx context.Context, req *sha
 		SessionTimeoutMs:        c.SessionTimeoutMs,
 		HeartbeatIntervalMs:     c.HeartbeatIntervalMs,
 		DeadLetterTopic:         c.DeadLetterTopic,
-	})
-	s.guard.Changed(ctx, "UpdateShareGroupConfig", authz.Group, req.GetGroupId(), err, slog.String("config", c.String()))
-	if err != nil {
-		return nil, err
 	}
-	return &sharelogv1.UpdateShareGroupConfigResponse{GroupId: req.GetGroupId(), Config: configToProto(cfg)}, nil
 }
 
-func configToProto(c sharegroup.GroupConfig) *sharelogv1.ShareGroupConfig {
-	return &sharelogv1.ShareGroupConfig{
+// GroupConfigFromProto is the inverse of GroupConfigToProto; a nil config
+// is the zero config (every field unset).
+func GroupConfigFromProto(c *sharelogv1.ShareGroupConfig) sharegroup.GroupConfig {
+	if c == nil {
+		return sharegroup.GroupConfig{}
+	}
+	return sharegroup.GroupConfig{
 		RecordLockDurationMs:    c.RecordLockDurationMs,
 		DeliveryCountLimit:      c.DeliveryCountLimit,
 		PartitionMaxRecordLocks: c.PartitionMaxRecordLocks,
@@ -431,7 +442,7 @@ func callerOf(ctx context.Context) (clientID, clientHost string) {
 }
 
 func (s *ShareGroupService) ListShareGroups(ctx context.Context, req *sharelogv1.ListShareGroupsRequest) (*sharelogv1.ListShareGroupsResponse, error) {
-	filter, ok := stateFromProto(req.GetStateFilter())
+	filter, ok := GroupStateFromProto(req.GetStateFilter())
 	if !ok {
 		return nil, apierr.Invalid("state_filter %d is not a share group state", req.GetStateFilter())
 	}
@@ -443,7 +454,7 @@ func (s *ShareGroupService) ListShareGroups(ctx context.Context, req *sharelogv1
 	out := &sharelogv1.ListShareGroupsResponse{Groups: make([]*sharelogv1.ShareGroupListing, 0, len(groups))}
 	for _, g := range groups {
 		if s.guard.Allowed(ctx, authz.Describe, authz.Group, g.GroupID) {
-			out.Groups = append(out.Groups, &sharelogv1.ShareGroupListing{GroupId: g.GroupID, State: stateToProto(g.State)})
+			out.Groups = append(out.Groups, &sharelogv1.ShareGroupListing{GroupId: g.GroupID, State: GroupStateToProto(g.State)})
 		}
 	}
 	return out, nil
@@ -475,10 +486,10 @@ func (s *ShareGroupService) DescribeShareGroup(ctx context.Context, req *sharelo
 	}
 	out := &sharelogv1.DescribeShareGroupResponse{
 		GroupId:         d.GroupID,
-		State:           stateToProto(d.State),
+		State:           GroupStateToProto(d.State),
 		GroupEpoch:      d.GroupEpoch,
 		AssignmentEpoch: d.AssignmentEpoch,
-		Config:          configToProto(d.Config),
+		Config:          GroupConfigToProto(d.Config),
 		Members:         make([]*sharelogv1.ShareGroupMember, len(d.Members)),
 
 		DeadLetteredRecords:      int64(d.DeadLetteredRecords),
@@ -674,7 +685,8 @@ func assignmentToProto(a sharegroup.Assignment) *sharelogv1.Assignment {
 	return out
 }
 
-func stateToProto(st sharegroup.GroupState) sharelogv1.ShareGroupState {
+// GroupStateToProto is a group state as the protos carry it.
+func GroupStateToProto(st sharegroup.GroupState) sharelogv1.ShareGroupState {
 	switch st {
 	case sharegroup.StateEmpty:
 		return sharelogv1.ShareGroupState_SHARE_GROUP_STATE_EMPTY
@@ -686,8 +698,9 @@ func stateToProto(st sharegroup.GroupState) sharelogv1.ShareGroupState {
 	return sharelogv1.ShareGroupState_SHARE_GROUP_STATE_UNSPECIFIED
 }
 
-// stateFromProto maps a state filter; UNSPECIFIED is no filter.
-func stateFromProto(st sharelogv1.ShareGroupState) (sharegroup.GroupState, bool) {
+// GroupStateFromProto maps a state filter; UNSPECIFIED is no filter (and
+// StateUnknown); false for a value the protos do not define.
+func GroupStateFromProto(st sharelogv1.ShareGroupState) (sharegroup.GroupState, bool) {
 	switch st {
 	case sharelogv1.ShareGroupState_SHARE_GROUP_STATE_UNSPECIFIED:
 		return sharegroup.StateUnknown, true

@@ -366,19 +366,34 @@ func (a *Authenticator) Watch(stop <-chan struct{}) {
 // identify validates an "Authorization: Bearer <token>" value (the scheme
 // word in any case) and returns the token's principal.
 func (a *Authenticator) identify(header string) (string, bool) {
+	user, _, ok := a.identifyCall(header)
+	return user, ok
+}
+
+// identifyCall is identify that also returns, for a token of the tokens
+// file, its SHA-256 (nil for the instance secret, which no reload revokes),
+// so that the call can be bound to it (revoke.go).
+func (a *Authenticator) identifyCall(header string) (string, *[sha256.Size]byte, bool) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
+		return "", nil, false
 	}
-	return a.token(strings.TrimSpace(token))
+	return a.lookup(strings.TrimSpace(token))
 }
 
 // token returns a token's principal. Every token is compared, in constant
 // time.
 func (a *Authenticator) token(token string) (string, bool) {
+	user, _, ok := a.lookup(token)
+	return user, ok
+}
+
+// lookup is token that also returns the SHA-256 of a token of the tokens
+// file (nil for the instance secret).
+func (a *Authenticator) lookup(token string) (string, *[sha256.Size]byte, bool) {
 	tokens := a.table.Load()
 	if token == "" || tokens == nil {
-		return "", false
+		return "", nil, false
 	}
 	sum := sha256.Sum256([]byte(token))
 	found := -1
@@ -386,12 +401,12 @@ func (a *Authenticator) token(token string) (string, bool) {
 		found = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(sum[:], t.sum[:]), i, found)
 	}
 	if found >= 0 {
-		return (*tokens)[found].user, true
+		return (*tokens)[found].user, &sum, true
 	}
 	if inst := a.instance.Load(); inst != nil && subtle.ConstantTimeCompare(sum[:], inst[:]) == 1 {
-		return InstancePrincipal, true
+		return InstancePrincipal, nil, true
 	}
-	return "", false
+	return "", nil, false
 }
 
 // InstancePrincipal is the principal of a call an instance of the cluster
@@ -452,20 +467,29 @@ func (a *Authenticator) WithoutToken(certUser string) (string, error) {
 // a token that is not known fails the call even with a certificate.
 // Without --auth-tokens-file the authorization metadata is not read.
 func (a *Authenticator) authenticate(ctx context.Context, certUser string) (string, error) {
+	user, _, err := a.authenticateCall(ctx, certUser)
+	return user, err
+}
+
+// authenticateCall is authenticate that also returns the SHA-256 of the
+// call's token when it is one of the tokens file (nil otherwise), for the
+// gate to bind the call to it (revoke.go).
+func (a *Authenticator) authenticateCall(ctx context.Context, certUser string) (string, *[sha256.Size]byte, error) {
 	if a.TokensEnabled() {
 		md, _ := metadata.FromIncomingContext(ctx)
 		switch v := md.Get("authorization"); len(v) {
 		case 0:
 		case 1:
-			if user, ok := a.identify(v[0]); ok {
-				return user, nil
+			if user, sum, ok := a.identifyCall(v[0]); ok {
+				return user, sum, nil
 			}
-			return "", apierr.New(apierr.Unauthenticated, "unknown token (authorization: Bearer <token>)")
+			return "", nil, apierr.New(apierr.Unauthenticated, "unknown token (authorization: Bearer <token>)")
 		default:
-			return "", apierr.New(apierr.Unauthenticated, "more than one authorization value")
+			return "", nil, apierr.New(apierr.Unauthenticated, "more than one authorization value")
 		}
 	}
-	return a.WithoutToken(certUser)
+	user, err := a.WithoutToken(certUser)
+	return user, nil, err
 }
 
 // HTTPPrincipal is the principal of a plain HTTP request (not the

@@ -3,6 +3,7 @@ package edge
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -154,22 +155,26 @@ func (g *Gate) clientIP(ctx context.Context) string {
 	return ""
 }
 
-func (g *Gate) admit(ctx context.Context, method string) (context.Context, error) {
+// admit authenticates a call and names its client. It also returns the
+// SHA-256 of the call's token when that is one of the tokens file (nil
+// otherwise), to which the call is bound so that revoking the token ends it.
+func (g *Gate) admit(ctx context.Context, method string) (context.Context, *[sha256.Size]byte, error) {
 	ip := g.clientIP(ctx)
 	if strings.HasPrefix(method, healthMethodPrefix) {
 		if !g.Health.Allow(ip) {
-			return ctx, apierr.New(apierr.ThrottlingQuotaExceeded, "%s", HealthThrottledMsg)
+			return ctx, nil, apierr.New(apierr.ThrottlingQuotaExceeded, "%s", HealthThrottledMsg)
 		}
-		return ctx, nil
+		// Health needs no credential; one it carries binds it all the same.
+		return ctx, g.Auth.bearerSum(ctx), nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	user, err := g.Auth.authenticate(ctx, g.certUser(ctx, md))
+	user, sum, err := g.Auth.authenticateCall(ctx, g.certUser(ctx, md))
 	if err != nil {
 		var e *apierr.Error
 		if errors.As(err, &e) {
 			g.Audit.Unauthenticated(ctx, ip, method, e.Message)
 		}
-		return ctx, err
+		return ctx, nil, err
 	}
 	name := user
 	if user != "" {
@@ -177,7 +182,7 @@ func (g *Gate) admit(ctx context.Context, method string) (context.Context, error
 	} else if ip != "" {
 		name = "ip:" + ip
 	}
-	return principal.WithName(g.withClientHost(ctx, md, ip), name), nil
+	return principal.WithName(g.withClientHost(ctx, md, ip), name), sum, nil
 }
 
 // certUser is the principal the call's verified client certificate names
@@ -309,16 +314,16 @@ func (t TrustedProxies) clientOf(peer string, forwarded []string) string {
 func (g *Gate) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	// Taken before anything can fail, so the codec forgets the message.
 	decodeErr := g.codec.takeFailure(req)
-	ctx, err := g.admit(ctx, info.FullMethod)
+	ctx, sum, err := g.admit(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
 	}
 	if decodeErr != nil {
 		return nil, decodeErr
 	}
-	if sum, ok := g.Auth.bearerSum(ctx); ok {
+	if sum != nil {
 		var release func()
-		ctx, release = g.Auth.bind(ctx, sum)
+		ctx, release = g.Auth.bind(ctx, *sum)
 		defer release()
 		resp, err := handler(ctx, req)
 		if revoked(ctx) {
@@ -332,7 +337,7 @@ func (g *Gate) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 
 // Stream is the gate as a stream server interceptor.
 func (g *Gate) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ctx, err := g.admit(ss.Context(), info.FullMethod)
+	ctx, sum, err := g.admit(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
 	}
@@ -343,9 +348,9 @@ func (g *Gate) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 		}
 		defer g.HealthWatches.Release(ip)
 	}
-	if sum, ok := g.Auth.bearerSum(ctx); ok {
+	if sum != nil {
 		var release func()
-		ctx, release = g.Auth.bind(ctx, sum)
+		ctx, release = g.Auth.bind(ctx, *sum)
 		defer release()
 		err := handler(srv, &gatedStream{ServerStream: ss, ctx: ctx, codec: g.codec})
 		if revoked(ctx) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"strings"
 
 	"google.golang.org/grpc/metadata"
 
@@ -28,24 +27,20 @@ func revokedError() error {
 // callWatch is one running call bound to its token.
 type callWatch struct{ cancel context.CancelCauseFunc }
 
-// bearerSum returns the SHA-256 of the call's bearer token when it is a
-// token of the current table (not the cluster's instance secret, which no
-// reload revokes).
-func (a *Authenticator) bearerSum(ctx context.Context) ([sha256.Size]byte, bool) {
+// bearerSum is the SHA-256 of the call's bearer token when it is one of
+// the tokens file, else nil. Only the health calls, which the gate does not
+// authenticate, need it; every other call has it from admit.
+func (a *Authenticator) bearerSum(ctx context.Context) *[sha256.Size]byte {
 	if !a.TokensEnabled() {
-		return [sha256.Size]byte{}, false
+		return nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	v := md.Get("authorization")
 	if len(v) != 1 {
-		return [sha256.Size]byte{}, false
+		return nil
 	}
-	scheme, token, ok := strings.Cut(strings.TrimSpace(v[0]), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return [sha256.Size]byte{}, false
-	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	return sum, a.holds(sum)
+	_, sum, _ := a.identifyCall(v[0])
+	return sum
 }
 
 // holds reports whether the table has the token whose SHA-256 is sum.

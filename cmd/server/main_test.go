@@ -94,7 +94,13 @@ func (l *tailLog) Tail(n int) []string {
 // startChild runs the server in a child process and waits until it serves.
 func startChild(t *testing.T, dataDir string, args ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"--data-dir", dataDir, "--grpc-addr", "127.0.0.1:0",
+	return startBinary(t, os.Args[0], dataDir, args...)
+}
+
+// startBinary is startChild with another server binary (serverBinary's).
+func startBinary(t *testing.T, bin, dataDir string, args ...string) *child {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"--data-dir", dataDir, "--grpc-addr", "127.0.0.1:0",
 		"--http-addr", "127.0.0.1:0", "--log-format", "json"}, args...)...)
 	cmd.Env = append(os.Environ(), "SHARELOG_TEST_CHILD=1")
 	stderr, err := cmd.StderrPipe()

@@ -44,7 +44,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		_ = state.Close()
 		return nil, err
 	}
-	bcfg := broker.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Logger: log}
+	bcfg := broker.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Budget: s.budget, Logger: log}
 	if route != nil {
 		bcfg.Owners, bcfg.Peers, bcfg.Controller = route.owners, route.peers, route.controller
 	}
@@ -72,6 +72,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		DeadLetterAfterAppend:   o.DeadLetterAfterAppend,
 		MaxSessionsPerPrincipal: cfg.MaxShareSessionsPerPrincipal,
 		LongPolls:               s.longPolls,
+		Budget:                  s.budget,
 	}); err != nil {
 		return nil, fmt.Errorf("open share-group state: %w", err)
 	}
@@ -107,6 +108,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		AutoSmallRecordBytes:   cfg.OSOAutoSmallRecordBytes,
 		MaxStreams:             cfg.MaxChangeStreams,
 		MaxStreamsPerPrincipal: cfg.MaxChangeStreamsPerPrincipal,
+		Budget:                 s.budget,
 		Meter:                  s.tel.Meter,
 		Owners:                 streamOwners,
 		Peers:                  streamPeers,

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sharelog/sharelog/internal/budget"
 	"github.com/sharelog/sharelog/internal/edge"
 )
 
@@ -71,6 +72,12 @@ type Config struct {
 	HealthProbesPerSec           int           // health probes per second and client IP; 0 = no limit
 	MaxShareSessionsPerPrincipal int           // 0 = half of MaxShareSessions
 	MaxChangeStreamsPerPrincipal int           // 0 = half of MaxChangeStreams
+	// Fair shares and the response byte budget (docs/operations.md
+	// "Budgets"); 0 per principal = a quarter of the server-wide value.
+	MaxLongPollsPerPrincipal     int
+	MaxResponseBytesInFlight     int64
+	MaxResponseBytesPerPrincipal int64
+	MaxFetchBytes                int64 // record data of one response (its first record may exceed it)
 	// InsecureAllowRemote lets a listener bind a non-loopback address
 	// without both TLS and authentication (warned about every hour).
 	InsecureAllowRemote bool
@@ -136,6 +143,8 @@ func DefaultConfig() Config {
 		HTTPReadTimeout:              time.Minute,
 		GRPCMaxConcurrentStreams:     1000,
 		MaxLongPolls:                 10000,
+		MaxResponseBytesInFlight:     256 << 20,
+		MaxFetchBytes:                50 << 20,
 		HealthProbesPerSec:           20,
 		ShutdownTimeout:              10 * time.Second,
 		KafkaDefaultPartitions:       1,
@@ -249,6 +258,20 @@ func (c Config) Validate() error {
 		bad("--max-change-streams-per-principal must be between 0 (half of --max-change-streams) and --max-change-streams (%d), got %d",
 			c.MaxChangeStreams, c.MaxChangeStreamsPerPrincipal)
 	}
+	if c.MaxLongPollsPerPrincipal < 0 || c.MaxLongPollsPerPrincipal > c.MaxLongPolls {
+		bad("--max-long-polls-per-principal must be between 0 (a quarter of --max-long-polls) and --max-long-polls (%d), got %d",
+			c.MaxLongPolls, c.MaxLongPollsPerPrincipal)
+	}
+	if c.MaxResponseBytesInFlight < 1<<20 || c.MaxResponseBytesInFlight > 1<<40 {
+		bad("--max-response-bytes-in-flight must be between 1048576 (1 MiB) and 1099511627776 (1 TiB), got %d", c.MaxResponseBytesInFlight)
+	}
+	if c.MaxResponseBytesPerPrincipal != 0 && (c.MaxResponseBytesPerPrincipal < budget.MinGrant || c.MaxResponseBytesPerPrincipal > c.MaxResponseBytesInFlight) {
+		bad("--max-response-bytes-per-principal must be 0 (a quarter of --max-response-bytes-in-flight) or between %d and --max-response-bytes-in-flight (%d), got %d",
+			budget.MinGrant, c.MaxResponseBytesInFlight, c.MaxResponseBytesPerPrincipal)
+	}
+	if c.MaxFetchBytes < 1024 || c.MaxFetchBytes > 1<<30 {
+		bad("--max-fetch-bytes must be between 1024 and 1073741824, got %d", c.MaxFetchBytes)
+	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		bad("--tls-cert and --tls-key go together")
 	}
@@ -302,6 +325,24 @@ func (c Config) Validate() error {
 	}
 	c.Cluster.validate(bad)
 	return errors.Join(errs...)
+}
+
+// longPollsPerPrincipal is --max-long-polls-per-principal, its default
+// (0) being a quarter of --max-long-polls, at least 1.
+func (c Config) longPollsPerPrincipal() int {
+	if c.MaxLongPollsPerPrincipal > 0 {
+		return c.MaxLongPollsPerPrincipal
+	}
+	return max(c.MaxLongPolls/4, min(c.MaxLongPolls, 1))
+}
+
+// responseBytesPerPrincipal is --max-response-bytes-per-principal, its
+// default (0) being a quarter of --max-response-bytes-in-flight.
+func (c Config) responseBytesPerPrincipal() int64 {
+	if c.MaxResponseBytesPerPrincipal > 0 {
+		return c.MaxResponseBytesPerPrincipal
+	}
+	return c.MaxResponseBytesInFlight / 4
 }
 
 // exposedListeners returns the flags (with their values) of the listeners

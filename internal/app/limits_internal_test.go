@@ -21,7 +21,7 @@ func newTestMetrics(t *testing.T, offline func() int) (*serverMetrics, *telemetr
 	tel, err := telemetry.Setup(context.Background(), telemetry.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { tel.Shutdown(context.Background()) })
-	m, err := newServerMetrics(tel.Meter, offline, func() int64 { return 0 })
+	m, err := newServerMetrics(tel.Meter, offline, func() int64 { return 0 }, nil)
 	require.NoError(t, err)
 	return m, tel
 }

@@ -7,18 +7,23 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sharelog/sharelog/internal/budget"
 )
 
 // serverMetrics are the process-level instruments of the server; in
 // Prometheus they are sharelog_connections_refused_total{listener,cause},
-// sharelog_storage_errors_total{op,errno}, sharelog_partitions_offline and
-// sharelog_long_polls_waiting.
+// sharelog_storage_errors_total{op,errno}, sharelog_partitions_offline,
+// sharelog_long_polls_waiting, and the response budget's
+// sharelog_response_bytes_in_flight, sharelog_response_budget_waiting,
+// sharelog_response_budget_waits_total and
+// sharelog_response_budget_refused_total.
 type serverMetrics struct {
 	connRefused   metric.Int64Counter
 	storageErrors metric.Int64Counter
 }
 
-func newServerMetrics(mp metric.MeterProvider, partitionsOffline func() int, longPollsWaiting func() int64) (*serverMetrics, error) {
+func newServerMetrics(mp metric.MeterProvider, partitionsOffline func() int, longPollsWaiting func() int64, bud *budget.Bytes) (*serverMetrics, error) {
 	meter := mp.Meter("github.com/sharelog/sharelog/internal/app")
 	var m serverMetrics
 	var err error
@@ -50,6 +55,38 @@ func newServerMetrics(mp metric.MeterProvider, partitionsOffline func() int, lon
 		metric.WithUnit("{call}"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(longPollsWaiting())
+			return nil
+		})); err != nil {
+		return nil, err
+	}
+	for _, g := range []struct {
+		name, desc, unit string
+		read             func() int64
+	}{
+		{"sharelog.response.bytes_in_flight", "Estimated encoded bytes of the responses carrying records being built or written (bounded by --max-response-bytes-in-flight).", "By", bud.InFlight},
+		{"sharelog.response.budget_waiting", "Fetches, share fetches and change-stream batches waiting for response bytes now (their client at its --max-response-bytes-per-principal, or the server at --max-response-bytes-in-flight).", "{call}", bud.Waiting},
+	} {
+		if _, err = meter.Int64ObservableGauge(g.name, metric.WithDescription(g.desc), metric.WithUnit(g.unit),
+			metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+				o.Observe(g.read())
+				return nil
+			})); err != nil {
+			return nil, err
+		}
+	}
+	if _, err = meter.Int64ObservableCounter("sharelog.response.budget_waits",
+		metric.WithDescription("Reservations of response bytes that had to wait."), metric.WithUnit("{call}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(bud.Waits())
+			return nil
+		})); err != nil {
+		return nil, err
+	}
+	if _, err = meter.Int64ObservableCounter("sharelog.response.budget_refused",
+		metric.WithDescription("Reservations of response bytes that got nothing within their wait (the fetch was refused with THROTTLING_QUOTA_EXCEEDED or answered without records)."),
+		metric.WithUnit("{call}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(bud.Refused())
 			return nil
 		})); err != nil {
 		return nil, err

@@ -67,6 +67,7 @@ import (
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
+	"github.com/sharelog/sharelog/internal/budget"
 	"github.com/sharelog/sharelog/internal/changestream"
 	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/sharegroup"
@@ -136,6 +137,8 @@ type Server struct {
 	acl          *authz.ACL   // the ACL bindings (nil in cluster mode)
 	guard        *authz.Guard // authorization and audit for every handler
 	longPolls    *broker.LongPolls
+	budget       *budget.Bytes   // response bytes in flight (docs/operations.md "Budgets")
+	tickets      *budget.Tickets // the REST gateway's hand-over of its requests' budget
 	kafka        *kafkawire.Listener
 	fileBackend  *backend // the file store's backend (nil in cluster mode)
 	readiness    []ReadinessCheck
@@ -189,14 +192,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	// Options.OnStorageError hook (and the share-state log's) from the
 	// start. The offline gauge is only read at scrape time, when s.store and
 	// s.share are set (the HTTP listener starts after both).
-	s.longPolls = broker.NewLongPolls(cfg.MaxLongPolls)
+	s.longPolls = broker.NewLongPolls(cfg.MaxLongPolls, cfg.longPollsPerPrincipal())
+	s.budget = budget.New(budget.Config{Total: cfg.MaxResponseBytesInFlight,
+		PerPrincipal: cfg.responseBytesPerPrincipal(), MaxFetch: cfg.MaxFetchBytes})
+	s.tickets = budget.NewTickets()
 	if s.metrics, err = newServerMetrics(s.tel.Meter, func() int {
 		n := s.offlineCount()
 		if o.PartitionsOffline != nil {
 			n += o.PartitionsOffline()
 		}
 		return n
-	}, s.longPolls.Waiting); err != nil {
+	}, s.longPolls.Waiting, s.budget); err != nil {
 		return nil, err
 	}
 	var tlsCfg *tls.Config
@@ -298,7 +304,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			AdvertisedAddr:   cfg.KafkaAdvertisedAddr,
 			AutoCreateTopics: cfg.KafkaAutoCreateTopics, DefaultPartitions: int32(cfg.KafkaDefaultPartitions),
 			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir,
-			Share: s.share, Logger: log,
+			Share: s.share, Logger: log, Budget: s.budget,
 		}, s.fileBackend.logAPI); err != nil {
 			kln.Close()
 			return nil, fmt.Errorf("kafka listener on --kafka-addr %s: %w", cfg.KafkaAddr, err)
@@ -335,6 +341,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			grpc.NumStreamWorkers(uint32(runtime.NumCPU())),
 			grpc.StatsHandler(otelgrpc.NewServerHandler(
 				otelgrpc.WithTracerProvider(s.tel.Tracer), otelgrpc.WithMeterProvider(s.tel.Meter))),
+			// The response bytes a call reserves are held until it ends.
+			grpc.StatsHandler(budgetHolders(viaGateway, s.tickets)),
 			// Clients may ping every 10 s, idle or not; faster pingers are
 			// disconnected.
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -418,6 +426,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		Trusted:         trusted,
 		Tracer:          s.tel.Tracer,
 		Meter:           s.tel.Meter,
+		Tickets:         s.tickets,
 	})
 	if err != nil {
 		return nil, err
@@ -453,7 +462,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	s.ready.Store(true)
 	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "kafka_addr", s.KafkaAddr(),
 		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.Enabled(), "client_certs", auth.ClientCerts(),
-		"authorizer", cfg.Authorizer, "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls)
+		"authorizer", cfg.Authorizer, "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls,
+		"max_long_polls_per_principal", cfg.longPollsPerPrincipal(), "max_response_bytes_in_flight", cfg.MaxResponseBytesInFlight,
+		"max_response_bytes_per_principal", cfg.responseBytesPerPrincipal(), "max_fetch_bytes", cfg.MaxFetchBytes)
 	return s, nil
 }
 
@@ -595,4 +606,15 @@ func gracefulStop(ctx context.Context, gs *grpc.Server) {
 		gs.Stop()
 		<-stopped
 	}
+}
+
+// budgetHolders is the gRPC stats handler that holds each call's response
+// bytes until it ends; on the gateway's server, a call of a REST request
+// uses the gateway's ticket (charged as JSON, held until the body is
+// written).
+func budgetHolders(viaGateway bool, tickets *budget.Tickets) edge.BudgetHolders {
+	if viaGateway {
+		return edge.BudgetHolders{Enc: budget.JSON, Tickets: tickets}
+	}
+	return edge.BudgetHolders{Enc: budget.Binary}
 }

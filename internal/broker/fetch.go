@@ -24,6 +24,13 @@ type TopicPartition struct {
 // The answer carries the bounds whenever they could be read, with
 // OFFSET_OUT_OF_RANGE too (Kafka reports them with the error); -1 when not.
 func (l *Log) ReadPartition(ctx context.Context, topic string, partition int32, offset int64, maxRecords, maxBytes int) (Fetched, error) {
+	return l.readPartition(ctx, topic, partition, offset, maxRecords, func() (int, error) { return maxBytes, nil })
+}
+
+// readPartition is ReadPartition whose byte limit is asked of limit when
+// there is something to read (so that a fetch at the high watermark
+// reserves nothing of the response budget); limit's error is the answer.
+func (l *Log) readPartition(ctx context.Context, topic string, partition int32, offset int64, maxRecords int, limit func() (int, error)) (Fetched, error) {
 	logStart, hw, err := l.store.Bounds(topic, partition)
 	if err != nil {
 		return Fetched{HighWatermark: -1, LogStartOffset: -1}, partitionErr(err, topic, partition)
@@ -32,7 +39,14 @@ func (l *Log) ReadPartition(ctx context.Context, topic string, partition int32, 
 	if offset < logStart || offset > hw {
 		return out, outOfRange(offset, logStart, hw)
 	}
-	if offset == hw || maxRecords <= 0 || maxBytes <= 0 {
+	if offset == hw || maxRecords <= 0 {
+		return out, nil
+	}
+	maxBytes, err := limit()
+	if err != nil {
+		return out, err
+	}
+	if maxBytes <= 0 {
 		return out, nil
 	}
 	recs, err := l.store.Read(ctx, topic, partition, offset, maxRecords, maxBytes)
@@ -70,11 +84,11 @@ func (l *Log) LongPoll(ctx context.Context, parts []TopicPartition, wait time.Du
 			return nil
 		}
 		if deadline == nil {
-			if !l.cfg.LongPolls.TryAcquire() {
+			if !l.cfg.LongPolls.TryAcquire(ctx) {
 				stop()
-				return nil // every long-poll slot is taken: answer now
+				return nil // every long-poll slot (or the client's share) is taken: answer now
 			}
-			defer l.cfg.LongPolls.Release()
+			defer l.cfg.LongPolls.Release(ctx)
 			t := time.NewTimer(wait)
 			defer t.Stop()
 			deadline = t.C

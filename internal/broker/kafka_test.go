@@ -190,7 +190,7 @@ func TestReadPartitionBounds(t *testing.T) {
 func TestLongPollManyPartitions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		polls := NewLongPolls(1)
+		polls := NewLongPolls(1, 1)
 		l, _ := newLog(t, Config{LongPolls: polls})
 		_, err := l.CreateTopic(ctx, "a", 2, TopicSettings{})
 		require.NoError(t, err)
@@ -226,11 +226,11 @@ func TestLongPollManyPartitions(t *testing.T) {
 		assert.Equal(t, 50*time.Millisecond, time.Since(start))
 		assert.Equal(t, 2, tries, "one last look when the wait is over")
 
-		require.True(t, polls.TryAcquire())
+		require.True(t, polls.TryAcquire(ctx))
 		tries = 0
 		require.NoError(t, l.LongPoll(ctx, parts, time.Minute, func() bool { tries++; return false }))
 		assert.Equal(t, 1, tries, "no slot: the first answer stands")
-		polls.Release()
+		polls.Release(ctx)
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/budget"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
@@ -44,6 +45,9 @@ type Config struct {
 	// Controller, in such a cluster, is who creates and deletes topics
 	// (route.go); nil = this instance.
 	Controller Controller
+	// Budget is the response byte budget Fetch draws from, and its
+	// --max-fetch-bytes cap (internal/budget); nil = none.
+	Budget *budget.Bytes
 }
 
 // Log is the log API over a store. It is safe for concurrent use.
@@ -370,18 +374,63 @@ func (l *Log) Fetch(ctx context.Context, req FetchRequest) (Fetched, error) {
 	if err != nil {
 		return Fetched{}, err
 	}
-	var res Fetched
+	maxBytes = l.cfg.Budget.CapFetch(maxBytes)
+	var (
+		res   Fetched
+		grant *budget.Grant
+	)
+	// The response budget is asked only when there are records to read;
+	// a client at its share waits for its other responses to be written
+	// (up to BudgetWait, or its own MaxWait if longer), then is refused.
+	limit := func() (int, error) {
+		g, err := l.cfg.Budget.Reserve(ctx, maxBytes, max(wait, BudgetWait))
+		if err != nil {
+			return 0, err
+		}
+		if g.Data == 0 {
+			return 0, l.budgetRefusal()
+		}
+		grant = g
+		return g.Data, nil
+	}
 	perr := l.LongPoll(ctx, []TopicPartition{{req.Topic, req.Partition}}, wait, func() bool {
-		res, err = l.ReadPartition(ctx, req.Topic, req.Partition, req.Offset, maxRecords, maxBytes)
+		res, err = l.readPartition(ctx, req.Topic, req.Partition, req.Offset, maxRecords, limit)
 		return err != nil || req.Offset < res.HighWatermark
 	})
 	switch {
 	case err != nil:
+		grant.Release()
 		return Fetched{}, err
 	case perr != nil:
+		grant.Release()
 		return Fetched{}, perr
 	}
+	if grant != nil {
+		grant.Settle(recordBytes(res.Records), len(res.Records))
+	}
 	return res, nil
+}
+
+// BudgetWait is the least a fetch waits for the response budget before it
+// is refused (docs/operations.md "Budgets").
+const BudgetWait = 5 * time.Second
+
+// budgetRefusal is the error of a fetch that got no response bytes within
+// its wait: its client holds its share (or all clients the total).
+func (l *Log) budgetRefusal() error {
+	return &apierr.Error{Reason: apierr.ThrottlingQuotaExceeded,
+		Message:  "the response byte budget is in use (this client's share, --max-response-bytes-per-principal, or the server's, --max-response-bytes-in-flight): retry when earlier fetches are read",
+		Metadata: l.cfg.Budget.Describe()}
+}
+
+// recordBytes is the record data of recs (Record.Size), as the budget
+// counts it.
+func recordBytes(recs []Record) int {
+	n := 0
+	for i := range recs {
+		n += recs[i].Size()
+	}
+	return n
 }
 
 func fetchLimits(req FetchRequest) (maxRecords, maxBytes int, wait time.Duration, err error) {

@@ -88,7 +88,7 @@ func TestProduceRefuses(t *testing.T) {
 func TestFetchLongPoll(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		polls := NewLongPolls(1)
+		polls := NewLongPolls(1, 1)
 		l, _ := newLog(t, Config{LongPolls: polls})
 		_, err := l.CreateTopic(ctx, "t", 1, TopicSettings{})
 		require.NoError(t, err)
@@ -118,13 +118,13 @@ func TestFetchLongPoll(t *testing.T) {
 		assert.Equal(t, 100*time.Millisecond, time.Since(start), "it waited MaxWait, then answered empty")
 
 		// Every slot taken: the next fetch answers at once.
-		require.True(t, polls.TryAcquire())
+		require.True(t, polls.TryAcquire(ctx))
 		start = time.Now()
 		res, err = l.Fetch(ctx, FetchRequest{Topic: "t", Offset: 1, MaxWait: time.Second})
 		require.NoError(t, err)
 		assert.Empty(t, res.Records)
 		assert.Zero(t, time.Since(start), "no slot: no wait")
-		polls.Release()
+		polls.Release(ctx)
 
 		cctx, cancel := context.WithCancel(ctx)
 		errc := make(chan error, 1)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/broker"
+	"github.com/sharelog/sharelog/internal/budget"
 	"github.com/sharelog/sharelog/internal/principal"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
@@ -53,7 +54,10 @@ type Config struct {
 	HoldBack     time.Duration
 	BatchRecords int // records read at once (0 = 256)
 	BatchBytes   int // bytes read at once (0 = 1 MiB; one larger record alone)
-	Meter        metric.MeterProvider
+	// Budget is the response byte budget every batch draws from
+	// (internal/budget); nil = none.
+	Budget *budget.Bytes
+	Meter  metric.MeterProvider
 	// Owners and Peers route by partition owner in a cluster whose
 	// instances each serve a share of the partitions (route.go); nil
 	// Owners = a single node, every stream served here.
@@ -221,6 +225,7 @@ func (m *Manager) Stream(ctx context.Context, req Request, send Sender) error {
 		s.hasEnd, s.end = true, *req.EndOffset
 	}
 	err = s.run()
+	s.grant.Release()
 	if err != nil && ctx.Err() == nil && !s.sendFailed {
 		// The events before a failure are valid: deliver them before the
 		// call fails, so the client's checkpoint gets as far as it can.

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/broker"
+	"github.com/sharelog/sharelog/internal/budget"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
@@ -14,10 +17,11 @@ import (
 // at most one read batch (or one record and an index cursor in an OSO
 // snapshot): never the key set, the backlog or a queue of events.
 type stream struct {
-	m    *Manager
-	ctx  context.Context
-	req  Request
-	send Sender
+	m     *Manager
+	ctx   context.Context
+	req   Request
+	send  Sender
+	grant *budget.Grant // the response bytes of the batch being sent
 	// sendFailed: the transport refused an event; nothing more is sent.
 	sendFailed bool
 	prefix     []byte
@@ -426,13 +430,39 @@ func (s *stream) snapshot() (held bool, err error) {
 // and about BatchBytes): records from offset from on, which on a compacted
 // partition may start later (offsets of removed records are passed over),
 // and nil when none is left below the HW.
+//
+// Each batch draws its bytes from the response budget (internal/budget),
+// given back when the next batch is read (the previous one has been handed
+// to the transport) or the stream ends; a client at its share waits for
+// them, so its stream slows down and no other client's does.
 func (s *stream) read(from, e int64) ([]logstore.Record, error) {
 	req := &s.req
-	recs, err := s.m.store.Read(s.ctx, req.Topic, req.Partition, from,
-		int(min(int64(s.m.cfg.BatchRecords), e-from+1)), s.m.cfg.BatchBytes)
+	s.grant.Release()
+	s.grant = nil
+	g, err := s.m.cfg.Budget.Reserve(s.ctx, s.m.cfg.BatchBytes, broker.BudgetWait)
+	for err == nil && g.Data == 0 {
+		select {
+		case <-s.m.stop:
+			return nil, &apierr.Error{Reason: apierr.Unavailable, Message: "the server is shutting down"}
+		default:
+		}
+		g, err = s.m.cfg.Budget.Reserve(s.ctx, s.m.cfg.BatchBytes, broker.BudgetWait)
+	}
 	if err != nil {
+		return nil, err // the call's context ended
+	}
+	recs, err := s.m.store.Read(s.ctx, req.Topic, req.Partition, from,
+		int(min(int64(s.m.cfg.BatchRecords), e-from+1)), g.Data)
+	if err != nil {
+		g.Release()
 		return nil, s.storeErr(err)
 	}
+	n := 0
+	for i := range recs {
+		n += recs[i].Size()
+	}
+	g.Settle(n, len(recs))
+	s.grant = g
 	if len(recs) == 0 {
 		return nil, nil // compaction removed every record from here to the HW
 	}

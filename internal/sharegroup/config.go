@@ -1,6 +1,7 @@
 package sharegroup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sharelog/sharelog/apierr"
+	respbudget "github.com/sharelog/sharelog/internal/budget"
 )
 
 // Options configures a Manager. A zero
@@ -41,6 +43,9 @@ type Options struct {
 	// ShareFetch that would wait while every slot is taken is answered at
 	// once, as if its max_wait_ms were 0. Nil = no bound.
 	LongPolls LongPolls
+	// Budget is the response byte budget ShareFetch draws from, and its
+	// --max-fetch-bytes cap (internal/budget); nil = none.
+	Budget *respbudget.Bytes
 
 	// Cluster mode, partitioned (owners.go, docs/cluster.md
 	// "Share-partitions at their owners"); nil for a single server, which
@@ -79,9 +84,10 @@ type Options struct {
 }
 
 // LongPolls is a bound of waiting calls (broker.LongPolls satisfies it).
+// The slots are shared per client (principal.Name of ctx).
 type LongPolls interface {
-	TryAcquire() bool
-	Release()
+	TryAcquire(ctx context.Context) bool
+	Release(ctx context.Context)
 }
 
 // Bounds of group config fields that are not flags.

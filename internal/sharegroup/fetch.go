@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/sessioncache"
 )
 
@@ -67,8 +69,8 @@ func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchRespon
 	}
 	defer m.leave()
 	if req.MaxWaitMs > 0 && m.opts.LongPolls != nil {
-		if m.opts.LongPolls.TryAcquire() {
-			defer m.opts.LongPolls.Release()
+		if m.opts.LongPolls.TryAcquire(ctx) {
+			defer m.opts.LongPolls.Release(ctx)
 		} else {
 			req.MaxWaitMs = 0 // every long-poll slot is taken: answer now
 		}
@@ -326,14 +328,26 @@ func (m *Manager) fetchRecords(ctx context.Context, s *session, parts []*sessPar
 		// Explicitly nothing (as Kafka): no acquisition, no wait.
 		return res, nil
 	}
+	maxBytes = int64(m.opts.Budget.CapFetch(int(min(maxBytes, math.MaxInt32))))
 	minBytes := min(max(int64(req.MinBytes), 1), maxBytes)
 	deadline := admitted.Add(time.Duration(req.MaxWaitMs) * time.Millisecond)
 	startAt := 0
 	if n > 0 {
 		startAt = int(k % uint64(n))
 	}
+	// Each attempt reads records, so it first reserves its bytes of the
+	// response budget (internal/budget); a dry one gives them back, a real
+	// one keeps what it took until the response is written. A client at
+	// its share waits for its other responses (up to what is left of
+	// max_wait_ms, at least broker.BudgetWait) and then gets nothing.
+	starved := false
 	attempt := func(dry bool) (budget, bool, error) {
-		bud := budget{records: maxRecords, bytes: maxBytes, first: true}
+		grant, err := m.opts.Budget.Reserve(ctx, int(maxBytes), max(time.Until(deadline), broker.BudgetWait))
+		if err != nil {
+			return budget{}, false, err
+		}
+		bud := budget{records: maxRecords, bytes: int64(grant.Data), first: true, stopped: grant.Data == 0}
+		starved = grant.Data == 0
 		hasErr := false
 		for j := range n {
 			pf := &res[(startAt+j)%n]
@@ -342,9 +356,15 @@ func (m *Manager) fetchRecords(ctx context.Context, s *session, parts []*sessPar
 				continue
 			}
 			if err := pf.sp.acquire(ctx, s, &bud, dry, pf); err != nil {
+				grant.Release()
 				return bud, false, err
 			}
 			hasErr = hasErr || pf.code != apierr.None
+		}
+		if dry {
+			grant.Release()
+		} else {
+			grant.Settle(int(bud.mbytes), maxRecords-bud.records)
 		}
 		return bud, hasErr, nil
 	}
@@ -376,13 +396,16 @@ func (m *Manager) fetchRecords(ctx context.Context, s *session, parts []*sessPar
 			if err != nil {
 				return nil, err
 			}
-			if final || hasErr || bud.records < maxRecords {
+			if final || hasErr || starved || bud.records < maxRecords {
 				return res, nil
 			}
 		} else {
 			bud, hasErr, err := attempt(true)
 			if err != nil {
 				return nil, err
+			}
+			if starved {
+				return empty(), nil
 			}
 			if hasErr || bud.mbytes >= minBytes || bud.exhausted() {
 				if _, _, err := attempt(false); err != nil {

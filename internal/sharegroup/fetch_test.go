@@ -582,7 +582,7 @@ type countingSlots struct {
 	tries int
 }
 
-func (c *countingSlots) TryAcquire() bool {
+func (c *countingSlots) TryAcquire(context.Context) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tries++
@@ -593,7 +593,7 @@ func (c *countingSlots) TryAcquire() bool {
 	return true
 }
 
-func (c *countingSlots) Release() {
+func (c *countingSlots) Release(context.Context) {
 	c.mu.Lock()
 	c.free++
 	c.mu.Unlock()

@@ -28,6 +28,7 @@ import (
 	"github.com/sharelog/sharelog/gen/openapi"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/authz"
+	"github.com/sharelog/sharelog/internal/budget"
 	"github.com/sharelog/sharelog/internal/console"
 	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/principal"
@@ -49,6 +50,10 @@ type Deps struct {
 	Trusted edge.TrustedProxies // --trusted-proxies
 	Tracer  trace.TracerProvider
 	Meter   metric.MeterProvider
+	// Tickets hand each request's response budget (internal/budget) to the
+	// gRPC server behind the gateway, so that it is held until the body is
+	// written; nil = not budgeted here.
+	Tickets *budget.Tickets
 }
 
 // jsonMarshaler is the gateway's JSON: protobuf JSON mapping, zero values
@@ -109,7 +114,11 @@ func NewHandler(ctx context.Context, conn *grpc.ClientConn, d Deps) (http.Handle
 		// the real client's IP, host and certificate principal travel in
 		// metadata only the gateway sets.
 		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
-			return edge.GatewayMetadata(r, d.Trusted)
+			md := edge.GatewayMetadata(r, d.Trusted)
+			if id, ok := r.Context().Value(ticketKey{}).(string); ok {
+				md = metadata.Join(md, metadata.Pairs(budget.MDTicket, id))
+			}
+			return md
 		}),
 		runtime.WithErrorHandler(gatewayError),
 	)
@@ -184,7 +193,7 @@ func NewHandler(ctx context.Context, conn *grpc.ClientConn, d Deps) (http.Handle
 	// /openapi.json; its pages call the API above with the user's token.
 	mux.Handle("GET /ui/", console.Handler("/ui/"))
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	mux.Handle("/", limitBody(d.MaxRequestBytes, gw))
+	mux.Handle("/", limitBody(d.MaxRequestBytes, holdBudget(d.Tickets, gw)))
 
 	return bodyDeadline(d.ReadTimeout, otelhttp.NewHandler(labelRoutes(mux), "http",
 		otelhttp.WithTracerProvider(d.Tracer),
@@ -323,6 +332,22 @@ func limitBody(limit int64, next http.Handler) http.Handler {
 		r = r.WithContext(context.WithValue(r.Context(), bodyLimitKey{}, hit))
 		r.Body = &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, limit), hit: hit}
 		next.ServeHTTP(w, r)
+	})
+}
+
+type ticketKey struct{}
+
+// holdBudget opens a budget ticket for each request: what the gRPC server
+// reserves for the response (a Fetch's records) is charged as JSON and held
+// until the body is written, when ServeHTTP returns.
+func holdBudget(t *budget.Tickets, next http.Handler) http.Handler {
+	if t == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, _ := t.Open(budget.JSON)
+		defer t.Close(id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ticketKey{}, id)))
 	})
 }
 

@@ -273,12 +273,105 @@ func (p produceParser) bytes() ([]byte, bool) {
 // per record, is written directly in the form protojson gives it with the
 // gateway's options (every field, in field-number order, 64-bit integers as
 // strings, camelCase names); every other message goes to protojson.
+//
+// A Fetch answer is written the same way, straight into one buffer of its
+// exact size: most of it is base64 record data, and protojson would build
+// it through intermediate buffers several times its size (docs/operations.md
+// "Budgets"). A header key that would need escaping sends the answer to
+// protojson.
 func (m fastJSON) Marshal(v any) ([]byte, error) {
-	resp, ok := v.(*sharelogv1.ProduceResponse)
-	if !ok || resp == nil {
-		return m.JSONPb.Marshal(v)
+	switch resp := v.(type) {
+	case *sharelogv1.ProduceResponse:
+		if resp != nil {
+			return appendProduceResponse(make([]byte, 0, 48+40*len(resp.GetResults())), resp), nil
+		}
+	case *sharelogv1.FetchResponse:
+		if n, ok := fetchResponseSize(resp); ok {
+			return appendFetchResponse(make([]byte, 0, n), resp), nil
+		}
 	}
-	return appendProduceResponse(make([]byte, 0, 48+40*len(resp.GetResults())), resp), nil
+	return m.JSONPb.Marshal(v)
+}
+
+// fetchResponseSize is the length of appendFetchResponse's output, or
+// false when a header key needs escaping (left to protojson).
+func fetchResponseSize(resp *sharelogv1.FetchResponse) (int, bool) {
+	if resp == nil {
+		return 0, false
+	}
+	const intMax = 22 // a quoted int64
+	n := len(`{"records":[],"highWatermark":,"logStartOffset":}`) + 2*intMax
+	for _, r := range resp.GetRecords() {
+		n += len(`{"offset":,"timestamp":,"headers":[]},`) + 2*intMax
+		if r.Key != nil {
+			n += len(`"key":"",`) + base64.StdEncoding.EncodedLen(len(r.Key))
+		}
+		if r.Value != nil {
+			n += len(`"value":"",`) + base64.StdEncoding.EncodedLen(len(r.Value))
+		}
+		for _, h := range r.GetHeaders() {
+			if !plainString(h.GetKey()) {
+				return 0, false
+			}
+			n += len(`{"key":"","value":""},`) + len(h.GetKey()) + base64.StdEncoding.EncodedLen(len(h.GetValue()))
+		}
+	}
+	return n, true
+}
+
+// plainString: printable ASCII without '"' or '\', written as is by
+// protojson.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// appendFetchResponse appends resp as protojson marshals it with
+// EmitDefaultValues (an unset key or value is left out, a set one is
+// shown even if empty; without protojson's random spaces).
+func appendFetchResponse(b []byte, resp *sharelogv1.FetchResponse) []byte {
+	b = append(b, `{"records":[`...)
+	for i, r := range resp.GetRecords() {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"offset":"`...)
+		b = strconv.AppendInt(b, r.GetOffset(), 10)
+		b = append(b, `","timestamp":"`...)
+		b = strconv.AppendInt(b, r.GetTimestamp(), 10)
+		b = append(b, '"')
+		if r.Key != nil {
+			b = append(b, `,"key":"`...)
+			b = base64.StdEncoding.AppendEncode(b, r.Key)
+			b = append(b, '"')
+		}
+		if r.Value != nil {
+			b = append(b, `,"value":"`...)
+			b = base64.StdEncoding.AppendEncode(b, r.Value)
+			b = append(b, '"')
+		}
+		b = append(b, `,"headers":[`...)
+		for j, h := range r.GetHeaders() {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"key":"`...)
+			b = append(b, h.GetKey()...)
+			b = append(b, `","value":"`...)
+			b = base64.StdEncoding.AppendEncode(b, h.GetValue())
+			b = append(b, `"}`...)
+		}
+		b = append(b, `]}`...)
+	}
+	b = append(b, `],"highWatermark":"`...)
+	b = strconv.AppendInt(b, resp.GetHighWatermark(), 10)
+	b = append(b, `","logStartOffset":"`...)
+	b = strconv.AppendInt(b, resp.GetLogStartOffset(), 10)
+	return append(b, `"}`...)
 }
 
 // appendProduceResponse appends resp as protojson marshals it with

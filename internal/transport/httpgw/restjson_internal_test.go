@@ -216,3 +216,35 @@ func TestFastJSONProduceResponseMatchesProtojson(t *testing.T) {
 		require.Equal(t, string(want), string(got))
 	}
 }
+
+// The Fetch answer is the JSON protojson writes, exactly sized; a header
+// key that needs escaping is protojson's own answer.
+func TestFastJSONFetchResponseMatchesProtojson(t *testing.T) {
+	big := bytes.Repeat([]byte{0xfb, 0xff, 0x00, 'a'}, 1000)
+	for _, resp := range []*sharelogv1.FetchResponse{
+		{},
+		{Records: []*sharelogv1.Record{}},
+		{Records: []*sharelogv1.Record{{}}, HighWatermark: 1},
+		{Records: []*sharelogv1.Record{{Key: []byte{}, Value: []byte{}}}},
+		{HighWatermark: 9223372036854775807, LogStartOffset: -1, Records: []*sharelogv1.Record{
+			{Offset: 5, Timestamp: -9223372036854775808, Key: []byte("k"), Value: big},
+			{Offset: 6, Value: []byte("v"), Headers: []*sharelogv1.RecordHeader{{Key: "h", Value: []byte("x")}, {}}},
+		}},
+		{Records: []*sharelogv1.Record{{Headers: []*sharelogv1.RecordHeader{{Key: "quote\"d\n", Value: []byte("x")}}}}},
+	} {
+		want, err := jsonMarshaler.Marshal(resp)
+		require.NoError(t, err)
+		var compact bytes.Buffer
+		require.NoError(t, stdjson.Compact(&compact, want))
+		got, err := fastJSON{jsonMarshaler}.Marshal(resp)
+		require.NoError(t, err)
+		var gotCompact bytes.Buffer
+		require.NoError(t, stdjson.Compact(&gotCompact, got))
+		require.Equal(t, compact.String(), gotCompact.String())
+		if n, ok := fetchResponseSize(resp); ok {
+			require.Equal(t, compact.String(), string(got), "written compact")
+			require.GreaterOrEqual(t, n, len(got), "the buffer was sized for it")
+			require.Less(t, n, len(got)+100+44*len(resp.GetRecords()), "and not much more")
+		}
+	}
+}

@@ -35,23 +35,36 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 			parts = append(parts, broker.TopicPartition{Topic: t.Topic, Partition: p.Partition})
 		}
 	}
+	maxBytes := int(req.MaxBytes)
+	if req.GetVersion() < 3 || maxBytes <= 0 {
+		maxBytes = 50 << 20
+	}
+	maxBytes = l.cfg.Budget.CapFetch(maxBytes)
 	// A cancelled wait (the client went away) answers what was read last.
 	_ = l.log.LongPoll(ctx, parts, wait, func() bool {
 		resp.Topics = resp.Topics[:0]
-		n, failed := l.fillFetch(ctx, req, resp)
-		return n >= int(req.MinBytes) || failed
+		// Each look reserves its bytes of the response budget and keeps
+		// what the response carries until it is written; a client at its
+		// share waits for its other responses, then is answered without
+		// records (the bounds only), as a fetch over its byte limit.
+		g, err := l.cfg.Budget.Reserve(ctx, maxBytes, max(wait, broker.BudgetWait))
+		if err != nil {
+			return true
+		}
+		n, failed := l.fillFetch(ctx, req, resp, g.Data)
+		g.Settle(n, 0) // n counts the batches' framing too
+		return n >= int(req.MinBytes) || failed || g.Data == 0
 	})
 	return resp, nil
 }
 
-// fillFetch builds the response topics and returns the record bytes in it
-// and whether any partition has an error (answered at once, as Kafka).
-func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *kmsg.FetchResponse) (int, bool) {
+// fillFetch builds the response topics with up to budget bytes of record
+// batches (the first partition with records gets at least one record, unless
+// budget is 0) and returns the record bytes in it and whether any partition
+// has an error (answered at once, as Kafka).
+func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *kmsg.FetchResponse, budget int) (int, bool) {
 	failed := false
-	budget := int(req.MaxBytes)
-	if req.GetVersion() < 3 || budget <= 0 {
-		budget = 50 << 20
-	}
+	starved := budget <= 0
 	total := 0
 	for _, t := range req.Topics {
 		rt := kmsg.NewFetchResponseTopic()
@@ -62,9 +75,11 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 			// Empty, not null: librdkafka cannot parse a null record set.
 			rp.RecordBatches = []byte{}
 			limit := 0 // the byte budget is spent: the bounds only
-			if budget > 0 || total == 0 {
+			if budget > 0 || (total == 0 && !starved) {
+				// Never past the response's budget: the store returns the
+				// first record even if larger (KIP-74).
 				limit = int(p.PartitionMaxBytes)
-				if limit <= 0 || (total > 0 && limit > budget) {
+				if limit <= 0 || limit > budget {
 					limit = max(budget, 1)
 				}
 			}

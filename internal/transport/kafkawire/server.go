@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 
 	"github.com/sharelog/sharelog/internal/broker"
+	"github.com/sharelog/sharelog/internal/budget"
+	"github.com/sharelog/sharelog/internal/principal"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
 
@@ -49,6 +51,9 @@ type Config struct {
 	// advertised.
 	Share  *sharegroup.Manager
 	Logger *slog.Logger
+	// Budget is the response byte budget Fetch draws from, and its
+	// --max-fetch-bytes cap (internal/budget); nil = none.
+	Budget *budget.Bytes
 }
 
 // Listener serves the Kafka protocol over the log domain (a *broker.Log).
@@ -193,6 +198,9 @@ func (c *conn) serve() {
 	// ctx as soon as the client goes away, so that a long-polling fetch or
 	// the share sessions of a closed connection end at once.
 	ctx, cancel := context.WithCancel(c.l.ctx)
+	// The listener authenticates no one yet: a connection's client, for
+	// every per-client share (long polls, response bytes), is its IP.
+	ctx = principal.WithName(ctx, "ip:"+hostOf(c.nc.RemoteAddr()))
 	frames := make(chan []byte)
 	go func() {
 		defer close(frames)
@@ -226,21 +234,38 @@ func (c *conn) serve() {
 	}()
 	var out []byte
 	for frame := range frames {
+		// The response bytes a handler reserves are held until its
+		// response is written (internal/budget).
+		hold := budget.NewHolder(budget.Binary)
 		var err error
-		out, err = c.handle(ctx, frame, out[:0])
+		out, err = c.handle(budget.WithHolder(ctx, hold), frame, out[:0])
 		if err != nil {
+			hold.Release()
 			c.l.logger.Info("kafka connection closed", "remote", c.nc.RemoteAddr().String(), "reason", err)
 			return
 		}
 		if len(out) > 0 {
 			if _, err := c.nc.Write(out); err != nil {
+				hold.Release()
 				return
 			}
 		}
+		hold.Release()
 		if cap(out) > 1<<20 {
 			out = nil // do not pin a large response's buffer
 		}
 	}
+}
+
+// hostOf is the host of a connection's remote address.
+func hostOf(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	if h, _, err := net.SplitHostPort(a.String()); err == nil {
+		return h
+	}
+	return a.String()
 }
 
 // handle decodes and serves one request and appends its response frame to

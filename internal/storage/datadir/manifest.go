@@ -78,10 +78,10 @@ type Manifest struct {
 
 	saveMu sync.Mutex // serialises Save (taken before mu)
 
-	mu      sync.Mutex // guards the fields below (leaf)
-	c       content
-	topics  map[string]*Topic // by ID, pointing into nothing else
-	dirty   bool
+	mu     sync.Mutex // guards the fields below (leaf)
+	c      content
+	topics map[string]*Topic // by ID, pointing into nothing else
+	dirty  bool
 }
 
 // Open reads the manifest of the data directory dir. A missing manifest

@@ -30,6 +30,10 @@ func (s *FileStore) reclaimLoop() {
 				p.deleteSegments()
 			}
 		}
+		// High watermarks raised by rolls (manifest.go), and retries.
+		if m := s.manifest(); m != nil && m.Dirty() {
+			_ = s.saveManifest()
+		}
 	}
 }
 

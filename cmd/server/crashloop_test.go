@@ -170,7 +170,7 @@ func TestCrashLoop(t *testing.T) {
 
 		c = startChild(t, dir, args...)
 		// A SIGKILL never makes the data directory manifest claim more
-		// than is on disk (docs/on-disk-layout.md §6): nothing goes
+		// than is on disk (docs/on-disk-layout.md, "The data directory manifest"): nothing goes
 		// offline falsely.
 		for _, msg := range []string{"partition offline", "topic missing", "share state missing", "still offline", "manifest damaged"} {
 			if c.logged("ERROR", msg) {

@@ -343,11 +343,12 @@ func (s *FileStore) CreateTopic(ctx context.Context, name string, partitions int
 		return TopicInfo{}, err
 	}
 	// After its directory is durable: the manifest never records a topic
-	// that is not on disk. A failure leaves the topic unprotected until the
-	// reclaimer's retry succeeds; the next Open adds it all the same.
+	// that is not on disk. The reclaimer writes it within about a second
+	// (a synchronous write would cost every creation a rewrite of the
+	// whole manifest); until then the topic is not protected against the
+	// loss of its directory, and the next Open adds it all the same.
 	if m := s.manifest(); m != nil {
 		m.PutTopic(datadir.Topic{ID: info.ID, Name: info.Name, Partitions: info.Partitions})
-		_ = s.saveManifest()
 	}
 	return info, nil
 }

@@ -12,12 +12,13 @@ import (
 // Options.Manifest) records every topic and each partition's last known
 // high watermark. The file store keeps it a lower bound of what is on
 // disk (docs/on-disk-layout.md, "The data directory manifest"):
-//   - a topic is added once its directory is durable (CreateTopic) and
-//     removed before its directory is renamed away (DeleteTopic);
+//   - a topic is added once its directory is durable (CreateTopic; the
+//     reclaimer writes it) and removed, with a synchronous write, before
+//     its directory is renamed away (DeleteTopic);
 //   - a partition's high watermark is raised after a roll (the sealed
 //     segment is synced first in the durable modes), after its recovery
-//     at Open and at a clean Close; the reclaimer writes the manifest when
-//     a roll changed it, so no append waits for it.
+//     at Open and at a clean Close; the reclaimer writes the manifest (at
+//     most once a second) when a roll changed it, so no append waits.
 //
 // At Open, a recorded topic whose directory is missing (topics/ deleted,
 // the topic quarantined now or at an earlier start) is registered with

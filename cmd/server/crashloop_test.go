@@ -169,6 +169,14 @@ func TestCrashLoop(t *testing.T) {
 		}
 
 		c = startChild(t, dir, args...)
+		// A SIGKILL never makes the data directory manifest claim more
+		// than is on disk (docs/on-disk-layout.md, "The data directory manifest"): nothing goes
+		// offline falsely.
+		for _, msg := range []string{"partition offline", "topic missing", "share state missing", "still offline", "manifest damaged"} {
+			if c.logged("ERROR", msg) {
+				t.Errorf("after kill %d: ERROR %q at start", round+1, msg)
+			}
+		}
 		st.verifyLog(ctx, c)
 		if t.Failed() {
 			t.Fatalf("after kill %d (seed %d)", round+1, seed)

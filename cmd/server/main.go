@@ -118,6 +118,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (ap
 	fs.BoolVar(&cfg.DLQAutoCreateTopics, "dlq-auto-create-topics", cfg.DLQAutoCreateTopics, "create a share group's missing dead-letter topic (1 partition) at its first copy; names must then start with --dlq-topic-prefix")
 	fs.StringVar(&cfg.DLQTopicPrefix, "dlq-topic-prefix", cfg.DLQTopicPrefix, "with --dlq-auto-create-topics, the prefix every dead_letter_topic must have")
 	fs.BoolVar(&cfg.RepairShareState, "repair-share-state", cfg.RepairShareState, "at start, accept lost share state: bring its share-partitions online with what is readable (damaged files go to quarantine)")
+	fs.BoolVar(&cfg.RepairAcceptLoss, "repair-accept-loss", cfg.RepairAcceptLoss, "at start, accept what the data directory manifest shows lost from the log: forget missing topics, continue partitions whose last records are gone at their recorded high watermark (no offset is reused)")
 	fs.StringVar(&cfg.OSOBackfill, "oso-backfill", cfg.OSOBackfill, "OSO snapshots for full backfills: auto, enabled or disabled")
 	fs.Float64Var(&cfg.OSOAutoSmallRatio, "oso-auto-small-ratio", cfg.OSOAutoSmallRatio, "auto: max matching keys / records for OSO with small records")
 	fs.Float64Var(&cfg.OSOAutoLargeRatio, "oso-auto-large-ratio", cfg.OSOAutoLargeRatio, "auto: the same with large records")

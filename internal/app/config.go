@@ -49,6 +49,11 @@ type Config struct {
 	// whose acknowledged state was found lost come online with what is
 	// readable (the loss is logged) instead of staying offline.
 	RepairShareState bool
+	// RepairAcceptLoss accepts at start what the data directory's manifest
+	// shows lost from the log (docs/operations.md): a recorded topic whose
+	// directory is missing is forgotten, a partition whose log ends below
+	// its recorded high watermark continues at it; both logged at WARN.
+	RepairAcceptLoss bool
 	// Dead-letter topics: DLQAutoCreateTopics creates a group's missing
 	// dead-letter topic at its first copy; then a group's dead_letter_topic
 	// must start with DLQTopicPrefix (docs/dead-letter-topics.md).

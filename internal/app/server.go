@@ -43,6 +43,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -71,7 +72,9 @@ import (
 	"github.com/sharelog/sharelog/internal/changestream"
 	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/storage/datadir"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/sharestate"
 	"github.com/sharelog/sharelog/internal/storage/sharestate/statelog"
 	"github.com/sharelog/sharelog/internal/telemetry"
 	"github.com/sharelog/sharelog/internal/transport/grpcapi"
@@ -247,7 +250,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		if err != nil {
 			return nil, err
 		}
+		// The data directory's manifest: what the directory holds, checked
+		// at start by both stores (docs/on-disk-layout.md).
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
+		}
+		man, err := datadir.Open(cfg.DataDir, log)
+		if err != nil {
+			return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
+		}
 		if s.store, err = logstore.Open(cfg.DataDir, logstore.Options{Fsync: mode, FsyncInterval: cfg.FsyncInterval, Logger: log,
+			Manifest: man, AcceptLoss: cfg.RepairAcceptLoss,
 			OnStorageError:     s.recordStorageError,
 			CompactionInterval: cfg.CompactionInterval, CompactionMaxBytesPerSec: cfg.CompactionMaxBytesPerSec}); err != nil {
 			return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
@@ -279,6 +292,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			Logger:           log,
 			RepairShareState: cfg.RepairShareState,
 			OnStorageError:   s.recordStorageError,
+			Expected:         expectedShareState(man),
+			OnManifest:       func(parts []sharestate.PartitionKey) { recordShareState(man, parts, log) },
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open share-group state: %w", err)

@@ -14,11 +14,13 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 
 	"github.com/sharelog/sharelog/internal/fsutil"
+	"github.com/sharelog/sharelog/internal/storage/datadir"
 )
 
 // FsyncMode says when appended data is forced to stable storage (--fsync). The zero value is FsyncAlways, the safe default.
@@ -88,6 +90,12 @@ type Options struct {
 	// "mkdir", "truncate") and the error (errors.As finds the errno). It
 	// must not block or call back into the store.
 	OnStorageError func(op string, err error)
+	// Manifest is the data directory's manifest (manifest.go); nil: none
+	// (no topic or high watermark is checked against one).
+	Manifest *datadir.Manifest
+	// AcceptLoss (--repair-accept-loss) accepts at Open what the manifest
+	// shows lost instead of taking it offline (manifest.go).
+	AcceptLoss bool
 }
 
 // FileStore is the on-disk Store: one directory per topic, one per
@@ -122,6 +130,8 @@ type FileStore struct {
 	unclean bool
 	// quarantineStamp names this Open's quarantine directory (set on first use).
 	quarantineStamp string
+	// manifestFailing is set while writing the manifest fails (logged once).
+	manifestFailing atomic.Bool
 }
 
 // cleanShutdownFile is written by Close after everything is flushed and
@@ -227,6 +237,10 @@ func Open(dir string, opts Options) (*FileStore, error) {
 		lf.Close()
 		return nil, fmt.Errorf("logstore: open %s: %w", dir, err)
 	}
+	// What recovery found (an upgrade's first manifest, the topics and high
+	// watermarks recovered); a failure is logged and retried by the
+	// reclaimer.
+	_ = s.saveManifest()
 	s.wg.Add(2)
 	go s.reclaimLoop()
 	go s.keyLoop()
@@ -296,6 +310,7 @@ func newPartition(s *FileStore, t *topic, id int32) *partition {
 		topic:    t.info.Name,
 		id:       id,
 		dir:      filepath.Join(t.dir, strconv.Itoa(int(id))),
+		topicID:  t.info.ID,
 		segBytes: t.info.Config.SegmentBytes,
 		cfg:      t.info.Config,
 	}
@@ -326,6 +341,14 @@ func (s *FileStore) CreateTopic(ctx context.Context, name string, partitions int
 	if err := s.topics.Install(t); err != nil {
 		t.shutdown(ErrClosed, false)
 		return TopicInfo{}, err
+	}
+	// After its directory is durable: the manifest never records a topic
+	// that is not on disk. The reclaimer writes it within about a second
+	// (a synchronous write would cost every creation a rewrite of the
+	// whole manifest); until then the topic is not protected against the
+	// loss of its directory, and the next Open adds it all the same.
+	if m := s.manifest(); m != nil {
+		m.PutTopic(datadir.Topic{ID: info.ID, Name: info.Name, Partitions: info.Partitions})
 	}
 	return info, nil
 }
@@ -396,13 +419,30 @@ func (s *FileStore) DeleteTopic(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// The manifest forgets the topic before its directory goes, so that a
+	// crash in between cannot make the next Open report it missing.
+	if m := s.manifest(); m != nil {
+		t, err := s.topics.Lookup(name)
+		if err != nil {
+			return err
+		}
+		if rec, ok := m.Topic(t.info.ID); ok {
+			m.RemoveTopic(rec.ID)
+			if err := s.saveManifest(); err != nil {
+				m.PutTopic(rec)
+				return fmt.Errorf("delete topic %q: %w: %w", name, ErrStorage, err)
+			}
+		}
+	}
 	t, err := s.topics.Remove(name)
 	if err != nil {
 		return err
 	}
 	t.shutdown(TopicDeletedError(name), false)
 	gone := t.dir + deletedSuffix
-	if err := s.fs.rename(t.dir, gone); err != nil {
+	if err := s.fs.rename(t.dir, gone); errors.Is(err, fs.ErrNotExist) {
+		return nil // a topic whose directory was missing at Open (manifest.go)
+	} else if err != nil {
 		return fmt.Errorf("delete topic %q: %w", name, err)
 	}
 	if s.durable() {
@@ -550,6 +590,18 @@ func (s *FileStore) close(clean bool) error {
 	var errs []error
 	for _, t := range topics {
 		errs = append(errs, t.shutdown(ErrClosed, clean))
+	}
+	if clean && errors.Join(errs...) == nil {
+		// Every partition is flushed: the manifest records the final high
+		// watermarks.
+		for _, t := range topics {
+			for _, p := range t.parts {
+				if p.offlineErr == nil && p.failed.Load() == nil {
+					p.noteHW(p.hw.Load())
+				}
+			}
+		}
+		errs = append(errs, s.saveManifest())
 	}
 	if err := errors.Join(errs...); err == nil && clean {
 		// Every partition is flushed and checkpointed: the next Open may

@@ -38,6 +38,7 @@ const maxSpareBuf = 8 << 20
 type partition struct {
 	st       *FileStore
 	topic    string
+	topicID  string
 	id       int32
 	dir      string
 	segBytes int64
@@ -493,6 +494,9 @@ func (p *partition) roll(old *segment, base int64) (*segment, error) {
 		p.st.log.Warn("logstore: writing the partition checkpoint; Open will rescan what it does not cover",
 			"topic", p.topic, "partition", p.id, "err", err)
 	}
+	// Everything below base is on disk (synced above in the durable
+	// modes): the data directory manifest may record it (manifest.go).
+	p.noteHW(base)
 	return seg, nil
 }
 

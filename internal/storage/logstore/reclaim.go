@@ -11,6 +11,7 @@ func (s *FileStore) reclaimLoop() {
 	defer s.wg.Done()
 	tick := time.NewTicker(s.opts.ReclaimInterval)
 	defer tick.Stop()
+	var lastManifest time.Time
 	for {
 		select {
 		case <-s.stop:
@@ -29,6 +30,12 @@ func (s *FileStore) reclaimLoop() {
 				}
 				p.deleteSegments()
 			}
+		}
+		// High watermarks raised by rolls (manifest.go), and retries; at
+		// most once a second, since with many topics the file is large.
+		if m := s.manifest(); m != nil && m.Dirty() && time.Since(lastManifest) >= time.Second {
+			lastManifest = time.Now()
+			_ = s.saveManifest()
 		}
 	}
 }

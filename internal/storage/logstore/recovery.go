@@ -27,6 +27,8 @@ func (s *FileStore) load() error {
 	if err != nil {
 		return err
 	}
+	loaded := map[string]bool{}        // topic ids loaded
+	quarantined := map[string]string{} // topic id -> why its directory was quarantined
 	for _, e := range entries {
 		path := filepath.Join(s.topicsDir, e.Name())
 		if strings.HasSuffix(e.Name(), deletedSuffix) || strings.HasSuffix(e.Name(), tmpSuffix) {
@@ -46,11 +48,15 @@ func (s *FileStore) load() error {
 		if err != nil {
 			// Topics are created under <id>.tmp and renamed once meta.json
 			// is in place, so this is damage, not an interrupted creation.
-			s.quarantineOrKeep(path, fmt.Sprintf("topic directory without a valid meta.json (%v)", err))
+			why := fmt.Sprintf("topic directory without a valid meta.json (%v)", err)
+			quarantined[e.Name()] = why
+			s.quarantineOrKeep(path, why)
 			continue
 		}
 		if meta.ID != e.Name() {
-			s.quarantineOrKeep(path, fmt.Sprintf("meta.json names topic id %q, not its directory's", meta.ID))
+			why := fmt.Sprintf("meta.json names topic id %q, not its directory's", meta.ID)
+			quarantined[e.Name()] = why
+			s.quarantineOrKeep(path, why)
 			continue
 		}
 		if other, err := s.topics.Lookup(meta.Name); err == nil {
@@ -64,8 +70,9 @@ func (s *FileStore) load() error {
 			t.shutdown(ErrClosed, false)
 			return err
 		}
+		loaded[meta.ID] = true
 	}
-	return nil
+	return s.reconcileManifest(loaded, quarantined)
 }
 
 // quarantineOrKeep quarantines path; if even that fails it is left in
@@ -134,8 +141,23 @@ func (s *FileStore) openTopic(m topicMeta, dir string) (*topic, error) {
 func (p *partition) open() {
 	err := p.load()
 	if err == nil {
+		// What the manifest may record (manifest.go): in the durable modes
+		// recovery synced the recovered tail; with fsync never only what a
+		// roll sealed is known.
+		hw := p.hw.Load()
+		if !p.st.durable() {
+			hw = p.segs[len(p.segs)-1].base
+		}
+		p.noteHW(hw)
 		return
 	}
+	p.setOffline(err, true)
+}
+
+// setOffline makes the partition offline for good (this Open): every call
+// on it fails with err, wrapped with ErrOffline. log: with the ERROR line
+// of a partition whose files failed validation.
+func (p *partition) setOffline(err error, log bool) {
 	for _, s := range p.segs {
 		s.release()
 	}
@@ -145,8 +167,10 @@ func (p *partition) open() {
 	p.werr, p.lsErr = err, err
 	p.gone.Store(&err)
 	p.watch.shutdown(err)
-	p.st.log.Error("logstore: partition offline", "topic", p.topic, "partition", p.id, "dir", p.dir, "err", err,
-		"action", "its files were left untouched; restore the named file from a backup or replica and restart, or delete the topic (see docs/operations.md)")
+	if log {
+		p.st.log.Error("logstore: partition offline", "topic", p.topic, "partition", p.id, "dir", p.dir, "err", err,
+			"action", "its files were left untouched; restore the named file from a backup or replica and restart, or delete the topic, or restart once with --repair-accept-loss if the data directory manifest reports lost records (see docs/operations.md)")
+	}
 }
 
 // maxSaneOffset bounds offsets read from disk: no log gets near 2^62
@@ -360,8 +384,14 @@ func (p *partition) load() error {
 	}
 	active := p.segs[len(p.segs)-1]
 	hw := active.end
+	// The high watermark, against the data directory manifest: deleting
+	// the checkpoint with the last segments must not reuse their offsets.
+	ls, accepted, err := p.checkRecordedHW(ls, hw)
+	if err != nil {
+		return err
+	}
 	if ls > hw {
-		if !p.st.unclean || p.st.opts.Fsync == FsyncAlways {
+		if !accepted && (!p.st.unclean || p.st.opts.Fsync == FsyncAlways) {
 			// Every offset below the log start was on disk when the purge
 			// was made durable; after a clean shutdown or in fsync mode
 			// always they cannot have been lost.

@@ -206,4 +206,11 @@ func (s *Store) writeManifest(gen uint64, size int64) {
 	s.manMu.Lock()
 	s.man.gen, s.man.size = gen, size
 	s.manMu.Unlock()
+	if s.opts.OnManifest != nil {
+		parts := make([]sharestate.PartitionKey, len(mf.Parts))
+		for i, k := range mf.Parts {
+			parts[i] = sharestate.PartitionKey(k)
+		}
+		s.opts.OnManifest(parts)
+	}
 }

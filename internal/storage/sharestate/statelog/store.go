@@ -37,11 +37,28 @@ type Options struct {
 	// CheckpointBytes is how much log may follow the manifest's last
 	// checkpoint before the next is written. Default 1 MiB.
 	CheckpointBytes int64
+	// Expected, if set, is what the data directory's manifest recorded:
+	// share state existed, with these share-partitions. If Dir then holds
+	// neither a state log nor a manifest (sharegroups/ deleted, or its
+	// manifest with the log), the loss is reported at ERROR and those
+	// share-partitions are recovered Offline (with RepairShareState: logged
+	// at WARN and started afresh).
+	Expected *Expected
+	// OnManifest, if set, is called after each manifest write with the
+	// share-partitions it lists (for the data directory's manifest). It
+	// runs on the state log's fsync path: it must be quick and rare work
+	// only when the list changed.
+	OnManifest func(parts []sharestate.PartitionKey)
 	// Hooks replace the data system calls (fault injection; tests only).
 	Hooks *IOHooks
 	// OnStorageError, if set, is called with every failed write or fsync
 	// of the state log (for metrics). It must not block.
 	OnStorageError func(op string, err error)
+}
+
+// Expected is the share state the data directory's manifest recorded.
+type Expected struct {
+	SharePartitions []sharestate.PartitionKey
 }
 
 // Bounds and defaults of Options.
@@ -361,6 +378,10 @@ func (s *Store) assess(rec *recovered) []string {
 			"file", path, "err", rec.manErr, "moved_to", moved)
 	}
 
+	// sharegroups/ deleted, or its manifest with the state log: nothing
+	// here, though the data directory's manifest recorded share state.
+	lost := s.opts.Expected != nil && rec.man == nil && errors.Is(rec.manErr, errNoManifest) && len(rec.files) == 0
+
 	// Every share-partition recovery knows of. Share-partitions known only
 	// from damage or the manifest are added to rec.state at the end.
 	all := map[sharestate.PartitionKey]*sharestate.PartitionState{}
@@ -368,6 +389,12 @@ func (s *Store) assess(rec *recovered) []string {
 		g := &rec.state.Groups[gi]
 		for pi := range g.Partitions {
 			all[g.Partitions[pi].Key(g.ID)] = &g.Partitions[pi]
+		}
+	}
+	var still []string // offline since an earlier start
+	for k, p := range all {
+		if p.Offline != "" {
+			still = append(still, fmt.Sprintf("%s %s/%d", k.Group, k.Topic, k.Partition))
 		}
 	}
 	var added []sharestate.PartitionKey
@@ -382,6 +409,39 @@ func (s *Store) assess(rec *recovered) []string {
 		// manifest.
 		for _, k := range rec.man.Parts {
 			ensure(sharestate.PartitionKey(k))
+		}
+	}
+
+	if lost {
+		names := make([]string, len(s.opts.Expected.SharePartitions))
+		groupSet := map[string]bool{}
+		for i, k := range s.opts.Expected.SharePartitions {
+			ensure(k)
+			names[i] = fmt.Sprintf("%s %s/%d", k.Group, k.Topic, k.Partition)
+			groupSet[k.Group] = true
+		}
+		problem := fmt.Sprintf("%s holds no share state log and no %s, but the data directory manifest records share state", s.opts.Dir, manifestName)
+		switch {
+		case len(names) == 0:
+			// No share-partition had durable state: nothing acknowledged is lost.
+			s.log.Warn("share state missing; no share-partition had durable state, explicitly set group configurations may be lost",
+				"problem", problem, "action", "restore "+s.opts.Dir+" from a backup if group configurations were set")
+		case s.opts.RepairShareState:
+			s.log.Warn("share state missing; loss accepted (--repair-share-state): every share group starts afresh",
+				"problem", problem, "groups", slices.Sorted(maps.Keys(groupSet)), "share_partitions", names)
+		default:
+			s.log.Error("share state missing: acknowledged share state lost",
+				"problem", problem, "groups", slices.Sorted(maps.Keys(groupSet)), "share_partitions", names,
+				"action", "stop the server and restore "+s.opts.Dir+" from a backup, or restart once with --repair-share-state to accept the loss (the share-partitions then start again from each group's auto_offset_reset; group configs are lost)")
+		}
+		reason := fmt.Sprintf("share state lost (%s); restore it from a backup, or restart with --repair-share-state to accept the loss and bring this share-partition online", problem)
+		for _, k := range s.opts.Expected.SharePartitions {
+			p := all[k]
+			if s.opts.RepairShareState {
+				s.logRepair(k, p, problem)
+				continue
+			}
+			p.Offline = reason
 		}
 	}
 
@@ -438,6 +498,15 @@ func (s *Store) assess(rec *recovered) []string {
 			if p.Offline == "" {
 				p.Offline = reason
 			}
+		}
+	}
+	if !s.opts.RepairShareState {
+		// Left offline by an earlier start: still loud at every start.
+		if len(still) > 0 {
+			slices.Sort(still)
+			s.log.Error("share-partitions still offline: their acknowledged share state was found lost at an earlier start",
+				"share_partitions", still,
+				"action", "restart once with --repair-share-state to accept the loss (see docs/operations.md)")
 		}
 	}
 	if s.opts.RepairShareState {

@@ -71,6 +71,7 @@ import (
 	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/producerids"
 	"github.com/sharelog/sharelog/internal/storage/sharestate/statelog"
 	"github.com/sharelog/sharelog/internal/telemetry"
 	"github.com/sharelog/sharelog/internal/transport/grpcapi"
@@ -277,7 +278,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		if err != nil {
 			return nil, fmt.Errorf("open share-group state: %w", err)
 		}
-		b, err := s.openBackend(store, s.store, shareState, o, s.singleView, nil, nil)
+		b, err := s.openBackend(store, s.store, shareState, o, s.singleView, nil, nil, producerStore{ids: producerids.Open(cfg.DataDir)})
 		if err != nil {
 			return nil, err
 		}

@@ -53,6 +53,9 @@ var reasonStatus = map[apierr.Reason]ReasonStatus{
 	apierr.PolicyViolation:            {codes.FailedPrecondition, http.StatusBadRequest},
 	apierr.InvalidRecordState:         {codes.FailedPrecondition, http.StatusBadRequest},
 	apierr.RequestTimedOut:            {codes.DeadlineExceeded, http.StatusGatewayTimeout},
+	apierr.OutOfOrderSequenceNumber:   {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.InvalidProducerEpoch:       {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.ProducerFenced:             {codes.FailedPrecondition, http.StatusBadRequest},
 }
 
 // StatusOf returns how reason r travels; ok is false for a reason outside

@@ -97,7 +97,9 @@ func (p grpcPeers) Append(ctx context.Context, peer, topic string, part int32, r
 	}
 	resp, err := c.Produce(p.n.outgoing(ctx), req)
 	if err != nil {
-		return 0, forwardErr(target, err)
+		// In the domain's vocabulary: the broker makes it this
+		// partition's result of a Produce over several (docs/produce.md).
+		return 0, grpcapi.FromStatus(forwardErr(target, err))
 	}
 	if len(resp.GetResults()) != len(recs) {
 		return 0, fmt.Errorf("the owner of %s-%d answered %d results for %d records: %w", topic, part, len(resp.GetResults()), len(recs), logstore.ErrStorage)

@@ -156,3 +156,26 @@ func logInternal(ctx context.Context, log *slog.Logger, err error) {
 	}
 	log.ErrorContext(ctx, "internal error", attrs...)
 }
+
+// FromStatus is Status reversed, for the answers of another instance that
+// the domain judges (a forwarded append's outcome becomes a per-partition
+// result, docs/produce.md): a status error carrying sharelog's ErrorInfo
+// becomes the *apierr.Error it was made from; a deadline or cancellation
+// without one becomes REQUEST_TIMED_OUT (the outcome is unknown). Any
+// other error is returned as it is.
+func FromStatus(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || err == nil {
+		return err
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == apierr.Domain && info.GetReason() != "" {
+			return &apierr.Error{Reason: apierr.Reason(info.GetReason()), Message: st.Message(), Metadata: info.GetMetadata()}
+		}
+	}
+	switch st.Code() {
+	case codes.DeadlineExceeded, codes.Canceled:
+		return apierr.New(apierr.RequestTimedOut, "%s", st.Message())
+	}
+	return err
+}

@@ -272,17 +272,24 @@ func (p produceParser) bytes() ([]byte, bool) {
 // Marshal implements runtime.Marshaler. A Produce answer, one small object
 // per record, is written directly in the form protojson gives it with the
 // gateway's options (every field, in field-number order, 64-bit integers as
-// strings, camelCase names); every other message goes to protojson.
+// strings, camelCase names) when every record succeeded; every other
+// message, and an answer with per-partition errors (rare, and with
+// messages to escape), goes to protojson.
 func (m fastJSON) Marshal(v any) ([]byte, error) {
 	resp, ok := v.(*sharelogv1.ProduceResponse)
 	if !ok || resp == nil {
 		return m.JSONPb.Marshal(v)
 	}
-	return appendProduceResponse(make([]byte, 0, 48+40*len(resp.GetResults())), resp), nil
+	for _, r := range resp.GetResults() {
+		if r.GetErrorCode() != sharelogv1.ErrorCode_ERROR_CODE_NONE || r.GetErrorMessage() != "" {
+			return m.JSONPb.Marshal(v)
+		}
+	}
+	return appendProduceResponse(make([]byte, 0, 48+80*len(resp.GetResults())), resp), nil
 }
 
-// appendProduceResponse appends resp as protojson marshals it with
-// EmitDefaultValues (without its random spaces).
+// appendProduceResponse appends resp, whose results all succeeded, as
+// protojson marshals it with EmitDefaultValues (without its random spaces).
 func appendProduceResponse(b []byte, resp *sharelogv1.ProduceResponse) []byte {
 	b = append(b, `{"results":[`...)
 	for i, r := range resp.GetResults() {
@@ -293,7 +300,7 @@ func appendProduceResponse(b []byte, resp *sharelogv1.ProduceResponse) []byte {
 		b = strconv.AppendInt(b, int64(r.GetPartition()), 10)
 		b = append(b, `,"offset":"`...)
 		b = strconv.AppendInt(b, r.GetOffset(), 10)
-		b = append(b, `"}`...)
+		b = append(b, `","errorCode":"ERROR_CODE_NONE","errorMessage":""}`...)
 	}
 	b = append(b, `],"logAppendTime":"`...)
 	b = strconv.AppendInt(b, resp.GetLogAppendTime(), 10)

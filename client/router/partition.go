@@ -2,7 +2,7 @@ package router
 
 // Partition is the partition of n that a record with key goes to when it
 // is produced without one: murmur2(key) % n, as the server and Kafka's
-// default partitioner pick (docs/produce.md §1). key must not be nil.
+// default partitioner pick (docs/produce.md "Where records go"). key must not be nil.
 func Partition(key []byte, n int32) int32 {
 	return int32((uint32(murmur2(key)) & 0x7fffffff) % uint32(n))
 }

@@ -1,6 +1,6 @@
 package router
 
-// Producer: the idempotent producer of docs/produce.md §3 over any
+// Producer: the idempotent producer of docs/produce.md over any
 // connection (a Conn, so that each partition's batch goes straight to its
 // owner, or a plain *grpc.ClientConn).
 
@@ -314,7 +314,7 @@ func (p *Producer) retry(ctx context.Context, fn func(ctx context.Context) error
 	}
 }
 
-// retriable: a resend may succeed (docs/errors.md §4).
+// retriable: a resend may succeed (docs/errors.md "Retry summary").
 func retriable(err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.Internal, codes.Unknown:

@@ -71,6 +71,19 @@ const (
 	// RequestTimedOut: the server gave up waiting within the request's
 	// timeout; the outcome is unknown.
 	RequestTimedOut Reason = "REQUEST_TIMED_OUT"
+	// OutOfOrderSequenceNumber: an idempotent produce's base_sequence is
+	// not the one after the producer's last batch on the partition (a
+	// batch in between was lost), or is older than the batches the
+	// partition remembers (docs/produce.md).
+	OutOfOrderSequenceNumber Reason = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+	// InvalidProducerEpoch: an idempotent produce's producer_epoch is
+	// older than the one the partition has seen for the producer id.
+	InvalidProducerEpoch Reason = "INVALID_PRODUCER_EPOCH"
+	// ProducerFenced: a newer instance of the producer (same transactional
+	// id, higher epoch) exists; this one must stop. Kafka's transactional
+	// producers get it; the gRPC/REST producer ids (InitProducer, always a
+	// new id) are never fenced.
+	ProducerFenced Reason = "PRODUCER_FENCED"
 )
 
 // Reasons lists every reason, in the order of the constants.
@@ -82,7 +95,8 @@ func Reasons() []Reason {
 		RollbackRequired, ThrottlingQuotaExceeded, Unavailable, Internal, Unauthenticated,
 		KafkaStorageError, TopicAuthorizationFailed, GroupAuthorizationFailed,
 		ClusterAuthorizationFailed, NotOwner, OwnerUnreachable, PolicyViolation,
-		InvalidRecordState, RequestTimedOut,
+		InvalidRecordState, RequestTimedOut, OutOfOrderSequenceNumber, InvalidProducerEpoch,
+		ProducerFenced,
 	}
 }
 
@@ -127,6 +141,9 @@ var kafkaCodes = map[Reason]int16{
 	PolicyViolation:            44,
 	InvalidRecordState:         121,
 	RequestTimedOut:            7,
+	OutOfOrderSequenceNumber:   45,
+	InvalidProducerEpoch:       47,
+	ProducerFenced:             90,
 }
 
 // KafkaCode is the Kafka protocol's numeric error code of r (the value of

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sharelog/sharelog/client/router"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
@@ -25,6 +26,7 @@ func (a *app) produceCmd() *cobra.Command {
 		batchSize int
 		nullValue string
 		progress  bool
+		retryFor  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "produce TOPIC",
@@ -41,7 +43,14 @@ At the end it prints "produced N records to TOPIC in DURATION" (on stderr with -
 prints each ProduceResponse on stdout); --verbose also prints "partition=P offset=O" for each
 record. When stderr is a terminal (and stdin is not), or with --progress, it reports progress
 on stderr about once a second: "produced N records to TOPIC so far (R records/s)", rewritten
-in place on a terminal, one line each otherwise.`,
+in place on a terminal, one line each otherwise.
+
+It is an idempotent producer (docs/produce.md): it takes a producer id from the server and
+resends a batch whose outcome is unknown (a lost connection, a deadline, an instance failing
+over) for up to --retry-timeout; the server stores each record once. Keyless records without
+--partition are spread round-robin by the command itself, so that a resend goes to the same
+partition. When some partitions of a batch fail, the others' records stay stored: the command
+stops with an error naming the failed partitions (exit status non-zero).`,
 		Example: `  printf 'user-1\tcreated\nhello\n' | sharelogctl produce orders
   sharelogctl produce orders --partition 2 --key-separator ':' < records.txt
   echo 'user-1:__null__' | sharelogctl produce users --key-separator ':' --null-value __null__`,
@@ -52,15 +61,19 @@ in place on a terminal, one line each otherwise.`,
 	cmd.Flags().IntVar(&batchSize, "batch", 100, "records per Produce call")
 	cmd.Flags().StringVar(&nullValue, "null-value", "", "a value equal to this string is sent as absent (a tombstone)")
 	cmd.Flags().BoolVar(&progress, "progress", false, "report progress on stderr even when it is not a terminal")
+	cmd.Flags().DurationVar(&retryFor, "retry-timeout", 2*time.Minute, "how long a batch is resent while its outcome is unknown or its partition answers a retriable error")
 	cmd.RunE = a.runE(func(cmd *cobra.Command, args []string) error {
 		if batchSize < 1 {
 			return fmt.Errorf("invalid --batch %d: must be >= 1", batchSize)
+		}
+		if retryFor <= 0 {
+			return fmt.Errorf("invalid --retry-timeout %v: must be > 0", retryFor)
 		}
 		var tombstone *string
 		if cmd.Flags().Changed("null-value") {
 			tombstone = &nullValue
 		}
-		p := &producer{app: a, topic: args[0], batchSize: batchSize, start: time.Now()}
+		p := &producer{app: a, topic: args[0], batchSize: batchSize, start: time.Now(), retryFor: retryFor}
 		p.lastProgress = p.start
 		switch {
 		case isTerminal(a.stderr) && !isCharDevice(a.stdin):
@@ -72,11 +85,9 @@ in place on a terminal, one line each otherwise.`,
 		if cmd.Flags().Changed("partition") {
 			p.partition = &partition
 		}
-		client, err := a.logClient()
-		if err != nil {
+		if _, err := a.logClient(); err != nil {
 			return err
 		}
-		p.client = client
 		return p.run(cmd.Context(), separator, tombstone)
 	})
 	return cmd
@@ -84,7 +95,8 @@ in place on a terminal, one line each otherwise.`,
 
 type producer struct {
 	app       *app
-	client    sharelogv1.LogServiceClient
+	idem      *router.Producer // made at the first batch
+	retryFor  time.Duration
 	topic     string
 	partition *int32
 	batchSize int
@@ -205,36 +217,73 @@ func (p *producer) flush(ctx context.Context) error {
 	if len(p.batch) == 0 {
 		return nil
 	}
-	callCtx, cancel := p.app.callCtx(ctx)
-	defer cancel()
-	resp, err := p.client.Produce(callCtx, &sharelogv1.ProduceRequest{
-		Topic:     p.topic,
-		Partition: p.partition,
-		Records:   p.batch,
-	})
+	if p.idem == nil {
+		o := router.ProducerOptions{RetryTimeout: p.retryFor, AttemptTimeout: p.app.timeout}
+		callCtx, cancel := p.app.callCtx(ctx)
+		idem, err := router.NewProducer(callCtx, p.app.conn, o)
+		cancel()
+		if err != nil {
+			return p.failed(ctx, err)
+		}
+		p.idem = idem
+	}
+	results, err := p.idem.Produce(ctx, p.topic, p.partition, p.batch)
+	var perr *router.ProduceError
+	if errors.As(err, &perr) {
+		stored := 0
+		for _, r := range results {
+			if r.GetErrorCode() == sharelogv1.ErrorCode_ERROR_CODE_NONE {
+				stored++
+			}
+		}
+		if stored == 0 && len(perr.Partitions) == 1 {
+			for _, e := range perr.Partitions {
+				err = e // one partition, nothing stored: its error is the command's
+			}
+		} else {
+			p.produced += stored
+			p.printResults(results)
+		}
+	}
 	if err != nil {
-		p.clearProgress()
-		if p.produced > 0 && !p.app.jsonOutput() {
-			fmt.Fprintf(p.app.stdout, "produced %s to %s before the error\n", plural(p.produced, "record", "records"), p.topic)
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("interrupted: the last batch of %s may or may not have been written", plural(len(p.batch), "record", "records"))
-		}
-		return err
+		return p.failed(ctx, err)
 	}
 	p.produced += len(p.batch)
 	p.batch, p.batchBytes = nil, 0
-	if p.app.jsonOutput() {
-		if err := p.app.printJSON(resp); err != nil {
-			return err
-		}
-	} else if p.app.verbose {
-		for _, r := range resp.GetResults() {
-			fmt.Fprintf(p.app.stdout, "partition=%d offset=%d\n", r.GetPartition(), r.GetOffset())
-		}
+	if err := p.printResults(results); err != nil {
+		return err
 	}
 	p.reportProgress()
 	return nil
+}
+
+// printResults prints a batch's results with -o json (as a ProduceResponse) or --verbose.
+func (p *producer) printResults(results []*sharelogv1.ProduceResult) error {
+	if p.app.jsonOutput() {
+		return p.app.printJSON(&sharelogv1.ProduceResponse{Results: results})
+	}
+	if p.app.verbose {
+		for _, r := range results {
+			if r.GetErrorCode() != sharelogv1.ErrorCode_ERROR_CODE_NONE {
+				fmt.Fprintf(p.app.stdout, "partition=%d error=%s\n", r.GetPartition(), r.GetErrorCode())
+				continue
+			}
+			fmt.Fprintf(p.app.stdout, "partition=%d offset=%d\n", r.GetPartition(), r.GetOffset())
+		}
+	}
+	return nil
+}
+
+// failed reports what was stored before err and returns err.
+func (p *producer) failed(ctx context.Context, err error) error {
+	p.clearProgress()
+	if p.produced > 0 && !p.app.jsonOutput() {
+		fmt.Fprintf(p.app.stdout, "produced %s to %s before the error\n", plural(p.produced, "record", "records"), p.topic)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted: the last batch of %s may or may not have been written", plural(len(p.batch), "record", "records"))
+	}
+	return err
 }
 
 // reportProgress prints the progress line when progressInterval has passed since the last one.

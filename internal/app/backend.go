@@ -9,6 +9,7 @@ import (
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/changestream"
 	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/storage/jetstream/jslog"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 	"github.com/sharelog/sharelog/internal/telemetry"
@@ -33,7 +34,7 @@ type backend struct {
 // index, untraced) and state, which the share-group manager takes over.
 // view is what DescribeCluster reports about the instances and owners;
 // route, in partitioned mode, is who serves each partition (nil: all here).
-func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, state sharestate.Store, o Options, view grpcapi.ClusterSource, owners *sharegroup.Options, route *logRoute) (*backend, error) {
+func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, state sharestate.Store, o Options, view grpcapi.ClusterSource, owners *sharegroup.Options, route *logRoute, prod producerStore) (*backend, error) {
 	cfg, log := s.cfg, s.log
 	b := &backend{}
 	if owners == nil {
@@ -44,7 +45,8 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		_ = state.Close()
 		return nil, err
 	}
-	bcfg := broker.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Budget: s.budget, Logger: log}
+	bcfg := broker.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Budget: s.budget, Logger: log,
+		ProducerIDs: prod.ids, Resync: prod.resync}
 	if route != nil {
 		bcfg.Owners, bcfg.Peers, bcfg.Controller = route.owners, route.peers, route.controller
 	}
@@ -128,6 +130,20 @@ type logRoute struct {
 	owners     broker.Owners
 	peers      grpcPeers
 	controller broker.Controller
+}
+
+// producerStore is what the idempotent producer needs of the stores
+// (broker.Config.ProducerIDs and Resync): the file counter of the data
+// directory and no resync (file mode), or the JetStream log store's
+// counter and its Resync (cluster modes).
+type producerStore struct {
+	ids    broker.ProducerIDBlocks
+	resync func(ctx context.Context, topic string, part int32) error
+}
+
+// jsProducers is producerStore over the JetStream log store.
+func jsProducers(ls *jslog.Store) producerStore {
+	return producerStore{ids: ls, resync: ls.Resync}
 }
 
 // close ends the backend's streams and sessions and closes the share

@@ -330,7 +330,7 @@ func (n *clusterNode) openBackend(ctx context.Context, epoch uint64) (*activeBac
 	fence := func() { n.fenced(epoch) }
 	store := telemetry.TraceStore(fencedStore{Store: ls, fenced: fence}, n.s.tel.Tracer, n.s.tel.Meter)
 	view := func(ctx context.Context) (grpcapi.ClusterView, error) { return n.activeView(ctx, epoch) }
-	b, err := n.s.openBackend(store, ls, fencedState{Store: ss, fenced: fence}, n.o, view, nil, nil)
+	b, err := n.s.openBackend(store, ls, fencedState{Store: ss, fenced: fence}, n.o, view, nil, nil, jsProducers(ls))
 	if err != nil {
 		_ = ss.Close()
 		_ = ls.Close()
@@ -644,7 +644,7 @@ func (n *clusterNode) openCoordinatorBackend(_ context.Context, epoch uint64) (*
 	}
 	store := telemetry.TraceStore(ls, n.s.tel.Tracer, n.s.tel.Meter)
 	view := func(ctx context.Context) (grpcapi.ClusterView, error) { return n.partitionedView(ctx, epoch) }
-	b, err := n.s.openBackend(store, ls, sharestate.NewMem(), n.o, view, nil, n.logRoute(ls))
+	b, err := n.s.openBackend(store, ls, sharestate.NewMem(), n.o, view, nil, n.logRoute(ls), jsProducers(ls))
 	if err != nil {
 		return nil, err
 	}

@@ -82,7 +82,7 @@ func (n *clusterNode) openLogBackend(ctx context.Context, ls *jslog.Store) error
 	unused := func(context.Context) (grpcapi.ClusterView, error) {
 		return grpcapi.ClusterView{}, notOwnerErr("DescribeCluster is answered by another instance; retry")
 	}
-	b, err := n.s.openBackend(store, ls, ss, n.o, unused, n.shareOwnerHooks(), n.logRoute(ls)) // closes ss on failure
+	b, err := n.s.openBackend(store, ls, ss, n.o, unused, n.shareOwnerHooks(), n.logRoute(ls), jsProducers(ls)) // closes ss on failure
 	if err != nil {
 		return err
 	}

@@ -81,6 +81,12 @@ func (p grpcPeers) Append(ctx context.Context, peer, topic string, part int32, r
 		return 0, err
 	}
 	req := &sharelogv1.ProduceRequest{Topic: topic, Partition: &part, Records: make([]*sharelogv1.Record, len(recs))}
+	if pid := recs[0].ProducerID; pid != 0 {
+		// An idempotent batch: the owner checks it against its producer
+		// state (the records' sequences follow the first's).
+		req.ProducerId, req.ProducerEpoch = pid, int32(recs[0].ProducerEpoch)
+		req.BaseSequence = map[int32]int32{part: recs[0].Sequence}
+	}
 	for i := range recs {
 		rec := &recs[i]
 		pr := &sharelogv1.Record{Timestamp: rec.Timestamp, Key: rec.Key, Value: rec.Value}
@@ -91,10 +97,17 @@ func (p grpcPeers) Append(ctx context.Context, peer, topic string, part int32, r
 	}
 	resp, err := c.Produce(p.n.outgoing(ctx), req)
 	if err != nil {
-		return 0, forwardErr(target, err)
+		// In the domain's vocabulary: the broker makes it this
+		// partition's result of a Produce over several (docs/produce.md).
+		return 0, grpcapi.FromStatus(forwardErr(target, err))
 	}
 	if len(resp.GetResults()) != len(recs) {
 		return 0, fmt.Errorf("the owner of %s-%d answered %d results for %d records: %w", topic, part, len(resp.GetResults()), len(recs), logstore.ErrStorage)
+	}
+	if r := resp.GetResults()[0]; r.GetErrorCode() != sharelogv1.ErrorCode_ERROR_CODE_NONE {
+		// One partition asked: its failure is the call's (a request-level
+		// error); a per-partition one is an owner that answers otherwise.
+		return 0, apierr.New(apierr.ReasonOfKafkaCode(int16(r.GetErrorCode())), "%s", r.GetErrorMessage())
 	}
 	return resp.GetResults()[0].GetOffset(), nil
 }

@@ -74,6 +74,7 @@ import (
 	"github.com/sharelog/sharelog/internal/sharegroup"
 	"github.com/sharelog/sharelog/internal/storage/datadir"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/producerids"
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 	"github.com/sharelog/sharelog/internal/storage/sharestate/statelog"
 	"github.com/sharelog/sharelog/internal/telemetry"
@@ -298,7 +299,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		if err != nil {
 			return nil, fmt.Errorf("open share-group state: %w", err)
 		}
-		b, err := s.openBackend(store, s.store, shareState, o, s.singleView, nil, nil)
+		b, err := s.openBackend(store, s.store, shareState, o, s.singleView, nil, nil, producerStore{ids: producerids.Open(cfg.DataDir)})
 		if err != nil {
 			return nil, err
 		}

@@ -48,6 +48,15 @@ type Config struct {
 	// Budget is the response byte budget Fetch draws from, and its
 	// --max-fetch-bytes cap (internal/budget); nil = none.
 	Budget *budget.Bytes
+	// ProducerIDs is where InitProducer reserves producer ids
+	// (producerids.go); nil = InitProducer is UNAVAILABLE.
+	ProducerIDs ProducerIDBlocks
+	// Resync, for a replicated store, re-reads a partition's end as the
+	// store's replicas have it (jslog.Store.Resync): an idempotent batch is
+	// checked against the log after an append whose outcome was unknown
+	// only once the store knows its real end (idempotence.go). nil = the
+	// store's own view is its end (file and memory stores).
+	Resync func(ctx context.Context, topic string, part int32) error
 }
 
 // Log is the log API over a store. It is safe for concurrent use.
@@ -63,6 +72,9 @@ type Log struct {
 	subs  []func(TopicEvent)
 
 	polling atomic.Int64 // calls waiting in LongPoll
+
+	producers sync.Map // partitionKey → *producerState (idempotence.go)
+	pids      producerIDs
 }
 
 // New returns the log API over store.
@@ -194,6 +206,7 @@ func (l *Log) RemoveTopic(ctx context.Context, name string) (TopicInfo, error) {
 		return TopicInfo{}, err
 	}
 	l.roundRobin.Delete(name)
+	l.forgetProducers(info.ID)
 	l.publish(TopicEvent{Kind: TopicDeleted, Topic: info})
 	return info, nil
 }
@@ -231,10 +244,12 @@ func (l *Log) DescribeTopic(ctx context.Context, name string) (Topic, error) {
 // --- Produce -----------------------------------------------------------------
 
 // Produced is the outcome of Produce: record i went to Partitions[i] at
-// Offsets[i]; LogAppendTime replaced every zero timestamp.
+// Offsets[i], or, when Errors[i] is set, its partition did not append it
+// (Offsets[i] is then -1); LogAppendTime replaced every zero timestamp.
 type Produced struct {
 	Partitions    []int32
 	Offsets       []int64
+	Errors        []*apierr.Error // nil when every partition appended
 	LogAppendTime int64
 }
 
@@ -242,7 +257,38 @@ type Produced struct {
 // each where [Log.Route] sends it. A record's Timestamp 0 means the log
 // append time; Offset is ignored. The records of one partition are appended
 // atomically and contiguously.
+//
+// Each partition succeeds or fails alone (docs/produce.md): the answer
+// names, per record, its partition's offset or error. The error is for the
+// call as a whole: an invalid request, or every partition failed (then it
+// is the first failed record's partition's error), and nothing was
+// appended.
 func (l *Log) Produce(ctx context.Context, topic string, partition *int32, records []logstore.Record) (Produced, error) {
+	return l.produce(ctx, topic, partition, records, nil)
+}
+
+// ProduceIdempotent is Produce for an idempotent producer
+// (idempotence.go, docs/produce.md): each partition's records are
+// numbered from idem.BaseSequence[partition], which must name exactly the
+// partitions the records go to; keyless records need partition (a resend
+// routed round-robin would go elsewhere). A partition whose batch was
+// appended before answers its original offsets.
+func (l *Log) ProduceIdempotent(ctx context.Context, topic string, partition *int32, records []logstore.Record, idem Idempotence) (Produced, error) {
+	switch {
+	case idem.ProducerID <= 0:
+		return Produced{}, apierr.Invalid("producer_id must be a positive id from InitProducer, got %d", idem.ProducerID)
+	case idem.ProducerEpoch < 0:
+		return Produced{}, apierr.Invalid("producer_epoch must not be negative, got %d", idem.ProducerEpoch)
+	}
+	for p, s := range idem.BaseSequence {
+		if s < 0 {
+			return Produced{}, apierr.Invalid("base_sequence of partition %d must not be negative, got %d", p, s)
+		}
+	}
+	return l.produce(ctx, topic, partition, records, &idem)
+}
+
+func (l *Log) produce(ctx context.Context, topic string, partition *int32, records []logstore.Record, idem *Idempotence) (Produced, error) {
 	if topic == "" {
 		return Produced{}, apierr.Invalid("topic is required")
 	}
@@ -270,9 +316,12 @@ func (l *Log) Produce(ctx context.Context, topic string, partition *int32, recor
 			return Produced{}, apierr.Invalid("records[%d].timestamp must not be negative", i)
 		}
 		var p int32
-		if partition != nil {
+		switch {
+		case partition != nil:
 			p = *partition
-		} else {
+		case idem != nil && r.Key == nil:
+			return Produced{}, apierr.Invalid("records[%d] has no key: an idempotent produce of keyless records needs partition (round-robin would send a resend elsewhere)", i)
+		default:
 			p = l.route(info, r.Key)
 		}
 		out.Partitions[i] = p
@@ -280,51 +329,86 @@ func (l *Log) Produce(ctx context.Context, topic string, partition *int32, recor
 			r.Timestamp = now
 		}
 		r.Offset = 0
+		r.ProducerID, r.ProducerEpoch, r.Sequence = 0, 0, 0
+		if idem != nil {
+			base, ok := idem.BaseSequence[p]
+			if !ok {
+				return Produced{}, apierr.Invalid("base_sequence has no entry for partition %d, which records[%d] goes to", p, i)
+			}
+			r.ProducerID, r.ProducerEpoch = idem.ProducerID, idem.ProducerEpoch
+			r.Sequence = seqAdd(base, int64(len(byPartition[p])))
+		}
 		byPartition[p] = append(byPartition[p], r)
 	}
-	bases, err := l.appendAll(ctx, topic, byPartition)
-	if err != nil {
-		return Produced{}, err
+	if idem != nil {
+		for p := range idem.BaseSequence {
+			if _, ok := byPartition[p]; !ok {
+				return Produced{}, apierr.Invalid("base_sequence names partition %d, which none of the records goes to", p)
+			}
+		}
 	}
+	bases, errs := l.appendAll(ctx, topic, byPartition)
+	var first error // the first failed record's partition's error
 	for i, p := range out.Partitions {
+		if err := errs[p]; err != nil {
+			if first == nil {
+				first = err
+			}
+			if out.Errors == nil {
+				out.Errors = make([]*apierr.Error, n)
+			}
+			out.Errors[i] = ErrorOf(err)
+			out.Offsets[i] = -1
+			continue
+		}
 		out.Offsets[i] = bases[p]
 		bases[p]++
+	}
+	if len(errs) == len(byPartition) {
+		return Produced{}, first // nothing appended: the call failed as a whole
+	}
+	for p, err := range errs {
+		if e := ErrorOf(err); e.Reason == apierr.KafkaStorageError || e.Reason == apierr.Internal || e.Reason == apierr.CorruptMessage {
+			// The result carries the reason only; the cause goes to the log.
+			l.log.ErrorContext(ctx, "produce failed on one partition", "topic", topic, "partition", p, "err", err)
+		}
 	}
 	return out, nil
 }
 
 // appendAll appends each partition's batch, concurrently when there are several
-// so that their fsyncs overlap, and returns each batch's base offset.
-func (l *Log) appendAll(ctx context.Context, topic string, batches map[int32][]logstore.Record) (map[int32]int64, error) {
+// so that their fsyncs overlap, and returns each batch's base offset or
+// its error.
+func (l *Log) appendAll(ctx context.Context, topic string, batches map[int32][]logstore.Record) (map[int32]int64, map[int32]error) {
 	bases := make(map[int32]int64, len(batches))
+	errs := map[int32]error{}
 	if len(batches) == 1 {
 		for p, recs := range batches {
 			base, err := l.appendTo(ctx, topic, p, recs)
 			if err != nil {
-				return nil, err
+				errs[p] = err
 			}
 			bases[p] = base
 		}
-		return bases, nil
+		return bases, errs
 	}
 	var (
-		mu       sync.Mutex
-		wg       sync.WaitGroup
-		firstErr error
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
 	for p, recs := range batches {
 		wg.Go(func() {
 			base, err := l.appendTo(ctx, topic, p, recs)
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil && firstErr == nil {
-				firstErr = err
+			if err != nil {
+				errs[p] = err
 			}
 			bases[p] = base
 		})
 	}
 	wg.Wait()
-	return bases, firstErr
+	return bases, errs
 }
 
 // route picks the partition of a record sent without one: murmur2 of the key

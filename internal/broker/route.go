@@ -50,7 +50,9 @@ type Hold interface {
 // along). A peer that cannot be reached answers OWNER_UNREACHABLE.
 type Peers interface {
 	// Append appends recs (timestamps already set) to one partition and
-	// returns the first record's offset.
+	// returns the first record's offset. Records with a ProducerID are an
+	// idempotent batch (idempotence.go): the peer checks it against its
+	// producer state, and answers a resend with the original offset.
 	Append(ctx context.Context, peer, topic string, part int32, recs []logstore.Record) (int64, error)
 	// Fetch is [Log.Fetch] at the peer.
 	Fetch(ctx context.Context, peer string, req FetchRequest) (Fetched, error)
@@ -171,7 +173,12 @@ func (l *Log) appendTo(ctx context.Context, topic string, part int32, recs []log
 	if hold == nil {
 		return l.cfg.Peers.Append(ctx, peer, topic, part, recs)
 	}
-	base, err := l.store.Append(ctx, topic, part, recs)
+	var base int64
+	if recs[0].ProducerID != 0 {
+		base, err = l.appendIdempotent(ctx, topic, part, recs)
+	} else {
+		base, err = l.store.Append(ctx, topic, part, recs)
+	}
 	hold.Release(err)
 	return base, err
 }

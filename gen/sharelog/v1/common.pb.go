@@ -43,8 +43,16 @@ const (
 	ErrorCode_ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED ErrorCode = 31
 	ErrorCode_ERROR_CODE_INVALID_REQUEST              ErrorCode = 42
 	ErrorCode_ERROR_CODE_POLICY_VIOLATION             ErrorCode = 44
-	ErrorCode_ERROR_CODE_KAFKA_STORAGE_ERROR          ErrorCode = 56
-	ErrorCode_ERROR_CODE_INVALID_RECORD_STATE         ErrorCode = 121
+	// Idempotent produce: the batch's base_sequence is not the one after the
+	// last batch of this producer on the partition (a batch was lost).
+	ErrorCode_ERROR_CODE_OUT_OF_ORDER_SEQUENCE_NUMBER ErrorCode = 45
+	// Idempotent produce: the producer epoch is older than the one the
+	// partition has seen for this producer id.
+	ErrorCode_ERROR_CODE_INVALID_PRODUCER_EPOCH ErrorCode = 47
+	ErrorCode_ERROR_CODE_KAFKA_STORAGE_ERROR    ErrorCode = 56
+	// A newer instance of the producer (a higher epoch) has fenced this one.
+	ErrorCode_ERROR_CODE_PRODUCER_FENCED      ErrorCode = 90
+	ErrorCode_ERROR_CODE_INVALID_RECORD_STATE ErrorCode = 121
 )
 
 // Enum value maps for ErrorCode.
@@ -62,7 +70,10 @@ var (
 		31:  "ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED",
 		42:  "ERROR_CODE_INVALID_REQUEST",
 		44:  "ERROR_CODE_POLICY_VIOLATION",
+		45:  "ERROR_CODE_OUT_OF_ORDER_SEQUENCE_NUMBER",
+		47:  "ERROR_CODE_INVALID_PRODUCER_EPOCH",
 		56:  "ERROR_CODE_KAFKA_STORAGE_ERROR",
+		90:  "ERROR_CODE_PRODUCER_FENCED",
 		121: "ERROR_CODE_INVALID_RECORD_STATE",
 	}
 	ErrorCode_value = map[string]int32{
@@ -78,7 +89,10 @@ var (
 		"ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED": 31,
 		"ERROR_CODE_INVALID_REQUEST":              42,
 		"ERROR_CODE_POLICY_VIOLATION":             44,
+		"ERROR_CODE_OUT_OF_ORDER_SEQUENCE_NUMBER": 45,
+		"ERROR_CODE_INVALID_PRODUCER_EPOCH":       47,
 		"ERROR_CODE_KAFKA_STORAGE_ERROR":          56,
+		"ERROR_CODE_PRODUCER_FENCED":              90,
 		"ERROR_CODE_INVALID_RECORD_STATE":         121,
 	}
 )
@@ -260,7 +274,7 @@ const file_sharelog_v1_common_proto_rawDesc = "" +
 	"\x06_value\"6\n" +
 	"\fRecordHeader\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value*\x93\x04\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value*\x87\x05\n" +
 	"\tErrorCode\x12\x13\n" +
 	"\x0fERROR_CODE_NONE\x10\x00\x12,\n" +
 	"\x1fERROR_CODE_UNKNOWN_SERVER_ERROR\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x12\"\n" +
@@ -273,8 +287,11 @@ const file_sharelog_v1_common_proto_rawDesc = "" +
 	"%ERROR_CODE_GROUP_AUTHORIZATION_FAILED\x10\x1e\x12+\n" +
 	"'ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED\x10\x1f\x12\x1e\n" +
 	"\x1aERROR_CODE_INVALID_REQUEST\x10*\x12\x1f\n" +
-	"\x1bERROR_CODE_POLICY_VIOLATION\x10,\x12\"\n" +
-	"\x1eERROR_CODE_KAFKA_STORAGE_ERROR\x108\x12#\n" +
+	"\x1bERROR_CODE_POLICY_VIOLATION\x10,\x12+\n" +
+	"'ERROR_CODE_OUT_OF_ORDER_SEQUENCE_NUMBER\x10-\x12%\n" +
+	"!ERROR_CODE_INVALID_PRODUCER_EPOCH\x10/\x12\"\n" +
+	"\x1eERROR_CODE_KAFKA_STORAGE_ERROR\x108\x12\x1e\n" +
+	"\x1aERROR_CODE_PRODUCER_FENCED\x10Z\x12#\n" +
 	"\x1fERROR_CODE_INVALID_RECORD_STATE\x10yB9Z7github.com/sharelog/sharelog/gen/sharelog/v1;sharelogv1b\x06proto3"
 
 var (

@@ -617,10 +617,26 @@ type ProduceRequest struct {
 	// Unset: each record is routed by murmur2(key) % partitions (the partition a
 	// Kafka producer's default partitioner picks), keyless records round-robin.
 	// The records of one partition are appended atomically and contiguously.
-	// After a transport failure the outcome is unknown; a resend may append
-	// the records twice (there is no idempotent producer).
-	Partition     *int32    `protobuf:"varint,2,opt,name=partition,proto3,oneof" json:"partition,omitempty"`
-	Records       []*Record `protobuf:"bytes,3,rep,name=records,proto3" json:"records,omitempty"`
+	// After a transport failure the outcome is unknown: without producer_id a
+	// resend may append the records twice; with it (an idempotent produce,
+	// docs/produce.md) a resend of the same request is answered with the
+	// original offsets.
+	Partition *int32    `protobuf:"varint,2,opt,name=partition,proto3,oneof" json:"partition,omitempty"`
+	Records   []*Record `protobuf:"bytes,3,rep,name=records,proto3" json:"records,omitempty"`
+	// An idempotent produce: the id InitProducer answered (0 = not
+	// idempotent; then producer_epoch and base_sequence must be unset).
+	ProducerId int64 `protobuf:"varint,4,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	// The epoch InitProducer answered with producer_id.
+	ProducerEpoch int32 `protobuf:"varint,5,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	// With producer_id: for each partition this request writes to (by
+	// partition number), the sequence number of the first of the records
+	// that go there. Sequences are per (producer, partition), as Kafka's: the
+	// records a partition receives are numbered base_sequence,
+	// base_sequence+1, ... in request order, and the next request's
+	// base_sequence for that partition is the number after the last. It
+	// must name exactly the partitions the records go to; keyless records
+	// need `partition` (round-robin would send a resend elsewhere).
+	BaseSequence  map[int32]int32 `protobuf:"bytes,6,rep,name=base_sequence,json=baseSequence,proto3" json:"base_sequence,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -672,6 +688,27 @@ func (x *ProduceRequest) GetPartition() int32 {
 func (x *ProduceRequest) GetRecords() []*Record {
 	if x != nil {
 		return x.Records
+	}
+	return nil
+}
+
+func (x *ProduceRequest) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *ProduceRequest) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *ProduceRequest) GetBaseSequence() map[int32]int32 {
+	if x != nil {
+		return x.BaseSequence
 	}
 	return nil
 }
@@ -730,10 +767,20 @@ func (x *ProduceResponse) GetLogAppendTime() int64 {
 	return 0
 }
 
+// The outcome of one record, which is its partition's outcome: the records
+// of a partition are appended together or not at all. The call fails as a
+// whole (a request-level error) only when the request is invalid or no
+// partition appended; otherwise some results may carry an error while
+// the others were appended (docs/produce.md).
 type ProduceResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Partition     int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
-	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The record's offset; -1 when error_code is not ERROR_CODE_NONE.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// ERROR_CODE_NONE when the record was appended (or, for an idempotent
+	// resend, had been: offset is then the original one).
+	ErrorCode     ErrorCode `protobuf:"varint,3,opt,name=error_code,json=errorCode,proto3,enum=sharelog.v1.ErrorCode" json:"error_code,omitempty"`
+	ErrorMessage  string    `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -782,6 +829,110 @@ func (x *ProduceResult) GetOffset() int64 {
 	return 0
 }
 
+func (x *ProduceResult) GetErrorCode() ErrorCode {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ErrorCode_ERROR_CODE_NONE
+}
+
+func (x *ProduceResult) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+type InitProducerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InitProducerRequest) Reset() {
+	*x = InitProducerRequest{}
+	mi := &file_sharelog_v1_log_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InitProducerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InitProducerRequest) ProtoMessage() {}
+
+func (x *InitProducerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_log_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InitProducerRequest.ProtoReflect.Descriptor instead.
+func (*InitProducerRequest) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{12}
+}
+
+type InitProducerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Never 0 and never answered twice.
+	ProducerId int64 `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	// 0 for a new producer id.
+	ProducerEpoch int32 `protobuf:"varint,2,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InitProducerResponse) Reset() {
+	*x = InitProducerResponse{}
+	mi := &file_sharelog_v1_log_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InitProducerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InitProducerResponse) ProtoMessage() {}
+
+func (x *InitProducerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_log_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InitProducerResponse.ProtoReflect.Descriptor instead.
+func (*InitProducerResponse) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *InitProducerResponse) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *InitProducerResponse) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
 type FetchRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -806,7 +957,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[12]
+	mi := &file_sharelog_v1_log_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +969,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[12]
+	mi := &file_sharelog_v1_log_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +982,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{12}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FetchRequest) GetTopic() string {
@@ -887,7 +1038,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[13]
+	mi := &file_sharelog_v1_log_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1050,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[13]
+	mi := &file_sharelog_v1_log_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1063,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{13}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FetchResponse) GetRecords() []*Record {
@@ -949,7 +1100,7 @@ type ListOffsetsRequest struct {
 
 func (x *ListOffsetsRequest) Reset() {
 	*x = ListOffsetsRequest{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[14]
+	mi := &file_sharelog_v1_log_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1112,7 @@ func (x *ListOffsetsRequest) String() string {
 func (*ListOffsetsRequest) ProtoMessage() {}
 
 func (x *ListOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[14]
+	mi := &file_sharelog_v1_log_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1125,7 @@ func (x *ListOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*ListOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{14}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListOffsetsRequest) GetTopic() string {
@@ -1017,7 +1168,7 @@ type ListOffsetsResponse struct {
 
 func (x *ListOffsetsResponse) Reset() {
 	*x = ListOffsetsResponse{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[15]
+	mi := &file_sharelog_v1_log_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1180,7 @@ func (x *ListOffsetsResponse) String() string {
 func (*ListOffsetsResponse) ProtoMessage() {}
 
 func (x *ListOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[15]
+	mi := &file_sharelog_v1_log_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1193,7 @@ func (x *ListOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*ListOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{15}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListOffsetsResponse) GetOffset() int64 {
@@ -1070,7 +1221,7 @@ type PurgeRequest struct {
 
 func (x *PurgeRequest) Reset() {
 	*x = PurgeRequest{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[16]
+	mi := &file_sharelog_v1_log_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1233,7 @@ func (x *PurgeRequest) String() string {
 func (*PurgeRequest) ProtoMessage() {}
 
 func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[16]
+	mi := &file_sharelog_v1_log_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1246,7 @@ func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
 func (*PurgeRequest) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{16}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PurgeRequest) GetTopics() []*PurgeTopic {
@@ -1122,7 +1273,7 @@ type PurgeTopic struct {
 
 func (x *PurgeTopic) Reset() {
 	*x = PurgeTopic{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[17]
+	mi := &file_sharelog_v1_log_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1285,7 @@ func (x *PurgeTopic) String() string {
 func (*PurgeTopic) ProtoMessage() {}
 
 func (x *PurgeTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[17]
+	mi := &file_sharelog_v1_log_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1298,7 @@ func (x *PurgeTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTopic.ProtoReflect.Descriptor instead.
 func (*PurgeTopic) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{17}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PurgeTopic) GetTopic() string {
@@ -1175,7 +1326,7 @@ type PurgePartition struct {
 
 func (x *PurgePartition) Reset() {
 	*x = PurgePartition{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[18]
+	mi := &file_sharelog_v1_log_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1338,7 @@ func (x *PurgePartition) String() string {
 func (*PurgePartition) ProtoMessage() {}
 
 func (x *PurgePartition) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[18]
+	mi := &file_sharelog_v1_log_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1351,7 @@ func (x *PurgePartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgePartition.ProtoReflect.Descriptor instead.
 func (*PurgePartition) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{18}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PurgePartition) GetPartition() int32 {
@@ -1226,7 +1377,7 @@ type PurgeResponse struct {
 
 func (x *PurgeResponse) Reset() {
 	*x = PurgeResponse{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[19]
+	mi := &file_sharelog_v1_log_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1389,7 @@ func (x *PurgeResponse) String() string {
 func (*PurgeResponse) ProtoMessage() {}
 
 func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[19]
+	mi := &file_sharelog_v1_log_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1402,7 @@ func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
 func (*PurgeResponse) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{19}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PurgeResponse) GetTopics() []*PurgeTopicResult {
@@ -1271,7 +1422,7 @@ type PurgeTopicResult struct {
 
 func (x *PurgeTopicResult) Reset() {
 	*x = PurgeTopicResult{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[20]
+	mi := &file_sharelog_v1_log_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1434,7 @@ func (x *PurgeTopicResult) String() string {
 func (*PurgeTopicResult) ProtoMessage() {}
 
 func (x *PurgeTopicResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[20]
+	mi := &file_sharelog_v1_log_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1447,7 @@ func (x *PurgeTopicResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTopicResult.ProtoReflect.Descriptor instead.
 func (*PurgeTopicResult) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{20}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PurgeTopicResult) GetTopic() string {
@@ -1326,7 +1477,7 @@ type PurgePartitionResult struct {
 
 func (x *PurgePartitionResult) Reset() {
 	*x = PurgePartitionResult{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[21]
+	mi := &file_sharelog_v1_log_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1489,7 @@ func (x *PurgePartitionResult) String() string {
 func (*PurgePartitionResult) ProtoMessage() {}
 
 func (x *PurgePartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[21]
+	mi := &file_sharelog_v1_log_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1502,7 @@ func (x *PurgePartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgePartitionResult.ProtoReflect.Descriptor instead.
 func (*PurgePartitionResult) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{21}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PurgePartitionResult) GetPartition() int32 {
@@ -1390,7 +1541,7 @@ type DescribeClusterRequest struct {
 
 func (x *DescribeClusterRequest) Reset() {
 	*x = DescribeClusterRequest{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[22]
+	mi := &file_sharelog_v1_log_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1553,7 @@ func (x *DescribeClusterRequest) String() string {
 func (*DescribeClusterRequest) ProtoMessage() {}
 
 func (x *DescribeClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[22]
+	mi := &file_sharelog_v1_log_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1566,7 @@ func (x *DescribeClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClusterRequest.ProtoReflect.Descriptor instead.
 func (*DescribeClusterRequest) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{22}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{24}
 }
 
 type DescribeClusterResponse struct {
@@ -1442,7 +1593,7 @@ type DescribeClusterResponse struct {
 
 func (x *DescribeClusterResponse) Reset() {
 	*x = DescribeClusterResponse{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[23]
+	mi := &file_sharelog_v1_log_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1605,7 @@ func (x *DescribeClusterResponse) String() string {
 func (*DescribeClusterResponse) ProtoMessage() {}
 
 func (x *DescribeClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[23]
+	mi := &file_sharelog_v1_log_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1618,7 @@ func (x *DescribeClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClusterResponse.ProtoReflect.Descriptor instead.
 func (*DescribeClusterResponse) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{23}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DescribeClusterResponse) GetMode() string {
@@ -1515,7 +1666,7 @@ type ClusterInstance struct {
 
 func (x *ClusterInstance) Reset() {
 	*x = ClusterInstance{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[24]
+	mi := &file_sharelog_v1_log_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1678,7 @@ func (x *ClusterInstance) String() string {
 func (*ClusterInstance) ProtoMessage() {}
 
 func (x *ClusterInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[24]
+	mi := &file_sharelog_v1_log_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1691,7 @@ func (x *ClusterInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInstance.ProtoReflect.Descriptor instead.
 func (*ClusterInstance) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{24}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ClusterInstance) GetInstanceId() string {
@@ -1583,7 +1734,7 @@ type PartitionOwner struct {
 
 func (x *PartitionOwner) Reset() {
 	*x = PartitionOwner{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[25]
+	mi := &file_sharelog_v1_log_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1746,7 @@ func (x *PartitionOwner) String() string {
 func (*PartitionOwner) ProtoMessage() {}
 
 func (x *PartitionOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[25]
+	mi := &file_sharelog_v1_log_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1759,7 @@ func (x *PartitionOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOwner.ProtoReflect.Descriptor instead.
 func (*PartitionOwner) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{25}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PartitionOwner) GetTopic() string {
@@ -1662,7 +1813,7 @@ type GroupCoordinator struct {
 
 func (x *GroupCoordinator) Reset() {
 	*x = GroupCoordinator{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[26]
+	mi := &file_sharelog_v1_log_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1825,7 @@ func (x *GroupCoordinator) String() string {
 func (*GroupCoordinator) ProtoMessage() {}
 
 func (x *GroupCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[26]
+	mi := &file_sharelog_v1_log_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1838,7 @@ func (x *GroupCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupCoordinator.ProtoReflect.Descriptor instead.
 func (*GroupCoordinator) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{26}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GroupCoordinator) GetGroupId() string {
@@ -1758,19 +1909,34 @@ const file_sharelog_v1_log_proto_rawDesc = "" +
 	"\x12ListTopicsResponse\x12*\n" +
 	"\x06topics\x18\x01 \x03(\v2\x12.sharelog.v1.TopicR\x06topics\"*\n" +
 	"\x14DescribeTopicRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x86\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xe3\x02\n" +
 	"\x0eProduceRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
 	"\tpartition\x18\x02 \x01(\x05H\x00R\tpartition\x88\x01\x01\x12-\n" +
-	"\arecords\x18\x03 \x03(\v2\x13.sharelog.v1.RecordR\arecordsB\f\n" +
+	"\arecords\x18\x03 \x03(\v2\x13.sharelog.v1.RecordR\arecords\x12\x1f\n" +
+	"\vproducer_id\x18\x04 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x05 \x01(\x05R\rproducerEpoch\x12R\n" +
+	"\rbase_sequence\x18\x06 \x03(\v2-.sharelog.v1.ProduceRequest.BaseSequenceEntryR\fbaseSequence\x1a?\n" +
+	"\x11BaseSequenceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01B\f\n" +
 	"\n" +
 	"_partition\"o\n" +
 	"\x0fProduceResponse\x124\n" +
 	"\aresults\x18\x01 \x03(\v2\x1a.sharelog.v1.ProduceResultR\aresults\x12&\n" +
-	"\x0flog_append_time\x18\x02 \x01(\x03R\rlogAppendTime\"E\n" +
+	"\x0flog_append_time\x18\x02 \x01(\x03R\rlogAppendTime\"\xa1\x01\n" +
 	"\rProduceResult\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x16\n" +
-	"\x06offset\x18\x02 \x01(\x03R\x06offset\"\xb8\x01\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x125\n" +
+	"\n" +
+	"error_code\x18\x03 \x01(\x0e2\x16.sharelog.v1.ErrorCodeR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\"\x15\n" +
+	"\x13InitProducerRequest\"^\n" +
+	"\x14InitProducerResponse\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch\"\xb8\x01\n" +
 	"\fFetchRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
@@ -1845,7 +2011,7 @@ const file_sharelog_v1_log_proto_rawDesc = "" +
 	"\x17OFFSET_SPEC_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OFFSET_SPEC_EARLIEST\x10\x01\x12\x16\n" +
 	"\x12OFFSET_SPEC_LATEST\x10\x02\x12\x19\n" +
-	"\x15OFFSET_SPEC_TIMESTAMP\x10\x032\xaf\x05\n" +
+	"\x15OFFSET_SPEC_TIMESTAMP\x10\x032\x84\x06\n" +
 	"\n" +
 	"LogService\x12B\n" +
 	"\vCreateTopic\x12\x1f.sharelog.v1.CreateTopicRequest\x1a\x12.sharelog.v1.Topic\x12P\n" +
@@ -1853,7 +2019,8 @@ const file_sharelog_v1_log_proto_rawDesc = "" +
 	"\n" +
 	"ListTopics\x12\x1e.sharelog.v1.ListTopicsRequest\x1a\x1f.sharelog.v1.ListTopicsResponse\x12F\n" +
 	"\rDescribeTopic\x12!.sharelog.v1.DescribeTopicRequest\x1a\x12.sharelog.v1.Topic\x12D\n" +
-	"\aProduce\x12\x1b.sharelog.v1.ProduceRequest\x1a\x1c.sharelog.v1.ProduceResponse\x12>\n" +
+	"\aProduce\x12\x1b.sharelog.v1.ProduceRequest\x1a\x1c.sharelog.v1.ProduceResponse\x12S\n" +
+	"\fInitProducer\x12 .sharelog.v1.InitProducerRequest\x1a!.sharelog.v1.InitProducerResponse\x12>\n" +
 	"\x05Fetch\x12\x19.sharelog.v1.FetchRequest\x1a\x1a.sharelog.v1.FetchResponse\x12P\n" +
 	"\vListOffsets\x12\x1f.sharelog.v1.ListOffsetsRequest\x1a .sharelog.v1.ListOffsetsResponse\x12>\n" +
 	"\x05Purge\x12\x19.sharelog.v1.PurgeRequest\x1a\x1a.sharelog.v1.PurgeResponse\x12\\\n" +
@@ -1872,7 +2039,7 @@ func file_sharelog_v1_log_proto_rawDescGZIP() []byte {
 }
 
 var file_sharelog_v1_log_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sharelog_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_sharelog_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_sharelog_v1_log_proto_goTypes = []any{
 	(OffsetSpec)(0),                 // 0: sharelog.v1.OffsetSpec
 	(*TopicConfig)(nil),             // 1: sharelog.v1.TopicConfig
@@ -1887,65 +2054,72 @@ var file_sharelog_v1_log_proto_goTypes = []any{
 	(*ProduceRequest)(nil),          // 10: sharelog.v1.ProduceRequest
 	(*ProduceResponse)(nil),         // 11: sharelog.v1.ProduceResponse
 	(*ProduceResult)(nil),           // 12: sharelog.v1.ProduceResult
-	(*FetchRequest)(nil),            // 13: sharelog.v1.FetchRequest
-	(*FetchResponse)(nil),           // 14: sharelog.v1.FetchResponse
-	(*ListOffsetsRequest)(nil),      // 15: sharelog.v1.ListOffsetsRequest
-	(*ListOffsetsResponse)(nil),     // 16: sharelog.v1.ListOffsetsResponse
-	(*PurgeRequest)(nil),            // 17: sharelog.v1.PurgeRequest
-	(*PurgeTopic)(nil),              // 18: sharelog.v1.PurgeTopic
-	(*PurgePartition)(nil),          // 19: sharelog.v1.PurgePartition
-	(*PurgeResponse)(nil),           // 20: sharelog.v1.PurgeResponse
-	(*PurgeTopicResult)(nil),        // 21: sharelog.v1.PurgeTopicResult
-	(*PurgePartitionResult)(nil),    // 22: sharelog.v1.PurgePartitionResult
-	(*DescribeClusterRequest)(nil),  // 23: sharelog.v1.DescribeClusterRequest
-	(*DescribeClusterResponse)(nil), // 24: sharelog.v1.DescribeClusterResponse
-	(*ClusterInstance)(nil),         // 25: sharelog.v1.ClusterInstance
-	(*PartitionOwner)(nil),          // 26: sharelog.v1.PartitionOwner
-	(*GroupCoordinator)(nil),        // 27: sharelog.v1.GroupCoordinator
-	(ErrorCode)(0),                  // 28: sharelog.v1.ErrorCode
-	(*Record)(nil),                  // 29: sharelog.v1.Record
+	(*InitProducerRequest)(nil),     // 13: sharelog.v1.InitProducerRequest
+	(*InitProducerResponse)(nil),    // 14: sharelog.v1.InitProducerResponse
+	(*FetchRequest)(nil),            // 15: sharelog.v1.FetchRequest
+	(*FetchResponse)(nil),           // 16: sharelog.v1.FetchResponse
+	(*ListOffsetsRequest)(nil),      // 17: sharelog.v1.ListOffsetsRequest
+	(*ListOffsetsResponse)(nil),     // 18: sharelog.v1.ListOffsetsResponse
+	(*PurgeRequest)(nil),            // 19: sharelog.v1.PurgeRequest
+	(*PurgeTopic)(nil),              // 20: sharelog.v1.PurgeTopic
+	(*PurgePartition)(nil),          // 21: sharelog.v1.PurgePartition
+	(*PurgeResponse)(nil),           // 22: sharelog.v1.PurgeResponse
+	(*PurgeTopicResult)(nil),        // 23: sharelog.v1.PurgeTopicResult
+	(*PurgePartitionResult)(nil),    // 24: sharelog.v1.PurgePartitionResult
+	(*DescribeClusterRequest)(nil),  // 25: sharelog.v1.DescribeClusterRequest
+	(*DescribeClusterResponse)(nil), // 26: sharelog.v1.DescribeClusterResponse
+	(*ClusterInstance)(nil),         // 27: sharelog.v1.ClusterInstance
+	(*PartitionOwner)(nil),          // 28: sharelog.v1.PartitionOwner
+	(*GroupCoordinator)(nil),        // 29: sharelog.v1.GroupCoordinator
+	nil,                             // 30: sharelog.v1.ProduceRequest.BaseSequenceEntry
+	(ErrorCode)(0),                  // 31: sharelog.v1.ErrorCode
+	(*Record)(nil),                  // 32: sharelog.v1.Record
 }
 var file_sharelog_v1_log_proto_depIdxs = []int32{
 	1,  // 0: sharelog.v1.Topic.config:type_name -> sharelog.v1.TopicConfig
 	3,  // 1: sharelog.v1.Topic.partitions:type_name -> sharelog.v1.TopicPartition
-	28, // 2: sharelog.v1.TopicPartition.error_code:type_name -> sharelog.v1.ErrorCode
+	31, // 2: sharelog.v1.TopicPartition.error_code:type_name -> sharelog.v1.ErrorCode
 	1,  // 3: sharelog.v1.CreateTopicRequest.config:type_name -> sharelog.v1.TopicConfig
 	2,  // 4: sharelog.v1.ListTopicsResponse.topics:type_name -> sharelog.v1.Topic
-	29, // 5: sharelog.v1.ProduceRequest.records:type_name -> sharelog.v1.Record
-	12, // 6: sharelog.v1.ProduceResponse.results:type_name -> sharelog.v1.ProduceResult
-	29, // 7: sharelog.v1.FetchResponse.records:type_name -> sharelog.v1.Record
-	0,  // 8: sharelog.v1.ListOffsetsRequest.spec:type_name -> sharelog.v1.OffsetSpec
-	18, // 9: sharelog.v1.PurgeRequest.topics:type_name -> sharelog.v1.PurgeTopic
-	19, // 10: sharelog.v1.PurgeTopic.partitions:type_name -> sharelog.v1.PurgePartition
-	21, // 11: sharelog.v1.PurgeResponse.topics:type_name -> sharelog.v1.PurgeTopicResult
-	22, // 12: sharelog.v1.PurgeTopicResult.partitions:type_name -> sharelog.v1.PurgePartitionResult
-	28, // 13: sharelog.v1.PurgePartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
-	25, // 14: sharelog.v1.DescribeClusterResponse.instances:type_name -> sharelog.v1.ClusterInstance
-	26, // 15: sharelog.v1.DescribeClusterResponse.partitions:type_name -> sharelog.v1.PartitionOwner
-	27, // 16: sharelog.v1.DescribeClusterResponse.groups:type_name -> sharelog.v1.GroupCoordinator
-	4,  // 17: sharelog.v1.LogService.CreateTopic:input_type -> sharelog.v1.CreateTopicRequest
-	5,  // 18: sharelog.v1.LogService.DeleteTopic:input_type -> sharelog.v1.DeleteTopicRequest
-	7,  // 19: sharelog.v1.LogService.ListTopics:input_type -> sharelog.v1.ListTopicsRequest
-	9,  // 20: sharelog.v1.LogService.DescribeTopic:input_type -> sharelog.v1.DescribeTopicRequest
-	10, // 21: sharelog.v1.LogService.Produce:input_type -> sharelog.v1.ProduceRequest
-	13, // 22: sharelog.v1.LogService.Fetch:input_type -> sharelog.v1.FetchRequest
-	15, // 23: sharelog.v1.LogService.ListOffsets:input_type -> sharelog.v1.ListOffsetsRequest
-	17, // 24: sharelog.v1.LogService.Purge:input_type -> sharelog.v1.PurgeRequest
-	23, // 25: sharelog.v1.LogService.DescribeCluster:input_type -> sharelog.v1.DescribeClusterRequest
-	2,  // 26: sharelog.v1.LogService.CreateTopic:output_type -> sharelog.v1.Topic
-	6,  // 27: sharelog.v1.LogService.DeleteTopic:output_type -> sharelog.v1.DeleteTopicResponse
-	8,  // 28: sharelog.v1.LogService.ListTopics:output_type -> sharelog.v1.ListTopicsResponse
-	2,  // 29: sharelog.v1.LogService.DescribeTopic:output_type -> sharelog.v1.Topic
-	11, // 30: sharelog.v1.LogService.Produce:output_type -> sharelog.v1.ProduceResponse
-	14, // 31: sharelog.v1.LogService.Fetch:output_type -> sharelog.v1.FetchResponse
-	16, // 32: sharelog.v1.LogService.ListOffsets:output_type -> sharelog.v1.ListOffsetsResponse
-	20, // 33: sharelog.v1.LogService.Purge:output_type -> sharelog.v1.PurgeResponse
-	24, // 34: sharelog.v1.LogService.DescribeCluster:output_type -> sharelog.v1.DescribeClusterResponse
-	26, // [26:35] is the sub-list for method output_type
-	17, // [17:26] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	32, // 5: sharelog.v1.ProduceRequest.records:type_name -> sharelog.v1.Record
+	30, // 6: sharelog.v1.ProduceRequest.base_sequence:type_name -> sharelog.v1.ProduceRequest.BaseSequenceEntry
+	12, // 7: sharelog.v1.ProduceResponse.results:type_name -> sharelog.v1.ProduceResult
+	31, // 8: sharelog.v1.ProduceResult.error_code:type_name -> sharelog.v1.ErrorCode
+	32, // 9: sharelog.v1.FetchResponse.records:type_name -> sharelog.v1.Record
+	0,  // 10: sharelog.v1.ListOffsetsRequest.spec:type_name -> sharelog.v1.OffsetSpec
+	20, // 11: sharelog.v1.PurgeRequest.topics:type_name -> sharelog.v1.PurgeTopic
+	21, // 12: sharelog.v1.PurgeTopic.partitions:type_name -> sharelog.v1.PurgePartition
+	23, // 13: sharelog.v1.PurgeResponse.topics:type_name -> sharelog.v1.PurgeTopicResult
+	24, // 14: sharelog.v1.PurgeTopicResult.partitions:type_name -> sharelog.v1.PurgePartitionResult
+	31, // 15: sharelog.v1.PurgePartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
+	27, // 16: sharelog.v1.DescribeClusterResponse.instances:type_name -> sharelog.v1.ClusterInstance
+	28, // 17: sharelog.v1.DescribeClusterResponse.partitions:type_name -> sharelog.v1.PartitionOwner
+	29, // 18: sharelog.v1.DescribeClusterResponse.groups:type_name -> sharelog.v1.GroupCoordinator
+	4,  // 19: sharelog.v1.LogService.CreateTopic:input_type -> sharelog.v1.CreateTopicRequest
+	5,  // 20: sharelog.v1.LogService.DeleteTopic:input_type -> sharelog.v1.DeleteTopicRequest
+	7,  // 21: sharelog.v1.LogService.ListTopics:input_type -> sharelog.v1.ListTopicsRequest
+	9,  // 22: sharelog.v1.LogService.DescribeTopic:input_type -> sharelog.v1.DescribeTopicRequest
+	10, // 23: sharelog.v1.LogService.Produce:input_type -> sharelog.v1.ProduceRequest
+	13, // 24: sharelog.v1.LogService.InitProducer:input_type -> sharelog.v1.InitProducerRequest
+	15, // 25: sharelog.v1.LogService.Fetch:input_type -> sharelog.v1.FetchRequest
+	17, // 26: sharelog.v1.LogService.ListOffsets:input_type -> sharelog.v1.ListOffsetsRequest
+	19, // 27: sharelog.v1.LogService.Purge:input_type -> sharelog.v1.PurgeRequest
+	25, // 28: sharelog.v1.LogService.DescribeCluster:input_type -> sharelog.v1.DescribeClusterRequest
+	2,  // 29: sharelog.v1.LogService.CreateTopic:output_type -> sharelog.v1.Topic
+	6,  // 30: sharelog.v1.LogService.DeleteTopic:output_type -> sharelog.v1.DeleteTopicResponse
+	8,  // 31: sharelog.v1.LogService.ListTopics:output_type -> sharelog.v1.ListTopicsResponse
+	2,  // 32: sharelog.v1.LogService.DescribeTopic:output_type -> sharelog.v1.Topic
+	11, // 33: sharelog.v1.LogService.Produce:output_type -> sharelog.v1.ProduceResponse
+	14, // 34: sharelog.v1.LogService.InitProducer:output_type -> sharelog.v1.InitProducerResponse
+	16, // 35: sharelog.v1.LogService.Fetch:output_type -> sharelog.v1.FetchResponse
+	18, // 36: sharelog.v1.LogService.ListOffsets:output_type -> sharelog.v1.ListOffsetsResponse
+	22, // 37: sharelog.v1.LogService.Purge:output_type -> sharelog.v1.PurgeResponse
+	26, // 38: sharelog.v1.LogService.DescribeCluster:output_type -> sharelog.v1.DescribeClusterResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_sharelog_v1_log_proto_init() }
@@ -1962,7 +2136,7 @@ func file_sharelog_v1_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sharelog_v1_log_proto_rawDesc), len(file_sharelog_v1_log_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

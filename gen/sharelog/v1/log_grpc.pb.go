@@ -24,6 +24,7 @@ const (
 	LogService_ListTopics_FullMethodName      = "/sharelog.v1.LogService/ListTopics"
 	LogService_DescribeTopic_FullMethodName   = "/sharelog.v1.LogService/DescribeTopic"
 	LogService_Produce_FullMethodName         = "/sharelog.v1.LogService/Produce"
+	LogService_InitProducer_FullMethodName    = "/sharelog.v1.LogService/InitProducer"
 	LogService_Fetch_FullMethodName           = "/sharelog.v1.LogService/Fetch"
 	LogService_ListOffsets_FullMethodName     = "/sharelog.v1.LogService/ListOffsets"
 	LogService_Purge_FullMethodName           = "/sharelog.v1.LogService/Purge"
@@ -48,8 +49,13 @@ type LogServiceClient interface {
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	DescribeTopic(ctx context.Context, in *DescribeTopicRequest, opts ...grpc.CallOption) (*Topic, error)
-	// Appends records; one result per record, in request order.
+	// Appends records; one result per record, in request order, each with
+	// its partition's offset or its partition's error (docs/produce.md).
 	Produce(ctx context.Context, in *ProduceRequest, opts ...grpc.CallOption) (*ProduceResponse, error)
+	// Allocates a new idempotent producer id (epoch 0) for Produce's
+	// producer_id, producer_epoch and base_sequence (docs/produce.md). Ids
+	// are allocated durably and never reused.
+	InitProducer(ctx context.Context, in *InitProducerRequest, opts ...grpc.CallOption) (*InitProducerResponse, error)
 	// Reads records of one partition from an offset, long-polling at the high watermark.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
 	// Answers the earliest, latest, or first offset at a timestamp.
@@ -124,6 +130,16 @@ func (c *logServiceClient) Produce(ctx context.Context, in *ProduceRequest, opts
 	return out, nil
 }
 
+func (c *logServiceClient) InitProducer(ctx context.Context, in *InitProducerRequest, opts ...grpc.CallOption) (*InitProducerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InitProducerResponse)
+	err := c.cc.Invoke(ctx, LogService_InitProducer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *logServiceClient) Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FetchResponse)
@@ -182,8 +198,13 @@ type LogServiceServer interface {
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	DescribeTopic(context.Context, *DescribeTopicRequest) (*Topic, error)
-	// Appends records; one result per record, in request order.
+	// Appends records; one result per record, in request order, each with
+	// its partition's offset or its partition's error (docs/produce.md).
 	Produce(context.Context, *ProduceRequest) (*ProduceResponse, error)
+	// Allocates a new idempotent producer id (epoch 0) for Produce's
+	// producer_id, producer_epoch and base_sequence (docs/produce.md). Ids
+	// are allocated durably and never reused.
+	InitProducer(context.Context, *InitProducerRequest) (*InitProducerResponse, error)
 	// Reads records of one partition from an offset, long-polling at the high watermark.
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
 	// Answers the earliest, latest, or first offset at a timestamp.
@@ -222,6 +243,9 @@ func (UnimplementedLogServiceServer) DescribeTopic(context.Context, *DescribeTop
 }
 func (UnimplementedLogServiceServer) Produce(context.Context, *ProduceRequest) (*ProduceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Produce not implemented")
+}
+func (UnimplementedLogServiceServer) InitProducer(context.Context, *InitProducerRequest) (*InitProducerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method InitProducer not implemented")
 }
 func (UnimplementedLogServiceServer) Fetch(context.Context, *FetchRequest) (*FetchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fetch not implemented")
@@ -346,6 +370,24 @@ func _LogService_Produce_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LogService_InitProducer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InitProducerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LogServiceServer).InitProducer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LogService_InitProducer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LogServiceServer).InitProducer(ctx, req.(*InitProducerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LogService_Fetch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(FetchRequest)
 	if err := dec(in); err != nil {
@@ -444,6 +486,10 @@ var LogService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Produce",
 			Handler:    _LogService_Produce_Handler,
+		},
+		{
+			MethodName: "InitProducer",
+			Handler:    _LogService_InitProducer_Handler,
 		},
 		{
 			MethodName: "Fetch",

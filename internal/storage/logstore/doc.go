@@ -74,7 +74,8 @@
 //	offset  size  field
 //	0       4     body length B (u32; 29 <= B <= MaxRecordBytes-8)
 //	4       4     CRC32C (Castagnoli) of the B body bytes
-//	8       1     attributes: bit 0 = last record of its Append batch; other bits 0
+//	8       1     attributes: bit 0 = last record of its Append batch;
+//	              bit 1 = the producer fields follow the headers; other bits 0
 //	9       8     offset (i64)
 //	17      8     timestamp, ms since the Unix epoch (i64)
 //	25      4     key length K (i32); -1 = nil key (keyless), 0 = empty key
@@ -83,6 +84,16 @@
 //	        V     value
 //	        4     header count H (u32)
 //	        H ×   { u32 key length, key bytes, i32 value length (-1 = nil), value bytes }
+//	        8     with bit 1: producer id (i64, never 0)
+//	        2     with bit 1: producer epoch (i16)
+//	        4     with bit 1: the record's sequence number (i32)
+//
+// The producer fields are those of an idempotent producer's batch
+// (Record.ProducerID, ProducerEpoch, Sequence; docs/produce.md): the log
+// carries them so that the broker can rebuild each producer's last batches
+// from the log after a crash or on another instance. A record without a
+// producer has no such bytes, so frames written before they existed read
+// the same.
 //
 // The body must be consumed exactly. Every length is checked against what
 // remains of the body (and the header count against the minimum header

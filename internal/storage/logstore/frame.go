@@ -12,19 +12,22 @@ import (
 //	u32 body length | u32 CRC32C(body) | body
 //	body = u8 attrs | i64 offset | i64 timestamp | i32 key len (-1 = nil) | key |
 //	       i32 value len (-1 = nil) | value | u32 header count |
-//	       { u32 key len | key | i32 value len (-1 = nil) | value } ...
+//	       { u32 key len | key | i32 value len (-1 = nil) | value } ... |
+//	       [ i64 producer id | i16 producer epoch | i32 sequence ]  (attrs bit 1)
 //
 // All integers are big-endian (lexically comparable in hex dumps, as Kafka's).
 const (
 	frameHeaderSize = 8                     // body length + CRC
 	bodyFixedSize   = 1 + 8 + 8 + 4 + 4 + 4 // attrs, offset, timestamp, key len, value len, header count
 	minFrameSize    = frameHeaderSize + bodyFixedSize
-	tsFieldOffset   = frameHeaderSize + 1 + 8 // timestamp position inside a frame
-	offFieldOffset  = frameHeaderSize + 1     // offset position inside a frame
-	attrBatchEnd    = 1 << 0                  // last record of its Append batch
-	attrKnown       = attrBatchEnd            // every other bit must be zero
-	nilLen          = math.MaxUint32          // i32 -1: the slice is nil
-	headerFixedSize = 4 + 4                   // key len + value len per header
+	tsFieldOffset   = frameHeaderSize + 1 + 8     // timestamp position inside a frame
+	offFieldOffset  = frameHeaderSize + 1         // offset position inside a frame
+	attrBatchEnd    = 1 << 0                      // last record of its Append batch
+	attrProducer    = 1 << 1                      // the producer fields follow the headers
+	attrKnown       = attrBatchEnd | attrProducer // every other bit must be zero
+	producerSize    = 8 + 2 + 4                   // producer id, epoch, sequence
+	nilLen          = math.MaxUint32              // i32 -1: the slice is nil
+	headerFixedSize = 4 + 4                       // key len + value len per header
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -43,6 +46,9 @@ func frameSize(r *Record) int {
 	for i := range r.Headers {
 		n += headerFixedSize + len(r.Headers[i].Key) + len(r.Headers[i].Value)
 	}
+	if r.ProducerID != 0 {
+		n += producerSize
+	}
 	return n
 }
 
@@ -53,6 +59,9 @@ func appendFrame(dst []byte, r *Record, offset int64, last bool) []byte {
 	var attrs byte
 	if last {
 		attrs = attrBatchEnd
+	}
+	if r.ProducerID != 0 {
+		attrs |= attrProducer
 	}
 	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, attrs)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(offset))
@@ -65,6 +74,11 @@ func appendFrame(dst []byte, r *Record, offset int64, last bool) []byte {
 		dst = binary.BigEndian.AppendUint32(dst, uint32(len(h.Key)))
 		dst = append(dst, h.Key...)
 		dst = appendOptBytes(dst, h.Value)
+	}
+	if r.ProducerID != 0 {
+		dst = binary.BigEndian.AppendUint64(dst, uint64(r.ProducerID))
+		dst = binary.BigEndian.AppendUint16(dst, uint16(r.ProducerEpoch))
+		dst = binary.BigEndian.AppendUint32(dst, uint32(r.Sequence))
 	}
 	body := dst[start+frameHeaderSize:]
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(body)))
@@ -150,11 +164,21 @@ func decodeFrame(b []byte, rec *Record) (int, frameInfo, error) {
 			headers[i] = Header{Key: string(k), Value: v}
 		}
 	}
+	var pid int64
+	var epoch int16
+	var seq int32
+	if attrs&attrProducer != 0 {
+		pid, epoch, seq = int64(d.u64()), int16(d.u16()), int32(d.u32())
+		if pid == 0 {
+			d.bad = true // 0 means "no producer" and is never written
+		}
+	}
 	if d.bad || d.pos != len(body) {
 		return 0, frameInfo{}, errBadFrame
 	}
 	if rec != nil {
-		*rec = Record{Offset: info.offset, Timestamp: info.timestamp, Key: key, Value: value, Headers: headers}
+		*rec = Record{Offset: info.offset, Timestamp: info.timestamp, Key: key, Value: value, Headers: headers,
+			ProducerID: pid, ProducerEpoch: epoch, Sequence: seq}
 	}
 	return n, info, nil
 }
@@ -174,6 +198,26 @@ func (d *decoder) u32() uint32 {
 	}
 	v := binary.BigEndian.Uint32(d.b[d.pos:])
 	d.pos += 4
+	return v
+}
+
+func (d *decoder) u64() uint64 {
+	if d.bad || len(d.b)-d.pos < 8 {
+		d.bad = true
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b[d.pos:])
+	d.pos += 8
+	return v
+}
+
+func (d *decoder) u16() uint16 {
+	if d.bad || len(d.b)-d.pos < 2 {
+		d.bad = true
+		return 0
+	}
+	v := binary.BigEndian.Uint16(d.b[d.pos:])
+	d.pos += 2
 	return v
 }
 

@@ -25,6 +25,8 @@ func TestFrameRoundTrip(t *testing.T) {
 		{"key and value", Record{Key: []byte("k"), Value: []byte("value"), Timestamp: 1 << 40}},
 		{"headers", Record{Value: []byte("v"), Headers: []Header{{Key: "a", Value: []byte("1")}, {Key: "", Value: nil}, {Key: "e", Value: []byte{}}}}},
 		{"binary", Record{Key: []byte{0, 0xff}, Value: bytes.Repeat([]byte{0xab}, 10000)}},
+		{"producer", Record{Key: []byte("k"), Value: []byte("v"), ProducerID: 7, ProducerEpoch: 3, Sequence: 41}},
+		{"producer extremes", Record{Value: []byte("v"), Headers: []Header{{Key: "h"}}, ProducerID: -1 << 63, ProducerEpoch: -1, Sequence: 1<<31 - 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,9 +56,22 @@ func TestDecodeFrameRejectsDamage(t *testing.T) {
 		_, _, err := decodeFrame(b, nil)
 		assert.Error(t, err, "bit flip at byte %d", i)
 	}
+	// A producer bit without the producer fields, and producer id 0 (which
+	// means "none" and is never written), are damage.
+	noFields := bytes.Clone(good)
+	noFields[8] |= attrProducer
+	binary.BigEndian.PutUint32(noFields[4:], crc32.Checksum(noFields[frameHeaderSize:], castagnoli))
+	_, _, err := decodeFrame(noFields, nil)
+	assert.ErrorIs(t, err, errBadFrame)
+	zeroID := encodeOne(Record{Value: []byte("v"), ProducerID: 1}, 7, false)
+	binary.BigEndian.PutUint64(zeroID[len(zeroID)-producerSize:], 0)
+	binary.BigEndian.PutUint32(zeroID[4:], crc32.Checksum(zeroID[frameHeaderSize:], castagnoli))
+	_, _, err = decodeFrame(zeroID, nil)
+	assert.ErrorIs(t, err, errBadFrame)
+
 	huge := bytes.Clone(good)
 	huge[0] = 0x7f // body length ~2 GiB: refused before anything is allocated
-	_, _, err := decodeFrame(huge, nil)
+	_, _, err = decodeFrame(huge, nil)
 	assert.ErrorIs(t, err, errBadFrame)
 }
 
@@ -72,6 +87,7 @@ func FuzzDecodeFrame(f *testing.F) {
 	two := append(encodeOne(Record{Value: []byte("1")}, 0, false), encodeOne(Record{Value: []byte("2")}, 1, true)...)
 	f.Add(two)
 	f.Add(two[:len(two)-3])
+	f.Add(encodeOne(Record{Key: []byte("k"), Value: []byte("v"), ProducerID: 9, ProducerEpoch: 1, Sequence: 4}, 3, true))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkDecode(t, b)
 		// Random bytes rarely pass the CRC; also try them as a body inside

@@ -49,6 +49,14 @@ type Record struct {
 	Key       []byte
 	Value     []byte
 	Headers   []Header
+	// ProducerID, ProducerEpoch and Sequence are an idempotent producer's
+	// fields (docs/produce.md): its id (0 = the record has no producer),
+	// epoch and the record's sequence number. The stores keep them with the
+	// record (the frame's producer fields, doc.go) and give them back on
+	// Read; what they mean is the broker's business.
+	ProducerID    int64
+	ProducerEpoch int16
+	Sequence      int32
 }
 
 // Size is the record's payload size as share groups and fetch limits count it:

@@ -184,7 +184,8 @@ func newTopicID() string {
 // nil and empty keys and values distinct and, like the file format, reads no
 // headers back as nil Headers.
 func cloneRecord(r Record) Record {
-	out := Record{Offset: r.Offset, Timestamp: r.Timestamp, Key: cloneBytes(r.Key), Value: cloneBytes(r.Value)}
+	out := Record{Offset: r.Offset, Timestamp: r.Timestamp, Key: cloneBytes(r.Key), Value: cloneBytes(r.Value),
+		ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch, Sequence: r.Sequence}
 	if len(r.Headers) > 0 {
 		out.Headers = make([]Header, len(r.Headers))
 		for i, h := range r.Headers {

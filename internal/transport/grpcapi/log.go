@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/sharelog/sharelog/apierr"
@@ -156,15 +157,44 @@ func (s *LogService) Produce(ctx context.Context, req *sharelogv1.ProduceRequest
 	for i, r := range req.GetRecords() {
 		recs[i] = broker.Record{Timestamp: r.GetTimestamp(), Key: r.Key, Value: r.Value, Headers: headersFromProto(r.GetHeaders())}
 	}
-	res, err := s.log.Produce(ctx, req.GetTopic(), req.Partition, recs)
+	var res broker.Produced
+	var err error
+	switch {
+	case req.GetProducerId() != 0:
+		if e := req.GetProducerEpoch(); e < 0 || e > math.MaxInt16 {
+			return nil, apierr.Invalid("producer_epoch must be between 0 and %d, got %d", math.MaxInt16, e)
+		}
+		res, err = s.log.ProduceIdempotent(ctx, req.GetTopic(), req.Partition, recs, broker.Idempotence{
+			ProducerID: req.GetProducerId(), ProducerEpoch: int16(req.GetProducerEpoch()), BaseSequence: req.GetBaseSequence()})
+	case req.GetProducerEpoch() != 0 || len(req.GetBaseSequence()) > 0:
+		return nil, apierr.Invalid("producer_epoch and base_sequence need producer_id (from InitProducer)")
+	default:
+		res, err = s.log.Produce(ctx, req.GetTopic(), req.Partition, recs)
+	}
 	if err != nil {
 		return nil, err
 	}
 	resp := &sharelogv1.ProduceResponse{Results: make([]*sharelogv1.ProduceResult, len(recs)), LogAppendTime: res.LogAppendTime}
 	for i := range recs {
-		resp.Results[i] = &sharelogv1.ProduceResult{Partition: res.Partitions[i], Offset: res.Offsets[i]}
+		r := &sharelogv1.ProduceResult{Partition: res.Partitions[i], Offset: res.Offsets[i]}
+		if res.Errors != nil && res.Errors[i] != nil {
+			r.ErrorCode = codeToProto(res.Errors[i].Reason)
+			r.ErrorMessage = res.Errors[i].Message
+		}
+		resp.Results[i] = r
 	}
 	return resp, nil
+}
+
+// InitProducer needs no ACL: as with Kafka's InitProducerId without a
+// transactional id, the id alone writes nothing, and every Produce that
+// uses it is checked for WRITE on its topic.
+func (s *LogService) InitProducer(ctx context.Context, _ *sharelogv1.InitProducerRequest) (*sharelogv1.InitProducerResponse, error) {
+	id, epoch, err := s.log.InitProducer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &sharelogv1.InitProducerResponse{ProducerId: id, ProducerEpoch: int32(epoch)}, nil
 }
 
 func (s *LogService) Fetch(ctx context.Context, req *sharelogv1.FetchRequest) (*sharelogv1.FetchResponse, error) {

@@ -53,6 +53,9 @@ var reasonStatus = map[apierr.Reason]ReasonStatus{
 	apierr.PolicyViolation:            {codes.FailedPrecondition, http.StatusBadRequest},
 	apierr.InvalidRecordState:         {codes.FailedPrecondition, http.StatusBadRequest},
 	apierr.RequestTimedOut:            {codes.DeadlineExceeded, http.StatusGatewayTimeout},
+	apierr.OutOfOrderSequenceNumber:   {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.InvalidProducerEpoch:       {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.ProducerFenced:             {codes.FailedPrecondition, http.StatusBadRequest},
 }
 
 // StatusOf returns how reason r travels; ok is false for a reason outside
@@ -152,4 +155,27 @@ func logInternal(ctx context.Context, log *slog.Logger, err error) {
 		attrs = append(attrs, "trace_id", sc.TraceID().String())
 	}
 	log.ErrorContext(ctx, "internal error", attrs...)
+}
+
+// FromStatus is Status reversed, for the answers of another instance that
+// the domain judges (a forwarded append's outcome becomes a per-partition
+// result, docs/produce.md): a status error carrying sharelog's ErrorInfo
+// becomes the *apierr.Error it was made from; a deadline or cancellation
+// without one becomes REQUEST_TIMED_OUT (the outcome is unknown). Any
+// other error is returned as it is.
+func FromStatus(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || err == nil {
+		return err
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == apierr.Domain && info.GetReason() != "" {
+			return &apierr.Error{Reason: apierr.Reason(info.GetReason()), Message: st.Message(), Metadata: info.GetMetadata()}
+		}
+	}
+	switch st.Code() {
+	case codes.DeadlineExceeded, codes.Canceled:
+		return apierr.New(apierr.RequestTimedOut, "%s", st.Message())
+	}
+	return err
 }

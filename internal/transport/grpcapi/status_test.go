@@ -186,3 +186,13 @@ func TestProtoErrorCodesAreKafkaCodes(t *testing.T) {
 	}
 	assert.Equal(t, sharelogv1.ErrorCode_ERROR_CODE_UNKNOWN_SERVER_ERROR, codeToProto("MADE_UP"))
 }
+
+func TestFromStatusIsStatusReversed(t *testing.T) {
+	e := &apierr.Error{Reason: apierr.OwnerUnreachable, Message: "the owner did not answer", Metadata: map[string]string{"k": "v"}}
+	back := FromStatus(Status(e).Err())
+	assert.Equal(t, e, back)
+	assert.Equal(t, apierr.RequestTimedOut, apierr.ReasonOf(FromStatus(status.Error(codes.DeadlineExceeded, "late"))))
+	plain := status.Error(codes.Internal, "no info")
+	assert.Equal(t, plain, FromStatus(plain))
+	assert.NoError(t, FromStatus(nil))
+}

@@ -272,7 +272,9 @@ func (p produceParser) bytes() ([]byte, bool) {
 // Marshal implements runtime.Marshaler. A Produce answer, one small object
 // per record, is written directly in the form protojson gives it with the
 // gateway's options (every field, in field-number order, 64-bit integers as
-// strings, camelCase names); every other message goes to protojson.
+// strings, camelCase names) when every record succeeded; an answer with
+// per-partition errors (rare, and with messages to escape) and every other
+// message go to protojson.
 //
 // A Fetch answer is written the same way, straight into one buffer of its
 // exact size: most of it is base64 record data, and protojson would build
@@ -282,8 +284,8 @@ func (p produceParser) bytes() ([]byte, bool) {
 func (m fastJSON) Marshal(v any) ([]byte, error) {
 	switch resp := v.(type) {
 	case *sharelogv1.ProduceResponse:
-		if resp != nil {
-			return appendProduceResponse(make([]byte, 0, 48+40*len(resp.GetResults())), resp), nil
+		if resp != nil && producedAll(resp) {
+			return appendProduceResponse(make([]byte, 0, 48+80*len(resp.GetResults())), resp), nil
 		}
 	case *sharelogv1.FetchResponse:
 		if n, ok := fetchResponseSize(resp); ok {
@@ -374,8 +376,18 @@ func appendFetchResponse(b []byte, resp *sharelogv1.FetchResponse) []byte {
 	return append(b, `"}`...)
 }
 
-// appendProduceResponse appends resp as protojson marshals it with
-// EmitDefaultValues (without its random spaces).
+// producedAll: every result of resp succeeded.
+func producedAll(resp *sharelogv1.ProduceResponse) bool {
+	for _, r := range resp.GetResults() {
+		if r.GetErrorCode() != sharelogv1.ErrorCode_ERROR_CODE_NONE || r.GetErrorMessage() != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// appendProduceResponse appends resp, whose results all succeeded, as
+// protojson marshals it with EmitDefaultValues (without its random spaces).
 func appendProduceResponse(b []byte, resp *sharelogv1.ProduceResponse) []byte {
 	b = append(b, `{"results":[`...)
 	for i, r := range resp.GetResults() {
@@ -386,7 +398,7 @@ func appendProduceResponse(b []byte, resp *sharelogv1.ProduceResponse) []byte {
 		b = strconv.AppendInt(b, int64(r.GetPartition()), 10)
 		b = append(b, `,"offset":"`...)
 		b = strconv.AppendInt(b, r.GetOffset(), 10)
-		b = append(b, `"}`...)
+		b = append(b, `","errorCode":"ERROR_CODE_NONE","errorMessage":""}`...)
 	}
 	b = append(b, `],"logAppendTime":"`...)
 	b = strconv.AppendInt(b, resp.GetLogAppendTime(), 10)

@@ -207,8 +207,11 @@ func TestFastJSONProduceResponseMatchesProtojson(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, compact.String(), string(got))
 	}
-	// A nil answer and other messages are protojson's.
-	for _, v := range []any{(*sharelogv1.ProduceResponse)(nil), &sharelogv1.ProduceResult{Offset: 5}} {
+	// A nil answer, an answer with per-partition errors and other messages
+	// are protojson's.
+	withError := &sharelogv1.ProduceResponse{LogAppendTime: 5, Results: []*sharelogv1.ProduceResult{{Partition: 0, Offset: 7},
+		{Partition: 1, Offset: -1, ErrorCode: sharelogv1.ErrorCode_ERROR_CODE_KAFKA_STORAGE_ERROR, ErrorMessage: "a \"quoted\" cause"}}}
+	for _, v := range []any{(*sharelogv1.ProduceResponse)(nil), withError, &sharelogv1.ProduceResult{Offset: 5}} {
 		want, err := jsonMarshaler.Marshal(v)
 		require.NoError(t, err)
 		got, err := fastJSON{jsonMarshaler}.Marshal(v)

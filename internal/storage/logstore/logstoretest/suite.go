@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) logstore.Store) {
 		{"AppendAtomic", testAppendAtomic},
 		{"NilAndEmptyKeyValue", testNilAndEmpty},
 		{"HeadersRoundTrip", testHeaders},
+		{"ProducerFieldsRoundTrip", testProducerFields},
 		{"BuffersNotShared", testBuffersNotShared},
 		{"ReadLimits", testReadLimits},
 		{"ReadBounds", testReadBounds},
@@ -362,6 +363,25 @@ func testHeaders(t *testing.T, s logstore.Store) {
 	}
 	assert.Empty(t, out[1].Headers)
 	assert.Equal(t, int64(7), out[0].Timestamp)
+}
+
+// testProducerFields: an idempotent producer's fields are stored with each
+// record and read back; a record without them reads back without.
+func testProducerFields(t *testing.T, s logstore.Store) {
+	createTopic(t, s, "pf", 1)
+	in := []logstore.Record{
+		{Key: []byte("a"), Value: []byte("1"), Timestamp: 1, ProducerID: 42, ProducerEpoch: 2, Sequence: 10},
+		{Key: []byte("b"), Value: []byte("2"), Timestamp: 1, ProducerID: 42, ProducerEpoch: 2, Sequence: 11},
+	}
+	appendRecs(t, s, "pf", 0, in...)
+	appendRecs(t, s, "pf", 0, rec("c", "3", 1))
+	out := readAll(t, s, "pf", 0, 0)
+	require.Len(t, out, 3)
+	for i, r := range in {
+		assert.Equal(t, [3]int64{r.ProducerID, int64(r.ProducerEpoch), int64(r.Sequence)},
+			[3]int64{out[i].ProducerID, int64(out[i].ProducerEpoch), int64(out[i].Sequence)}, "record %d", i)
+	}
+	assert.Zero(t, out[2].ProducerID)
 }
 
 func testBuffersNotShared(t *testing.T, s logstore.Store) {

@@ -85,7 +85,9 @@ func TestMalformedJSONIsInvalidRequest(t *testing.T) {
 // empty, while the two others keep waiting; a freed slot waits again.
 func TestLongPollCap(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, app.Options{}, func(c *app.Config) { c.MaxLongPolls = 2 })
+	// One client here: its share is the whole cap (TestLongPollFairShare in
+	// cmd/server covers the per-client share).
+	s := newStack(t, app.Options{}, func(c *app.Config) { c.MaxLongPolls, c.MaxLongPollsPerPrincipal = 2, 2 })
 	s.createTopic(t, "lp", 1, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -401,7 +401,7 @@ func TestRESTLogService(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
 	results := r.Body["results"].([]any)
 	require.Len(t, results, 2)
-	assert.Equal(t, map[string]any{"partition": float64(1), "offset": "0"}, results[0], "zero values are shown, int64 as strings")
+	assert.Equal(t, map[string]any{"partition": float64(1), "offset": "0", "errorCode": "ERROR_CODE_NONE", "errorMessage": ""}, results[0], "zero values are shown, int64 as strings")
 	assert.Equal(t, "1", results[1].(map[string]any)["offset"])
 
 	requireRESTError(t, s.rest(t, http.MethodPost, "/v1/topics/nope/records", `{"records":[{"value":"`+val+`"}]}`), http.StatusNotFound, "UNKNOWN_TOPIC_OR_PARTITION")

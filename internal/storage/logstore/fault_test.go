@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -135,7 +136,11 @@ func TestDiskFullAppendRecovers(t *testing.T) {
 func TestDiskFullPurgeAndCreateTopic(t *testing.T) {
 	dir := t.TempDir()
 	var se storageErrs
-	s := openStore(t, dir, logstore.Options{OnStorageError: se.hook})
+	// No background probe during the test: it would clear the failed
+	// purge's offline mark before the test looks (its own probe file does
+	// not match the fault); TestFailingPartitionRecoversWithoutTraffic
+	// covers the probe.
+	s := openStore(t, dir, logstore.Options{OnStorageError: se.hook, ReclaimInterval: time.Hour})
 	var f faults
 	s.InjectFault(f.fn)
 	_, err := s.CreateTopic(ctx, "p", 1, logstore.TopicConfig{RetentionMs: -1})

@@ -402,3 +402,50 @@ func TestRESTShareTopicRecreate(t *testing.T) {
 	assert.Equal(t, map[string]string{"orders/1": "ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION", "orders/2": "ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION"}, errs,
 		"the old topic's other partitions are reported deleted once")
 }
+
+func countAcquired(runs map[[16]byte]map[int32][]acquiredRun) int64 {
+	var n int64
+	for _, ps := range runs {
+		for _, rs := range ps {
+			for _, r := range rs {
+				n += r.Last - r.First + 1
+			}
+		}
+	}
+	return n
+}
+
+// TestKafkaShareFetchMaxRecordsAcrossPartitions: ShareFetch MaxRecords is
+// a limit of the whole response, not of each partition (as Kafka's share
+// fetch divides it: each partition acquires at most what the partitions
+// before it left), in both acquire modes of ShareFetch v2.
+func TestKafkaShareFetchMaxRecordsAcrossPartitions(t *testing.T) {
+	c := startChild(t, t.TempDir(), "--kafka-addr", "127.0.0.1:0")
+	logc := sharelogv1.NewLogServiceClient(c.conn)
+	sg := sharelogv1.NewShareGroupServiceClient(c.conn)
+	k := dialKafka(t, c.kafkaAddr(t))
+	id := k.createTopic("jobs", 2)
+	for p := range int32(2) {
+		produceGRPC(t, logc, "jobs", p, 100, "r")
+	}
+	for _, tc := range []struct {
+		name string
+		mode int8
+	}{{"batch-optimized", 0}, {"record-limit", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			group, member := "max-records-"+tc.name, "7d1f0a6e-3b2c-4e5f-8a9b-0c1d2e3f4a5b"
+			_, err := sg.UpdateShareGroupConfig(context.Background(), &sharelogv1.UpdateShareGroupConfigRequest{GroupId: group,
+				Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: proto.String("earliest")}})
+			require.NoError(t, err)
+			var total int64
+			for epoch := int32(0); epoch < 4; epoch++ {
+				resp := k.shareFetch(kshareFetch{group: group, member: member, epoch: epoch, maxRecords: 50, acquireMode: tc.mode,
+					topics: map[[16]byte][]int32{id: {0, 1}}})
+				n := countAcquired(acquiredOf(resp))
+				assert.Equal(t, int64(50), n, "fetch %d of the session: MaxRecords 50 over two partitions", epoch)
+				total += n
+			}
+			assert.Equal(t, int64(200), total, "four fetches take every record once")
+		})
+	}
+}

@@ -106,7 +106,8 @@ func (m *Manager) ShareAcknowledge(ctx context.Context, req AckRequest) (AckResp
 	}
 	resp := AckResponse{AcquisitionLockTimeoutMs: g.config().lockMs, Partitions: make([]PartitionAckResult, len(req.Partitions))}
 	for i := range req.Partitions {
-		r := PartitionAckResult{TopicPartition: req.Partitions[i].TopicPartition, ErrorCode: acks[i].code, ErrorMessage: acks[i].msg}
+		r := PartitionAckResult{TopicPartition: req.Partitions[i].TopicPartition, TopicID: resultTopicID(&req.Partitions[i], named[i]),
+			ErrorCode: acks[i].code, ErrorMessage: acks[i].msg}
 		if !named[i].ok {
 			r.ErrorCode, r.ErrorMessage = apierr.UnknownTopicOrPartition, "topic or partition does not exist"
 		}

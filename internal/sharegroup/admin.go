@@ -100,7 +100,7 @@ func (m *Manager) describeGroup(ctx context.Context, groupID string) (GroupDescr
 			ClientID:             mem.clientID,
 			ClientHost:           mem.clientHost,
 			SubscribedTopicNames: slices.Clone(mem.subscribed),
-			Assignment:           toAssignment(mem.current),
+			Assignment:           toAssignment(mem.current, mem.currentIDs),
 		})
 	}
 	slices.SortFunc(d.Members, func(a, b MemberDescription) int { return cmp.Compare(a.MemberID, b.MemberID) })

@@ -43,6 +43,10 @@ type AckBatch struct {
 // its acknowledgement batches (possibly none).
 type PartitionEntry struct {
 	TopicPartition
+	// TopicID, when set, is the topic the caller means (a Kafka client
+	// names topics by id): a topic of that name with another ID (deleted
+	// and re-created) is treated as not existing, never as this one.
+	TopicID string
 	Batches []AckBatch
 }
 
@@ -80,6 +84,10 @@ type AcquiredRange struct {
 // PartitionFetchResult is one partition of a ShareFetch response.
 type PartitionFetchResult struct {
 	TopicPartition
+	// TopicID is the ID of the topic the result is about ("" when no topic
+	// of the name exists): a partition of a deleted topic is reported
+	// under its old ID, not the ID of a topic re-created with its name.
+	TopicID         string
 	ErrorCode       apierr.Reason
 	ErrorMessage    string
 	AckErrorCode    apierr.Reason
@@ -109,6 +117,7 @@ type AckRequest struct {
 // PartitionAckResult is one partition of a ShareAcknowledge response.
 type PartitionAckResult struct {
 	TopicPartition
+	TopicID      string // as in PartitionFetchResult
 	ErrorCode    apierr.Reason
 	ErrorMessage string
 }
@@ -162,7 +171,10 @@ type HeartbeatRequest struct {
 
 // TopicPartitions is one topic's partitions, ascending.
 type TopicPartitions struct {
-	Topic      string
+	Topic string
+	// TopicID is the ID of the topic the partitions were assigned of: a
+	// Kafka member is told its assignment by topic ID.
+	TopicID    string
 	Partitions []int32
 }
 

@@ -28,12 +28,26 @@ func (m *Manager) resolveAll(ctx context.Context, es []PartitionEntry) ([]namedP
 		if err != nil {
 			return nil, err
 		}
+		if want := es[i].TopicID; want != "" && ok && id != want {
+			// Named by the ID of a topic deleted since: the topic now
+			// bearing its name is another one.
+			id, ok = "", false
+		}
 		out[i] = namedPart{topicID: id, ok: ok}
 		if ok {
 			out[i].away = m.away(id, es[i].Topic, es[i].Partition)
 		}
 	}
 	return out, nil
+}
+
+// resultTopicID is the topic ID a result for es[i] is reported under: the
+// ID the caller named it by, else the one it resolved to.
+func resultTopicID(e *PartitionEntry, n namedPart) string {
+	if e.TopicID != "" {
+		return e.TopicID
+	}
+	return n.topicID
 }
 
 // sessionError maps the session step's errors to request-level errors.
@@ -118,7 +132,8 @@ func (m *Manager) ShareFetch(ctx context.Context, req FetchRequest) (FetchRespon
 		resp := FetchResponse{AcquisitionLockTimeoutMs: g.config().lockMs}
 		for i := range req.Partitions {
 			if a := acks[i]; a.has {
-				r := PartitionFetchResult{TopicPartition: req.Partitions[i].TopicPartition, AckErrorCode: a.code, AckErrorMessage: a.msg}
+				r := PartitionFetchResult{TopicPartition: req.Partitions[i].TopicPartition, TopicID: resultTopicID(&req.Partitions[i], named[i]),
+					AckErrorCode: a.code, AckErrorMessage: a.msg}
 				if !named[i].ok {
 					r.ErrorCode, r.ErrorMessage = apierr.UnknownTopicOrPartition, a.msg
 				}
@@ -292,17 +307,18 @@ func (m *Manager) dropDeleted(ctx context.Context, s *session) ([]PartitionFetch
 		}
 		switch {
 		case !ok || id != sp.topicID:
-			gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, ErrorCode: apierr.UnknownTopicOrPartition, ErrorMessage: "topic was deleted"})
+			gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, TopicID: sp.topicID,
+				ErrorCode: apierr.UnknownTopicOrPartition, ErrorMessage: "topic was deleted"})
 		default:
 			if owner := m.away(sp.topicID, sp.tp.Topic, sp.tp.Partition); owner != "" {
-				gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, ErrorCode: apierr.NotOwner, ErrorMessage: notHere(owner)})
+				gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, TopicID: sp.topicID, ErrorCode: apierr.NotOwner, ErrorMessage: notHere(owner)})
 			}
 		}
 	}
 	if len(gone) > 0 {
 		s.Mu.Lock()
 		for _, r := range gone {
-			s.State.remove(r.TopicPartition)
+			s.State.removeOf(r.TopicPartition, r.TopicID)
 		}
 		s.Mu.Unlock()
 	}
@@ -444,13 +460,23 @@ func (m *Manager) shape(s *session, g *group, req *FetchRequest, named []namedPa
 	gone []PartitionFetchResult, parts []*sessPart, res []partFetch) FetchResponse {
 	resp := FetchResponse{AcquisitionLockTimeoutMs: g.config().lockMs}
 	find := namedIndex(req.Partitions)
-	result := func(tp TopicPartition, pf *partFetch) PartitionFetchResult {
-		r := PartitionFetchResult{TopicPartition: tp}
+	// entryOf is the index of the request's entry for tp of the topic
+	// with topicID, -1 if none: an entry naming another topic of the same
+	// name (by the ID of a deleted one) is not this partition's.
+	entryOf := func(tp TopicPartition, topicID string) int {
+		i := find(tp)
+		if i >= 0 && resultTopicID(&req.Partitions[i], named[i]) != topicID {
+			return -1
+		}
+		return i
+	}
+	result := func(tp TopicPartition, topicID string, pf *partFetch) PartitionFetchResult {
+		r := PartitionFetchResult{TopicPartition: tp, TopicID: topicID}
 		if pf != nil {
 			r.ErrorCode, r.ErrorMessage, r.Records = pf.code, pf.msg, pf.records
 			r.Acquired = splitBatches(pf.acquired, req.BatchSize)
 		}
-		if i := find(tp); i >= 0 && acks[i].has {
+		if i := entryOf(tp, topicID); i >= 0 && acks[i].has {
 			r.AckErrorCode, r.AckErrorMessage = acks[i].code, acks[i].msg
 		}
 		return r
@@ -461,19 +487,19 @@ func (m *Manager) shape(s *session, g *group, req *FetchRequest, named []namedPa
 		// The session's parts are the existing named partitions, in order.
 		j := 0
 		for i := range req.Partitions {
-			tp := req.Partitions[i].TopicPartition
+			tp, id := req.Partitions[i].TopicPartition, resultTopicID(&req.Partitions[i], named[i])
 			if named[i].away != "" {
-				r := result(tp, nil)
+				r := result(tp, id, nil)
 				r.ErrorCode, r.ErrorMessage = apierr.NotOwner, notHere(named[i].away)
 				resp.Partitions = append(resp.Partitions, r)
 				continue
 			}
 			if !named[i].ok || j >= len(parts) || parts[j].tp != tp {
-				resp.Partitions = append(resp.Partitions, PartitionFetchResult{TopicPartition: tp,
+				resp.Partitions = append(resp.Partitions, PartitionFetchResult{TopicPartition: tp, TopicID: id,
 					ErrorCode: apierr.UnknownTopicOrPartition, ErrorMessage: "topic or partition does not exist"})
 				continue
 			}
-			resp.Partitions = append(resp.Partitions, result(tp, &res[j]))
+			resp.Partitions = append(resp.Partitions, result(tp, id, &res[j]))
 			parts[j].lastErr = res[j].code != apierr.None
 			j++
 		}
@@ -483,33 +509,36 @@ func (m *Manager) shape(s *session, g *group, req *FetchRequest, named []namedPa
 	for j, p := range parts {
 		inFetch[p.tp] = true
 		pf := &res[j]
-		i := find(p.tp)
+		i := entryOf(p.tp, p.topicID)
 		include := len(pf.acquired) > 0 || pf.code != apierr.None || (i >= 0 && (added[i] || acks[i].has)) ||
 			(p.lastErr && pf.code == apierr.None)
 		p.lastErr = pf.code != apierr.None
 		if include {
-			resp.Partitions = append(resp.Partitions, result(p.tp, pf))
+			resp.Partitions = append(resp.Partitions, result(p.tp, p.topicID, pf))
 		}
 	}
 	for i := range req.Partitions {
-		tp := req.Partitions[i].TopicPartition
+		tp, id := req.Partitions[i].TopicPartition, resultTopicID(&req.Partitions[i], named[i])
 		switch {
 		case !named[i].ok:
-			r := result(tp, nil)
+			r := result(tp, id, nil)
 			r.ErrorCode, r.ErrorMessage = apierr.UnknownTopicOrPartition, "topic or partition does not exist"
 			resp.Partitions = append(resp.Partitions, r)
 		case named[i].away != "":
-			r := result(tp, nil)
+			r := result(tp, id, nil)
 			r.ErrorCode, r.ErrorMessage = apierr.NotOwner, notHere(named[i].away)
 			resp.Partitions = append(resp.Partitions, r)
 		case acks[i].has && !inFetch[tp]:
 			// Acknowledged but forgotten by the same request.
-			resp.Partitions = append(resp.Partitions, result(tp, nil))
+			resp.Partitions = append(resp.Partitions, result(tp, id, nil))
 		}
 	}
 	for _, r := range gone {
-		if find(r.TopicPartition) >= 0 {
-			continue // named again by this request: reported above
+		if i := find(r.TopicPartition); i >= 0 && (req.Partitions[i].TopicID == "" || req.Partitions[i].TopicID == r.TopicID) {
+			// Named again by this request (by name, or by this very ID):
+			// reported above. A caller naming topics by ID hears of the
+			// deleted topic's partition under its own ID as well.
+			continue
 		}
 		resp.Partitions = append(resp.Partitions, r)
 	}

@@ -133,6 +133,15 @@ func (st *sessState) remove(tp TopicPartition) {
 	st.parts = slices.DeleteFunc(st.parts, func(x *sessPart) bool { return x == sp })
 }
 
+// removeOf removes tp only while it still stands for the topic with ID
+// topicID: a request of the session may have put the re-created topic's
+// partition in its place meanwhile.
+func (st *sessState) removeOf(tp TopicPartition, topicID string) {
+	if sp := st.index[tp]; sp != nil && sp.topicID == topicID {
+		st.remove(tp)
+	}
+}
+
 // topicRef caches a topic name's identity; watch (partition 0's Watch
 // channel) closing means it may have changed and is re-checked.
 type topicRef struct {

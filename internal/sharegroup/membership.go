@@ -70,6 +70,7 @@ type member struct {
 	clientHost  string
 	subscribed  []string           // sorted, unique
 	current     map[string][]int32 // the assignment it holds (at epoch)
+	currentIDs  map[string]string  // the IDs of current's topics when assigned
 	target      map[string][]int32 // its part of the target (at assignEpoch)
 	deadline    int64              // removed when the manager clock passes it
 }
@@ -212,7 +213,7 @@ func (m *Manager) heartbeat(ctx context.Context, req HeartbeatRequest) (Heartbea
 	moved := g.catchUp(mem)
 	resp.MemberEpoch = mem.epoch
 	if req.MemberEpoch == 0 || moved || len(subs) > 0 || usedPrev {
-		a := toAssignment(mem.current)
+		a := toAssignment(mem.current, mem.currentIDs)
 		resp.Assignment = &a
 	}
 	return resp, nil
@@ -225,8 +226,15 @@ func (g *group) catchUp(mem *member) bool {
 		return false
 	}
 	mem.prev, mem.epoch = mem.epoch, g.mem.assignEpoch
-	changed := !equalAssignment(mem.current, mem.target)
-	mem.current = mem.target
+	ids := make(map[string]string, len(mem.target))
+	for t := range mem.target {
+		ids[t] = g.mem.topics[t].id
+	}
+	// A topic re-created with its name is another topic: same names and
+	// partitions under a new ID are a new assignment (Kafka members hold
+	// theirs by topic ID).
+	changed := !equalAssignment(mem.current, mem.target) || !maps.Equal(mem.currentIDs, ids)
+	mem.current, mem.currentIDs = mem.target, ids
 	return changed
 }
 
@@ -598,11 +606,12 @@ func (g *group) onExpiryTimer() {
 	g.armLocked(now)
 }
 
-// toAssignment renders an assignment: topics sorted, partitions ascending.
-func toAssignment(a map[string][]int32) Assignment {
+// toAssignment renders an assignment (with its topics' IDs): topics
+// sorted, partitions ascending.
+func toAssignment(a map[string][]int32, ids map[string]string) Assignment {
 	out := Assignment{Topics: make([]TopicPartitions, 0, len(a))}
 	for _, t := range slices.Sorted(maps.Keys(a)) {
-		out.Topics = append(out.Topics, TopicPartitions{Topic: t, Partitions: slices.Clone(a[t])})
+		out.Topics = append(out.Topics, TopicPartitions{Topic: t, TopicID: ids[t], Partitions: slices.Clone(a[t])})
 	}
 	return out
 }

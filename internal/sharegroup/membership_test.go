@@ -14,9 +14,28 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// hb sends a heartbeat of member in the test group.
+// hb sends a heartbeat of member in the test group. Every topic of the
+// assignment must carry its topic's current ID; hb checks that and clears
+// the IDs, so tests compare assignments by name (assign, tps).
 func (e *env) hb(member string, epoch int32, subs ...string) (HeartbeatResponse, error) {
-	return e.m.Heartbeat(context.Background(), HeartbeatRequest{GroupID: testGroup, MemberID: member, MemberEpoch: epoch, SubscribedTopicNames: subs})
+	r, err := e.m.Heartbeat(context.Background(), HeartbeatRequest{GroupID: testGroup, MemberID: member, MemberEpoch: epoch, SubscribedTopicNames: subs})
+	if r.Assignment != nil {
+		e.checkIDs(r.Assignment)
+	}
+	return r, err
+}
+
+// checkIDs requires each topic of a to carry the topic's current ID, then
+// clears them.
+func (e *env) checkIDs(a *Assignment) {
+	e.t.Helper()
+	for i := range a.Topics {
+		tp := &a.Topics[i]
+		info, err := e.store.TopicInfo(context.Background(), tp.Topic)
+		require.NoError(e.t, err, "assigned topic %q", tp.Topic)
+		require.Equal(e.t, info.ID, tp.TopicID, "assigned topic %q carries its ID", tp.Topic)
+		tp.TopicID = ""
+	}
 }
 
 func (e *env) mustHB(member string, epoch int32, subs ...string) HeartbeatResponse {
@@ -30,6 +49,9 @@ func (e *env) describe() GroupDescription {
 	e.t.Helper()
 	d, err := e.m.DescribeGroup(context.Background(), testGroup)
 	require.NoError(e.t, err)
+	for i := range d.Members {
+		e.checkIDs(&d.Members[i].Assignment)
+	}
 	return d
 }
 

@@ -5,6 +5,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -144,8 +145,12 @@ func (l *Listener) handleShareGroupHeartbeat(ctx context.Context, c *conn, kreq 
 	if out.Assignment != nil {
 		a := kmsg.NewShareGroupHeartbeatResponseAssignment()
 		for _, t := range out.Assignment.Topics {
-			id := l.nameID(ctx, t.Topic)
-			if id == ([16]byte{}) {
+			// The ID the partitions were assigned of, not the one the
+			// name has now: a topic re-created meanwhile (maybe with
+			// fewer partitions) is another topic, assigned by the next
+			// heartbeat.
+			id := topicID(t.TopicID)
+			if id == ([16]byte{}) || l.nameID(ctx, t.Topic) != id {
 				continue // deleted since the assignment was computed
 			}
 			tp := kmsg.NewShareGroupHeartbeatResponseAssignmentTopicPartition()
@@ -210,7 +215,8 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 				return resp, nil
 			}
 			fr.Partitions = append(fr.Partitions, sharegroup.PartitionEntry{
-				TopicPartition: sharegroup.TopicPartition{Topic: name, Partition: p.Partition}, Batches: batches})
+				TopicPartition: sharegroup.TopicPartition{Topic: name, Partition: p.Partition},
+				TopicID:        uuid.UUID(t.TopicID).String(), Batches: batches})
 		}
 	}
 	for _, t := range req.ForgottenTopicsData {
@@ -248,10 +254,7 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 		return &resp.Topics[i]
 	}
 	for _, p := range out.Partitions {
-		id, ok := ids[p.Topic]
-		if !ok {
-			id = l.nameID(ctx, p.Topic)
-		}
+		id := resultID(ctx, l, p.TopicID, p.Topic, ids)
 		rp := kmsg.NewShareFetchResponseTopicPartition()
 		rp.Partition = p.Partition
 		rp.ErrorCode, rp.ErrorMessage = p.ErrorCode.KafkaCode(), optString(p.ErrorMessage)
@@ -276,6 +279,20 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 		}
 	}
 	return resp, nil
+}
+
+// resultID is the Kafka topic ID a share result is reported under: the ID
+// of the topic the domain served (a deleted topic's partition under its
+// old ID, never the ID of a topic re-created with its name since), else
+// the ID the request named it by, else the name's current ID.
+func resultID(ctx context.Context, l *Listener, domainID, name string, named map[string][16]byte) [16]byte {
+	if id := topicID(domainID); id != ([16]byte{}) {
+		return id
+	}
+	if id, ok := named[name]; ok {
+		return id
+	}
+	return l.nameID(ctx, name)
 }
 
 // encodeAcquired encodes records (one per acquired offset, ascending) as
@@ -322,7 +339,8 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 				return resp, nil
 			}
 			ar.Partitions = append(ar.Partitions, sharegroup.PartitionEntry{
-				TopicPartition: sharegroup.TopicPartition{Topic: name, Partition: p.Partition}, Batches: batches})
+				TopicPartition: sharegroup.TopicPartition{Topic: name, Partition: p.Partition},
+				TopicID:        uuid.UUID(t.TopicID).String(), Batches: batches})
 		}
 	}
 	out, err := l.cfg.Share.ShareAcknowledge(ctx, ar)
@@ -351,7 +369,7 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 		rp.Partition = p.Partition
 		rp.ErrorCode, rp.ErrorMessage = p.ErrorCode.KafkaCode(), optString(p.ErrorMessage)
 		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = nodeID, 0
-		t := topicOf(ids[p.Topic])
+		t := topicOf(resultID(ctx, l, p.TopicID, p.Topic, ids))
 		t.Partitions = append(t.Partitions, rp)
 	}
 	for id, parts := range unknown {

@@ -78,6 +78,12 @@ func storeCode(err error) (apierr.Reason, string) {
 // errors go to out; the returned error is the caller's context ending.
 func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, dry bool, out *partFetch) error {
 	m := p.g.m
+	stale := false
+	defer func() { // after the unlock below: TopicDeleted takes p.mu
+		if stale {
+			m.TopicDeleted(p.topicID)
+		}
+	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for attempt := 0; ; attempt++ {
@@ -87,6 +93,11 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 		}
 		if p.offline != "" {
 			out.fail(apierr.KafkaStorageError, p.offline)
+			return nil
+		}
+		if p.topicGone(ctx) {
+			stale = true
+			out.fail(apierr.UnknownTopicOrPartition, "topic was deleted")
 			return nil
 		}
 		ls, hw, err := m.store.Bounds(p.topic, p.part)
@@ -342,4 +353,18 @@ func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 		p.nextDeadline = deadline
 		p.armTimer(now)
 	}
+}
+
+// topicGone reports whether p's topic name now names no topic or another
+// topic (deleted, maybe re-created): the store is read by name, so a
+// share-partition of the old topic must never read the new one's records
+// (a share-partition created just after TopicDeleted ran for its topic,
+// by a heartbeat or fetch that resolved the name before the delete).
+// Other store errors are left to the caller's own store calls.
+func (p *sharePartition) topicGone(ctx context.Context) bool {
+	info, err := p.g.m.store.TopicInfo(ctx, p.topic)
+	if errors.Is(err, logstore.ErrUnknownTopic) {
+		return true
+	}
+	return err == nil && info.ID != p.topicID
 }

@@ -316,6 +316,9 @@ func (p *sharePartition) deadLetterPass(ctx context.Context) (more bool, err err
 // is the last offset covered (the byte budget may stop early).
 func (p *sharePartition) deadLetterCopies(ctx context.Context, todo []dlqSource) (copies []logstore.Record, skipped int, readEnd int64, err error) {
 	m := p.g.m
+	if p.topicGone(ctx) { // never copy a re-created topic's records
+		return nil, 0, 0, logstore.ErrUnknownTopic
+	}
 	ls, _, err := m.store.Bounds(p.topic, p.part)
 	if err != nil {
 		return nil, 0, 0, err

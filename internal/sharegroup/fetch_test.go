@@ -604,3 +604,38 @@ func (c *countingSlots) freeNow() int {
 	defer c.mu.Unlock()
 	return c.free
 }
+
+// A share-partition created under a topic's old ID after TopicDeleted ran
+// for it (a heartbeat or fetch that resolved the name just before the
+// delete) must never read the records of a topic re-created under the
+// same name: the store is read by name. It reports the topic deleted and
+// its state goes.
+func TestStaleSharePartitionNeverReadsARecreatedTopic(t *testing.T) {
+	e := newEnv(t, nil)
+	old := e.topic("t", 1)
+	x := tp("t", 0)
+	e.open("m", x)
+	e.produce("t", 0, 3, 1)
+	require.Len(t, acquired(t, e.fetch("m", FetchRequest{}), x), 1)
+	ctx := context.Background()
+	require.NoError(t, e.store.DeleteTopic(ctx, "t"))
+	e.m.TopicDeleted(old.ID)
+	g := e.m.groupFor(testGroup, false)
+	stale := g.partition(old.ID, "t", 0, true) // the race: created after the drop
+	require.NotNil(t, stale)
+	e.topic("t", 1)
+	e.produce("t", 0, 3, 1)
+
+	for _, dry := range []bool{true, false} {
+		out := &partFetch{sp: stale}
+		bud := budget{records: 10, bytes: 1 << 20, first: true}
+		require.NoError(t, stale.acquire(ctx, nil, &bud, dry, out))
+		assert.Equal(t, apierr.UnknownTopicOrPartition, out.code, "dry=%v", dry)
+		assert.Empty(t, out.records, "dry=%v: no record of the new topic", dry)
+		assert.Zero(t, bud.mbytes, "dry=%v: nothing counted", dry)
+	}
+	g.mu.Lock()
+	_, kept := g.parts[partKey{old.ID, 0}]
+	g.mu.Unlock()
+	assert.False(t, kept, "the stale share-partition is dropped")
+}

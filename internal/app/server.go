@@ -215,7 +215,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			return nil, err
 		}
 	}
-	auth, err := edge.NewAuthenticator(cfg.AuthTokensFile, cfg.TLSClientCA != "", log)
+	// The principals given to bare tokens are recorded in the data dir, in
+	// both store modes (docs/principals.md "Bare tokens").
+	auth, err := edge.NewAuthenticator(cfg.AuthTokensFile, filepath.Join(cfg.DataDir, edge.PrincipalsFile), cfg.TLSClientCA != "", log)
 	if err != nil {
 		return nil, err
 	}

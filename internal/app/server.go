@@ -322,6 +322,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			AdvertisedAddr:   cfg.KafkaAdvertisedAddr,
 			AutoCreateTopics: cfg.KafkaAutoCreateTopics, DefaultPartitions: int32(cfg.KafkaDefaultPartitions),
 			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir,
+			IdleTimeout: cfg.KafkaIdleTimeout, RequestTimeout: cfg.KafkaRequestTimeout,
 			Share: s.share, Logger: log, Budget: s.budget,
 		}, s.fileBackend.logAPI); err != nil {
 			kln.Close()

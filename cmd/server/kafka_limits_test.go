@@ -89,7 +89,7 @@ func (c *child) loggedClose(reason string) bool {
 // long, but neither one that keeps sending requests nor one whose long
 // poll outlasts it (docs/kafka.md "Limits").
 func TestKafkaIdleTimeout(t *testing.T) {
-	const idle = 700 * time.Millisecond
+	const idle = time.Second
 	c := startChild(t, t.TempDir(), "--fsync", "never", "--kafka-addr", "127.0.0.1:0", "--kafka-idle-timeout", idle.String())
 	addr := c.kafkaAddr(t)
 	_, err := sharelogv1.NewLogServiceClient(c.conn).CreateTopic(t.Context(), &sharelogv1.CreateTopicRequest{Name: "idle", Partitions: 1})
@@ -140,10 +140,10 @@ func TestKafkaIdleTimeout(t *testing.T) {
 		polled <- err
 	}()
 
-	// The busy connection sends a request every half timeout, for four
-	// timeouts: it stays open.
-	for i := int32(0); i < 8; i++ {
-		time.Sleep(idle / 2)
+	// The busy connection sends a request every quarter timeout, for
+	// three timeouts: it stays open.
+	for i := int32(0); i < 12; i++ {
+		time.Sleep(idle / 4)
 		kafkaCall(t, busy, apiVersions(), 10+i)
 	}
 	took := <-quietClosed

@@ -110,6 +110,10 @@ type Config struct {
 	KafkaAutoCreateTopics  bool
 	KafkaDefaultPartitions int
 	KafkaMaxRequestBytes   int // frame size and decompressed batch size cap
+	// KafkaIdleTimeout closes a Kafka connection idle this long (Kafka's
+	// connections.max.idle.ms); KafkaRequestTimeout one whose request's
+	// bytes do not all arrive within it (docs/kafka.md "Limits").
+	KafkaIdleTimeout, KafkaRequestTimeout time.Duration
 	// Cluster mode: --store and the NATS and lease settings.
 	Cluster ClusterConfig
 }
@@ -155,6 +159,8 @@ func DefaultConfig() Config {
 		KafkaDefaultPartitions:       1,
 		Authorizer:                   AuthorizerNone,
 		KafkaMaxRequestBytes:         100 << 20,
+		KafkaIdleTimeout:             10 * time.Minute,
+		KafkaRequestTimeout:          30 * time.Second,
 		Cluster:                      DefaultClusterConfig(),
 	}
 }
@@ -294,6 +300,14 @@ func (c Config) Validate() error {
 	}
 	if c.KafkaMaxRequestBytes < 1024 || c.KafkaMaxRequestBytes > 1<<30 {
 		bad("--kafka-max-request-bytes must be between 1024 and 1073741824, got %d", c.KafkaMaxRequestBytes)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--kafka-idle-timeout", c.KafkaIdleTimeout}, {"--kafka-request-timeout", c.KafkaRequestTimeout}} {
+		if d.v < 100*time.Millisecond || d.v > 24*time.Hour {
+			bad("%s must be between 100ms and 24h, got %s", d.flag, d.v)
+		}
 	}
 	if c.KafkaAdvertisedAddr != "" {
 		if c.KafkaAddr == "" {

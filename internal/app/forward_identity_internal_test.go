@@ -34,7 +34,7 @@ func tlsPeer(leaf *x509.Certificate, md metadata.MD) context.Context {
 func TestForwardedCertificatePrincipal(t *testing.T) {
 	self := &x509.Certificate{Raw: []byte("instance certificate"), Subject: pkix.Name{CommonName: "sharelog"}}
 	client := &x509.Certificate{Raw: []byte("mallory's certificate"), Subject: pkix.Name{CommonName: "mallory"}}
-	auth, err := edge.NewAuthenticator("", true, nil)
+	auth, err := edge.NewAuthenticator("", "", true, nil)
 	require.NoError(t, err)
 	g := edge.NewGate(edge.GateConfig{Auth: auth, Self: self.Raw})
 	forwarded := metadata.Pairs(edge.MDForwardedPrincipal, "User:alice")

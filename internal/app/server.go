@@ -215,7 +215,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			return nil, err
 		}
 	}
-	auth, err := edge.NewAuthenticator(cfg.AuthTokensFile, cfg.TLSClientCA != "", log)
+	// The principals given to bare tokens are recorded in the data dir, in
+	// both store modes (docs/principals.md "Bare tokens").
+	auth, err := edge.NewAuthenticator(cfg.AuthTokensFile, filepath.Join(cfg.DataDir, edge.PrincipalsFile), cfg.TLSClientCA != "", log)
 	if err != nil {
 		return nil, err
 	}
@@ -320,6 +322,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			AdvertisedAddr:   cfg.KafkaAdvertisedAddr,
 			AutoCreateTopics: cfg.KafkaAutoCreateTopics, DefaultPartitions: int32(cfg.KafkaDefaultPartitions),
 			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir,
+			IdleTimeout: cfg.KafkaIdleTimeout, RequestTimeout: cfg.KafkaRequestTimeout,
 			Share: s.share, Logger: log, Budget: s.budget,
 		}, s.fileBackend.logAPI); err != nil {
 			kln.Close()

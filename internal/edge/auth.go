@@ -74,7 +74,8 @@ func readTokensFile(path string) ([]byte, error) {
 // Authenticator names the principal of a call (docs/principals.md), the
 // same way on every listener:
 //   - a bearer token from --auth-tokens-file, whose line names it
-//     ("User:<name>", or "User:token-<line>" for a bare token line);
+//     ("User:<name>"; a bare token line is "User:token-<n>", the number it
+//     was first given, recorded in the data dir: see bare.go);
 //   - else, with --tls-client-ca, the verified client certificate (first
 //     URI SAN, else first DNS SAN, else subject CN);
 //   - else no principal: refused when tokens or client certificates are
@@ -102,10 +103,9 @@ type Authenticator struct {
 	mu      sync.Mutex // serialises reloads; guards the fields below
 	lastSum [sha256.Size]byte
 	lastErr string
-	// principals is the principal each token has had since start: a
-	// reload never gives a token another bare-line principal (see
-	// keepPrincipals).
-	principals map[[sha256.Size]byte]string
+	// bare is the record of the principals given to bare tokens (bare.go):
+	// a reload or a restart never gives a token another one.
+	bare *bareRecord
 
 	callsMu sync.Mutex // guards calls; taken after mu, never before
 	// calls are the running calls admitted with each token (revoke.go).
@@ -118,14 +118,16 @@ type authToken struct {
 	sum  [sha256.Size]byte
 	user string // "User:<name>"
 	line int    // its line in the file
-	bare bool   // a bare token line: user is User:token-<line>
+	bare bool   // a bare token line: user is User:token-<n> (bare.go)
 }
 
 // NewAuthenticator reads the tokens file at path (--auth-tokens-file; "" =
 // no tokens); clientCerts (--tls-client-ca) makes verified client
-// certificates name principals. Reloads and refused tokens are logged to
-// log (nil = nowhere).
-func NewAuthenticator(path string, clientCerts bool, log *slog.Logger) (*Authenticator, error) {
+// certificates name principals. principals is the file that records the
+// principals given to bare tokens (<data-dir>/auth-principals.json, see
+// bare.go; "" = remembered in memory only, until the process ends).
+// Reloads and refused tokens are logged to log (nil = nowhere).
+func NewAuthenticator(path, principals string, clientCerts bool, log *slog.Logger) (*Authenticator, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -137,35 +139,39 @@ func NewAuthenticator(path string, clientCerts bool, log *slog.Logger) (*Authent
 	if err != nil {
 		return nil, fmt.Errorf("--auth-tokens-file: %w", err)
 	}
-	tokens, err := parseTokens(bytes.NewReader(raw))
+	if a.bare, err = loadBareRecord(principals); err != nil {
+		return nil, fmt.Errorf("--auth-tokens-file: %w", err)
+	}
+	tokens, err := a.parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("--auth-tokens-file %s: %w", path, err)
 	}
-	a.principals = make(map[[sha256.Size]byte]string, len(tokens))
-	tokens = a.keepPrincipals(tokens)
 	a.table.Store(&tokens)
 	a.lastSum = sha256.Sum256(raw)
 	return a, nil
 }
 
-// keepPrincipals returns tokens without those bare tokens that would change
-// principal: a bare token is User:token-<line>, so removing or adding a
-// line above it would silently make it another principal — possibly one a
-// super user or bindings name. Such a token is refused (logged, never its
-// content) until its line is named or put back; a named line's principal
-// is deliberate and always taken. a.mu is held (or a is not shared yet).
-func (a *Authenticator) keepPrincipals(tokens []authToken) []authToken {
-	out := tokens[:0]
-	for _, t := range tokens {
-		if was, ok := a.principals[t.sum]; ok && t.bare && was != t.user {
-			a.log.Error("auth tokens file: a bare token moved to another line and is refused until it is named (\"<name> <token>\") or back on its line",
-				"line", t.line, "was", was, "would_be", t.user)
-			continue
-		}
-		a.principals[t.sum] = t.user
-		out = append(out, t)
+// parse parses a tokens file and gives its bare tokens their principals
+// (bare.go), saving what was given for the first time before the tokens
+// are used: a principal is never handed out that a restart could hand to
+// another token. A file that does not parse, or a record that cannot be
+// saved, changes nothing. a.mu is held (or a is not shared yet).
+func (a *Authenticator) parse(raw []byte) ([]authToken, error) {
+	tokens, err := parseTokens(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
 	}
-	return out
+	next, err := a.bare.assign(tokens, a.log)
+	if err != nil {
+		return nil, err
+	}
+	if next != nil {
+		if err := next.save(); err != nil {
+			return nil, err
+		}
+		a.bare = next
+	}
+	return tokens, nil
 }
 
 // parseTokens reads a tokens file. Each line, after trimming, is empty, a
@@ -173,7 +179,7 @@ func (a *Authenticator) keepPrincipals(tokens []authToken) []authToken {
 //
 //	<name> <token>          principal User:<name>
 //	<name> sha256:<hex>     the same, holding the token's SHA-256 instead
-//	<token>                 principal User:token-<line number>
+//	<token>                 principal User:token-<n> (given by bare.go)
 //
 // The sha256: prefix is matched in any case, and a bare token starting with
 // it is refused: the text of a hash must never log in.
@@ -183,10 +189,6 @@ func (a *Authenticator) keepPrincipals(tokens []authToken) []authToken {
 func parseTokens(r io.Reader) ([]authToken, error) {
 	var tokens []authToken
 	seen := make(map[[sha256.Size]byte]int)
-	// Principals by where they came from, to refuse a name "token-<n>"
-	// while line n is a bare token: two tokens would be one principal.
-	bare := make(map[string]int)  // "User:token-<n>" of bare line n
-	named := make(map[string]int) // "User:<name>" → its first line
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -222,20 +224,8 @@ func parseTokens(r io.Reader) ([]authToken, error) {
 		if prev, dup := seen[t.sum]; dup {
 			return nil, fmt.Errorf("line %d: the same token as line %d", n, prev)
 		}
-		name := strings.TrimPrefix(t.user, "User:")
-		if len(strings.Fields(line)) == 1 {
-			if first, ok := named[t.user]; ok {
-				return nil, fmt.Errorf("line %d: the name %s is the principal of the bare token on line %d", first, name, n)
-			}
-			bare[t.user] = n
-		} else {
-			if b, ok := bare[t.user]; ok {
-				return nil, fmt.Errorf("line %d: the name %s is the principal of the bare token on line %d", n, name, b)
-			}
-			if _, ok := named[t.user]; !ok {
-				named[t.user] = n
-			}
-		}
+		// A named line "token-<n>" that names a bare token's principal is
+		// refused by bareRecord.assign, which knows the bare principals.
 		seen[t.sum] = n
 		t.line = n
 		tokens = append(tokens, t)
@@ -319,13 +309,17 @@ func (a *Authenticator) reload(force bool) error {
 		}
 		a.lastSum = sum
 		var tokens []authToken
-		if tokens, err = parseTokens(bytes.NewReader(raw)); err == nil {
-			tokens = a.keepPrincipals(tokens)
+		if tokens, err = a.parse(raw); err == nil {
 			a.table.Store(&tokens)
 			a.endRevoked()
 			a.lastErr = ""
 			a.log.Info("auth tokens reloaded", "file", a.path, "tokens", len(tokens), "principals", countUsers(tokens))
 			return nil
+		}
+		if errors.Is(err, errRecordNotSaved) {
+			// The data dir's fault, not the file's: tried again at the
+			// next check even if the file stays as it is.
+			a.lastSum = [sha256.Size]byte{}
 		}
 	}
 	err = fmt.Errorf("--auth-tokens-file %s: %w", a.path, err)

@@ -79,10 +79,12 @@ func TestParseTokens(t *testing.T) {
 		{name: "bare hash line, upper case", file: "Sha256:" + sha256Hex("s3cret") + "\n", wantErr: "line 1: a hashed token needs a name"},
 		{name: "short hash, upper-case prefix", file: "alice SHA256:abcd\n", wantErr: "line 1: sha256: must be followed by the 64 hex digits"},
 		// A name may be token-<n> (to keep a bare line's principal when
-		// naming it), but not while line n is a bare token: two tokens
-		// would be one principal by accident.
-		{name: "named like a bare line's principal", file: "admin-secret\ntoken-1 s3cret\n", wantErr: "line 2: the name token-1 is the principal of the bare token on line 1"},
-		{name: "named like a bare line's principal, named first", file: "token-2 s3cret\nadmin-secret\n", wantErr: "line 1: the name token-2 is the principal of the bare token on line 2"},
+		// naming it); a new bare token on line n then takes the next free
+		// number: two tokens are never one principal by accident.
+		{name: "named like a bare line's principal", file: "admin-secret\ntoken-1 s3cret\n", try: []string{"admin-secret", "s3cret"},
+			want: []string{"User:token-2", "User:token-1"}},
+		{name: "named like a bare line's principal, named first", file: "token-2 s3cret\nadmin-secret\n", try: []string{"admin-secret", "s3cret"},
+			want: []string{"User:token-3", "User:token-2"}},
 		{name: "a bare line's principal kept by naming it", file: "# was a bare line\ntoken-5 s3cret\n", try: []string{"s3cret"}, want: []string{"User:token-5"}},
 		{name: "empty", file: "", wantErr: "holds no token"},
 		{name: "comments only", file: "# nothing\n\n", wantErr: "holds no token"},
@@ -100,6 +102,11 @@ func TestParseTokens(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tokens, err := parseTokens(strings.NewReader(tc.file))
+			if err == nil {
+				rec, lerr := loadBareRecord("")
+				require.NoError(t, lerr)
+				_, err = rec.assign(tokens, slog.New(slog.DiscardHandler))
+			}
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				assert.NotContains(t, err.Error(), "s3cret", "errors never show a token")
@@ -216,7 +223,7 @@ func TestTokensReload(t *testing.T) {
 	write := func(s string) { require.NoError(t, os.WriteFile(path, []byte(s), 0o600)) }
 	write("alice old-secret\n")
 	var logs bytes.Buffer
-	a, err := NewAuthenticator(path, false, slog.New(slog.NewTextHandler(&logs, nil)))
+	a, err := NewAuthenticator(path, "", false, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
 	known := func(tok string) string {
 		u, ok := a.identify("Bearer " + tok)
@@ -344,7 +351,7 @@ func TestTokensFileNotRegularOrHuge(t *testing.T) {
 	require.NoError(t, os.WriteFile(real, []byte("alice s3cret\n"), 0o600))
 	path := filepath.Join(dir, "tokens")
 	require.NoError(t, os.Symlink(real, path))
-	a, err := NewAuthenticator(path, false, nil)
+	a, err := NewAuthenticator(path, "", false, nil)
 	require.NoError(t, err, "a symlink to a regular file is read")
 
 	fifo := filepath.Join(dir, "fifo")
@@ -361,7 +368,7 @@ func TestTokensFileNotRegularOrHuge(t *testing.T) {
 		require.NoError(t, os.Symlink(target, path))
 		done := make(chan error, 2)
 		go func() {
-			_, err := NewAuthenticator(path, false, nil)
+			_, err := NewAuthenticator(path, "", false, nil)
 			done <- err
 			done <- a.reload(true)
 		}()
@@ -399,19 +406,19 @@ func TestNamelessCertificateRefused(t *testing.T) {
 	assert.True(t, none.HTTPAllowed(req))
 }
 
-// A bare token's principal is its line number, so removing or adding a
-// line above it would silently make it another principal — after the
-// admin's line 1 is removed, the user's token on line 2 would become
-// User:token-1 and inherit the admin's super-user rights and bindings.
-// A reload never moves a token to another bare-line principal: such a
-// token is left out (refused) with an error until it is named, while the
-// rest of the file, the removal included, takes effect.
+// A bare token keeps the principal it was first given: removing the
+// admin's line 1 must not make the user's token on line 2 User:token-1
+// (the admin's super-user rights and bindings), neither on reload nor
+// after a restart, and a name once given is never given to another token.
 func TestReloadNeverRenumbersABareToken(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tokens")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tokens")
+	record := filepath.Join(dir, "data", PrincipalsFile)
 	write := func(s string) { require.NoError(t, os.WriteFile(path, []byte(s), 0o600)) }
 	write("admin-secret\nuser-secret\nalice alice-secret\n")
 	var logs bytes.Buffer
-	a, err := NewAuthenticator(path, false, slog.New(slog.NewTextHandler(&logs, nil)))
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	a, err := NewAuthenticator(path, record, false, log)
 	require.NoError(t, err)
 	known := func(tok string) string {
 		u, ok := a.identify("Bearer " + tok)
@@ -420,23 +427,81 @@ func TestReloadNeverRenumbersABareToken(t *testing.T) {
 		}
 		return u
 	}
-	require.Equal(t, "User:token-1", known("admin-secret"))
+	require.Equal(t, "User:token-1", known("admin-secret"), "a new file: bare tokens take their lines")
 	require.Equal(t, "User:token-2", known("user-secret"))
 
 	write("user-secret\nalice alice-secret\nnew-secret\n") // the admin's line removed
 	require.NoError(t, a.reload(false))
 	assert.Equal(t, "-", known("admin-secret"), "the removal takes effect")
-	assert.Equal(t, "-", known("user-secret"), "not User:token-1: refused until named")
+	assert.Equal(t, "User:token-2", known("user-secret"), "not User:token-1: it keeps its principal")
 	assert.Equal(t, "User:alice", known("alice-secret"))
-	assert.Equal(t, "User:token-3", known("new-secret"), "a new bare token takes its line")
-	assert.Contains(t, logs.String(), "line=1")
-	assert.Contains(t, logs.String(), "User:token-2")
-	assert.NotContains(t, logs.String(), "user-secret", "never the token")
+	assert.Equal(t, "User:token-3", known("new-secret"), "a new bare token takes its line when no token had it")
 
-	write("# line 1 kept as a comment\nuser-secret\nalice alice-secret\nnew-secret\n")
+	write("newest-secret\nuser-secret\nalice alice-secret\nnew-secret\n")
 	require.NoError(t, a.reload(false))
-	assert.Equal(t, "User:token-2", known("user-secret"), "back on its line, it is itself again")
+	assert.Equal(t, "User:token-4", known("newest-secret"), "token-1 was the admin's, token-2 and -3 are taken")
+	assert.Contains(t, logs.String(), "principal=User:token-4")
+	assert.Contains(t, logs.String(), "not=User:token-1")
+
+	// A restart reads the record: nothing moves, and token-1 stays given.
+	a, err = NewAuthenticator(path, record, false, log)
+	require.NoError(t, err)
+	for tok, want := range map[string]string{"newest-secret": "User:token-4", "user-secret": "User:token-2", "new-secret": "User:token-3"} {
+		assert.Equal(t, want, known(tok), tok)
+	}
+	write("admin-secret\n#\n#\n#\nuser-secret\n")
+	require.NoError(t, a.reload(false))
+	assert.Equal(t, "User:token-1", known("admin-secret"), "a token put back is itself again")
+	assert.Equal(t, "User:token-2", known("user-secret"))
+
 	write("bob user-secret\nalice alice-secret\n")
 	require.NoError(t, a.reload(false))
 	assert.Equal(t, "User:bob", known("user-secret"), "naming a token is deliberate: allowed")
+
+	// A named line may keep a principal only for its own token: naming
+	// another token like a bare token of the file is refused whole.
+	write("token-2 other-secret\nuser-secret\n")
+	require.ErrorContains(t, a.reload(false), "line 1: the name token-2 is the principal of the bare token on line 2")
+	assert.Equal(t, "User:bob", known("user-secret"), "the previous tokens stay in force")
+
+	raw, err := os.ReadFile(record)
+	require.NoError(t, err)
+	for _, secret := range []string{"admin-secret", "user-secret", "new-secret", "newest-secret"} {
+		assert.NotContains(t, string(raw), secret, "the record holds no token")
+		assert.NotContains(t, logs.String(), secret, "never logged")
+		assert.Contains(t, string(raw), sha256Hex(secret), "only its SHA-256")
+	}
+}
+
+// The record cannot be lost silently: a damaged file stops the start
+// (naming it), and one that cannot be written refuses the reload that
+// would give a new principal, keeping the tokens in force.
+func TestBareRecordDamagedOrUnwritable(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tokens")
+	require.NoError(t, os.WriteFile(path, []byte("first\n"), 0o600))
+	record := filepath.Join(dir, "data", PrincipalsFile)
+	a, err := NewAuthenticator(path, record, false, nil)
+	require.NoError(t, err)
+
+	// The temporary file of the atomic write cannot be created (a
+	// directory in its place fails even for root).
+	require.NoError(t, os.Mkdir(record+".tmp", 0o755))
+	require.NoError(t, os.WriteFile(path, []byte("first\nsecond\n"), 0o600))
+	require.ErrorContains(t, a.reload(false), record)
+	_, err = a.Token("second")
+	assert.Error(t, err, "never a principal that is not recorded")
+	user, err := a.Token("first")
+	require.NoError(t, err)
+	assert.Equal(t, "User:token-1", user, "the previous tokens stay in force")
+	require.NoError(t, os.Remove(record+".tmp"))
+	require.NoError(t, a.reload(false))
+	user, err = a.Token("second")
+	require.NoError(t, err)
+	assert.Equal(t, "User:token-2", user)
+
+	require.NoError(t, os.WriteFile(record, []byte(`{"version":1,"tokens":{`), 0o644))
+	_, err = NewAuthenticator(path, record, false, nil)
+	require.ErrorContains(t, err, record)
+	require.ErrorContains(t, err, "damaged")
 }

@@ -10,6 +10,10 @@
 //     HTTP handler through HTTPPrincipal, any other listener through Token
 //     (a token its protocol carried) and WithoutToken (a connection that
 //     presented none). LoadTLS builds the servers' TLS configuration.
+//   - bare.go: the record of the principals given to bare tokens
+//     (<data-dir>/auth-principals.json, token SHA-256 → User:token-<n>),
+//     so that no reload or restart renumbers a bare token and no name is
+//     given twice (docs/principals.md "Bare tokens").
 //   - gate.go, codec.go: the Gate, the gRPC interceptor that authenticates
 //     every call, names the client for per-client limits
 //     (internal/principal), rate-limits health checks, believes
@@ -28,6 +32,7 @@
 //
 // Errors are apierr reasons (Unauthenticated, ThrottlingQuotaExceeded,
 // InvalidRequest); each transport turns them into its own status. The
-// package holds no process state of its own: internal/app builds one
-// Authenticator and hands it, with the limits, to every listener.
+// package holds no process state of its own beyond that record:
+// internal/app builds one Authenticator and hands it, with the limits, to
+// every listener.
 package edge

@@ -12,6 +12,7 @@
 //
 //	server.go        Listener: accept loop, connections, lifecycle
 //	frame.go         the size-capped frame reader and the request header
+//	timeouts.go      the idle and request timeouts of a connection
 //	handlers.go      the handler table; ApiVersions is generated from it
 //	records.go       RecordBatch v2 decode (CRC-32C, bounded decompression) and encode
 //	errors.go        sharelog errors → Kafka error codes
@@ -25,5 +26,7 @@
 // an unsupported version closes that connection only (ApiVersions answers an
 // unsupported version with its range instead, KIP-511). Nothing a request
 // does is half-applied: a Produce validates every batch of a partition
-// before its one broker.Log.ProduceBatch.
+// before its one broker.Log.ProduceBatch. A connection with no request
+// for --kafka-idle-timeout, or whose request's bytes do not all arrive
+// within --kafka-request-timeout, is closed (docs/kafka.md "Limits").
 package kafkawire

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/budget"
@@ -45,6 +46,11 @@ type Config struct {
 	// MaxRequestBytes caps a request frame and the decompressed size of
 	// every record batch in it; 0 = DefaultMaxRequestBytes.
 	MaxRequestBytes int32
+	// IdleTimeout closes a connection with no request for so long
+	// (--kafka-idle-timeout); RequestTimeout closes one whose request's
+	// bytes do not all arrive within it (--kafka-request-timeout);
+	// timeouts.go. 0 = DefaultIdleTimeout, DefaultRequestTimeout.
+	IdleTimeout, RequestTimeout time.Duration
 	// DataDir holds the persisted cluster id (file kafka-cluster-id).
 	DataDir string
 	// Share is the share-group manager; nil = share-group APIs are not
@@ -92,6 +98,12 @@ func Listen(cfg Config, log *broker.Log) (*Listener, error) {
 	}
 	if cfg.DefaultPartitions <= 0 {
 		cfg.DefaultPartitions = 1
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -202,13 +214,15 @@ func (c *conn) serve() {
 	// every per-client share (long polls, response bytes), is its IP.
 	ctx = principal.WithName(ctx, "ip:"+hostOf(c.nc.RemoteAddr()))
 	frames := make(chan []byte)
+	var act activity
+	act.touch()
 	go func() {
 		defer close(frames)
 		defer cancel()
 		r := bufio.NewReaderSize(c.nc, 64<<10)
 		for {
 			var in bytes.Buffer
-			frame, err := readFrame(r, &in, c.l.cfg.MaxRequestBytes)
+			frame, err := nextRequest(c.nc, r, &in, c.l.cfg.MaxRequestBytes, c.l.cfg.IdleTimeout, c.l.cfg.RequestTimeout, &act)
 			if err != nil {
 				if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
 					c.l.logger.Info("kafka connection closed", "remote", c.nc.RemoteAddr().String(), "reason", err)
@@ -234,6 +248,7 @@ func (c *conn) serve() {
 	}()
 	var out []byte
 	for frame := range frames {
+		act.busy.Store(true)
 		// The response bytes a handler reserves are held until its
 		// response is written (internal/budget).
 		hold := budget.NewHolder(budget.Binary)
@@ -245,12 +260,20 @@ func (c *conn) serve() {
 			return
 		}
 		if len(out) > 0 {
+			// A client that takes no bytes of its response for the idle
+			// timeout is gone as much as one that sends nothing.
+			_ = c.nc.SetWriteDeadline(time.Now().Add(c.l.cfg.IdleTimeout))
 			if _, err := c.nc.Write(out); err != nil {
 				hold.Release()
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					c.l.logger.Info("kafka connection closed", "remote", c.nc.RemoteAddr().String(), "reason", "a response was not taken within --kafka-idle-timeout")
+				}
 				return
 			}
 		}
 		hold.Release()
+		act.touch()
+		act.busy.Store(false)
 		if cap(out) > 1<<20 {
 			out = nil // do not pin a large response's buffer
 		}

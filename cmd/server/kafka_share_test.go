@@ -35,20 +35,6 @@ type kafkaConn struct {
 	corr int32
 }
 
-// kafkaAddr is the child's Kafka listener address from its start-up log.
-func (c *child) kafkaAddr(t *testing.T) string {
-	t.Helper()
-	for _, line := range c.startup {
-		if line["msg"] == "sharelog serving" {
-			if a, _ := line["kafka_addr"].(string); a != "" {
-				return a
-			}
-		}
-	}
-	t.Fatal("the child logged no kafka_addr")
-	return ""
-}
-
 func dialKafka(t *testing.T, addr string) *kafkaConn {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)

@@ -81,6 +81,7 @@ type clState struct {
 	batches   []clBatch
 	acked     map[clKey]string    // acknowledged produce offset -> value
 	seen      map[clKey]string    // every (offset, value) any read returned
+	where     map[string]clKey    // the same, by value
 	purged    [clPartitions]int64 // highest acknowledged low watermark
 	asked     [clPartitions]int64 // highest offset any Purge asked for, answered or not
 	shares    map[clKey]*clShare
@@ -88,6 +89,24 @@ type clState struct {
 	archived  int
 	accepted  int
 	purges    int
+	idem      clIdem
+}
+
+// clIdem is the idempotent producer's side (docs/produce.md): one
+// producer id for the whole loop, a sequence per partition, and the batch
+// whose answer a kill took, resent first in the next round.
+type clIdem struct {
+	id      int64
+	epoch   int32
+	seq     [clPartitions]int32
+	pending *clIdemBatch
+	resent  int // pending batches resent after a kill
+}
+
+type clIdemBatch struct {
+	p      int32
+	seq    int32
+	values []string
 }
 
 func (s *clState) share(k clKey) *clShare {
@@ -111,6 +130,7 @@ func (s *clState) observe(p int32, r *sharelogv1.Record) {
 		s.t.Errorf("partition %d offset %d changed from %q to %q", p, k.off, old, v)
 	}
 	s.seen[k] = v
+	s.where[v] = k
 }
 
 func TestCrashLoop(t *testing.T) {
@@ -133,7 +153,7 @@ func TestCrashLoop(t *testing.T) {
 	dir := t.TempDir()
 	args := []string{"--fsync", "always", "--segment-bytes", "4096",
 		"--share-delivery-count-limit", strconv.Itoa(clCountLimit)}
-	st := &clState{t: t, sent: map[string]int{}, acked: map[clKey]string{}, seen: map[clKey]string{}, shares: map[clKey]*clShare{}}
+	st := &clState{t: t, sent: map[string]int{}, acked: map[clKey]string{}, seen: map[clKey]string{}, where: map[string]clKey{}, shares: map[clKey]*clShare{}}
 	ctx := context.Background()
 
 	c := startChild(t, dir, args...)
@@ -154,6 +174,7 @@ func TestCrashLoop(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, uint64(round*16+w+1)))
 			wg.Go(func() { st.produce(runCtx, c, &killed, r, round, w) })
 		}
+		wg.Go(func() { st.idemProduce(runCtx, c, &killed, rand.New(rand.NewPCG(seed, uint64(round*16+4))), round) })
 		wg.Go(func() { st.purge(runCtx, c, &killed, rand.New(rand.NewPCG(seed, uint64(round*16+8)))) })
 		for m := range 2 {
 			r := rand.New(rand.NewPCG(seed, uint64(round*16+10+m)))
@@ -183,8 +204,8 @@ func TestCrashLoop(t *testing.T) {
 		}
 	}
 	st.drain(ctx, c)
-	t.Logf("crash loop: %d kills, %d batches sent, %d acknowledged records, %d purges, %d deliveries, %d accepted, %d archived",
-		kills, len(st.batches), len(st.acked), st.purges, st.delivered, st.accepted, st.archived)
+	t.Logf("crash loop: %d kills, %d batches sent, %d acknowledged records, %d purges, %d deliveries, %d accepted, %d archived, %d idempotent batches resent after a kill",
+		kills, len(st.batches), len(st.acked), st.purges, st.delivered, st.accepted, st.archived, st.idem.resent)
 	require.False(t, t.Failed(), "seed %d", seed)
 }
 
@@ -232,6 +253,91 @@ func (s *clState) produce(ctx context.Context, c *child, killed *atomic.Bool, r 
 			s.acked[clKey{p, res.GetOffset()}] = b.values[j]
 		}
 		s.mu.Unlock()
+	}
+}
+
+// idemProduce is an idempotent producer (InitProducer once, a sequence
+// per partition): a batch whose answer the kill took is resent with its
+// sequence at the start of the next round, and must then be answered
+// (with its original offsets if it had been appended); verifyLog finds
+// every value at most once.
+func (s *clState) idemProduce(ctx context.Context, c *child, killed *atomic.Bool, r *rand.Rand, round int) {
+	client := sharelogv1.NewLogServiceClient(c.conn)
+	s.mu.Lock()
+	id := s.idem.id
+	s.mu.Unlock()
+	if id == 0 {
+		resp, err := client.InitProducer(ctx, &sharelogv1.InitProducerRequest{})
+		if err != nil {
+			workerFailed(s.t, killed, "InitProducer", err)
+			return
+		}
+		s.mu.Lock()
+		s.idem.id, s.idem.epoch = resp.GetProducerId(), resp.GetProducerEpoch()
+		s.mu.Unlock()
+	}
+	send := func(b *clIdemBatch, resend bool) bool {
+		recs := make([]*sharelogv1.Record, len(b.values))
+		for j, v := range b.values {
+			recs[j] = &sharelogv1.Record{Key: []byte("idem"), Value: []byte(v)}
+		}
+		s.mu.Lock()
+		req := &sharelogv1.ProduceRequest{Topic: clTopic, Partition: &b.p, Records: recs,
+			ProducerId: s.idem.id, ProducerEpoch: s.idem.epoch, BaseSequence: map[int32]int32{b.p: b.seq}}
+		s.mu.Unlock()
+		resp, err := client.Produce(ctx, req)
+		if err != nil {
+			workerFailed(s.t, killed, "idempotent Produce", err)
+			return false
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		res := resp.GetResults()
+		if len(res) != len(b.values) {
+			s.t.Errorf("idempotent Produce of %d records answered %d results", len(b.values), len(res))
+			return false
+		}
+		for j, x := range res {
+			if x.GetErrorCode() != sharelogv1.ErrorCode_ERROR_CODE_NONE || x.GetPartition() != b.p || x.GetOffset() != res[0].GetOffset()+int64(j) {
+				s.t.Errorf("idempotent batch %v answered %v", b.values, res)
+				return false
+			}
+			k := clKey{b.p, x.GetOffset()}
+			if was, ok := s.where[b.values[j]]; resend && ok && was != k {
+				s.t.Errorf("resent idempotent record %q was appended again at %v: it was stored at %v", b.values[j], k, was)
+			}
+			s.acked[k] = b.values[j]
+		}
+		s.idem.pending = nil
+		return true
+	}
+	s.mu.Lock()
+	pending := s.idem.pending
+	if pending != nil {
+		s.idem.resent++
+	}
+	s.mu.Unlock()
+	if pending != nil && !send(pending, true) {
+		return
+	}
+	for i := 0; ctx.Err() == nil; i++ {
+		p := int32(r.IntN(clPartitions))
+		b := &clIdemBatch{p: p}
+		for j := range 1 + r.IntN(8) {
+			b.values = append(b.values, fmt.Sprintf("r%d-idem-b%d-%d", round, i, j))
+		}
+		s.mu.Lock()
+		b.seq = s.idem.seq[p]
+		s.idem.seq[p] += int32(len(b.values))
+		s.idem.pending = b
+		for _, v := range b.values {
+			s.sent[v] = len(s.batches)
+		}
+		s.batches = append(s.batches, clBatch{p: p, values: b.values})
+		s.mu.Unlock()
+		if !send(b, false) {
+			return
+		}
 	}
 }
 
@@ -475,6 +581,9 @@ func (s *clState) verifyLog(ctx context.Context, c *child) {
 					s.t.Errorf("partition %d: offset %d follows %d (not dense)", p, rec.GetOffset(), next-1)
 				}
 				s.observe(p, rec)
+				if was, ok := at[string(rec.GetValue())]; ok {
+					s.t.Errorf("record %q is stored twice: at %v and at partition %d offset %d", rec.GetValue(), was, p, rec.GetOffset())
+				}
 				at[string(rec.GetValue())] = clKey{p, rec.GetOffset()}
 				next = rec.GetOffset() + 1
 			}

@@ -44,7 +44,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		_ = state.Close()
 		return nil, err
 	}
-	bcfg := broker.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Logger: log}
+	bcfg := broker.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Logger: log, PartitionLimit: cfg.MaxPartitions}
 	if route != nil {
 		bcfg.Owners, bcfg.Peers, bcfg.Controller = route.owners, route.peers, route.controller
 	}

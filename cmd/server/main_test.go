@@ -30,6 +30,7 @@ import (
 // SHARELOG_TEST_CHILD=1 runs main(), so crash tests kill a real process.
 func TestMain(m *testing.M) {
 	if os.Getenv("SHARELOG_TEST_CHILD") == "1" {
+		applyChildNoFile() // SHARELOG_TEST_NOFILE (fds_test.go)
 		main()
 		return
 	}

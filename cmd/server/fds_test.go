@@ -358,6 +358,9 @@ func TestSoakFDBudget(t *testing.T) {
 	if os.Getenv("SHARELOG_SOAK") == "" {
 		t.Skip("set SHARELOG_SOAK=1 (make soak)")
 	}
+	old := childStartTimeout
+	childStartTimeout = 10 * time.Minute // a restart opens 30,000 partitions
+	defer func() { childStartTimeout = old }()
 	fdBudgetRun(t, 30, 1000, 4096)
 }
 

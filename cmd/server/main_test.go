@@ -92,6 +92,10 @@ func (l *tailLog) Tail(n int) []string {
 	return out
 }
 
+// childStartTimeout bounds startChild's wait for "sharelog serving" (the
+// soak tests, opening tens of thousands of partitions, raise it).
+var childStartTimeout = 30 * time.Second
+
 // startChild runs the server in a child process and waits until it serves.
 func startChild(t *testing.T, dataDir string, args ...string) *child {
 	t.Helper()
@@ -128,9 +132,9 @@ func startChild(t *testing.T, dataDir string, args ...string) *child {
 	case <-serving:
 	case err := <-c.exited:
 		t.Fatalf("server exited before serving: %v", err)
-	case <-time.After(30 * time.Second):
+	case <-time.After(childStartTimeout):
 		cmd.Process.Kill()
-		t.Fatal("server did not start within 30s")
+		t.Fatalf("server did not start within %v", childStartTimeout)
 	}
 	c.conn, err = grpc.NewClient(c.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)

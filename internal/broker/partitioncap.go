@@ -20,9 +20,11 @@ const DefaultPartitionLimit = 100_000
 // POLICY_VIOLATION before anything is written, so that a server never
 // holds more partitions than its file-descriptor budget was sized for.
 // release ends the reservation once the create is done (its topic is then
-// counted from the store). Every way of creating a topic (gRPC and REST
-// CreateTopic, Kafka CreateTopics and auto-creation, dead-letter topics)
-// comes through Log.CreateTopic, so the cap holds for all.
+// counted from the store). gRPC and REST CreateTopic, Kafka CreateTopics
+// and Kafka auto-creation come through Log.CreateTopic, so the cap holds
+// for them; a share group's dead-letter topic auto-created at its first
+// copy (one partition, internal/sharegroup) goes to the store directly: it
+// counts toward the cap but is not refused by it.
 func (l *Log) reservePartitions(ctx context.Context, name string, n int32) (release func(), err error) {
 	limit := l.cfg.PartitionLimit
 	if limit <= 0 {

@@ -102,6 +102,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (ap
 	fs.StringVar(&cfg.Fsync, "fsync", cfg.Fsync, "always (fsync before acknowledging a write), interval, or never")
 	fs.DurationVar(&cfg.FsyncInterval, "fsync-interval", cfg.FsyncInterval, "fsync period with --fsync=interval")
 	fs.Int64Var(&cfg.SegmentBytes, "segment-bytes", cfg.SegmentBytes, "default segment size for new topics")
+	fs.IntVar(&cfg.MaxOpenSegments, "max-open-segments", cfg.MaxOpenSegments, "segment files held open at once; idle ones beyond it are closed (0 = half of the RLIMIT_NOFILE soft limit, which the server raises to the hard limit at start)")
+	fs.IntVar(&cfg.MaxPartitions, "max-partitions", cfg.MaxPartitions, "partitions of all topics together; a CreateTopic beyond it is refused with POLICY_VIOLATION")
 	fs.Int64Var(&cfg.CompactionMaxBytesPerSec, "compaction-max-bytes-per-sec", cfg.CompactionMaxBytesPerSec, "log compaction disk I/O limit in bytes per second (read plus written); 0 = unlimited")
 	fs.DurationVar(&cfg.CompactionInterval, "compaction-interval", cfg.CompactionInterval, "how often the cleaner looks for compacted partitions dirty enough to clean")
 	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", cfg.MaxRequestBytes, "largest request accepted (gRPC and REST)")

@@ -30,6 +30,7 @@ import (
 // SHARELOG_TEST_CHILD=1 runs main(), so crash tests kill a real process.
 func TestMain(m *testing.M) {
 	if os.Getenv("SHARELOG_TEST_CHILD") == "1" {
+		applyChildNoFile() // SHARELOG_TEST_NOFILE (fds_test.go)
 		main()
 		return
 	}
@@ -91,6 +92,10 @@ func (l *tailLog) Tail(n int) []string {
 	return out
 }
 
+// childStartTimeout bounds startChild's wait for "sharelog serving" (the
+// soak tests, opening tens of thousands of partitions, raise it).
+var childStartTimeout = 30 * time.Second
+
 // startChild runs the server in a child process and waits until it serves.
 func startChild(t *testing.T, dataDir string, args ...string) *child {
 	t.Helper()
@@ -133,9 +138,9 @@ func startBinary(t *testing.T, bin, dataDir string, args ...string) *child {
 	case <-serving:
 	case err := <-c.exited:
 		t.Fatalf("server exited before serving: %v", err)
-	case <-time.After(30 * time.Second):
+	case <-time.After(childStartTimeout):
 		cmd.Process.Kill()
-		t.Fatal("server did not start within 30s")
+		t.Fatalf("server did not start within %v", childStartTimeout)
 	}
 	c.conn, err = grpc.NewClient(c.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)

@@ -46,7 +46,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		return nil, err
 	}
 	bcfg := broker.Config{SegmentBytes: cfg.SegmentBytes, LongPolls: s.longPolls, Budget: s.budget, Logger: log,
-		ProducerIDs: prod.ids, Resync: prod.resync}
+		ProducerIDs: prod.ids, Resync: prod.resync, PartitionLimit: cfg.MaxPartitions}
 	if route != nil {
 		bcfg.Owners, bcfg.Peers, bcfg.Controller = route.owners, route.peers, route.controller
 	}

@@ -27,6 +27,11 @@ type Config struct {
 	Fsync         string        // always | interval | never
 	FsyncInterval time.Duration // for Fsync "interval"
 	SegmentBytes  int64         // default segment size of new topics
+	// File descriptors and partitions (docs/operations.md "File
+	// descriptors"): segment files held open at once (0 = half of the
+	// RLIMIT_NOFILE soft limit, fdbudget.go) and partitions of all topics.
+	MaxOpenSegments int
+	MaxPartitions   int
 
 	// Log compaction (docs/compaction.md).
 	CompactionMaxBytesPerSec int64         // cleaner disk I/O cap, bytes/s; 0 = unlimited
@@ -128,6 +133,7 @@ func DefaultConfig() Config {
 		Fsync:                        "always",
 		FsyncInterval:                time.Second,
 		SegmentBytes:                 64 << 20,
+		MaxPartitions:                100_000,
 		CompactionInterval:           15 * time.Second,
 		MaxRequestBytes:              16 << 20,
 		MaxShareSessions:             2000,
@@ -189,6 +195,12 @@ func (c Config) Validate() error {
 	}
 	if c.SegmentBytes < 1024 || c.SegmentBytes > 1<<30 {
 		bad("--segment-bytes must be between 1024 and 1073741824, got %d", c.SegmentBytes)
+	}
+	if c.MaxOpenSegments < 0 || c.MaxOpenSegments > maxOpenSegmentsCap {
+		bad("--max-open-segments must be between 0 (half of RLIMIT_NOFILE) and %d, got %d", maxOpenSegmentsCap, c.MaxOpenSegments)
+	}
+	if c.MaxPartitions < 1 || c.MaxPartitions > 10_000_000 {
+		bad("--max-partitions must be between 1 and 10000000, got %d", c.MaxPartitions)
 	}
 	if c.MaxRequestBytes < 1024 {
 		bad("--max-request-bytes must be at least 1024, got %d", c.MaxRequestBytes)

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sharelog/sharelog/internal/budget"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
 // serverMetrics are the process-level instruments of the server; in
@@ -120,4 +121,42 @@ func errnoName(err error) string {
 func (s *Server) recordStorageError(op string, err error) {
 	s.metrics.storageErrors.Add(context.Background(), 1, metric.WithAttributes(
 		attribute.String("op", op), attribute.String("errno", errnoName(err))))
+}
+
+// registerSegmentFileMetrics exposes the file store's segment-file budget
+// (--max-open-segments; docs/operations.md "File descriptors"):
+// sharelog_segment_files_open, sharelog_segment_files_max and
+// sharelog_segment_files_evictions_total. Nothing is registered without a
+// file store (cluster mode).
+func registerSegmentFileMetrics(mp metric.MeterProvider, store *logstore.FileStore) error {
+	if store == nil {
+		return nil
+	}
+	meter := mp.Meter("github.com/sharelog/sharelog/internal/app")
+	open, err := meter.Int64ObservableGauge("sharelog.segment_files.open",
+		metric.WithDescription("Segment log files held open now (bounded by --max-open-segments, exceeded only while more are in use at once)."),
+		metric.WithUnit("{file}"))
+	if err != nil {
+		return err
+	}
+	limit, err := meter.Int64ObservableGauge("sharelog.segment_files.max",
+		metric.WithDescription("The segment-file budget, --max-open-segments or its default (half of RLIMIT_NOFILE)."),
+		metric.WithUnit("{file}"))
+	if err != nil {
+		return err
+	}
+	evictions, err := meter.Int64ObservableCounter("sharelog.segment_files.evictions",
+		metric.WithDescription("Idle segment files closed to stay within --max-open-segments (opened again when next used)."),
+		metric.WithUnit("{file}"))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		f := store.SegmentFiles()
+		o.ObserveInt64(open, int64(f.Open))
+		o.ObserveInt64(limit, int64(f.Max))
+		o.ObserveInt64(evictions, f.Evictions)
+		return nil
+	}, open, limit, evictions)
+	return err
 }

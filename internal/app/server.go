@@ -238,6 +238,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		shareSvc  sharelogv1.ShareGroupServiceServer
 		changeSvc sharelogv1.ChangeStreamServiceServer
 	)
+	openSegments, err := fdBudget(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Cluster.Store == StoreJetStream {
 		// Cluster mode: the stores open when this instance becomes active;
 		// until then, and whenever it is not, calls are forwarded
@@ -264,7 +268,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		}
 		if s.store, err = logstore.Open(cfg.DataDir, logstore.Options{Fsync: mode, FsyncInterval: cfg.FsyncInterval, Logger: log,
 			Manifest: man, AcceptLoss: cfg.RepairAcceptLoss,
-			OnStorageError:     s.recordStorageError,
+			OnStorageError: s.recordStorageError, MaxOpenSegments: openSegments,
 			CompactionInterval: cfg.CompactionInterval, CompactionMaxBytesPerSec: cfg.CompactionMaxBytesPerSec}); err != nil {
 			return nil, fmt.Errorf("open data dir %s: %w", cfg.DataDir, err)
 		}
@@ -330,6 +334,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		}
 	}
 	if err := registerDomainMetrics(s.tel.Meter, s.domainSources); err != nil {
+		return nil, err
+	}
+	if err := registerSegmentFileMetrics(s.tel.Meter, s.store); err != nil {
 		return nil, err
 	}
 	healthLimit, healthBurst := rate.Limit(cfg.HealthProbesPerSec), 2*cfg.HealthProbesPerSec

@@ -57,6 +57,9 @@ type Config struct {
 	// only once the store knows its real end (idempotence.go). nil = the
 	// store's own view is its end (file and memory stores).
 	Resync func(ctx context.Context, topic string, part int32) error
+	// PartitionLimit caps the partitions of all topics together
+	// (--max-partitions, partitioncap.go); 0 = no cap.
+	PartitionLimit int
 }
 
 // Log is the log API over a store. It is safe for concurrent use.
@@ -73,8 +76,10 @@ type Log struct {
 
 	polling atomic.Int64 // calls waiting in LongPoll
 
-	producers sync.Map // partitionKey → *producerState (idempotence.go)
-	pids      producerIDs
+	producers   sync.Map // partitionKey → *producerState (idempotence.go)
+	pids        producerIDs
+	capMu       sync.Mutex // serialises the partition cap's admissions
+	capReserved int64      // guarded by capMu: partitions of creates under way
 }
 
 // New returns the log API over store.
@@ -146,7 +151,9 @@ type Topic struct {
 
 // CreateTopic creates a topic of 1..MaxPartitions partitions and returns
 // its description.
-// Refusals of its arguments are *TopicError ([Log.ValidateTopic]).
+// Refusals of its arguments are *TopicError ([Log.ValidateTopic]); a topic
+// that would take the server beyond Config.PartitionLimit is refused with
+// POLICY_VIOLATION.
 // With a Controller that names a peer, the peer creates it (and its
 // subscribers hear of it) and its answer is this call's.
 func (l *Log) CreateTopic(ctx context.Context, name string, partitions int32, s TopicSettings) (Topic, error) {
@@ -161,7 +168,12 @@ func (l *Log) CreateTopic(ctx context.Context, name string, partitions int32, s 
 	if err != nil {
 		return Topic{}, err
 	}
+	release, err := l.reservePartitions(ctx, name, partitions)
+	if err != nil {
+		return Topic{}, err
+	}
 	info, err := l.store.CreateTopic(ctx, name, partitions, cfg)
+	release()
 	if err != nil {
 		return Topic{}, err
 	}

@@ -130,7 +130,7 @@ func (l *Log) CheckNewTopic(ctx context.Context, name string, partitions int32, 
 	} else if !errors.Is(err, logstore.ErrUnknownTopic) {
 		return err
 	}
-	return nil
+	return l.checkPartitionLimit(ctx, name, partitions)
 }
 
 // EffectiveConfig is c with the compaction settings a topic that does not

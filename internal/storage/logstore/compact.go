@@ -311,9 +311,9 @@ func (p *partition) clean(ctx context.Context) error {
 	last := len(cand) // cand[:last] is cleaned by this pass
 	for i := firstDirty; i < len(cand); i++ {
 		s := cand[i]
-		f, err := s.file()
+		f, err := s.pin()
 		if err != nil {
-			return p.st.fs.fail(opOpen, err)
+			return err
 		}
 		var terr error
 		pending := 0
@@ -328,6 +328,7 @@ func (p *partition) clean(ctx context.Context) error {
 				pending = 0
 			}
 		})
+		s.unpin()
 		if err == nil {
 			err = terr
 		}
@@ -407,7 +408,7 @@ func (p *partition) markUncleanable(s *segment, d damage) error {
 func (p *partition) cleanGroup(ctx context.Context, g []*segment, ends []int64, latest map[string]int64, horizon int64) (bool, int64, error) {
 	base, end := g[0].base, ends[len(ends)-1]
 	durable := p.st.durable()
-	ns := newSegment(p.dir, base)
+	ns := p.newSegment(base)
 	ns.mem.mu.Lock() // not shared yet; addLocked wants the lock held
 	ns.sealed, ns.sparse = true, true
 	var (
@@ -448,10 +449,10 @@ func (p *partition) cleanGroup(ctx context.Context, g []*segment, ends []int64, 
 		out = out[:0]
 	}
 	for i, s := range g {
-		sf, err := s.file()
+		sf, err := s.pin()
 		if err != nil {
 			discard()
-			return false, math.MinInt64, p.st.fs.fail(opOpen, err)
+			return false, math.MinInt64, err
 		}
 		tombsRemovable := s.maxTimestamp() < horizon
 		pending := 0
@@ -487,6 +488,7 @@ func (p *partition) cleanGroup(ctx context.Context, g []*segment, ends []int64, 
 				flush()
 			}
 		})
+		s.unpin()
 		p.st.compactStats.read.Add(s.size.Load())
 		if err == nil && len(res.damages) > 0 {
 			err = p.markUncleanable(s, res.damages[0])
@@ -518,15 +520,16 @@ func (p *partition) cleanGroup(ctx context.Context, g []*segment, ends []int64, 
 		return false, math.MinInt64, werr
 	}
 	ns.mem.mu.Unlock()
-	ns.f = f
+	// Pinned until swapIn has renamed the file to ns's name: before that,
+	// opening ns's path again would find the old segment of that base.
+	ns.adopt(f, true)
 	ns.end = end
 	ns.finishTimeIndex()
 	ns.size.Store(outPos)
 	ns.wpos = outPos
 	ns.synced.Store(durable)
 	if err := p.swapIn(g, ns, tmpPath, swapPath, purged); err != nil {
-		_ = f.Close()
-		ns.f = nil
+		ns.dropFile()
 		return false, math.MinInt64, err
 	}
 	p.st.compactStats.removed.Add(removed)
@@ -626,11 +629,14 @@ func (p *partition) swapIn(g []*segment, ns *segment, tmpPath, swapPath string, 
 		old.release() // the list's reference
 	}
 	if err := p.st.fs.rename(swapPath, ns.logPath()); err != nil {
-		// ns keeps its open file; Open completes the swap.
+		// ns keeps its open file (pinned); Open completes the swap.
 		p.st.log.Warn("logstore: renaming a cleaned segment into place; the next start completes it", "topic", p.topic, "partition", p.id, "file", swapPath, "err", err)
-	} else if durable {
-		if err := p.st.fs.syncDir(p.dir); err != nil {
-			p.st.log.Warn("logstore: syncing the directory after compaction", "topic", p.topic, "partition", p.id, "err", err)
+	} else {
+		ns.unpin() // at its name now: the cache may close it and open it again
+		if durable {
+			if err := p.st.fs.syncDir(p.dir); err != nil {
+				p.st.log.Warn("logstore: syncing the directory after compaction", "topic", p.topic, "partition", p.id, "err", err)
+			}
 		}
 	}
 	ns.mu.Lock()

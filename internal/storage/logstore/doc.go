@@ -385,9 +385,23 @@
 //	partition.ckMu      checkpoint writes (append leader at roll, cleaner, Close)
 //	partition.wmu       the append queue; wcond waits on it
 //	partition.mu        RW; the segment list
-//	segment.mu          one segment's file handle, indexes and deleted flag
+//	segment.mu          one segment's indexes and deleted flag; serialises
+//	                    the opening of its file
 //	memIndex.mu         leaf; the active segment's key index (RW)
 //	notifier.mu         leaf; Watch channels
+//	fdCache.mu          leaf; the open segment files (fdcache.go), never
+//	                    held while a file is opened or closed
+//
+// # Open files
+//
+// Segment log files are opened on demand and kept in an LRU cache bounded
+// by Options.MaxOpenSegments (fdcache.go): each use pins the file (a read
+// of one segment, one group commit's write and fsync, one compaction
+// step), idle files beyond the bound are closed and opened again, by path,
+// when next used. An opener that finds every cached file pinned waits for
+// one to be released, at most maxSlotWait, and then opens beyond the
+// bound. A cleaned segment stays pinned until it is renamed to its final
+// name, since until then its path names the segment it replaces.
 //
 // The append leader holds none of these during its write and fsync (the
 // leader flag, set under wmu, is what makes it the only writer). The HW and

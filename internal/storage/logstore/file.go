@@ -96,6 +96,11 @@ type Options struct {
 	// AcceptLoss (--repair-accept-loss) accepts at Open what the manifest
 	// shows lost instead of taking it offline (manifest.go).
 	AcceptLoss bool
+	// MaxOpenSegments bounds the segment log files held open at once
+	// (--max-open-segments): beyond it the least recently used files not in
+	// use are closed and opened again when next needed (fdcache.go). 0: no
+	// bound; negative is invalid.
+	MaxOpenSegments int
 }
 
 // FileStore is the on-disk Store: one directory per topic, one per
@@ -117,7 +122,8 @@ type FileStore struct {
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
 
-	fs storageFS
+	fs  storageFS
+	fds *fdCache // the open segment files (fdcache.go)
 
 	// The cleaner (compact.go): one pass at a time, cancelled by Close.
 	cleanMu      sync.Mutex
@@ -202,6 +208,9 @@ func Open(dir string, opts Options) (*FileStore, error) {
 	if opts.CompactionMaxBytesPerSec < 0 {
 		return nil, fmt.Errorf("%w: compaction max bytes per second %d must not be negative", ErrInvalidArgument, opts.CompactionMaxBytesPerSec)
 	}
+	if opts.MaxOpenSegments < 0 {
+		return nil, fmt.Errorf("%w: max open segments %d must not be negative", ErrInvalidArgument, opts.MaxOpenSegments)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -215,6 +224,7 @@ func Open(dir string, opts Options) (*FileStore, error) {
 		stop:      make(chan struct{}),
 		keys:      keyRebuilder{wake: make(chan struct{}, 1)},
 		limiter:   newLimiter(opts.CompactionMaxBytesPerSec),
+		fds:       newFDCache(opts.MaxOpenSegments),
 	}
 	s.cleanCtx, s.cleanCancel = context.WithCancel(context.Background())
 	if err := os.MkdirAll(s.topicsDir, 0o755); err != nil {
@@ -406,7 +416,7 @@ func (s *FileStore) createTopicFiles(info TopicInfo) (*topic, error) {
 	t.parts = make([]*partition, info.Partitions)
 	for i := range t.parts {
 		p := newPartition(s, t, int32(i))
-		p.segs = []*segment{newSegment(p.dir, 0)} // its file is created by the first append
+		p.segs = []*segment{p.newSegment(0)} // its file is created by the first append
 		t.parts[i] = p
 	}
 	return t, nil

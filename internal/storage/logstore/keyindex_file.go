@@ -98,10 +98,11 @@ func (p *partition) rebuildRun(seg *segment) error {
 		return nil // reclaimed meanwhile: nothing to index
 	}
 	defer seg.release()
-	f, err := seg.file()
+	f, err := seg.pin()
 	if err != nil {
 		return err
 	}
+	defer seg.unpin()
 	mem := newMemIndex()
 	seg.mu.Lock()
 	end := seg.end
@@ -379,10 +380,11 @@ func readFrameAt(seg *segment, offset int64, loc recLoc) (Record, bool) {
 	if int64(loc.pos)+int64(loc.size) > seg.size.Load() {
 		return Record{}, false
 	}
-	f, err := seg.file()
+	f, err := seg.pin()
 	if err != nil {
 		return Record{}, false
 	}
+	defer seg.unpin()
 	buf := make([]byte, loc.size)
 	if _, err := f.ReadAt(buf, int64(loc.pos)); err != nil {
 		return Record{}, false

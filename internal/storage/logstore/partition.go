@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -291,12 +290,14 @@ func (p *partition) publish(r *appendReq) {
 // saw the failed frames, so they need nothing.
 func (p *partition) repair() error {
 	seg := p.active()
-	seg.mu.Lock()
-	f := seg.f
-	seg.mu.Unlock()
-	if f == nil {
+	if !seg.created.Load() {
 		return nil // never created: nothing on disk to fix
 	}
+	f, err := seg.pin()
+	if err != nil {
+		return err
+	}
+	defer seg.unpin()
 	if err := p.st.fs.truncate(f, seg.wpos); err != nil {
 		nf, oerr := p.st.fs.openFile(seg.logPath(), os.O_RDWR, 0)
 		if oerr != nil {
@@ -308,8 +309,9 @@ func (p *partition) repair() error {
 		}
 		seg.mu.Lock()
 		// Readers may still use the old handle: it is closed with the segment.
-		seg.retired = append(seg.retired, seg.f)
-		seg.f = nf
+		if old := seg.fc.swap(&seg.fd, nf); old != nil {
+			seg.retired = append(seg.retired, old)
+		}
 		seg.mu.Unlock()
 		f = nf
 	}
@@ -404,19 +406,31 @@ func (p *partition) active() *segment {
 // indexed and wpos does not move.
 func (p *partition) writePiece(seg *segment, b []byte, sync bool) error {
 	if len(b) == 0 {
-		if sync && seg.f != nil && p.st.opts.Fsync == FsyncInterval {
+		if sync && seg.created.Load() && p.st.opts.Fsync == FsyncInterval {
 			// A roll right at the start of a group: the segment holds
 			// earlier groups' data that mode interval has not synced yet,
 			// and it must be synced before it is sealed.
-			return p.st.fs.datasync(seg.f)
+			f, err := seg.pin()
+			if err != nil {
+				return err
+			}
+			defer seg.unpin()
+			return p.st.fs.datasync(f)
 		}
 		return nil
 	}
-	if seg.f == nil { // safe without seg.mu: only the leader sets f on the active segment
-		if err := seg.create(&p.st.fs); err != nil {
+	if !seg.created.Load() { // only the leader creates the active segment's file
+		if err := seg.create(); err != nil {
 			return err
 		}
 	}
+	// Pinned for the write and its sync: the cache must not close the
+	// handle in between (fdcache.go).
+	f, err := seg.pin()
+	if err != nil {
+		return err
+	}
+	defer seg.unpin()
 	if seg.needDirSync {
 		if p.st.durable() {
 			if err := p.st.fs.syncDir(p.dir); err != nil {
@@ -426,11 +440,11 @@ func (p *partition) writePiece(seg *segment, b []byte, sync bool) error {
 		seg.needDirSync = false
 	}
 	at := seg.wpos
-	if err := p.st.fs.writeAt(seg.f, b, at); err != nil {
+	if err := p.st.fs.writeAt(f, b, at); err != nil {
 		return err
 	}
 	if sync {
-		if err := p.st.fs.datasync(seg.f); err != nil {
+		if err := p.st.fs.datasync(f); err != nil {
 			return err
 		}
 	}
@@ -469,8 +483,8 @@ func (p *partition) writePiece(seg *segment, b []byte, sync bool) error {
 // logged, not fatal.
 func (p *partition) roll(old *segment, base int64) (*segment, error) {
 	durable := p.st.durable()
-	seg := newSegment(p.dir, base)
-	if err := seg.create(&p.st.fs); err != nil {
+	seg := p.newSegment(base)
+	if err := seg.create(); err != nil {
 		return nil, err
 	}
 	if durable {
@@ -637,10 +651,11 @@ type reader struct {
 // cur is a *CorruptError; damage wholly before cur is stepped over by
 // resynchronising on the next valid frame.
 func (r *reader) scanSegment(p *partition, seg *segment, cur, end, hw int64) (int64, error) {
-	f, err := seg.file()
+	f, err := seg.pin()
 	if err != nil {
-		return cur, p.st.fs.fail(opOpen, err) // e.g. EMFILE: retryable
+		return cur, err // e.g. EMFILE: a storage error, retryable
 	}
+	defer seg.unpin()
 	pos, expect, err := seg.lookupOffset(cur)
 	if err != nil {
 		return cur, err
@@ -793,10 +808,11 @@ func (p *partition) findTimestamp(seg *segment, from, end, hw, ts int64) (int64,
 	if err != nil {
 		return -1, -1, err
 	}
-	f, err := seg.file()
+	f, err := seg.pin()
 	if err != nil {
-		return -1, -1, p.st.fs.fail(opOpen, err)
+		return -1, -1, err
 	}
+	defer seg.unpin()
 	sc := newScanner(f, pos, seg.size.Load(), 0)
 	defer sc.close()
 	// A damaged frame fails the search: a record hidden in it might be the
@@ -900,13 +916,17 @@ func (p *partition) syncIfDirty() {
 	seg.acquire()
 	p.mu.RUnlock()
 	defer seg.release()
-	seg.mu.Lock()
-	f := seg.f
-	seg.mu.Unlock()
-	if f == nil {
+	if !seg.created.Load() {
 		return
 	}
-	if err := p.st.fs.datasync(f); err != nil {
+	// The file may have been closed by the cache since the append: the
+	// fsync of a new handle writes back what the old one wrote (fdcache.go).
+	f, err := seg.pin()
+	if err == nil {
+		defer seg.unpin()
+		err = p.st.fs.datasync(f)
+	}
+	if err != nil {
 		err = p.errf("%w", err)
 		p.wmu.Lock()
 		// The next leader (or the probe) syncs again before anything else.
@@ -959,14 +979,16 @@ func (p *partition) flush(segs []*segment) error {
 		if i < len(segs)-1 && s.synced.Load() {
 			continue
 		}
-		f, err := s.file()
-		if err != nil {
-			if i == len(segs)-1 && errors.Is(err, fs.ErrNotExist) {
-				continue // an active segment whose file the first append has not created
-			}
-			return p.errf("%w", p.st.fs.fail(opOpen, err))
+		if i == len(segs)-1 && !s.created.Load() {
+			continue // an active segment whose file the first append has not created
 		}
-		if err := p.st.fs.datasync(f); err != nil {
+		f, err := s.pin()
+		if err != nil {
+			return p.errf("%w", err)
+		}
+		err = p.st.fs.datasync(f)
+		s.unpin()
+		if err != nil {
 			return p.errf("%w", err)
 		}
 		s.synced.Store(true)

@@ -329,7 +329,7 @@ func (p *partition) load() error {
 	durable := p.st.durable()
 	changed := ck == nil
 	for i, b := range bases {
-		seg := newSegment(p.dir, b)
+		seg := p.newSegment(b)
 		p.segs = append(p.segs, seg)
 		if i == len(bases)-1 {
 			break
@@ -378,7 +378,7 @@ func (p *partition) load() error {
 		// Nothing written yet (or everything lost with fsync never): the
 		// active segment starts at the log start; its file comes with the
 		// first append.
-		p.segs = []*segment{newSegment(p.dir, ls)}
+		p.segs = []*segment{p.newSegment(ls)}
 	} else if err := p.recoverActive(p.segs[len(p.segs)-1], minHW); err != nil {
 		return err
 	}
@@ -403,19 +403,19 @@ func (p *partition) load() error {
 		// in a new segment; the old ones are reclaimed.
 		p.st.log.Warn("logstore: log start beyond recovered data, skipping offsets",
 			"topic", p.topic, "partition", p.id, "high_watermark", hw, "log_start", ls)
-		if active.f != nil {
+		if active.created.Load() {
 			active.wpos = active.size.Load()
 			if err := active.seal(durable); err != nil {
 				return err
 			}
 			p.sealKeys(active)
-			p.segs = append(p.segs, newSegment(p.dir, ls))
+			p.segs = append(p.segs, p.newSegment(ls))
 		} else {
-			p.segs[len(p.segs)-1] = newSegment(p.dir, ls)
+			p.segs[len(p.segs)-1] = p.newSegment(ls)
 		}
 		// The new segment's file exists from now on, so the next Open
 		// finds the recovered high watermark even before any append.
-		if err := p.segs[len(p.segs)-1].create(&p.st.fs); err != nil {
+		if err := p.segs[len(p.segs)-1].create(); err != nil {
 			return err
 		}
 		if durable {
@@ -501,7 +501,10 @@ func (p *partition) recoverActive(seg *segment, minHW int64) error {
 	if err != nil {
 		return err
 	}
-	seg.f = f
+	// Held for the scan only: after it the cache may close the file, so
+	// that a store of many partitions opens within the descriptor budget.
+	seg.adopt(f, true)
+	defer seg.unpin()
 	st, err := f.Stat()
 	if err != nil {
 		return err

@@ -59,7 +59,16 @@ type timeEntry struct {
 // reader never sees a segment disappear under it.
 type segment struct {
 	base int64
-	dir  string // the partition directory
+	dir  string     // the partition directory
+	fc   *fdCache   // the store's open files (fdcache.go)
+	fs   *storageFS // the store's file operations
+
+	// fd is the log file's place in fc: opened on demand, pinned while in
+	// use (pin, unpin), closed when evicted or with the segment.
+	fd fdSlot
+	// created: the log file exists (made by the first append, or found at
+	// Open). Set by the append leader or Open only.
+	created atomic.Bool
 
 	refs atomic.Int32
 	// size is the number of readable bytes. For the active segment the append
@@ -82,10 +91,10 @@ type segment struct {
 	sparse bool
 
 	// mu guards the fields below. Lock order: partition locks, then mu.
+	// It also serialises the opening of fd (lock order: mu, then fdCache.mu).
 	mu      sync.Mutex
-	f       *os.File // nil until opened: sealed lazily on first use, active on first write
-	sealed  bool     // no more appends; index files written
-	deleted bool     // files renamed to *.<delGen>.deleted
+	sealed  bool // no more appends; index files written
+	deleted bool // files renamed to *.<delGen>.deleted
 	// delGen makes the deleted names of this segment unique: a segment
 	// compacted twice leaves two generations of the same base marked for
 	// deletion, and a reader still pinning the older one must open its
@@ -113,8 +122,10 @@ type segment struct {
 	retired []*os.File
 }
 
-func newSegment(dir string, base int64) *segment {
-	s := &segment{base: base, dir: dir, loaded: true, maxTs: math.MinInt64, end: base, nextIdxPos: indexInterval, mem: newMemIndex()}
+// newSegment returns an empty segment of p at base; its file is created by
+// create (or found by Open).
+func (p *partition) newSegment(base int64) *segment {
+	s := &segment{base: base, dir: p.dir, fc: p.st.fds, fs: &p.st.fs, loaded: true, maxTs: math.MinInt64, end: base, nextIdxPos: indexInterval, mem: newMemIndex()}
 	s.refs.Store(1)
 	return s
 }
@@ -158,9 +169,8 @@ func (s *segment) release() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.f != nil {
-		_ = s.f.Close()
-		s.f = nil
+	if f := s.fc.remove(&s.fd); f != nil {
+		_ = f.Close()
 	}
 	for _, f := range s.retired {
 		_ = f.Close()
@@ -173,24 +183,58 @@ func (s *segment) release() {
 	}
 }
 
-// file returns the open segment file, opening a sealed segment read-only on
-// first use (so a store with thousands of segments does not hold thousands
-// of descriptors until they are read).
-func (s *segment) file() (*os.File, error) {
+// pin returns the segment's log file, open until the matching unpin: an
+// evicted file is opened again (read-write while the segment is active,
+// read-only once sealed). Failures are storage errors (ErrStorage, e.g.
+// EMFILE: retryable). The caller holds a reference to s.
+func (s *segment) pin() (*os.File, error) {
+	if f := s.fc.pin(&s.fd); f != nil {
+		return f, nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.fileLocked()
+	return s.pinLocked()
 }
 
-func (s *segment) fileLocked() (*os.File, error) {
-	if s.f == nil {
-		f, err := os.Open(s.path(logSuffix))
-		if err != nil {
-			return nil, err
-		}
-		s.f = f
+// pinLocked is pin; s.mu is held.
+func (s *segment) pinLocked() (*os.File, error) {
+	if f := s.fc.pin(&s.fd); f != nil {
+		return f, nil
 	}
-	return s.f, nil
+	flag := os.O_RDONLY
+	if !s.sealed {
+		flag = os.O_RDWR
+	}
+	s.fc.reserve()
+	f, err := s.fs.openFile(s.path(logSuffix), flag, 0)
+	if err != nil {
+		s.fc.unreserve()
+		return nil, err
+	}
+	s.fc.add(&s.fd, f, true)
+	return f, nil
+}
+
+// unpin ends a pin: the file may be closed from now on.
+func (s *segment) unpin() { s.fc.unpin(&s.fd) }
+
+// adopt makes f, opened by the caller on s's log file (or on the file
+// that is renamed to it before s is listed), the segment's file, pinned
+// or not. s's file must be closed.
+func (s *segment) adopt(f *os.File, pinned bool) {
+	s.fc.reserve()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fc.add(&s.fd, f, pinned)
+	s.created.Store(true)
+}
+
+// dropFile closes the segment's file if it is open (a segment never
+// listed gives its file up).
+func (s *segment) dropFile() {
+	if f := s.fc.remove(&s.fd); f != nil {
+		_ = f.Close()
+	}
 }
 
 // logPath is the segment's log file path.
@@ -203,15 +247,21 @@ func (s *segment) logPath() string {
 // create creates the file of a new active segment. Only the append leader
 // (or Open) calls it. A file of that name can only be the leftover of a
 // failed roll (its base is the high watermark, so it holds nothing
-// acknowledged): it is truncated.
-func (s *segment) create(fs *storageFS) error {
+// acknowledged): it is truncated. The new file stays open, unpinned.
+func (s *segment) create() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, err := fs.openFile(s.path(logSuffix), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if f := s.fc.remove(&s.fd); f != nil {
+		_ = f.Close() // not reached: a new segment has no file yet
+	}
+	s.fc.reserve()
+	f, err := s.fs.openFile(s.path(logSuffix), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
+		s.fc.unreserve()
 		return err
 	}
-	s.f = f
+	s.fc.add(&s.fd, f, false)
+	s.created.Store(true)
 	s.needDirSync = true
 	return nil
 }
@@ -410,6 +460,7 @@ func (s *segment) openSealed(size, end, maxTs int64, known, durable bool) (walkR
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sealed, s.loaded, s.end, s.mem = true, false, end, nil
+	s.created.Store(true)
 	s.size.Store(size)
 	s.wpos = size
 	if known {
@@ -488,10 +539,11 @@ func (s *segment) loadFilesLocked() bool {
 // and rewrites the index files. Damaged frames are stepped over; reads
 // that reach them report ErrCorrupt. s.mu must be held.
 func (s *segment) rebuildLocked(durable bool) (walkResult, error) {
-	f, err := s.fileLocked()
+	f, err := s.pinLocked()
 	if err != nil {
 		return walkResult{}, err
 	}
+	defer s.unpin()
 	s.idx, s.tidx, s.maxTs = nil, nil, math.MinInt64
 	s.nextIdxPos, s.nextTidxPos = indexInterval, 0
 	end := s.end

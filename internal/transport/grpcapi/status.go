@@ -50,7 +50,7 @@ var reasonStatus = map[apierr.Reason]ReasonStatus{
 	apierr.ClusterAuthorizationFailed: {codes.PermissionDenied, http.StatusForbidden},
 	apierr.NotOwner:                   {codes.Unavailable, http.StatusServiceUnavailable},
 	apierr.OwnerUnreachable:           {codes.Unavailable, http.StatusServiceUnavailable},
-	apierr.PolicyViolation:            {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.PolicyViolation:            {codes.InvalidArgument, http.StatusBadRequest},
 	apierr.InvalidRecordState:         {codes.FailedPrecondition, http.StatusBadRequest},
 	apierr.RequestTimedOut:            {codes.DeadlineExceeded, http.StatusGatewayTimeout},
 	apierr.OutOfOrderSequenceNumber:   {codes.FailedPrecondition, http.StatusBadRequest},

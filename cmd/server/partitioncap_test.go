@@ -25,7 +25,7 @@ import (
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
-// kafkaCall sends req (a non-flexible version) on a new connection and
+// kafkaOneShot sends req (a non-flexible version) on a new connection and
 // decodes the answer.
 func kafkaOneShot(t *testing.T, addr string, req kmsg.Request) kmsg.Response {
 	t.Helper()

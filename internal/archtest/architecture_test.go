@@ -133,7 +133,8 @@ func under(dep, prefix string) bool {
 //   - storage depends on no domain package (it is the bottom layer);
 //   - the CLI and the client libraries depend on no internal/ package: they
 //     speak only the public API (gen/, apierr, client/);
-//   - the public error vocabulary is a leaf of the standard library.
+//   - the public error vocabulary and the key partitioner (shared by the
+//     domain and the clients) are leaves of the standard library.
 func TestLayers(t *testing.T) {
 	pkgs := listPackages(t)
 	checked := map[string]int{}
@@ -164,13 +165,16 @@ func TestLayers(t *testing.T) {
 	for _, l := range []string{"storage", "transport", "wiring", "client", "domain"} {
 		assert.NotZero(t, checked[l], "no package found in layer %s", l)
 	}
-	var nonStd []string
-	for _, dep := range pkgs["apierr"].Deps {
-		if strings.Contains(strings.Split(dep, "/")[0], ".") {
-			nonStd = append(nonStd, dep)
+	// The leaves the domain shares with the clients.
+	for _, leaf := range []string{"apierr", "client/partitioner"} {
+		var nonStd []string
+		for _, dep := range pkgs[leaf].Deps {
+			if strings.Contains(strings.Split(dep, "/")[0], ".") {
+				nonStd = append(nonStd, dep)
+			}
 		}
+		assert.Empty(t, nonStd, "%s imports only the standard library", leaf)
 	}
-	assert.Empty(t, nonStd, "apierr imports only the standard library")
 }
 
 // The repository is self-contained: no source or generated file cites the

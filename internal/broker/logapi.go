@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/client/partitioner"
 	"github.com/sharelog/sharelog/internal/budget"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
@@ -435,9 +436,7 @@ func (l *Log) route(info logstore.TopicInfo, key []byte) int32 {
 
 // Partition is the partition of n that Kafka's default partitioner picks
 // for a non-nil key.
-func Partition(key []byte, n int32) int32 {
-	return int32(toPositive(murmur2(key)) % uint32(n))
-}
+func Partition(key []byte, n int32) int32 { return partitioner.ForKey(key, n) }
 
 // --- Fetch -------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-package broker
+package partitioner
 
 import (
 	"testing"
@@ -23,8 +23,17 @@ func TestMurmur2MatchesKafka(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.key, func(t *testing.T) {
-			assert.Equal(t, tc.want, murmur2([]byte(tc.key)))
+			assert.Equal(t, tc.want, Murmur2([]byte(tc.key)))
 		})
 	}
 	assert.EqualValues(t, 1357151166, toPositive(-790332482))
+}
+
+func TestForKey(t *testing.T) {
+	// Kafka's DefaultPartitioner: toPositive(murmur2(key)) % n.
+	assert.EqualValues(t, 1357151166%7, ForKey([]byte("foobar"), 7))
+	for n := int32(1); n <= 64; n++ {
+		p := ForKey([]byte("k"), n)
+		assert.True(t, p >= 0 && p < n)
+	}
 }

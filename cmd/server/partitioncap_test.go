@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,36 +22,12 @@ import (
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
-// kafkaOneShot sends req (a non-flexible version) on a new connection and
-// decodes the answer.
+// kafkaOneShot sends req on a new connection and decodes the answer.
 func kafkaOneShot(t *testing.T, addr string, req kmsg.Request) kmsg.Response {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	require.NoError(t, err)
-	defer conn.Close()
-	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
-	const corr = 7
-	client := "cap"
-	msg := binary.BigEndian.AppendUint16(nil, uint16(req.Key()))
-	msg = binary.BigEndian.AppendUint16(msg, uint16(req.GetVersion()))
-	msg = binary.BigEndian.AppendUint32(msg, corr)
-	msg = binary.BigEndian.AppendUint16(msg, uint16(len(client)))
-	msg = append(msg, client...)
-	msg = req.AppendTo(msg)
-	_, err = conn.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(msg))), msg...))
-	require.NoError(t, err)
-	r := bufio.NewReader(conn)
-	var size [4]byte
-	_, err = io.ReadFull(r, size[:])
-	require.NoError(t, err)
-	body := make([]byte, binary.BigEndian.Uint32(size[:]))
-	_, err = io.ReadFull(r, body)
-	require.NoError(t, err)
-	require.Equal(t, uint32(corr), binary.BigEndian.Uint32(body))
-	resp := req.ResponseKind()
-	resp.SetVersion(req.GetVersion())
-	require.NoError(t, resp.ReadFrom(body[4:]))
-	return resp
+	k := dialKafka(t, addr)
+	defer k.nc.Close()
+	return k.do(req)
 }
 
 // --max-partitions caps the partitions of all topics together: a create

@@ -23,11 +23,9 @@ import (
 // kafkaTLS is a CA and the server's certificate files for a child served
 // with --tls-cert/--tls-key (and --tls-client-ca when clientCA).
 type kafkaTLS struct {
-	ca              *testsupport.CA
-	dir             string
-	args            []string
-	clientCertPair  *tls.Certificate
-	clientCertNamed string
+	ca   *testsupport.CA
+	dir  string
+	args []string
 }
 
 func newKafkaTLS(t *testing.T, clientCA bool) *kafkaTLS {

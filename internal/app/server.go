@@ -15,7 +15,7 @@
 // What the listeners share comes from internal/edge, built once here: the
 // Authenticator (tokens file, client certificates), the gRPC Gate of each
 // gRPC server, the connection limits at accept (every listener, Kafka's
-// included; Kafka has no authentication yet), the per-IP probe limits,
+// included), the per-IP probe limits,
 // trusted proxies, and the refusal to serve beyond loopback in the clear
 // (exposedListeners maps the configuration onto it; see README "Limits
 // and exposure").

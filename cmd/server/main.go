@@ -162,6 +162,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (ap
 	fs.IntVar(&cfg.KafkaDefaultPartitions, "kafka-default-partitions", cfg.KafkaDefaultPartitions, "partitions of topics created by Kafka clients without a count")
 	fs.IntVar(&cfg.KafkaMaxRequestBytes, "kafka-max-request-bytes", cfg.KafkaMaxRequestBytes, "largest Kafka request frame, and largest decompressed record data in one request")
 	fs.DurationVar(&cfg.KafkaIdleTimeout, "kafka-idle-timeout", cfg.KafkaIdleTimeout, "close a Kafka connection with no request (and no response being sent) for this long, as Kafka's connections.max.idle.ms")
+	fs.DurationVar(&cfg.KafkaSASLSessionLifetime, "kafka-sasl-session-lifetime", cfg.KafkaSASLSessionLifetime, "how long a Kafka SASL login holds; SaslAuthenticate v1+ tells the client, which re-authenticates before it ends (KIP-368); a connection used past it is closed")
 	fs.DurationVar(&cfg.KafkaRequestTimeout, "kafka-request-timeout", cfg.KafkaRequestTimeout, "close a Kafka connection whose request's bytes do not all arrive within this, from its first byte")
 	clusterFlags(fs, &cfg.Cluster)
 	fs.StringVar(&lc.level, "log-level", "info", "debug, info, warn or error")

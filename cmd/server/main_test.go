@@ -300,14 +300,15 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{"--oso-backfill", "maybe"},
 		{"--tls-cert", "x.pem"},
 		{"--kafka-default-partitions", "0"},
-		{"--kafka-addr", "127.0.0.1:9092", "--auth-tokens-file", "t"},
+		{"--kafka-addr", "127.0.0.1:9092", "--kafka-sasl-session-lifetime", "10ms"},
 		{"extra-arg"},
 	} {
 		_, _, err := parseFlags(bad, func(string) string { return "" }, io.Discard)
 		assert.Error(t, err, "%v must be refused", bad)
 	}
 	kenv := map[string]string{"SHARELOG_KAFKA_ADDR": "127.0.0.1:9092", "SHARELOG_KAFKA_AUTO_CREATE_TOPICS": "true",
-		"SHARELOG_KAFKA_DEFAULT_PARTITIONS": "3", "SHARELOG_KAFKA_MAX_REQUEST_BYTES": "2048", "SHARELOG_KAFKA_ADVERTISED_ADDR": "b:9092"}
+		"SHARELOG_KAFKA_DEFAULT_PARTITIONS": "3", "SHARELOG_KAFKA_MAX_REQUEST_BYTES": "2048", "SHARELOG_KAFKA_ADVERTISED_ADDR": "b:9092",
+		"SHARELOG_KAFKA_SASL_SESSION_LIFETIME": "5m"}
 	cfg, _, err = parseFlags(nil, func(k string) string { return kenv[k] }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:9092", cfg.KafkaAddr)
@@ -315,6 +316,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	assert.True(t, cfg.KafkaAutoCreateTopics)
 	assert.Equal(t, 3, cfg.KafkaDefaultPartitions)
 	assert.Equal(t, 2048, cfg.KafkaMaxRequestBytes)
+	assert.Equal(t, 5*time.Minute, cfg.KafkaSASLSessionLifetime)
 	cfg, _, err = parseFlags(nil, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	assert.Empty(t, cfg.KafkaAddr, "the Kafka listener is off by default")

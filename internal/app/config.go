@@ -119,6 +119,9 @@ type Config struct {
 	// connections.max.idle.ms); KafkaRequestTimeout one whose request's
 	// bytes do not all arrive within it (docs/kafka.md "Limits").
 	KafkaIdleTimeout, KafkaRequestTimeout time.Duration
+	// KafkaSASLSessionLifetime is how long a Kafka SASL login holds before
+	// the client must re-authenticate (KIP-368; docs/kafka.md "Security").
+	KafkaSASLSessionLifetime time.Duration
 	// Cluster mode: --store and the NATS and lease settings.
 	Cluster ClusterConfig
 }
@@ -166,6 +169,7 @@ func DefaultConfig() Config {
 		Authorizer:                   AuthorizerNone,
 		KafkaMaxRequestBytes:         100 << 20,
 		KafkaIdleTimeout:             10 * time.Minute,
+		KafkaSASLSessionLifetime:     time.Hour,
 		KafkaRequestTimeout:          30 * time.Second,
 		Cluster:                      DefaultClusterConfig(),
 	}
@@ -328,10 +332,8 @@ func (c Config) Validate() error {
 			bad("--kafka-advertised-addr must be host:port with a non-zero port, got %q", c.KafkaAdvertisedAddr)
 		}
 	}
-	// The Kafka listener has neither TLS nor SASL yet: beside them it would
-	// be a way around both.
-	if c.KafkaAddr != "" && (c.TLSCert != "" || c.AuthTokensFile != "") {
-		bad("--kafka-addr cannot be combined with --tls-cert or --auth-tokens-file yet: the Kafka listener has no TLS or SASL")
+	if c.KafkaSASLSessionLifetime < time.Second || c.KafkaSASLSessionLifetime > 7*24*time.Hour {
+		bad("--kafka-sasl-session-lifetime must be between 1s and 168h, got %s", c.KafkaSASLSessionLifetime)
 	}
 	switch c.Authorizer {
 	case AuthorizerNone:

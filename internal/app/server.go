@@ -15,7 +15,7 @@
 // What the listeners share comes from internal/edge, built once here: the
 // Authenticator (tokens file, client certificates), the gRPC Gate of each
 // gRPC server, the connection limits at accept (every listener, Kafka's
-// included; Kafka has no authentication yet), the per-IP probe limits,
+// included), the per-IP probe limits,
 // trusted proxies, and the refusal to serve beyond loopback in the clear
 // (exposedListeners maps the configuration onto it; see README "Limits
 // and exposure").
@@ -328,6 +328,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir,
 			IdleTimeout: cfg.KafkaIdleTimeout, RequestTimeout: cfg.KafkaRequestTimeout,
 			Share: s.share, Logger: log, Budget: s.budget,
+			TLS: tlsCfg, Auth: auth, SASLSessionLifetime: cfg.KafkaSASLSessionLifetime,
 		}, s.fileBackend.logAPI); err != nil {
 			kln.Close()
 			return nil, fmt.Errorf("kafka listener on --kafka-addr %s: %w", cfg.KafkaAddr, err)

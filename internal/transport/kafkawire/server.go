@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/budget"
+	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/principal"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
@@ -60,6 +63,18 @@ type Config struct {
 	// Budget is the response byte budget Fetch draws from, and its
 	// --max-fetch-bytes cap (internal/budget); nil = none.
 	Budget *budget.Bytes
+	// TLS, if set, is served on every connection (--tls-cert/--tls-key;
+	// with --tls-client-ca a verified client certificate names the
+	// connection's principal). docs/kafka.md "Security".
+	TLS *tls.Config
+	// Auth authenticates connections: client certificates and, with
+	// --auth-tokens-file, SASL PLAIN (sasl.go). nil = nobody is
+	// authenticated (every connection is anonymous).
+	Auth *edge.Authenticator
+	// SASLSessionLifetime is how long a SASL login holds before the client
+	// must re-authenticate (KIP-368; --kafka-sasl-session-lifetime);
+	// 0 = DefaultSASLSessionLifetime.
+	SASLSessionLifetime time.Duration
 }
 
 // Listener serves the Kafka protocol over the log domain (a *broker.Log).
@@ -108,6 +123,9 @@ func Listen(cfg Config, log *broker.Log) (*Listener, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.SASLSessionLifetime <= 0 {
+		cfg.SASLSessionLifetime = DefaultSASLSessionLifetime
+	}
 	id, err := loadClusterID(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -121,6 +139,11 @@ func Listen(cfg Config, log *broker.Log) (*Listener, error) {
 	adv := cfg.AdvertisedAddr
 	if adv == "" {
 		adv = ln.Addr().String()
+	}
+	if cfg.TLS != nil {
+		tc := cfg.TLS.Clone()
+		tc.NextProtos = nil // Kafka negotiates no application protocol
+		ln = tls.NewListener(ln, tc)
 	}
 	host, portStr, err := net.SplitHostPort(adv)
 	if err != nil {
@@ -137,6 +160,7 @@ func Listen(cfg Config, log *broker.Log) (*Listener, error) {
 		clusterID: id, host: host, port: int32(port), conns: map[*conn]struct{}{},
 	}
 	l.handlers = l.handlerTable()
+	l.addSASL()
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.accept()
@@ -202,6 +226,27 @@ type conn struct {
 	shareSessions map[shareSessionKey]struct{}
 	// clientID is the client id of the request being handled.
 	clientID *string
+
+	// The connection's authentication (sasl.go); only the serving
+	// goroutine touches it. user is its principal ("" = anonymous);
+	// authed is false while a SASL login is still required.
+	user   string
+	authed bool
+	// saslMech is the mechanism of a SaslHandshake awaiting its
+	// SaslAuthenticate; saslRaw is set after a v0 handshake, whose token
+	// follows as a bare frame rather than a SaslAuthenticate request.
+	saslMech string
+	saslRaw  bool
+	// saslExpires ends a SASL login (zero = never); a request other than
+	// re-authentication after it closes the connection.
+	saslExpires time.Time
+	// saslSum is the SHA-256 of the login's token, and unbind releases its
+	// revocation watch (nil = none).
+	saslSum [sha256.Size]byte
+	unbind  func()
+	// closeAfter closes the connection once the response is written (a
+	// refused login).
+	closeAfter bool
 }
 
 func (c *conn) serve() {
@@ -210,9 +255,19 @@ func (c *conn) serve() {
 	// ctx as soon as the client goes away, so that a long-polling fetch or
 	// the share sessions of a closed connection end at once.
 	ctx, cancel := context.WithCancel(c.l.ctx)
-	// The listener authenticates no one yet: a connection's client, for
-	// every per-client share (long polls, response bytes), is its IP.
+	// An anonymous connection's client, for every per-client share (long
+	// polls, response bytes), is its IP; an authenticated one's is its
+	// principal (withPrincipal).
 	ctx = principal.WithName(ctx, "ip:"+hostOf(c.nc.RemoteAddr()))
+	if err := c.handshake(ctx); err != nil {
+		cancel()
+		c.nc.Close()
+		c.l.logger.Info("kafka connection refused", "remote", c.nc.RemoteAddr().String(), "reason", err)
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+		return
+	}
 	frames := make(chan []byte)
 	var act activity
 	act.touch()
@@ -242,6 +297,9 @@ func (c *conn) serve() {
 		for range frames { // wait for the reader to stop
 		}
 		c.endShareSessions()
+		if c.unbind != nil {
+			c.unbind()
+		}
 		c.l.mu.Lock()
 		delete(c.l.conns, c)
 		c.l.mu.Unlock()
@@ -253,7 +311,7 @@ func (c *conn) serve() {
 		// response is written (internal/budget).
 		hold := budget.NewHolder(budget.Binary)
 		var err error
-		out, err = c.handle(budget.WithHolder(ctx, hold), frame, out[:0])
+		out, err = c.handle(budget.WithHolder(c.withPrincipal(ctx), hold), frame, out[:0])
 		if err != nil {
 			hold.Release()
 			c.l.logger.Info("kafka connection closed", "remote", c.nc.RemoteAddr().String(), "reason", err)
@@ -272,6 +330,9 @@ func (c *conn) serve() {
 			}
 		}
 		hold.Release()
+		if c.closeAfter {
+			return
+		}
 		act.touch()
 		act.busy.Store(false)
 		if cap(out) > 1<<20 {
@@ -301,8 +362,14 @@ func (c *conn) handle(ctx context.Context, frame, out []byte) (_ []byte, err err
 			err = fmt.Errorf("internal error")
 		}
 	}()
+	if c.saslRaw {
+		return c.rawSASL(frame, out)
+	}
 	h, req, body, err := parseHeader(frame)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.admit(h.key); err != nil {
 		return nil, err
 	}
 	c.clientID = h.clientID

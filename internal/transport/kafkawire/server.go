@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/budget"
 	"github.com/sharelog/sharelog/internal/principal"
@@ -60,6 +61,15 @@ type Config struct {
 	// Budget is the response byte budget Fetch draws from, and its
 	// --max-fetch-bytes cap (internal/budget); nil = none.
 	Budget *budget.Bytes
+	// Guard authorizes every API and writes the audit log (authz.go); nil
+	// allows everything. ACL is the binding store of DescribeAcls,
+	// CreateAcls and DeleteAcls (the AclService's); nil answers them
+	// SECURITY_DISABLED, as does a Guard that is not enforcing.
+	Guard *authz.Guard
+	ACL   *authz.ACL
+	// DLQAutoCreate is --dlq-auto-create-topics: naming a dead-letter topic
+	// then also needs CREATE on it, as over gRPC.
+	DLQAutoCreate bool
 }
 
 // Listener serves the Kafka protocol over the log domain (a *broker.Log).

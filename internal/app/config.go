@@ -329,9 +329,11 @@ func (c Config) Validate() error {
 		}
 	}
 	// The Kafka listener has neither TLS nor SASL yet: beside them it would
-	// be a way around both.
-	if c.KafkaAddr != "" && (c.TLSCert != "" || c.AuthTokensFile != "") {
-		bad("--kafka-addr cannot be combined with --tls-cert or --auth-tokens-file yet: the Kafka listener has no TLS or SASL")
+	// be a way around both. Its callers are User:ANONYMOUS, so with
+	// --authorizer acl they get only what User:ANONYMOUS's bindings grant
+	// (docs/kafka.md "Permissions"): tokens are then no way around.
+	if c.KafkaAddr != "" && (c.TLSCert != "" || c.AuthTokensFile != "" && c.Authorizer != AuthorizerACL) {
+		bad("--kafka-addr cannot be combined with --tls-cert, or with --auth-tokens-file unless --authorizer acl, yet: the Kafka listener has no TLS or SASL")
 	}
 	switch c.Authorizer {
 	case AuthorizerNone:
@@ -340,11 +342,6 @@ func (c Config) Validate() error {
 		// no data dir, so each would enforce its own set.
 		if c.Cluster.Store == StoreJetStream {
 			bad("--authorizer acl is not supported with --store jetstream yet: bindings are kept in the local data dir only")
-		}
-		// The Kafka listener authenticates no one: it would be a way
-		// around every binding.
-		if c.KafkaAddr != "" {
-			bad("--authorizer acl cannot be combined with --kafka-addr yet: the Kafka listener has no authentication")
 		}
 	default:
 		bad("--authorizer must be none or acl, got %q", c.Authorizer)

@@ -10,8 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharelog/sharelog/apierr"
-	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/authz"
+	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
 
@@ -131,10 +131,30 @@ func (l *Listener) handleShareGroupHeartbeat(ctx context.Context, c *conn, kreq 
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share group heartbeat", err)
 		return resp, nil
 	}
+	// Subscribed topics the caller may not DESCRIBE are left out; only such
+	// topics is TOPIC_AUTHORIZATION_FAILED (an empty list would mean
+	// "unchanged"), as the gRPC ShareGroupHeartbeat.
+	subs := req.SubscribedTopicNames
+	if len(subs) > 0 && l.cfg.Guard.Enforcing() {
+		check := l.topics(authz.Describe)
+		visible := make([]string, 0, len(subs))
+		for _, t := range subs {
+			if check.Allowed(ctx, t) {
+				visible = append(visible, t)
+			}
+		}
+		if len(visible) == 0 {
+			resp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			msg := "not authorized to DESCRIBE any of the subscribed topics"
+			resp.ErrorMessage = &msg
+			return resp, nil
+		}
+		subs = visible
+	}
 	host, _, _ := net.SplitHostPort(c.nc.RemoteAddr().String())
 	hr := sharegroup.HeartbeatRequest{
 		GroupID: req.GroupID, MemberID: req.MemberID, MemberEpoch: req.MemberEpoch, RackID: req.RackID,
-		SubscribedTopicNames: req.SubscribedTopicNames, ClientHost: host,
+		SubscribedTopicNames: subs, ClientHost: host,
 	}
 	if c.clientID != nil {
 		hr.ClientID = *c.clientID

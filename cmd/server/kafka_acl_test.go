@@ -43,7 +43,7 @@ type kafkaACLCase struct {
 
 // TestKafkaAuthorizationMatrix runs every Kafka API the listener serves
 // (but ApiVersions, FindCoordinator and ListGroups, which answer without a
-// permission, and the ACL APIs) with --authorizer acl: without its
+// permission) with --authorizer acl: without its
 // permission it answers Kafka's authorization code and changes nothing;
 // with exactly the permissions the gRPC handler of the same operation
 // requires (e2e/authz_e2e_test.go) it succeeds.
@@ -82,6 +82,8 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 	const (
 		topic   = sharelogv1.ResourceType_RESOURCE_TYPE_TOPIC
 		group   = sharelogv1.ResourceType_RESOURCE_TYPE_GROUP
+		cluster = sharelogv1.ResourceType_RESOURCE_TYPE_CLUSTER
+		alter   = sharelogv1.AclOperation_ACL_OPERATION_ALTER
 		read    = sharelogv1.AclOperation_ACL_OPERATION_READ
 		write   = sharelogv1.AclOperation_ACL_OPERATION_WRITE
 		create  = sharelogv1.AclOperation_ACL_OPERATION_CREATE
@@ -115,7 +117,12 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 		return cfg.String() + "|" + d.String()
 	}
 	none := func(*testing.T) any { return nil }
-	const topicDenied, groupDenied = 29, 30
+	const topicDenied, groupDenied, clusterDenied = 29, 30, 31
+	otherBindings := func(t *testing.T) any {
+		d, err := aclc.DescribeAcls(admin, &sharelogv1.DescribeAclsRequest{Filter: &sharelogv1.AclBindingFilter{Principal: "User:other"}})
+		require.NoError(t, err)
+		return len(d.GetBindings())
+	}
 
 	cases := []kafkaACLCase{
 		{name: "Produce", needs: []kperm{{topic, "t", write}}, denied: topicDenied, state: bounds, call: func(k *kafkaConn) int16 {
@@ -224,6 +231,32 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req := kmsg.NewPtrShareGroupHeartbeatRequest()
 			req.Version, req.GroupID, req.MemberID, req.SubscribedTopicNames = 1, "g", "m-kafka-acl-test-0000001", []string{"t"}
 			return k.do(req).(*kmsg.ShareGroupHeartbeatResponse).ErrorCode
+		}},
+		{name: "DescribeAcls", needs: []kperm{{cluster, "kafka-cluster", desc}}, denied: clusterDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrDescribeACLsRequest()
+			req.Version = 3
+			req.ResourceType, req.ResourcePatternType = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny
+			req.Operation, req.PermissionType = kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
+			return k.do(req).(*kmsg.DescribeACLsResponse).ErrorCode
+		}},
+		{name: "CreateAcls", needs: []kperm{{cluster, "kafka-cluster", alter}}, denied: clusterDenied, state: otherBindings, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrCreateACLsRequest()
+			req.Version = 3
+			cr := kmsg.NewCreateACLsRequestCreation()
+			cr.ResourceType, cr.ResourceName, cr.ResourcePatternType = kmsg.ACLResourceTypeTopic, "t", kmsg.ACLResourcePatternTypeLiteral
+			cr.Principal, cr.Host, cr.Operation, cr.PermissionType = "User:other", "*", kmsg.ACLOperationRead, kmsg.ACLPermissionTypeAllow
+			req.Creations = append(req.Creations, cr)
+			return k.do(req).(*kmsg.CreateACLsResponse).Results[0].ErrorCode
+		}},
+		{name: "DeleteAcls", needs: []kperm{{cluster, "kafka-cluster", alter}}, denied: clusterDenied, state: otherBindings, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrDeleteACLsRequest()
+			req.Version = 3
+			f := kmsg.NewDeleteACLsRequestFilter()
+			other := "User:other"
+			f.ResourceType, f.ResourcePatternType, f.Principal = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny, &other
+			f.Operation, f.PermissionType = kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
+			req.Filters = append(req.Filters, f)
+			return k.do(req).(*kmsg.DeleteACLsResponse).Results[0].ErrorCode
 		}},
 		// Last: it removes the topic.
 		{name: "DeleteTopics", needs: []kperm{{topic, "victim", del}}, denied: topicDenied, state: exists("victim"), call: func(k *kafkaConn) int16 {

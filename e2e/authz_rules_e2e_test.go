@@ -338,10 +338,9 @@ func TestAuthorizerConfigRefused(t *testing.T) {
 		mutate func(*app.Config)
 		want   string
 	}{
-		"unknown":    {func(c *app.Config) { c.Authorizer = "ranger" }, "--authorizer must be none or acl"},
-		"jetstream":  {func(c *app.Config) { c.Authorizer, c.Cluster.Store = app.AuthorizerACL, app.StoreJetStream }, "not supported with --store jetstream"},
-		"kafka":      {func(c *app.Config) { c.Authorizer, c.KafkaAddr = app.AuthorizerACL, "127.0.0.1:0" }, "--kafka-addr"},
-		"super user": {func(c *app.Config) { c.SuperUsers = []string{"admin"} }, "--super-users"},
+		"unknown":   {func(c *app.Config) { c.Authorizer = "ranger" }, "--authorizer must be none or acl"},
+		"jetstream": {func(c *app.Config) { c.Authorizer, c.Cluster.Store = app.AuthorizerACL, app.StoreJetStream }, "not supported with --store jetstream"},
+		"super user":   {func(c *app.Config) { c.SuperUsers = []string{"admin"} }, "--super-users"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := app.DefaultConfig()
@@ -351,6 +350,11 @@ func TestAuthorizerConfigRefused(t *testing.T) {
 			assert.Contains(t, err.Error(), c.want)
 		})
 	}
+	// Every Kafka API is authorized: acl with the Kafka listener, with or
+	// without tokens, starts.
+	cfg := app.DefaultConfig()
+	cfg.Authorizer, cfg.KafkaAddr, cfg.AuthTokensFile = app.AuthorizerACL, "127.0.0.1:0", "t"
+	require.NoError(t, cfg.Validate())
 }
 
 // syncBuffer is a log sink safe for the server's goroutines.

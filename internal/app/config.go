@@ -343,11 +343,6 @@ func (c Config) Validate() error {
 		if c.Cluster.Store == StoreJetStream {
 			bad("--authorizer acl is not supported with --store jetstream yet: bindings are kept in the local data dir only")
 		}
-		// The Kafka listener authenticates no one: it would be a way
-		// around every binding.
-		if c.KafkaAddr != "" {
-			bad("--authorizer acl cannot be combined with --kafka-addr yet: the Kafka listener has no authentication")
-		}
 	default:
 		bad("--authorizer must be none or acl, got %q", c.Authorizer)
 	}

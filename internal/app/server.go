@@ -329,6 +329,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			IdleTimeout: cfg.KafkaIdleTimeout, RequestTimeout: cfg.KafkaRequestTimeout,
 			Share: s.share, Logger: log, Budget: s.budget,
 			TLS: tlsCfg, Auth: auth, SASLSessionLifetime: cfg.KafkaSASLSessionLifetime,
+			Guard: s.guard, ACL: s.acl, DLQAutoCreate: cfg.DLQAutoCreateTopics,
 		}, s.fileBackend.logAPI); err != nil {
 			kln.Close()
 			return nil, fmt.Errorf("kafka listener on --kafka-addr %s: %w", cfg.KafkaAddr, err)

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 )
 
@@ -18,10 +19,16 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	dec := newBatchDecoder(int(l.cfg.MaxRequestBytes))
 	now := time.Now().UnixMilli()
+	writable := l.gate(authz.Write)
 	for _, t := range req.Topics {
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic = t.Topic
-		_, terr := l.topicForWrite(ctx, t.Topic)
+		// WRITE on the topic before any lookup: a denied topic answers
+		// TOPIC_AUTHORIZATION_FAILED on each partition, existing or not.
+		terr := writable.require(ctx, t.Topic)
+		if terr == nil {
+			_, terr = l.topicForWrite(ctx, t.Topic)
+		}
 		for _, p := range t.Partitions {
 			rp := kmsg.NewProduceResponseTopicPartition()
 			rp.Partition = p.Partition
@@ -64,7 +71,7 @@ func (l *Listener) produce(ctx context.Context, dec *batchDecoder, topic string,
 
 // topicForWrite looks a topic up, creating it when auto-creation is on.
 func (l *Listener) topicForWrite(ctx context.Context, name string) (broker.TopicInfo, error) {
-	if !l.cfg.AutoCreateTopics {
+	if !l.cfg.AutoCreateTopics || !l.mayAutoCreate(ctx, name) {
 		return l.log.TopicInfo(ctx, name)
 	}
 	return l.autoCreate(ctx, name)

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 )
 
@@ -29,8 +30,16 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 	}
 	wait := time.Duration(max(req.MaxWaitMillis, 0)) * time.Millisecond
 	wait = min(wait, broker.MaxWait)
+	// READ on each topic, before any lookup: a denied topic's partitions
+	// answer TOPIC_AUTHORIZATION_FAILED and are neither read nor waited on.
+	readable := l.gate(authz.Read)
+	denied := map[string]error{}
 	var parts []broker.TopicPartition
 	for _, t := range req.Topics {
+		if err := readable.require(ctx, t.Topic); err != nil {
+			denied[t.Topic] = err
+			continue
+		}
 		for _, p := range t.Partitions {
 			parts = append(parts, broker.TopicPartition{Topic: t.Topic, Partition: p.Partition})
 		}
@@ -51,7 +60,7 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 		if err != nil {
 			return true
 		}
-		n, failed := l.fillFetch(ctx, req, resp, g.Data)
+		n, failed := l.fillFetch(ctx, req, resp, g.Data, denied)
 		g.Settle(n, 0) // n counts the batches' framing too
 		return n >= int(req.MinBytes) || failed || g.Data == 0
 	})
@@ -62,7 +71,7 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 // batches (the first partition with records gets at least one record, unless
 // budget is 0) and returns the record bytes in it and whether any partition
 // has an error (answered at once, as Kafka).
-func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *kmsg.FetchResponse, budget int) (int, bool) {
+func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *kmsg.FetchResponse, budget int, denied map[string]error) (int, bool) {
 	failed := false
 	starved := budget <= 0
 	total := 0
@@ -74,6 +83,12 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 			rp.Partition = p.Partition
 			// Empty, not null: librdkafka cannot parse a null record set.
 			rp.RecordBatches = []byte{}
+			if derr := denied[t.Topic]; derr != nil {
+				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
+				rp.ErrorCode = errorCode(derr)
+				rt.Partitions = append(rt.Partitions, rp)
+				continue
+			}
 			limit := 0 // the byte budget is spent: the bounds only
 			if budget > 0 || (total == 0 && !starved) {
 				// Never past the response's budget: the store returns the

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 )
 
@@ -25,9 +26,12 @@ const (
 func (l *Listener) handleListOffsets(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.ListOffsetsRequest)
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+	// DESCRIBE on each topic before any lookup, as the gRPC ListOffsets.
+	describable := l.gate(authz.Describe)
 	for _, t := range req.Topics {
 		rt := kmsg.NewListOffsetsResponseTopic()
 		rt.Topic = t.Topic
+		terr := describable.require(ctx, t.Topic)
 		for _, p := range t.Partitions {
 			rp := kmsg.NewListOffsetsResponseTopicPartition()
 			rp.Partition = p.Partition
@@ -43,7 +47,9 @@ func (l *Listener) handleListOffsets(ctx context.Context, _ *conn, kreq kmsg.Req
 			case ts >= 0:
 				spec = broker.ByTimestamp
 			}
-			if spec == 0 {
+			if terr != nil {
+				rp.ErrorCode = errorCode(terr)
+			} else if spec == 0 {
 				rp.ErrorCode = kerr.InvalidRequest.Code
 			} else if off, ts, err := l.log.ListOffsets(ctx, t.Topic, p.Partition, spec, max(p.Timestamp, 0)); err != nil {
 				rp.ErrorCode = errorCode(err)

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 )
 
@@ -35,20 +36,37 @@ func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Reques
 			return nil, err
 		}
 		for _, t := range all {
+			if !l.allowed(ctx, authz.Describe, authz.Topic, t.Name) {
+				continue // a full listing leaves out what the caller may not DESCRIBE
+			}
 			infos, errs, names, ids = append(infos, t), append(errs, nil), append(names, nil), append(ids, [16]byte{})
 		}
 	} else {
 		autoCreate := l.cfg.AutoCreateTopics && (req.GetVersion() < 4 || req.AllowAutoTopicCreation)
+		describable := l.gate(authz.Describe)
 		for _, t := range req.Topics {
 			var info broker.TopicInfo
 			var err error
 			switch {
-			case t.Topic != nil && autoCreate:
-				info, err = l.autoCreate(ctx, *t.Topic)
 			case t.Topic != nil:
-				info, err = l.log.TopicInfo(ctx, *t.Topic)
+				// DESCRIBE before the lookup: a named topic the caller may
+				// not see is TOPIC_AUTHORIZATION_FAILED, existing or not.
+				if err = describable.require(ctx, *t.Topic); err != nil {
+					break
+				}
+				if autoCreate && l.mayAutoCreate(ctx, *t.Topic) {
+					info, err = l.autoCreate(ctx, *t.Topic)
+				} else {
+					info, err = l.log.TopicInfo(ctx, *t.Topic)
+				}
 			default:
-				info, err = l.topicByID(ctx, t.TopicID)
+				// A topic id names no topic the caller may not DESCRIBE:
+				// the same answer as an unknown id.
+				if info, err = l.topicByID(ctx, t.TopicID); err == nil {
+					if derr := describable.require(ctx, info.Name); derr != nil {
+						info, err = broker.TopicInfo{}, derr
+					}
+				}
 			}
 			infos, errs, names, ids = append(infos, info), append(errs, err), append(names, t.Topic), append(ids, t.TopicID)
 		}

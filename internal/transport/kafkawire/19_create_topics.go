@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 )
 
@@ -22,7 +24,16 @@ func (l *Listener) handleCreateTopics(ctx context.Context, _ *conn, kreq kmsg.Re
 	for _, t := range req.Topics {
 		rt := kmsg.NewCreateTopicsResponseTopic()
 		rt.Topic = t.Topic
-		code, msg := l.createTopic(ctx, t, req.ValidateOnly, &rt)
+		var code int16
+		var msg string
+		if err := l.requireCreate(ctx, t.Topic); err != nil {
+			code, msg = errorCode(err), err.Error()
+		} else {
+			code, msg = l.createTopic(ctx, t, req.ValidateOnly, &rt)
+			if !req.ValidateOnly {
+				l.cfg.Guard.Changed(ctx, "CreateTopic", authz.Topic, t.Topic, codeErr(code, msg), slog.Int("partitions", int(rt.NumPartitions)))
+			}
+		}
 		if code != 0 {
 			rt.ErrorCode, rt.ErrorMessage = code, &msg
 		}

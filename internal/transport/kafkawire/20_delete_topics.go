@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharelog/sharelog/internal/authz"
 )
 
 // handleDeleteTopics deletes each topic (by name, or by id from v6) through
@@ -39,7 +41,11 @@ func (l *Listener) handleDeleteTopics(ctx context.Context, _ *conn, kreq kmsg.Re
 			rt.Topic = &name
 		}
 		if err == nil {
+			err = l.require(ctx, authz.Delete, authz.Topic, name)
+		}
+		if err == nil {
 			info, derr := l.log.RemoveTopic(ctx, name)
+			l.cfg.Guard.Changed(ctx, "DeleteTopic", authz.Topic, name, derr)
 			if err = derr; err == nil {
 				rt.Topic, rt.TopicID = &info.Name, topicID(info.ID)
 			}

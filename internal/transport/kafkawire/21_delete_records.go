@@ -2,9 +2,12 @@ package kafkawire
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 )
 
@@ -17,30 +20,53 @@ import (
 func (l *Listener) handleDeleteRecords(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.DeleteRecordsRequest)
 	resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
-	topics := make([]broker.PurgeTopic, len(req.Topics))
+	// DELETE on each topic before any lookup, as the gRPC Purge: a denied
+	// topic answers TOPIC_AUTHORIZATION_FAILED with low watermark -1 on
+	// each partition and is not passed on.
+	check := l.topics(authz.Delete)
+	allowed := make([]bool, len(req.Topics))
+	var topics []broker.PurgeTopic
 	for i, t := range req.Topics {
-		topics[i] = broker.PurgeTopic{Topic: t.Topic, Partitions: make([]broker.PurgePartition, len(t.Partitions))}
+		if allowed[i] = check.Allowed(ctx, t.Topic); !allowed[i] {
+			continue
+		}
+		pt := broker.PurgeTopic{Topic: t.Topic, Partitions: make([]broker.PurgePartition, len(t.Partitions))}
 		for j, p := range t.Partitions {
-			topics[i].Partitions[j] = broker.PurgePartition{Partition: p.Partition, Offset: p.Offset}
+			pt.Partitions[j] = broker.PurgePartition{Partition: p.Partition, Offset: p.Offset}
+		}
+		topics = append(topics, pt)
+	}
+	var res []broker.PurgeTopicResult
+	var err error
+	if len(topics) > 0 {
+		if res, err = l.log.Purge(ctx, topics); err != nil {
+			l.logger.Error("kafka delete records", "error", err)
+			l.cfg.Guard.Changed(ctx, "Purge", authz.Topic, topics[0].Topic, err)
 		}
 	}
-	res, err := l.log.Purge(ctx, topics)
-	if err != nil {
-		l.logger.Error("kafka delete records", "error", err)
-	}
+	k := 0 // the next result of an allowed topic
 	for i, t := range req.Topics {
 		rt := kmsg.NewDeleteRecordsResponseTopic()
 		rt.Topic = t.Topic
 		for j, p := range t.Partitions {
 			rp := kmsg.NewDeleteRecordsResponseTopicPartition()
 			rp.Partition, rp.LowWatermark = p.Partition, -1
-			if err != nil {
+			switch {
+			case !allowed[i]:
+				rp.ErrorCode = apierr.TopicAuthorizationFailed.KafkaCode()
+			case err != nil:
 				rp.ErrorCode = errorCode(err) // the store failed the whole call
-			} else {
-				r := res[i].Partitions[j]
+			default:
+				r := res[k].Partitions[j]
 				rp.LowWatermark, rp.ErrorCode = r.LowWatermark, r.Code.KafkaCode()
+				if r.Code == apierr.None {
+					l.cfg.Guard.Changed(ctx, "Purge", authz.Topic, t.Topic, nil, slog.Int("partition", int(p.Partition)), slog.Int64("low_watermark", r.LowWatermark))
+				}
 			}
 			rt.Partitions = append(rt.Partitions, rp)
+		}
+		if allowed[i] {
+			k++
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharelog/sharelog/internal/authz"
 )
 
 // handleDescribeConfigs describes TOPIC resources (broker.ConfigEntries:
@@ -21,6 +23,10 @@ func (l *Listener) handleDescribeConfigs(ctx context.Context, _ *conn, kreq kmsg
 		var kvs []configKV
 		switch r.ResourceType {
 		case kmsg.ConfigResourceTypeTopic:
+			if err := l.require(ctx, authz.DescribeConfigs, authz.Topic, r.ResourceName); err != nil {
+				rr.ErrorCode, rr.ErrorMessage = l.requestError("describe configs", err)
+				break
+			}
 			info, err := l.log.TopicInfo(ctx, r.ResourceName)
 			if err != nil {
 				rr.ErrorCode, rr.ErrorMessage = l.requestError("describe configs", err)
@@ -30,6 +36,10 @@ func (l *Listener) handleDescribeConfigs(ctx context.Context, _ *conn, kreq kmsg
 		case kmsg.ConfigResourceTypeGroupConfig:
 			if l.cfg.Share == nil {
 				rr.ErrorCode = kerr.InvalidRequest.Code
+				break
+			}
+			if err := l.require(ctx, authz.DescribeConfigs, authz.Group, r.ResourceName); err != nil {
+				rr.ErrorCode, rr.ErrorMessage = l.requestError("describe configs", err)
 				break
 			}
 			c, err := l.cfg.Share.GetConfig(ctx, r.ResourceName)

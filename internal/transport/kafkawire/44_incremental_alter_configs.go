@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
 
@@ -27,9 +28,15 @@ func (l *Listener) handleIncrementalAlterConfigs(ctx context.Context, _ *conn, k
 		}
 		switch {
 		case r.ResourceType == kmsg.ConfigResourceTypeTopic:
+			if err := l.require(ctx, authz.AlterConfigs, authz.Topic, r.ResourceName); err != nil {
+				rr.ErrorCode, rr.ErrorMessage = l.requestError("alter configs", err)
+				break
+			}
 			fail(kerr.InvalidRequest.Code, "topic configs are set at creation and cannot be altered")
 		case r.ResourceType != kmsg.ConfigResourceTypeGroupConfig || l.cfg.Share == nil:
 			fail(kerr.InvalidRequest.Code, "only GROUP resources can be altered")
+		case l.requireGroup(ctx, authz.AlterConfigs, r.ResourceName) != nil:
+			rr.ErrorCode, rr.ErrorMessage = kerr.GroupAuthorizationFailed.Code, nil
 		case req.ValidateOnly:
 			fail(kerr.InvalidRequest.Code, "validate_only is not supported for GROUP resources")
 		default:
@@ -52,7 +59,13 @@ func (l *Listener) handleIncrementalAlterConfigs(ctx context.Context, _ *conn, k
 				fail(kerr.InvalidConfig.Code, "%v", bad)
 				break
 			}
-			if _, err := l.cfg.Share.UpdateConfig(ctx, r.ResourceName, c); err != nil {
+			if err := l.requireDeadLetter(ctx, c); err != nil {
+				rr.ErrorCode, rr.ErrorMessage = l.requestError("alter group config", err)
+				break
+			}
+			_, err := l.cfg.Share.UpdateConfig(ctx, r.ResourceName, c)
+			l.cfg.Guard.Changed(ctx, "UpdateShareGroupConfig", authz.Group, r.ResourceName, err)
+			if err != nil {
 				rr.ErrorCode, rr.ErrorMessage = l.requestError("alter group config", err)
 				if rr.ErrorCode == kerr.InvalidRequest.Code {
 					rr.ErrorCode = kerr.InvalidConfig.Code

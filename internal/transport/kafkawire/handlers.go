@@ -39,6 +39,9 @@ func (l *Listener) handlerTable() map[int16]handler {
 		32:             {1, 4, (*Listener).handleDescribeConfigs},
 		44:             {0, 1, (*Listener).handleIncrementalAlterConfigs},
 	}
+	for k, h := range aclHandlers {
+		t[k] = h
+	}
 	if l.cfg.Share != nil {
 		for k, h := range shareHandlers {
 			t[k] = h

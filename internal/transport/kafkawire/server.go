@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/budget"
 	"github.com/sharelog/sharelog/internal/edge"
@@ -75,6 +76,15 @@ type Config struct {
 	// must re-authenticate (KIP-368; --kafka-sasl-session-lifetime);
 	// 0 = DefaultSASLSessionLifetime.
 	SASLSessionLifetime time.Duration
+	// Guard authorizes every API and writes the audit log (authz.go); nil
+	// allows everything. ACL is the binding store of DescribeAcls,
+	// CreateAcls and DeleteAcls (the AclService's); nil answers them
+	// SECURITY_DISABLED, as does a Guard that is not enforcing.
+	Guard *authz.Guard
+	ACL   *authz.ACL
+	// DLQAutoCreate is --dlq-auto-create-topics: naming a dead-letter topic
+	// then also needs CREATE on it, as over gRPC.
+	DLQAutoCreate bool
 }
 
 // Listener serves the Kafka protocol over the log domain (a *broker.Log).

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
@@ -126,10 +127,34 @@ func (l *Listener) nameID(ctx context.Context, name string) [16]byte {
 func (l *Listener) handleShareGroupHeartbeat(ctx context.Context, c *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.ShareGroupHeartbeatRequest)
 	resp := req.ResponseKind().(*kmsg.ShareGroupHeartbeatResponse)
+	if err := l.requireGroup(ctx, authz.Read, req.GroupID); err != nil {
+		resp.ErrorCode, resp.ErrorMessage = l.requestError("share group heartbeat", err)
+		return resp, nil
+	}
+	// Subscribed topics the caller may not DESCRIBE are left out; only such
+	// topics is TOPIC_AUTHORIZATION_FAILED (an empty list would mean
+	// "unchanged"), as the gRPC ShareGroupHeartbeat.
+	subs := req.SubscribedTopicNames
+	if len(subs) > 0 && l.cfg.Guard.Enforcing() {
+		check := l.topics(authz.Describe)
+		visible := make([]string, 0, len(subs))
+		for _, t := range subs {
+			if check.Allowed(ctx, t) {
+				visible = append(visible, t)
+			}
+		}
+		if len(visible) == 0 {
+			resp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			msg := "not authorized to DESCRIBE any of the subscribed topics"
+			resp.ErrorMessage = &msg
+			return resp, nil
+		}
+		subs = visible
+	}
 	host, _, _ := net.SplitHostPort(c.nc.RemoteAddr().String())
 	hr := sharegroup.HeartbeatRequest{
 		GroupID: req.GroupID, MemberID: req.MemberID, MemberEpoch: req.MemberEpoch, RackID: req.RackID,
-		SubscribedTopicNames: req.SubscribedTopicNames, ClientHost: host,
+		SubscribedTopicNames: subs, ClientHost: host,
 	}
 	if c.clientID != nil {
 		hr.ClientID = *c.clientID
@@ -191,9 +216,19 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 		resp.ErrorCode = kerr.InvalidRequest.Code
 		return resp, nil
 	}
+	if err := l.requireGroup(ctx, authz.Read, *req.GroupID); err != nil {
+		resp.ErrorCode, resp.ErrorMessage = l.requestError("share fetch", err)
+		return resp, nil
+	}
 	fr := sharegroup.FetchRequest{
 		GroupID: *req.GroupID, MemberID: *req.MemberID, Epoch: req.ShareSessionEpoch,
 		MaxWaitMs: req.MaxWaitMillis, MinBytes: req.MinBytes, BatchSize: req.BatchSize, IsRenewAck: req.IsRenewAck,
+	}
+	if l.cfg.Guard.Enforcing() {
+		// READ on each topic, rechecked for the partitions the session
+		// already holds, as over gRPC (docs/security.md).
+		readable := l.topics(authz.Read)
+		fr.Readable = func(topic string) bool { return readable.Allowed(ctx, topic) }
 	}
 	maxBytes, maxRecords := req.MaxBytes, req.MaxRecords
 	fr.MaxBytes, fr.MaxRecords = &maxBytes, &maxRecords
@@ -318,6 +353,10 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 	resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
 	if req.GroupID == nil || req.MemberID == nil {
 		resp.ErrorCode = kerr.InvalidRequest.Code
+		return resp, nil
+	}
+	if err := l.requireGroup(ctx, authz.Read, *req.GroupID); err != nil {
+		resp.ErrorCode, resp.ErrorMessage = l.requestError("share acknowledge", err)
 		return resp, nil
 	}
 	ar := sharegroup.AckRequest{GroupID: *req.GroupID, MemberID: *req.MemberID, Epoch: req.ShareSessionEpoch, IsRenewAck: req.IsRenewAck}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
 
@@ -34,6 +35,9 @@ func (l *Listener) handleListGroups(ctx context.Context, _ *conn, kreq kmsg.Requ
 		return resp, nil
 	}
 	for _, g := range groups {
+		if !l.allowed(ctx, authz.Describe, authz.Group, g.GroupID) {
+			continue // a listing leaves out what the caller may not DESCRIBE
+		}
 		state := g.State.String()
 		if len(req.StatesFilter) > 0 && !containsFold(req.StatesFilter, state) {
 			continue
@@ -60,7 +64,11 @@ func (l *Listener) handleShareGroupDescribe(ctx context.Context, _ *conn, kreq k
 	for _, id := range req.GroupIDs {
 		rg := kmsg.NewShareGroupDescribeResponseGroup()
 		rg.GroupID = id
-		d, err := l.cfg.Share.DescribeGroup(ctx, id)
+		err := l.requireGroup(ctx, authz.Describe, id)
+		var d sharegroup.GroupDescription
+		if err == nil {
+			d, err = l.cfg.Share.DescribeGroup(ctx, id)
+		}
 		if err != nil {
 			rg.ErrorCode, rg.ErrorMessage = l.requestError("share group describe", err)
 			rg.GroupState = "Dead"
@@ -95,7 +103,11 @@ func (l *Listener) handleDescribeShareGroupOffsets(ctx context.Context, _ *conn,
 		for _, t := range g.Topics {
 			topics = append(topics, sharegroup.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions})
 		}
-		out, err := l.cfg.Share.DescribeOffsets(ctx, g.GroupID, topics)
+		err := l.requireGroup(ctx, authz.Describe, g.GroupID)
+		var out []sharegroup.TopicOffsets
+		if err == nil {
+			out, err = l.cfg.Share.DescribeOffsets(ctx, g.GroupID, topics)
+		}
 		if err != nil {
 			rg.ErrorCode, rg.ErrorMessage = l.requestError("describe share group offsets", err)
 			resp.Groups = append(resp.Groups, rg)
@@ -128,7 +140,12 @@ func (l *Listener) handleAlterShareGroupOffsets(ctx context.Context, _ *conn, kr
 		}
 		topics = append(topics, ts)
 	}
+	if err := l.requireGroup(ctx, authz.Read, req.GroupID); err != nil {
+		resp.ErrorCode, resp.ErrorMessage = l.requestError("alter share group offsets", err)
+		return resp, nil
+	}
 	out, err := l.cfg.Share.AlterOffsets(ctx, req.GroupID, topics)
+	l.cfg.Guard.Changed(ctx, "AlterShareGroupOffsets", authz.Group, req.GroupID, err)
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("alter share group offsets", err)
 		return resp, nil
@@ -153,7 +170,12 @@ func (l *Listener) handleDeleteShareGroupOffsets(ctx context.Context, _ *conn, k
 	for _, t := range req.Topics {
 		topics = append(topics, t.Topic)
 	}
+	if err := l.requireGroup(ctx, authz.Delete, req.GroupID); err != nil {
+		resp.ErrorCode, resp.ErrorMessage = l.requestError("delete share group offsets", err)
+		return resp, nil
+	}
 	out, err := l.cfg.Share.DeleteOffsets(ctx, req.GroupID, topics)
+	l.cfg.Guard.Changed(ctx, "DeleteShareGroupOffsets", authz.Group, req.GroupID, err)
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("delete share group offsets", err)
 		return resp, nil

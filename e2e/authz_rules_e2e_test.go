@@ -338,9 +338,9 @@ func TestAuthorizerConfigRefused(t *testing.T) {
 		mutate func(*app.Config)
 		want   string
 	}{
-		"unknown":   {func(c *app.Config) { c.Authorizer = "ranger" }, "--authorizer must be none or acl"},
-		"jetstream": {func(c *app.Config) { c.Authorizer, c.Cluster.Store = app.AuthorizerACL, app.StoreJetStream }, "not supported with --store jetstream"},
-		"super user":   {func(c *app.Config) { c.SuperUsers = []string{"admin"} }, "--super-users"},
+		"unknown":    {func(c *app.Config) { c.Authorizer = "ranger" }, "--authorizer must be none or acl"},
+		"jetstream":  {func(c *app.Config) { c.Authorizer, c.Cluster.Store = app.AuthorizerACL, app.StoreJetStream }, "not supported with --store jetstream"},
+		"super user": {func(c *app.Config) { c.SuperUsers = []string{"admin"} }, "--super-users"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := app.DefaultConfig()

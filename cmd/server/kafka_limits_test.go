@@ -229,11 +229,15 @@ func TestKafkaConnectionCaps(t *testing.T) {
 				kafkaCall(t, nc, apiVersions(), int32(i))
 				open = append(open, nc)
 			}
+			// The server closes an over-cap connection at accept; under load
+			// its reset can reach the client before connect returns, so the
+			// refusal shows either at the dial or at the first request.
 			over, err := net.Dial("tcp", addr)
-			require.NoError(t, err)
-			defer over.Close()
-			require.NoError(t, over.SetDeadline(time.Now().Add(5*time.Second)))
-			_, err = kafkaRoundTrip(over, apiVersions(), 3)
+			if err == nil {
+				defer over.Close()
+				require.NoError(t, over.SetDeadline(time.Now().Add(5*time.Second)))
+				_, err = kafkaRoundTrip(over, apiVersions(), 3)
+			}
 			require.Error(t, err, "the third connection is refused")
 			var ne net.Error
 			assert.False(t, errors.As(err, &ne) && ne.Timeout(), "closed at once, not left hanging: %v", err)

@@ -3,15 +3,20 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
@@ -39,20 +44,42 @@ type kafkaACLCase struct {
 	deniedBy []int16
 	call     func(k *kafkaConn) int16
 	state    func(t *testing.T) any
+	// prep, when set, runs before each call (as the super user) and
+	// before state is read: what the call needs that is not under test.
+	prep func(t *testing.T, k *kafkaConn, granted []kperm)
+	// grpc, when set, is the same operation over gRPC by the same
+	// principal; it must be denied exactly when the Kafka call is
+	// (grpcDenied) and change nothing when denied.
+	grpc func(ctx context.Context) (proto.Message, error)
+}
+
+// grpcDenied reports whether a gRPC answer is an authorization refusal:
+// PERMISSION_DENIED for the request, or TOPIC_AUTHORIZATION_FAILED for a
+// partition or topic in it.
+func grpcDenied(t *testing.T, resp proto.Message, err error) bool {
+	t.Helper()
+	if err != nil {
+		return status.Code(err) == codes.PermissionDenied
+	}
+	b, merr := protojson.Marshal(resp)
+	require.NoError(t, merr)
+	return strings.Contains(string(b), "TOPIC_AUTHORIZATION_FAILED")
 }
 
 // TestKafkaAuthorizationMatrix runs every Kafka API the listener serves
 // (but ApiVersions, FindCoordinator and ListGroups, which answer without a
-// permission) with --authorizer acl: without its
-// permission it answers Kafka's authorization code and changes nothing;
-// with exactly the permissions the gRPC handler of the same operation
-// requires (e2e/authz_e2e_test.go) it succeeds.
+// permission) with --authorizer acl: without each of its permissions it
+// answers Kafka's authorization code and changes nothing; with exactly the
+// permissions the gRPC handler of the same operation requires
+// (e2e/authz_e2e_test.go) it succeeds. Where the operation has a gRPC
+// counterpart, the same principal's gRPC call is denied and allowed alike.
 func TestKafkaAuthorizationMatrix(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(tokens, []byte("admin-token\napp app-token\n"), 0o600))
 	c := startChild(t, t.TempDir(), "--fsync", "never", "--auth-tokens-file", tokens, "--authorizer", "acl",
 		"--super-users", "User:token-1", "--kafka-addr", "127.0.0.1:0")
 	admin := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer admin-token")
+	appCtx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer app-token")
 	logc := sharelogv1.NewLogServiceClient(c.conn)
 	aclc := sharelogv1.NewAclServiceClient(c.conn)
 	sgc := sharelogv1.NewShareGroupServiceClient(c.conn)
@@ -66,6 +93,60 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 		Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: proto.String("earliest")}})
 	require.NoError(t, err)
 
+	// The share fetch and acknowledge cases use their own topic and group,
+	// with records enough for one acquisition per call.
+	superK := dialKafka(t, c.kafkaAddr(t))
+	require.Zero(t, saslPlain(superK, "token-1", "admin-token").ErrorCode, "super user login")
+	stID := superK.createTopic("st", 1)
+	var stRecs []*sharelogv1.Record
+	for i := range 60 {
+		stRecs = append(stRecs, &sharelogv1.Record{Value: fmt.Appendf(nil, "s%d", i)})
+	}
+	_, err = logc.Produce(admin, &sharelogv1.ProduceRequest{Topic: "st", Records: stRecs})
+	require.NoError(t, err)
+	for _, g := range []string{"sg", "ag"} {
+		_, err = sgc.UpdateShareGroupConfig(admin, &sharelogv1.UpdateShareGroupConfigRequest{GroupId: g,
+			Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: proto.String("earliest")}})
+		require.NoError(t, err)
+	}
+	sgState := func(t *testing.T) any {
+		d, err := sgc.DescribeSharePartitionState(admin, &sharelogv1.DescribeSharePartitionStateRequest{GroupId: "sg",
+			Topics: []*sharelogv1.TopicPartitions{{Topic: "st", Partitions: []int32{0}}}})
+		require.NoError(t, err)
+		return d.String()
+	}
+	members := 0
+	freshMember := func() string { members++; return fmt.Sprintf("m-kafka-acl-member-%06d", members) }
+	kShareFetch := func(k *kafkaConn, member string, epoch int32) (int16, int64) {
+		req := kmsg.NewPtrShareFetchRequest()
+		g := "sg"
+		req.Version, req.GroupID, req.MemberID, req.ShareSessionEpoch = 1, &g, &member, epoch
+		req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.MaxRecords, req.BatchSize = 0, 1, 1<<20, 1, 1
+		tp := kmsg.NewShareFetchRequestTopic()
+		tp.TopicID = stID
+		pp := kmsg.NewShareFetchRequestTopicPartition()
+		tp.Partitions = append(tp.Partitions, pp)
+		req.Topics = append(req.Topics, tp)
+		resp := k.do(req).(*kmsg.ShareFetchResponse)
+		if resp.ErrorCode != 0 {
+			return resp.ErrorCode, -1
+		}
+		require.Len(t, resp.Topics, 1)
+		require.Len(t, resp.Topics[0].Partitions, 1)
+		p := resp.Topics[0].Partitions[0]
+		if p.ErrorCode != 0 || len(p.AcquiredRecords) == 0 {
+			return p.ErrorCode, -1
+		}
+		return 0, p.AcquiredRecords[0].FirstOffset
+	}
+	gShareFetch := func(ctx context.Context, member string) (*sharelogv1.ShareFetchResponse, error) {
+		return sgc.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "sg", MemberId: member, MaxRecords: proto.Int32(1),
+			Topics: []*sharelogv1.ShareFetchTopic{{Topic: "st", Partitions: []*sharelogv1.ShareFetchPartition{{Partition: 0}}}}})
+	}
+	// What the acknowledge cases acknowledge: a record the app acquired
+	// (with every permission) in a session of its own, per transport.
+	var ackMemberK, ackMemberG string
+	var ackOffsetK, ackOffsetG int64
 	grant := func(ps []kperm) {
 		_, err := aclc.DeleteAcls(admin, &sharelogv1.DeleteAclsRequest{Filters: []*sharelogv1.AclBindingFilter{{Principal: kafkaACLPrincipal}}})
 		require.NoError(t, err)
@@ -125,7 +206,9 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 	}
 
 	cases := []kafkaACLCase{
-		{name: "Produce", needs: []kperm{{topic, "t", write}}, denied: topicDenied, state: bounds, call: func(k *kafkaConn) int16 {
+		{name: "Produce", needs: []kperm{{topic, "t", write}}, denied: topicDenied, state: bounds, grpc: func(ctx context.Context) (proto.Message, error) {
+			return logc.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Records: []*sharelogv1.Record{{Value: []byte("g")}}})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrProduceRequest()
 			req.Version, req.Acks, req.TimeoutMillis = 9, -1, 5000
 			tp := kmsg.NewProduceRequestTopic()
@@ -136,7 +219,9 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Topics = append(req.Topics, tp)
 			return k.do(req).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
 		}},
-		{name: "Fetch", needs: []kperm{{topic, "t", read}}, denied: topicDenied, state: bounds, call: func(k *kafkaConn) int16 {
+		{name: "Fetch", needs: []kperm{{topic, "t", read}}, denied: topicDenied, state: bounds, grpc: func(ctx context.Context) (proto.Message, error) {
+			return logc.Fetch(ctx, &sharelogv1.FetchRequest{Topic: "t", Partition: 0, Offset: 0})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrFetchRequest()
 			req.Version, req.MaxBytes, req.SessionEpoch = 12, 1<<20, -1
 			tp := kmsg.NewFetchRequestTopic()
@@ -147,7 +232,9 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Topics = append(req.Topics, tp)
 			return k.do(req).(*kmsg.FetchResponse).Topics[0].Partitions[0].ErrorCode
 		}},
-		{name: "ListOffsets", needs: []kperm{{topic, "t", desc}}, denied: topicDenied, state: none, call: func(k *kafkaConn) int16 {
+		{name: "ListOffsets", needs: []kperm{{topic, "t", desc}}, denied: topicDenied, state: none, grpc: func(ctx context.Context) (proto.Message, error) {
+			return logc.ListOffsets(ctx, &sharelogv1.ListOffsetsRequest{Topic: "t", Spec: sharelogv1.OffsetSpec_OFFSET_SPEC_LATEST})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrListOffsetsRequest()
 			req.Version, req.ReplicaID = 7, -1
 			tp := kmsg.NewListOffsetsRequestTopic()
@@ -158,7 +245,9 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Topics = append(req.Topics, tp)
 			return k.do(req).(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0].ErrorCode
 		}},
-		{name: "Metadata", needs: []kperm{{topic, "t", desc}}, denied: topicDenied, state: none, call: func(k *kafkaConn) int16 {
+		{name: "Metadata", needs: []kperm{{topic, "t", desc}}, denied: topicDenied, state: none, grpc: func(ctx context.Context) (proto.Message, error) {
+			return logc.DescribeTopic(ctx, &sharelogv1.DescribeTopicRequest{Name: "t"})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrMetadataRequest()
 			req.Version = 12
 			name := "t"
@@ -167,7 +256,9 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Topics = append(req.Topics, mt)
 			return k.do(req).(*kmsg.MetadataResponse).Topics[0].ErrorCode
 		}},
-		{name: "CreateTopics", needs: []kperm{{topic, "new", create}}, denied: topicDenied, state: exists("new"), call: func(k *kafkaConn) int16 {
+		{name: "CreateTopics", needs: []kperm{{topic, "new", create}}, denied: topicDenied, state: exists("new"), grpc: func(ctx context.Context) (proto.Message, error) {
+			return logc.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "new", Partitions: 1})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrCreateTopicsRequest()
 			req.Version, req.TimeoutMillis = 7, 5000
 			ct := kmsg.NewCreateTopicsRequestTopic()
@@ -175,7 +266,9 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Topics = append(req.Topics, ct)
 			return k.do(req).(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode
 		}},
-		{name: "DeleteRecords", needs: []kperm{{topic, "t", del}}, denied: topicDenied, state: bounds, call: func(k *kafkaConn) int16 {
+		{name: "DeleteRecords", needs: []kperm{{topic, "t", del}}, denied: topicDenied, state: bounds, grpc: func(ctx context.Context) (proto.Message, error) {
+			return logc.Purge(ctx, &sharelogv1.PurgeRequest{Topics: []*sharelogv1.PurgeTopic{{Topic: "t", Partitions: []*sharelogv1.PurgePartition{{Partition: 0, Offset: 1}}}}})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrDeleteRecordsRequest()
 			req.Version, req.TimeoutMillis = 2, 5000
 			tp := kmsg.NewDeleteRecordsRequestTopic()
@@ -194,7 +287,9 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Resources = append(req.Resources, r)
 			return k.do(req).(*kmsg.DescribeConfigsResponse).Resources[0].ErrorCode
 		}},
-		{name: "IncrementalAlterConfigs", needs: []kperm{{group, "g", altCfg}}, denied: groupDenied, state: groupState, call: func(k *kafkaConn) int16 {
+		{name: "IncrementalAlterConfigs", needs: []kperm{{group, "g", altCfg}}, denied: groupDenied, state: groupState, grpc: func(ctx context.Context) (proto.Message, error) {
+			return sgc.UpdateShareGroupConfig(ctx, &sharelogv1.UpdateShareGroupConfigRequest{GroupId: "g", Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: proto.String("latest")}})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 			req.Version = 1
 			r := kmsg.NewIncrementalAlterConfigsRequestResource()
@@ -206,7 +301,9 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Resources = append(req.Resources, r)
 			return k.do(req).(*kmsg.IncrementalAlterConfigsResponse).Resources[0].ErrorCode
 		}},
-		{name: "ShareGroupDescribe", needs: []kperm{{group, "g", desc}}, denied: groupDenied, state: none, call: func(k *kafkaConn) int16 {
+		{name: "ShareGroupDescribe", needs: []kperm{{group, "g", desc}}, denied: groupDenied, state: none, grpc: func(ctx context.Context) (proto.Message, error) {
+			return sgc.DescribeShareGroup(ctx, &sharelogv1.DescribeShareGroupRequest{GroupId: "g"})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrShareGroupDescribeRequest()
 			req.Version, req.GroupIDs = 1, []string{"g"}
 			return k.do(req).(*kmsg.ShareGroupDescribeResponse).Groups[0].ErrorCode
@@ -219,7 +316,9 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Groups = append(req.Groups, g)
 			return k.do(req).(*kmsg.DescribeShareGroupOffsetsResponse).Groups[0].ErrorCode
 		}},
-		{name: "DeleteShareGroupOffsets", needs: []kperm{{group, "g", del}}, denied: groupDenied, state: groupState, call: func(k *kafkaConn) int16 {
+		{name: "DeleteShareGroupOffsets", needs: []kperm{{group, "g", del}}, denied: groupDenied, state: groupState, grpc: func(ctx context.Context) (proto.Message, error) {
+			return sgc.DeleteShareGroupOffsets(ctx, &sharelogv1.DeleteShareGroupOffsetsRequest{GroupId: "g", Topics: []string{"t"}})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrDeleteShareGroupOffsetsRequest()
 			req.Version, req.GroupID = 0, "g"
 			tp := kmsg.NewDeleteShareGroupOffsetsRequestTopic()
@@ -227,19 +326,26 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Topics = append(req.Topics, tp)
 			return k.do(req).(*kmsg.DeleteShareGroupOffsetsResponse).ErrorCode
 		}},
-		{name: "ShareGroupHeartbeat", needs: []kperm{{group, "g", read}, {topic, "t", desc}}, denied: groupDenied, deniedBy: []int16{groupDenied, topicDenied}, state: groupState, call: func(k *kafkaConn) int16 {
+		{name: "ShareGroupHeartbeat", needs: []kperm{{group, "g", read}, {topic, "t", desc}}, denied: groupDenied, deniedBy: []int16{groupDenied, topicDenied}, state: groupState, grpc: func(ctx context.Context) (proto.Message, error) {
+			return sgc.ShareGroupHeartbeat(ctx, &sharelogv1.ShareGroupHeartbeatRequest{GroupId: "g", MemberId: "m-kafka-acl-test-0000002", SubscribedTopicNames: []string{"t"}})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrShareGroupHeartbeatRequest()
 			req.Version, req.GroupID, req.MemberID, req.SubscribedTopicNames = 1, "g", "m-kafka-acl-test-0000001", []string{"t"}
 			return k.do(req).(*kmsg.ShareGroupHeartbeatResponse).ErrorCode
 		}},
-		{name: "DescribeAcls", needs: []kperm{{cluster, "kafka-cluster", desc}}, denied: clusterDenied, state: none, call: func(k *kafkaConn) int16 {
+		{name: "DescribeAcls", needs: []kperm{{cluster, "kafka-cluster", desc}}, denied: clusterDenied, state: none, grpc: func(ctx context.Context) (proto.Message, error) {
+			return aclc.DescribeAcls(ctx, &sharelogv1.DescribeAclsRequest{Filter: &sharelogv1.AclBindingFilter{}})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrDescribeACLsRequest()
 			req.Version = 3
 			req.ResourceType, req.ResourcePatternType = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny
 			req.Operation, req.PermissionType = kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
 			return k.do(req).(*kmsg.DescribeACLsResponse).ErrorCode
 		}},
-		{name: "CreateAcls", needs: []kperm{{cluster, "kafka-cluster", alter}}, denied: clusterDenied, state: otherBindings, call: func(k *kafkaConn) int16 {
+		{name: "CreateAcls", needs: []kperm{{cluster, "kafka-cluster", alter}}, denied: clusterDenied, state: otherBindings, grpc: func(ctx context.Context) (proto.Message, error) {
+			return aclc.CreateAcls(ctx, &sharelogv1.CreateAclsRequest{Bindings: []*sharelogv1.AclBinding{{Principal: "User:other", ResourceType: topic,
+				PatternType: sharelogv1.PatternType_PATTERN_TYPE_LITERAL, ResourceName: "t", Operation: read, Permission: sharelogv1.AclPermission_ACL_PERMISSION_ALLOW}}})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrCreateACLsRequest()
 			req.Version = 3
 			cr := kmsg.NewCreateACLsRequestCreation()
@@ -248,7 +354,9 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Creations = append(req.Creations, cr)
 			return k.do(req).(*kmsg.CreateACLsResponse).Results[0].ErrorCode
 		}},
-		{name: "DeleteAcls", needs: []kperm{{cluster, "kafka-cluster", alter}}, denied: clusterDenied, state: otherBindings, call: func(k *kafkaConn) int16 {
+		{name: "DeleteAcls", needs: []kperm{{cluster, "kafka-cluster", alter}}, denied: clusterDenied, state: otherBindings, grpc: func(ctx context.Context) (proto.Message, error) {
+			return aclc.DeleteAcls(ctx, &sharelogv1.DeleteAclsRequest{Filters: []*sharelogv1.AclBindingFilter{{Principal: "User:other"}}})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrDeleteACLsRequest()
 			req.Version = 3
 			f := kmsg.NewDeleteACLsRequestFilter()
@@ -258,8 +366,96 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Filters = append(req.Filters, f)
 			return k.do(req).(*kmsg.DeleteACLsResponse).Results[0].ErrorCode
 		}},
+		{name: "DescribeShareGroupOffsets of a topic", needs: []kperm{{group, "g", desc}, {topic, "t", desc}}, denied: groupDenied, deniedBy: []int16{groupDenied, topicDenied}, state: none,
+			grpc: func(ctx context.Context) (proto.Message, error) {
+				return sgc.DescribeShareGroupOffsets(ctx, &sharelogv1.DescribeShareGroupOffsetsRequest{GroupId: "g", Topics: []*sharelogv1.TopicPartitions{{Topic: "t", Partitions: []int32{0}}}})
+			}, call: func(k *kafkaConn) int16 {
+				req := kmsg.NewPtrDescribeShareGroupOffsetsRequest()
+				req.Version = 1
+				g := kmsg.NewDescribeShareGroupOffsetsRequestGroup()
+				g.GroupID = "g"
+				gt := kmsg.NewDescribeShareGroupOffsetsRequestGroupTopic()
+				gt.Topic, gt.Partitions = "t", []int32{0}
+				g.Topics = append(g.Topics, gt)
+				req.Groups = append(req.Groups, g)
+				rg := k.do(req).(*kmsg.DescribeShareGroupOffsetsResponse).Groups[0]
+				if rg.ErrorCode != 0 {
+					return rg.ErrorCode
+				}
+				return rg.Topics[0].Partitions[0].ErrorCode
+			}},
+		{name: "AlterShareGroupOffsets", needs: []kperm{{group, "ag", read}, {topic, "t", read}}, denied: groupDenied, deniedBy: []int16{groupDenied, topicDenied},
+			state: func(t *testing.T) any {
+				d, err := sgc.DescribeShareGroupOffsets(admin, &sharelogv1.DescribeShareGroupOffsetsRequest{GroupId: "ag"})
+				require.NoError(t, err)
+				return d.String()
+			},
+			grpc: func(ctx context.Context) (proto.Message, error) {
+				return sgc.AlterShareGroupOffsets(ctx, &sharelogv1.AlterShareGroupOffsetsRequest{GroupId: "ag", Topics: []*sharelogv1.AlterShareGroupOffsetsTopic{{
+					Topic: "t", Partitions: []*sharelogv1.AlterShareGroupOffsetsPartition{{Partition: 0, StartOffset: 1}}}}})
+			}, call: func(k *kafkaConn) int16 {
+				req := kmsg.NewPtrAlterShareGroupOffsetsRequest()
+				req.GroupID = "ag"
+				rt := kmsg.NewAlterShareGroupOffsetsRequestTopic()
+				rt.Topic = "t"
+				rp := kmsg.NewAlterShareGroupOffsetsRequestTopicPartition()
+				rp.Partition, rp.StartOffset = 0, 1
+				rt.Partitions = append(rt.Partitions, rp)
+				req.Topics = append(req.Topics, rt)
+				resp := k.do(req).(*kmsg.AlterShareGroupOffsetsResponse)
+				if resp.ErrorCode != 0 {
+					return resp.ErrorCode
+				}
+				return resp.Topics[0].Partitions[0].ErrorCode
+			}},
+		{name: "ShareFetch", needs: []kperm{{group, "sg", read}, {topic, "st", read}}, denied: groupDenied, deniedBy: []int16{groupDenied, topicDenied}, state: sgState,
+			grpc: func(ctx context.Context) (proto.Message, error) {
+				return gShareFetch(ctx, freshMember())
+			}, call: func(k *kafkaConn) int16 {
+				code, _ := kShareFetch(k, freshMember(), 0)
+				return code
+			}},
+		{name: "ShareAcknowledge", needs: []kperm{{group, "sg", read}, {topic, "st", read}}, denied: groupDenied, deniedBy: []int16{groupDenied, topicDenied}, state: sgState,
+			prep: func(t *testing.T, k *kafkaConn, granted []kperm) {
+				grant([]kperm{{group, "sg", read}, {topic, "st", read}})
+				ackMemberK = freshMember()
+				code, off := kShareFetch(k, ackMemberK, 0)
+				require.Zero(t, code)
+				require.GreaterOrEqual(t, off, int64(0), "a record acquired over Kafka")
+				ackMemberG = freshMember()
+				r, err := gShareFetch(appCtx, ackMemberG)
+				require.NoError(t, err)
+				require.NotEmpty(t, r.GetResponses()[0].GetPartitions()[0].GetAcquiredRecords(), "a record acquired over gRPC")
+				ackOffsetK, ackOffsetG = off, r.GetResponses()[0].GetPartitions()[0].GetAcquiredRecords()[0].GetFirstOffset()
+				grant(granted)
+			},
+			grpc: func(ctx context.Context) (proto.Message, error) {
+				return sgc.ShareAcknowledge(ctx, &sharelogv1.ShareAcknowledgeRequest{GroupId: "sg", MemberId: ackMemberG, ShareSessionEpoch: 1,
+					Topics: []*sharelogv1.ShareFetchTopic{{Topic: "st", Partitions: []*sharelogv1.ShareFetchPartition{{Partition: 0,
+						AcknowledgementBatches: []*sharelogv1.AcknowledgementBatch{{FirstOffset: ackOffsetG, LastOffset: ackOffsetG,
+							AcknowledgeTypes: []sharelogv1.AcknowledgeType{sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_ACCEPT}}}}}}}})
+			}, call: func(k *kafkaConn) int16 {
+				req := kmsg.NewPtrShareAcknowledgeRequest()
+				g := "sg"
+				req.Version, req.GroupID, req.MemberID, req.ShareSessionEpoch = 1, &g, &ackMemberK, 1
+				tp := kmsg.NewShareAcknowledgeRequestTopic()
+				tp.TopicID = stID
+				pp := kmsg.NewShareAcknowledgeRequestTopicPartition()
+				b := kmsg.NewShareAcknowledgeRequestTopicPartitionAcknowledgementBatch()
+				b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = ackOffsetK, ackOffsetK, []int8{1}
+				pp.AcknowledgementBatches = append(pp.AcknowledgementBatches, b)
+				tp.Partitions = append(tp.Partitions, pp)
+				req.Topics = append(req.Topics, tp)
+				resp := k.do(req).(*kmsg.ShareAcknowledgeResponse)
+				if resp.ErrorCode != 0 {
+					return resp.ErrorCode
+				}
+				return resp.Topics[0].Partitions[0].ErrorCode
+			}},
 		// Last: it removes the topic.
-		{name: "DeleteTopics", needs: []kperm{{topic, "victim", del}}, denied: topicDenied, state: exists("victim"), call: func(k *kafkaConn) int16 {
+		{name: "DeleteTopics", needs: []kperm{{topic, "victim", del}}, denied: topicDenied, state: exists("victim"), grpc: func(ctx context.Context) (proto.Message, error) {
+			return logc.DeleteTopic(ctx, &sharelogv1.DeleteTopicRequest{Name: "victim"})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrDeleteTopicsRequest()
 			req.Version, req.TimeoutMillis = 4, 5000
 			req.TopicNames = []string{"victim"}
@@ -270,9 +466,17 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			k := dialKafka(t, c.kafkaAddr(t))
 			require.Zero(t, saslPlain(k, "app", "app-token").ErrorCode, "login")
-			// Every needed permission but one is not enough.
+			prep := func(granted []kperm) {
+				if tc.prep != nil {
+					tc.prep(t, k, granted)
+				}
+			}
+			// Every needed permission but one is not enough, on either
+			// transport.
 			for skip := range tc.needs {
-				grant(append(append([]kperm{}, tc.needs[:skip]...), tc.needs[skip+1:]...))
+				partial := append(append([]kperm{}, tc.needs[:skip]...), tc.needs[skip+1:]...)
+				grant(partial)
+				prep(partial)
 				before := tc.state(t)
 				want := tc.denied
 				if tc.deniedBy != nil {
@@ -280,10 +484,26 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 				}
 				assert.Equal(t, want, tc.call(k), "without %v", tc.needs[skip])
 				assert.Equal(t, before, tc.state(t), "a denied call changed nothing")
+				if tc.grpc != nil {
+					resp, err := tc.grpc(appCtx)
+					assert.True(t, grpcDenied(t, resp, err), "gRPC without %v is denied too: %v %v", tc.needs[skip], resp, err)
+					assert.Equal(t, before, tc.state(t), "a denied gRPC call changed nothing")
+				}
 			}
 			grant(tc.needs)
+			prep(tc.needs)
 			assert.Equal(t, int16(0), tc.call(k), "with exactly %v", tc.needs)
+			if tc.grpc != nil {
+				prep(tc.needs)
+				resp, err := tc.grpc(appCtx)
+				assert.False(t, grpcDenied(t, resp, err), "gRPC with exactly %v is allowed too: %v %v", tc.needs, resp, err)
+			}
 		})
+	}
+	for _, tc := range cases {
+		if tc.grpc == nil {
+			t.Logf("%s has no gRPC counterpart compared here", tc.name)
+		}
 	}
 }
 

@@ -2,7 +2,9 @@ package kafkawire
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -234,6 +236,11 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 	fr.MaxBytes, fr.MaxRecords = &maxBytes, &maxRecords
 	unknown := map[[16]byte][]int32{}
 	ids := map[string][16]byte{}
+	// A partition of a topic the caller may not READ is not passed on (nor
+	// are its acknowledgements) and answers TOPIC_AUTHORIZATION_FAILED, as
+	// over gRPC (docs/security.md).
+	readable := l.topics(authz.Read)
+	var denied []sharegroup.TopicPartition
 	for _, t := range req.Topics {
 		name, ok := l.resolveTopicID(ctx, t.TopicID)
 		for _, p := range t.Partitions {
@@ -248,6 +255,10 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 			if !valid {
 				resp.ErrorCode = kerr.InvalidRequest.Code
 				return resp, nil
+			}
+			if !readable.Allowed(ctx, name) {
+				denied = append(denied, sharegroup.TopicPartition{Topic: name, Partition: p.Partition})
+				continue
 			}
 			fr.Partitions = append(fr.Partitions, sharegroup.PartitionEntry{
 				TopicPartition: sharegroup.TopicPartition{Topic: name, Partition: p.Partition},
@@ -302,6 +313,21 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 			rp.AcquiredRecords = append(rp.AcquiredRecords, ar)
 		}
 		t := topicOf(id)
+		t.Partitions = append(t.Partitions, rp)
+	}
+	for _, u := range out.Unreadable {
+		if !slices.Contains(denied, u) {
+			denied = append(denied, u)
+		}
+	}
+	for _, d := range denied {
+		rp := kmsg.NewShareFetchResponseTopicPartition()
+		rp.Partition, rp.ErrorCode = d.Partition, kerr.TopicAuthorizationFailed.Code
+		rp.ErrorMessage = optString(fmt.Sprintf("not authorized to %s topic %q", authz.Read, d.Topic))
+		rp.AcknowledgeErrorCode = kerr.TopicAuthorizationFailed.Code
+		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = -1, -1
+		rp.Records = []byte{}
+		t := topicOf(resultID(ctx, l, "", d.Topic, ids))
 		t.Partitions = append(t.Partitions, rp)
 	}
 	for id, parts := range unknown {
@@ -362,6 +388,11 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 	ar := sharegroup.AckRequest{GroupID: *req.GroupID, MemberID: *req.MemberID, Epoch: req.ShareSessionEpoch, IsRenewAck: req.IsRenewAck}
 	unknown := map[[16]byte][]int32{}
 	ids := map[string][16]byte{}
+	// READ on each topic, as ShareFetch and the gRPC ShareAcknowledge
+	// (docs/security.md): a denied topic's acknowledgements are not passed on
+	// and its partitions answer TOPIC_AUTHORIZATION_FAILED.
+	readable := l.topics(authz.Read)
+	var denied []sharegroup.TopicPartition
 	for _, t := range req.Topics {
 		name, ok := l.resolveTopicID(ctx, t.TopicID)
 		for _, p := range t.Partitions {
@@ -376,6 +407,10 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 			if !valid {
 				resp.ErrorCode = kerr.InvalidRequest.Code
 				return resp, nil
+			}
+			if !readable.Allowed(ctx, name) {
+				denied = append(denied, sharegroup.TopicPartition{Topic: name, Partition: p.Partition})
+				continue
 			}
 			ar.Partitions = append(ar.Partitions, sharegroup.PartitionEntry{
 				TopicPartition: sharegroup.TopicPartition{Topic: name, Partition: p.Partition},
@@ -409,6 +444,14 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 		rp.ErrorCode, rp.ErrorMessage = p.ErrorCode.KafkaCode(), optString(p.ErrorMessage)
 		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = nodeID, 0
 		t := topicOf(resultID(ctx, l, p.TopicID, p.Topic, ids))
+		t.Partitions = append(t.Partitions, rp)
+	}
+	for _, d := range denied {
+		rp := kmsg.NewShareAcknowledgeResponseTopicPartition()
+		rp.Partition, rp.ErrorCode = d.Partition, kerr.TopicAuthorizationFailed.Code
+		rp.ErrorMessage = optString(fmt.Sprintf("not authorized to %s topic %q", authz.Read, d.Topic))
+		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = -1, -1
+		t := topicOf(ids[d.Topic])
 		t.Partitions = append(t.Partitions, rp)
 	}
 	for id, parts := range unknown {

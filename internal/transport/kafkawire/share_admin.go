@@ -2,8 +2,10 @@ package kafkawire
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharelog/sharelog/internal/authz"
@@ -99,21 +101,45 @@ func (l *Listener) handleDescribeShareGroupOffsets(ctx context.Context, _ *conn,
 	for _, g := range req.Groups {
 		rg := kmsg.NewDescribeShareGroupOffsetsResponseGroup()
 		rg.GroupID = g.GroupID
-		var topics []sharegroup.TopicPartitions
-		for _, t := range g.Topics {
-			topics = append(topics, sharegroup.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions})
-		}
 		err := l.requireGroup(ctx, authz.Describe, g.GroupID)
-		var out []sharegroup.TopicOffsets
-		if err == nil {
-			out, err = l.cfg.Share.DescribeOffsets(ctx, g.GroupID, topics)
-		}
 		if err != nil {
 			rg.ErrorCode, rg.ErrorMessage = l.requestError("describe share group offsets", err)
 			resp.Groups = append(resp.Groups, rg)
 			continue
 		}
+		// DESCRIBE on each topic too, as the gRPC DescribeShareGroupOffsets:
+		// a requested topic without it answers TOPIC_AUTHORIZATION_FAILED per
+		// partition; with no topics named, such topics are left out.
+		describable := l.topics(authz.Describe)
+		var topics []sharegroup.TopicPartitions
+		for _, t := range g.Topics {
+			if !describable.Allowed(ctx, t.Topic) {
+				rt := kmsg.NewDescribeShareGroupOffsetsResponseGroupTopic()
+				rt.Topic, rt.TopicID = t.Topic, l.nameID(ctx, t.Topic)
+				for _, p := range t.Partitions {
+					rp := kmsg.NewDescribeShareGroupOffsetsResponseGroupTopicPartition()
+					rp.Partition, rp.StartOffset, rp.Lag, rp.LeaderEpoch = p, -1, -1, -1
+					rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+					rp.ErrorMessage = optString(fmt.Sprintf("not authorized to %s topic %q", authz.Describe, t.Topic))
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+				rg.Topics = append(rg.Topics, rt)
+				continue
+			}
+			topics = append(topics, sharegroup.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions})
+		}
+		var out []sharegroup.TopicOffsets
+		if len(topics) > 0 || len(g.Topics) == 0 {
+			if out, err = l.cfg.Share.DescribeOffsets(ctx, g.GroupID, topics); err != nil {
+				rg.ErrorCode, rg.ErrorMessage = l.requestError("describe share group offsets", err)
+				resp.Groups = append(resp.Groups, rg)
+				continue
+			}
+		}
 		for _, t := range out {
+			if len(g.Topics) == 0 && !l.allowed(ctx, authz.Describe, authz.Topic, t.Topic) {
+				continue
+			}
 			rt := kmsg.NewDescribeShareGroupOffsetsResponseGroupTopic()
 			rt.Topic, rt.TopicID = t.Topic, l.nameID(ctx, t.Topic)
 			for _, p := range t.Partitions {
@@ -132,16 +158,35 @@ func (l *Listener) handleDescribeShareGroupOffsets(ctx context.Context, _ *conn,
 func (l *Listener) handleAlterShareGroupOffsets(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.AlterShareGroupOffsetsRequest)
 	resp := req.ResponseKind().(*kmsg.AlterShareGroupOffsetsResponse)
+	if err := l.requireGroup(ctx, authz.Read, req.GroupID); err != nil {
+		resp.ErrorCode, resp.ErrorMessage = l.requestError("alter share group offsets", err)
+		return resp, nil
+	}
+	// READ on each topic too, as the gRPC AlterShareGroupOffsets: a denied
+	// topic is not passed on and answers TOPIC_AUTHORIZATION_FAILED per
+	// partition (docs/security.md).
+	readable := l.topics(authz.Read)
 	var topics []sharegroup.TopicStartOffsets
 	for _, t := range req.Topics {
+		if !readable.Allowed(ctx, t.Topic) {
+			rt := kmsg.NewAlterShareGroupOffsetsResponseTopic()
+			rt.Topic, rt.TopicID = t.Topic, l.nameID(ctx, t.Topic)
+			for _, p := range t.Partitions {
+				rp := kmsg.NewAlterShareGroupOffsetsResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, kerr.TopicAuthorizationFailed.Code
+				rp.ErrorMessage = optString(fmt.Sprintf("not authorized to %s topic %q", authz.Read, t.Topic))
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+			continue
+		}
 		ts := sharegroup.TopicStartOffsets{Topic: t.Topic}
 		for _, p := range t.Partitions {
 			ts.Partitions = append(ts.Partitions, sharegroup.PartitionStartOffset{Partition: p.Partition, StartOffset: p.StartOffset})
 		}
 		topics = append(topics, ts)
 	}
-	if err := l.requireGroup(ctx, authz.Read, req.GroupID); err != nil {
-		resp.ErrorCode, resp.ErrorMessage = l.requestError("alter share group offsets", err)
+	if len(topics) == 0 && len(req.Topics) > 0 {
 		return resp, nil
 	}
 	out, err := l.cfg.Share.AlterOffsets(ctx, req.GroupID, topics)

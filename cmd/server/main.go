@@ -87,6 +87,40 @@ type logConfig struct{ level, format string }
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (app.Config, logConfig, error) {
 	cfg := app.DefaultConfig()
 	var lc logConfig
+	fs, showVersion := newFlagSet(&cfg, &lc, stderr)
+	if err := fs.Parse(args); err != nil {
+		return cfg, lc, err
+	}
+	if *showVersion {
+		return cfg, lc, errShowVersion
+	}
+	if fs.NArg() > 0 {
+		return cfg, lc, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	// Environment variables fill the flags not given on the command line.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || envErr != nil || f.Name == "version" {
+			return
+		}
+		name := "SHARELOG_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return cfg, lc, envErr
+	}
+	return cfg, lc, cfg.Validate()
+}
+
+// newFlagSet defines every server flag on cfg and lc (docs/configuration.md
+// lists them; TestConfigurationDoc keeps that page current).
+func newFlagSet(cfg *app.Config, lc *logConfig, stderr io.Writer) (*flag.FlagSet, *bool) {
 	fs := flag.NewFlagSet(progName, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -168,35 +202,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (ap
 	fs.StringVar(&lc.level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&lc.format, "log-format", "text", "text or json")
 	showVersion := fs.Bool("version", false, "print the version and exit (no environment variable)")
-
-	if err := fs.Parse(args); err != nil {
-		return cfg, lc, err
-	}
-	if *showVersion {
-		return cfg, lc, errShowVersion
-	}
-	if fs.NArg() > 0 {
-		return cfg, lc, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
-	}
-	// Environment variables fill the flags not given on the command line.
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || envErr != nil || f.Name == "version" {
-			return
-		}
-		name := "SHARELOG_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(name); v != "" {
-			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return cfg, lc, envErr
-	}
-	return cfg, lc, cfg.Validate()
+	return fs, showVersion
 }
 
 func newLogger(lc logConfig, w io.Writer) (*slog.Logger, error) {

@@ -564,4 +564,3 @@ func (c *Coordinator) Leave(_ context.Context, group string, members []LeavingMe
 	}
 	return out, nil
 }
-

@@ -116,4 +116,3 @@ func TestListGroupsOldVersions(t *testing.T) {
 		}
 	}
 }
-

@@ -32,6 +32,9 @@ func (l *Listener) groupErr(ctx context.Context, op string, err error) (int16, *
 
 // clientHost is Kafka's client host of a member: "/" and the address.
 func clientHost(c *conn) string {
+	if c.nc == nil {
+		return ""
+	}
 	if a, ok := c.nc.RemoteAddr().(*net.TCPAddr); ok {
 		return "/" + a.IP.String()
 	}

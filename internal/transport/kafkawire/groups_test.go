@@ -21,7 +21,13 @@ import (
 // groups over a coordinator with a memory offsets store.
 func newGroupsFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := newFixture(t)
+	return withGroups(newFixture(t))
+}
+
+// withGroups restarts f's listener with a consumer-group coordinator.
+func withGroups(f *fixture) *fixture {
+	t := f.t
+	t.Helper()
 	c, err := consumergroup.Open(consumergroup.Options{Store: groupoffsets.NewMem(), Logger: slog.New(slog.DiscardHandler),
 		MinSessionTimeout: 100 * time.Millisecond,
 		Partitions: func(ctx context.Context, topic string) (int32, error) {

@@ -50,8 +50,9 @@
 // Static members (group.instance.id, KIP-345) join without
 // MEMBER_ID_REQUIRED. A join with a known instance id and no member id
 // gets a new member id and replaces the old member, whose waiting calls
-// answer FENCED_INSTANCE_ID; in a Stable group with the same protocols
-// this needs no rebalance (a leader so replaced is told SkipAssignment).
+// answer FENCED_INSTANCE_ID; in a Stable group whose protocol vote stays
+// the same this needs no rebalance, even if the metadata changed, as in
+// Kafka (a leader so replaced is told SkipAssignment).
 // A call that names an instance id with another member id answers
 // FENCED_INSTANCE_ID.
 //

@@ -169,7 +169,10 @@ func (c *Coordinator) rejoin(g *group, m *member, req JoinRequest) <-chan joinRe
 
 // replaceStatic is a static member's join under a known instance id with
 // no member id (KIP-345): a new member id replaces the old member, which
-// is fenced; a stable group with the same protocols does not rebalance.
+// is fenced, and takes its assignment and its join's protocols; a stable
+// group whose protocol vote stays the same does not rebalance (as Kafka,
+// changed metadata alone does not: a restarted client's metadata carries
+// its new generation -1).
 func (c *Coordinator) replaceStatic(g *group, old *member, req JoinRequest) (<-chan joinResult, JoinResponse, error) {
 	m := c.newMember(req)
 	m.seq, m.assignment = old.seq, old.assignment
@@ -185,7 +188,7 @@ func (c *Coordinator) replaceStatic(g *group, old *member, req JoinRequest) (<-c
 	if pendingSync {
 		g.pendingSync[m.id] = true
 	}
-	if g.state == Stable && old.sameProtocols(req.Protocols) {
+	if g.state == Stable && g.selectProtocol() == g.protocol {
 		c.sessionTimer(g, m)
 		r := g.joinResponse(m)
 		r.SkipAssignment = m.id == g.leader

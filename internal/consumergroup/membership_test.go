@@ -179,7 +179,9 @@ func TestStaticMemberReplacesWithoutRebalance(t *testing.T) {
 		Assignments: []Assignment{{old, []byte("mine")}}})
 	require.NoError(t, err)
 
-	again, err := c.Join(ctx, static(joinReq("")))
+	rejoin := static(joinReq(""))
+	rejoin.Protocols[0].Metadata = []byte("restarted: other metadata, same protocol")
+	again, err := c.Join(ctx, rejoin)
 	require.NoError(t, err)
 	assert.NotEqual(t, old, again.MemberID, "a new member id")
 	assert.Equal(t, int32(1), again.Generation, "no rebalance")
@@ -194,6 +196,17 @@ func TestStaticMemberReplacesWithoutRebalance(t *testing.T) {
 	assert.Equal(t, []byte("mine"), sr.Assignment)
 	assert.Equal(t, apierr.FencedInstanceID, reason(c.Heartbeat(ctx, HeartbeatRequest{Group: "g", Generation: 1, MemberID: old, InstanceID: &inst})))
 	require.NoError(t, c.Heartbeat(ctx, HeartbeatRequest{Group: "g", Generation: 1, MemberID: again.MemberID, InstanceID: &inst}))
+
+	// Back with a protocol that changes the vote: a rebalance.
+	other := static(joinReq("", "roundrobin", "range")) // roundrobin now wins the vote
+	ch := joinAsync(c, other)
+	changed := await(t, ch, 5*time.Second)
+	require.NoError(t, changed.err)
+	assert.Equal(t, int32(2), changed.resp.Generation, "the protocol changed: a new generation")
+	assert.Equal(t, "roundrobin", changed.resp.Protocol)
+	again = changed.resp
+	_, err = c.Sync(ctx, SyncRequest{Group: "g", Generation: 2, MemberID: again.MemberID, InstanceID: &inst})
+	require.NoError(t, err)
 
 	// Leave by instance id.
 	res, err := c.Leave(ctx, "g", []LeavingMember{{InstanceID: &inst}, {MemberID: "nobody"}})

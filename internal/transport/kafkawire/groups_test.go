@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,4 +123,88 @@ func TestListGroupsOldVersions(t *testing.T) {
 			t.Fatalf("v%d: %v", v, kerr.ErrorForCode(resp.ErrorCode))
 		}
 	}
+}
+
+// groupMember is a kgo group consumer polling in the background, with the
+// partitions it owns and a count of its assignment changes.
+type groupMember struct {
+	cl      *kgo.Client
+	mu      sync.Mutex
+	owns    map[int32]bool
+	changes int
+	done    chan struct{}
+}
+
+func (m *groupMember) owned() (parts []int32, changes int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for p := range m.owns {
+		parts = append(parts, p)
+	}
+	slices.Sort(parts)
+	return parts, m.changes
+}
+
+func (f *fixture) groupMember(group, topic string, opts ...kgo.Opt) *groupMember {
+	m := &groupMember{owns: map[int32]bool{}, done: make(chan struct{})}
+	set := func(ps map[string][]int32, own bool) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if len(ps[topic]) > 0 {
+			m.changes++
+		}
+		for _, p := range ps[topic] {
+			if own {
+				m.owns[p] = true
+			} else {
+				delete(m.owns, p)
+			}
+		}
+	}
+	m.cl = f.client(append([]kgo.Opt{kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) { set(ps, true) }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) { set(ps, false) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, ps map[string][]int32) { set(ps, false) }),
+	}, opts...)...)
+	go func() {
+		defer close(m.done)
+		for !m.cl.PollFetches(context.Background()).IsClientClosed() {
+		}
+	}()
+	return m
+}
+
+// Static members (kgo.InstanceID): a member that restarts within its
+// session timeout takes its place back without a rebalance (the other
+// member's assignment never changes); one that does not come back is
+// removed at its session timeout and the other takes every partition.
+func TestKgoStaticMembers(t *testing.T) {
+	f := newGroupsFixture(t)
+	f.createTopic("st", 4)
+	opts := func(id string) []kgo.Opt {
+		return []kgo.Opt{kgo.InstanceID(id), kgo.SessionTimeout(3 * time.Second), kgo.HeartbeatInterval(100 * time.Millisecond),
+			kgo.Balancers(kgo.RangeBalancer())}
+	}
+	a := f.groupMember("sg", "st", opts("a")...)
+	b := f.groupMember("sg", "st", opts("b")...)
+	waitFor(t, func() bool {
+		pa, _ := a.owned()
+		pb, _ := b.owned()
+		return len(pa) == 2 && len(pb) == 2
+	})
+	pa, changes := a.owned()
+	pb, _ := b.owned()
+
+	b.cl.Close() // a static member does not leave the group
+	<-b.done
+	b = f.groupMember("sg", "st", opts("b")...)
+	waitFor(t, func() bool { p, _ := b.owned(); return slices.Equal(p, pb) })
+	time.Sleep(500 * time.Millisecond) // several heartbeats of a: no rebalance is announced
+	if p, c := a.owned(); !slices.Equal(p, pa) || c != changes {
+		t.Fatalf("a's assignment changed when b came back: %v (changes %d), was %v (changes %d)", p, c, pa, changes)
+	}
+
+	b.cl.Close()
+	<-b.done
+	waitFor(t, func() bool { p, _ := a.owned(); return len(p) == 4 }) // b's session ends
 }

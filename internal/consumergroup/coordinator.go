@@ -111,7 +111,7 @@ func Open(o Options) (*Coordinator, error) {
 	now := o.Now()
 	for _, lg := range loaded {
 		g := newGroup(lg.ID)
-		g.emptySince, g.storedEmptySince = lg.EmptySince, lg.EmptySince
+		g.emptySince, g.protocolType, g.stored = lg.EmptySince, lg.ProtocolType, lg.Meta
 		if g.emptySince.IsZero() {
 			// It had members when the process ended: its retention
 			// starts now, as their sessions end here.

@@ -109,8 +109,8 @@ type group struct {
 
 	offsets    map[partKey]groupoffsets.Offset
 	emptySince time.Time // when it last became empty (zero: it has members)
-	// storedEmptySince is the store's emptySince of the group.
-	storedEmptySince time.Time
+	// stored is the store's Meta of the group.
+	stored groupoffsets.Meta
 }
 
 func newGroup(id string) *group {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/storage/groupoffsets"
 )
 
 // Join is JoinGroup. It returns once the member is in the next generation
@@ -396,17 +397,19 @@ func (c *Coordinator) setEmptySince(g *group, t time.Time) {
 	c.persistEmptySince(g)
 }
 
-// persistEmptySince writes g.emptySince unless the store has it, or the
-// group has no offsets (a group without offsets is not stored).
+// persistEmptySince writes the group's Meta (its protocol type and
+// emptySince) unless the store has it, or the group has no offsets (a
+// group without offsets is not stored).
 func (c *Coordinator) persistEmptySince(g *group) {
-	if len(g.offsets) == 0 || g.emptySince.Equal(g.storedEmptySince) {
+	m := groupoffsets.Meta{ProtocolType: g.protocolType, EmptySince: g.emptySince}
+	if len(g.offsets) == 0 || m.ProtocolType == g.stored.ProtocolType && m.EmptySince.Equal(g.stored.EmptySince) {
 		return
 	}
-	if err := c.store.SetEmptySince(g.id, g.emptySince); err != nil {
+	if err := c.store.SetMeta(g.id, m); err != nil {
 		c.log.Warn("record when a consumer group became empty", "group", g.id, "error", err)
 		return
 	}
-	g.storedEmptySince = g.emptySince
+	g.stored = m
 }
 
 // Sync is SyncGroup: the leader's assignment is handed to every member.

@@ -189,6 +189,7 @@ func TestOffsetsSurviveReopen(t *testing.T) {
 	assert.Equal(t, int64(13), got[0].Partitions[1].Offset)
 	d, _ := c.Describe(ctx, "g")
 	assert.Equal(t, Empty, d.State)
+	assert.Equal(t, "consumer", d.ProtocolType, "the protocol type is kept with the offsets")
 	clock.Add(11 * time.Minute)
 	c.ExpireOffsets()
 	got, _ = c.Fetch(ctx, "g", []TopicPartitions{{Topic: "t", Partitions: []int32{0}}})

@@ -12,7 +12,8 @@
 // whose payload is one JSON entry: a commit of a group's partitions (all
 // of one OffsetCommit, so a request is applied whole or not at all), a
 // delete of some of a group's partitions or of the whole group, or the
-// group's empty-since time (the start of its offsets' retention). A frame
+// group's Meta (its protocol type and empty-since time, the start of its
+// offsets' retention). A frame
 // is written with one Write, so a crash tears at most the tail; Open
 // replays the file and cuts it at the first short or damaged frame.
 //

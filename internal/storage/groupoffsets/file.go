@@ -276,9 +276,9 @@ func (s *File) Delete(group string, parts []Partition) error {
 	return s.write(entry{Kind: "d", Group: group, Parts: parts, All: parts == nil})
 }
 
-// SetEmptySince implements Store.
-func (s *File) SetEmptySince(group string, t time.Time) error {
-	return s.write(entry{Kind: "s", Group: group, EmptySince: t})
+// SetMeta implements Store.
+func (s *File) SetMeta(group string, m Meta) error {
+	return s.write(entry{Kind: "s", Group: group, Meta: &m})
 }
 
 // Close implements Store: the file is fsynced unless the mode is never.

@@ -1,23 +1,20 @@
 package groupoffsets
 
-import (
-	"sort"
-	"time"
-)
+import "sort"
 
 // entry is one change, the payload of a frame.
 type entry struct {
-	Kind       string      `json:"k"` // "c" commit, "d" delete, "s" empty-since
-	Group      string      `json:"g"`
-	Offsets    []Offset    `json:"o,omitempty"`
-	Parts      []Partition `json:"p,omitempty"` // "d": the partitions, unless All
-	All        bool        `json:"a,omitempty"` // "d": the whole group
-	EmptySince time.Time   `json:"s,omitzero"`
+	Kind    string      `json:"k"` // "c" commit, "d" delete, "s" empty-since
+	Group   string      `json:"g"`
+	Offsets []Offset    `json:"o,omitempty"`
+	Parts   []Partition `json:"p,omitempty"` // "d": the partitions, unless All
+	All     bool        `json:"a,omitempty"` // "d": the whole group
+	Meta    *Meta       `json:"m,omitempty"` // "s"
 }
 
 type groupImage struct {
-	offsets    map[Partition]Offset
-	emptySince time.Time
+	offsets map[Partition]Offset
+	meta    Meta
 }
 
 // image is the live state a store's entries build.
@@ -53,11 +50,13 @@ func (im *image) apply(e entry) {
 		for _, p := range e.Parts {
 			delete(g.offsets, p)
 		}
-		if len(g.offsets) == 0 && g.emptySince.IsZero() {
+		if len(g.offsets) == 0 && g.meta == (Meta{}) {
 			delete(im.groups, e.Group)
 		}
 	case "s":
-		im.group(e.Group).emptySince = e.EmptySince
+		if e.Meta != nil {
+			im.group(e.Group).meta = *e.Meta
+		}
 	}
 }
 
@@ -65,7 +64,7 @@ func (im *image) apply(e entry) {
 func (im *image) list() []Group {
 	out := make([]Group, 0, len(im.groups))
 	for id, g := range im.groups {
-		gr := Group{ID: id, EmptySince: g.emptySince}
+		gr := Group{ID: id, Meta: g.meta}
 		for _, o := range g.offsets {
 			gr.Offsets = append(gr.Offsets, o)
 		}
@@ -89,8 +88,9 @@ func (im *image) snapshot() []entry {
 		if len(g.Offsets) > 0 {
 			out = append(out, entry{Kind: "c", Group: g.ID, Offsets: g.Offsets})
 		}
-		if !g.EmptySince.IsZero() {
-			out = append(out, entry{Kind: "s", Group: g.ID, EmptySince: g.EmptySince})
+		if g.Meta != (Meta{}) {
+			m := g.Meta
+			out = append(out, entry{Kind: "s", Group: g.ID, Meta: &m})
 		}
 	}
 	return out

@@ -3,7 +3,6 @@ package groupoffsets
 import (
 	"errors"
 	"sync"
-	"time"
 )
 
 // Mem is a Store in memory, for tests: every write is "durable" at once and
@@ -59,9 +58,9 @@ func (m *Mem) Delete(group string, parts []Partition) error {
 	return m.write(entry{Kind: "d", Group: group, Parts: parts, All: parts == nil})
 }
 
-// SetEmptySince implements Store.
-func (m *Mem) SetEmptySince(group string, t time.Time) error {
-	return m.write(entry{Kind: "s", Group: group, EmptySince: t})
+// SetMeta implements Store.
+func (m *Mem) SetMeta(group string, meta Meta) error {
+	return m.write(entry{Kind: "s", Group: group, Meta: &meta})
 }
 
 // Close implements Store.

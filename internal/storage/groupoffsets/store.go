@@ -18,13 +18,21 @@ type Partition struct {
 	Partition int32  `json:"p"`
 }
 
+// Meta is what a store keeps of a group besides its offsets.
+type Meta struct {
+	// ProtocolType is the group's ("consumer" for Kafka consumers; empty
+	// for a group of simple commits only).
+	ProtocolType string `json:"pt,omitempty"`
+	// EmptySince is when the group last became empty (zero: it had members
+	// when last written, or never had any).
+	EmptySince time.Time `json:"s,omitzero"`
+}
+
 // Group is what a store holds of one group.
 type Group struct {
 	ID      string
 	Offsets []Offset
-	// EmptySince is when the group last became empty (zero: it had members
-	// when last written, or never had any).
-	EmptySince time.Time
+	Meta
 }
 
 // Store keeps committed offsets durably. Every method is safe for
@@ -36,8 +44,8 @@ type Store interface {
 	Commit(group string, offsets []Offset) error
 	// Delete removes partitions of group; nil removes the whole group.
 	Delete(group string, parts []Partition) error
-	// SetEmptySince records when group became empty (zero: it has members).
-	SetEmptySince(group string, t time.Time) error
+	// SetMeta records the group's Meta (kept until the group is deleted).
+	SetMeta(group string, m Meta) error
 	// Close flushes and releases the store.
 	Close() error
 }

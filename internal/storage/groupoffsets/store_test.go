@@ -21,14 +21,14 @@ func conformance(t *testing.T, open func() Store, reopen func(Store) Store) {
 		{Topic: "a", Partition: 1, Offset: 7, LeaderEpoch: 2, CommitTime: ts}}))
 	require.NoError(t, s.Commit("g1", []Offset{{Topic: "a", Partition: 0, Offset: 9, LeaderEpoch: -1, CommitTime: ts}}))
 	require.NoError(t, s.Commit("g2", []Offset{{Topic: "b", Partition: 0, Offset: 1, CommitTime: ts}}))
-	require.NoError(t, s.SetEmptySince("g2", ts))
+	require.NoError(t, s.SetMeta("g2", Meta{ProtocolType: "consumer", EmptySince: ts}))
 	require.NoError(t, s.Commit("g3", []Offset{{Topic: "c", Partition: 0, Offset: 1, CommitTime: ts}}))
 	require.NoError(t, s.Delete("g3", nil))
 	require.NoError(t, s.Delete("g1", []Partition{{"a", 1}}))
 	require.NoError(t, s.Delete("g2", []Partition{}), "an empty delete deletes nothing")
 	want := []Group{
 		{ID: "g1", Offsets: []Offset{{Topic: "a", Partition: 0, Offset: 9, LeaderEpoch: -1, CommitTime: ts}}},
-		{ID: "g2", Offsets: []Offset{{Topic: "b", Partition: 0, Offset: 1, CommitTime: ts}}, EmptySince: ts},
+		{ID: "g2", Offsets: []Offset{{Topic: "b", Partition: 0, Offset: 1, CommitTime: ts}}, Meta: Meta{ProtocolType: "consumer", EmptySince: ts}},
 	}
 	got, err := s.Load()
 	require.NoError(t, err)

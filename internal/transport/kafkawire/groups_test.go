@@ -208,3 +208,41 @@ func TestKgoStaticMembers(t *testing.T) {
 	<-b.done
 	waitFor(t, func() bool { p, _ := a.owned(); return len(p) == 4 }) // b's session ends
 }
+
+// DeleteGroups deletes share groups too, and ListGroups lists both kinds
+// with their types.
+func TestDeleteGroupsShareAndClassic(t *testing.T) {
+	f := withGroups(newShareFixture(t))
+	f.createTopic("dt", 1)
+	f.setGroupConfig("share-g", "share.auto.offset.reset", "earliest")
+	adm := f.admin()
+	ctx := testCtx(t)
+	os := kadm.Offsets{}
+	os.Add(kadm.Offset{Topic: "dt", Partition: 0, At: 1, LeaderEpoch: -1})
+	if err := adm.CommitAllOffsets(ctx, "classic-g", os); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := adm.ListGroups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := map[string]string{}
+	for _, g := range listed {
+		types[g.Group] = g.GroupType
+	}
+	if types["share-g"] != "share" || types["classic-g"] != "classic" {
+		t.Fatalf("listed %v", types)
+	}
+	res, err := adm.DeleteGroups(ctx, "share-g", "classic-g", "nope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g, want := range map[string]error{"share-g": nil, "classic-g": nil, "nope": kerr.GroupIDNotFound} {
+		if got := res[g].Err; got != want {
+			t.Errorf("delete %s: %v, want %v", g, got, want)
+		}
+	}
+	if listed, _ := adm.ListGroups(ctx); len(listed) != 0 {
+		t.Fatalf("still listed: %v", listed.Groups())
+	}
+}

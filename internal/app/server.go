@@ -319,8 +319,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		if s.share == nil {
 			return nil, fmt.Errorf("--kafka-addr is not supported with --store %s yet: the Kafka listener serves the local store only", cfg.Cluster.Store)
 		}
-		if s.groups, err = openConsumerGroups(cfg, s.fileBackend.logAPI, s.share, log); err != nil {
-			return nil, err
+		// Consumer groups keep their offsets in the data dir: file-store
+		// mode only. Cluster mode would need them in the cluster's KV; until
+		// then its listener (refused above for now) serves none, loudly.
+		if s.fileBackend != nil {
+			if s.groups, err = openConsumerGroups(cfg, s.fileBackend.logAPI, s.share, log); err != nil {
+				return nil, err
+			}
+		} else {
+			log.Warn("the Kafka listener serves no consumer groups with --store jetstream yet: their committed offsets need the cluster's KV (docs/consumer-groups.md)")
 		}
 		kln, err := net.Listen("tcp", cfg.KafkaAddr)
 		if err != nil {

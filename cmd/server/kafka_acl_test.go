@@ -408,3 +408,41 @@ func finishBatch(b kmsg.RecordBatch) []byte {
 	binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
 	return raw
 }
+
+// An OffsetCommit refused by the group (a stale generation) answers the
+// group's code on the topics the caller may READ, and keeps
+// TOPIC_AUTHORIZATION_FAILED on the others, as Kafka.
+func TestKafkaOffsetCommitRefusalsPerTopic(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("admin-token\napp app-token\n"), 0o600))
+	c := startChild(t, t.TempDir(), "--fsync", "never", "--auth-tokens-file", tokens, "--authorizer", "acl",
+		"--super-users", "User:token-1", "--kafka-addr", "127.0.0.1:0")
+	admin := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer admin-token")
+	logc := sharelogv1.NewLogServiceClient(c.conn)
+	for _, name := range []string{"mine", "theirs"} {
+		_, err := logc.CreateTopic(admin, &sharelogv1.CreateTopicRequest{Name: name, Partitions: 1})
+		require.NoError(t, err)
+	}
+	allow := func(rt sharelogv1.ResourceType, name string) *sharelogv1.AclBinding {
+		return &sharelogv1.AclBinding{Principal: kafkaACLPrincipal, ResourceType: rt, PatternType: sharelogv1.PatternType_PATTERN_TYPE_LITERAL,
+			ResourceName: name, Operation: sharelogv1.AclOperation_ACL_OPERATION_READ, Permission: sharelogv1.AclPermission_ACL_PERMISSION_ALLOW}
+	}
+	_, err := sharelogv1.NewAclServiceClient(c.conn).CreateAcls(admin, &sharelogv1.CreateAclsRequest{Bindings: []*sharelogv1.AclBinding{
+		allow(sharelogv1.ResourceType_RESOURCE_TYPE_GROUP, "cg"), allow(sharelogv1.ResourceType_RESOURCE_TYPE_TOPIC, "mine")}})
+	require.NoError(t, err)
+
+	k := dialKafka(t, c.kafkaAddr(t))
+	require.Zero(t, saslPlain(k, "app", "app-token").ErrorCode, "login")
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Version, req.Group, req.Generation, req.MemberID = 8, "cg", 5, "gone"
+	for _, topic := range []string{"mine", "theirs"} {
+		req.Topics = append(req.Topics, kmsg.OffsetCommitRequestTopic{Topic: topic,
+			Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 0, Offset: 1, LeaderEpoch: -1}}})
+	}
+	resp := k.do(req).(*kmsg.OffsetCommitResponse)
+	require.Len(t, resp.Topics, 2)
+	assert.Equal(t, "mine", resp.Topics[0].Topic)
+	assert.Equal(t, int16(22), resp.Topics[0].Partitions[0].ErrorCode, "ILLEGAL_GENERATION: the group does not exist (v8)")
+	assert.Equal(t, "theirs", resp.Topics[1].Topic)
+	assert.Equal(t, int16(29), resp.Topics[1].Partitions[0].ErrorCode, "TOPIC_AUTHORIZATION_FAILED")
+}

@@ -66,9 +66,16 @@ func (l *Listener) handleOffsetCommit(ctx context.Context, _ *conn, kreq kmsg.Re
 	if len(cr.Topics) > 0 {
 		var err error
 		if res, err = l.cfg.Groups.Commit(ctx, cr); err != nil {
+			// The group's answer goes to the authorized topics; the
+			// refused ones keep their refusal, as in Kafka.
 			code, _ := l.requestError("offset commit", err)
-			fillAll(code)
-			return resp, nil
+			res = make([]consumergroup.TopicErrors, len(cr.Topics))
+			for i, t := range cr.Topics {
+				res[i].Topic = t.Topic
+				for _, p := range t.Partitions {
+					res[i].Partitions = append(res[i].Partitions, consumergroup.PartitionError{Partition: p.Partition, Err: codeError(code)})
+				}
+			}
 		}
 	}
 	for i, t := range req.Topics {

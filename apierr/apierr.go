@@ -84,6 +84,30 @@ const (
 	// producers get it; the gRPC/REST producer ids (InitProducer, always a
 	// new id) are never fenced.
 	ProducerFenced Reason = "PRODUCER_FENCED"
+
+	// Classic consumer groups (Kafka's JoinGroup, SyncGroup, Heartbeat,
+	// LeaveGroup, OffsetCommit; docs/consumer-groups.md).
+
+	// IllegalGeneration: the request's generation is not the group's.
+	IllegalGeneration Reason = "ILLEGAL_GENERATION"
+	// InconsistentGroupProtocol: the member's protocol type or protocols
+	// do not match the group's.
+	InconsistentGroupProtocol Reason = "INCONSISTENT_GROUP_PROTOCOL"
+	// InvalidGroupID: an empty group id where one is needed.
+	InvalidGroupID Reason = "INVALID_GROUP_ID"
+	// InvalidSessionTimeout: a session timeout outside the server's bounds.
+	InvalidSessionTimeout Reason = "INVALID_SESSION_TIMEOUT"
+	// RebalanceInProgress: the group is rebalancing; rejoin.
+	RebalanceInProgress Reason = "REBALANCE_IN_PROGRESS"
+	// OffsetMetadataTooLarge: a committed offset's metadata is too long.
+	OffsetMetadataTooLarge Reason = "OFFSET_METADATA_TOO_LARGE"
+	// MemberIDRequired: a new member must join again with the member id
+	// the answer carries (KIP-394).
+	MemberIDRequired Reason = "MEMBER_ID_REQUIRED"
+	// FencedInstanceID: another member joined with this static instance id.
+	FencedInstanceID Reason = "FENCED_INSTANCE_ID"
+	// GroupSubscribedToTopic: OffsetDelete of a topic the group consumes.
+	GroupSubscribedToTopic Reason = "GROUP_SUBSCRIBED_TO_TOPIC"
 )
 
 // Reasons lists every reason, in the order of the constants.
@@ -96,7 +120,9 @@ func Reasons() []Reason {
 		KafkaStorageError, TopicAuthorizationFailed, GroupAuthorizationFailed,
 		ClusterAuthorizationFailed, NotOwner, OwnerUnreachable, PolicyViolation,
 		InvalidRecordState, RequestTimedOut, OutOfOrderSequenceNumber, InvalidProducerEpoch,
-		ProducerFenced,
+		ProducerFenced, IllegalGeneration, InconsistentGroupProtocol, InvalidGroupID,
+		InvalidSessionTimeout, RebalanceInProgress, OffsetMetadataTooLarge, MemberIDRequired,
+		FencedInstanceID, GroupSubscribedToTopic,
 	}
 }
 
@@ -144,6 +170,15 @@ var kafkaCodes = map[Reason]int16{
 	OutOfOrderSequenceNumber:   45,
 	InvalidProducerEpoch:       47,
 	ProducerFenced:             90,
+	IllegalGeneration:          22,
+	InconsistentGroupProtocol:  23,
+	InvalidGroupID:             24,
+	InvalidSessionTimeout:      26,
+	RebalanceInProgress:        27,
+	OffsetMetadataTooLarge:     12,
+	MemberIDRequired:           79,
+	FencedInstanceID:           82,
+	GroupSubscribedToTopic:     86,
 }
 
 // KafkaCode is the Kafka protocol's numeric error code of r (the value of

@@ -101,5 +101,18 @@ func TestConfigurationDoc(t *testing.T) {
 		require.NoError(t, os.WriteFile(configDocPath, []byte(want), 0o644))
 		return
 	}
-	require.Equal(t, want, s, "docs/configuration.md is not current: go test ./cmd/server -run TestConfigurationDoc -update-config-doc")
+	if want != s {
+		have := map[string]bool{}
+		for l := range strings.SplitSeq(s, "\n") {
+			have[l] = true
+		}
+		var missing []string
+		for l := range strings.SplitSeq(want, "\n") {
+			if !have[l] {
+				missing = append(missing, l)
+			}
+		}
+		t.Fatalf("docs/configuration.md is not current (go test ./cmd/server -run TestConfigurationDoc -update-config-doc); lines it lacks or has otherwise:\n%s",
+			strings.Join(missing, "\n"))
+	}
 }

@@ -77,7 +77,7 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(tokens, []byte("admin-token\napp app-token\n"), 0o600))
 	c := startChild(t, t.TempDir(), "--fsync", "never", "--auth-tokens-file", tokens, "--authorizer", "acl",
-		"--super-users", "User:token-1", "--kafka-addr", "127.0.0.1:0")
+		"--super-users", "User:token-1", "--kafka-addr", "127.0.0.1:0", "--group-initial-rebalance-delay", "0")
 	admin := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer admin-token")
 	appCtx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer app-token")
 	logc := sharelogv1.NewLogServiceClient(c.conn)
@@ -203,6 +203,54 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 		d, err := aclc.DescribeAcls(admin, &sharelogv1.DescribeAclsRequest{Filter: &sharelogv1.AclBindingFilter{Principal: "User:other"}})
 		require.NoError(t, err)
 		return len(d.GetBindings())
+	}
+
+	// The consumer groups' state, read over Kafka by the super user.
+	superKafka := func(t *testing.T) *kafkaConn {
+		k := dialKafka(t, c.kafkaAddr(t))
+		require.Zero(t, saslPlain(k, "token-1", "admin-token").ErrorCode, "super user login")
+		return k
+	}
+	commitAs := func(k *kafkaConn, group string, version int16) int16 {
+		req := kmsg.NewPtrOffsetCommitRequest()
+		req.Version, req.Group, req.Generation = version, group, -1
+		tp := kmsg.NewOffsetCommitRequestTopic()
+		tp.Topic = "t"
+		p := kmsg.NewOffsetCommitRequestTopicPartition()
+		p.Offset, p.LeaderEpoch = 1, -1
+		tp.Partitions = append(tp.Partitions, p)
+		req.Topics = append(req.Topics, tp)
+		return k.do(req).(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode
+	}
+	cgOffsets := func(t *testing.T) any {
+		req := kmsg.NewPtrOffsetFetchRequest()
+		req.Version = 8
+		g := kmsg.NewOffsetFetchRequestGroup()
+		g.Group = "cg"
+		req.Groups = append(req.Groups, g)
+		resp := superKafka(t).do(req).(*kmsg.OffsetFetchResponse)
+		out := map[int32]int64{}
+		for _, tp := range resp.Groups[0].Topics {
+			for _, p := range tp.Partitions {
+				out[p.Partition] = p.Offset
+			}
+		}
+		return out
+	}
+	listedGroups := func(t *testing.T) any {
+		req := kmsg.NewPtrListGroupsRequest()
+		req.Version = 5
+		var ids []string
+		for _, g := range superKafka(t).do(req).(*kmsg.ListGroupsResponse).Groups {
+			ids = append(ids, g.Group)
+		}
+		return ids
+	}
+	// Groups that the delete cases remove.
+	{
+		k := dialKafka(t, c.kafkaAddr(t))
+		require.Zero(t, saslPlain(k, "token-1", "admin-token").ErrorCode)
+		require.Zero(t, commitAs(k, "cg-del", 8))
 	}
 
 	cases := []kafkaACLCase{
@@ -452,6 +500,60 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 				}
 				return resp.Topics[0].Partitions[0].ErrorCode
 			}},
+		{name: "OffsetCommit", needs: []kperm{{group, "cg", read}, {topic, "t", read}}, deniedBy: []int16{groupDenied, topicDenied}, state: cgOffsets,
+			call: func(k *kafkaConn) int16 { return commitAs(k, "cg", 8) }},
+		{name: "OffsetFetch", needs: []kperm{{group, "cg", desc}, {topic, "t", desc}}, deniedBy: []int16{groupDenied, topicDenied}, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrOffsetFetchRequest()
+			req.Version = 8
+			g := kmsg.NewOffsetFetchRequestGroup()
+			g.Group = "cg"
+			tp := kmsg.NewOffsetFetchRequestGroupTopic()
+			tp.Topic, tp.Partitions = "t", []int32{0}
+			g.Topics = append(g.Topics, tp)
+			req.Groups = append(req.Groups, g)
+			rg := k.do(req).(*kmsg.OffsetFetchResponse).Groups[0]
+			if rg.ErrorCode != 0 {
+				return rg.ErrorCode
+			}
+			return rg.Topics[0].Partitions[0].ErrorCode
+		}},
+		{name: "OffsetDelete", needs: []kperm{{group, "cg", del}, {topic, "t", read}}, deniedBy: []int16{groupDenied, topicDenied}, state: cgOffsets, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrOffsetDeleteRequest()
+			req.Group = "cg"
+			tp := kmsg.NewOffsetDeleteRequestTopic()
+			tp.Topic = "t"
+			tp.Partitions = append(tp.Partitions, kmsg.OffsetDeleteRequestTopicPartition{Partition: 0})
+			req.Topics = append(req.Topics, tp)
+			resp := k.do(req).(*kmsg.OffsetDeleteResponse)
+			if resp.ErrorCode != 0 {
+				return resp.ErrorCode
+			}
+			return resp.Topics[0].Partitions[0].ErrorCode
+		}},
+		{name: "JoinGroup", needs: []kperm{{group, "cg-join", read}}, denied: groupDenied, state: listedGroups, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrJoinGroupRequest()
+			req.Version, req.Group, req.SessionTimeoutMillis, req.RebalanceTimeoutMillis, req.ProtocolType = 3, "cg-join", 6000, 1000, "consumer"
+			req.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0}}}
+			return k.do(req).(*kmsg.JoinGroupResponse).ErrorCode
+		}},
+		{name: "Heartbeat", needs: []kperm{{group, "cg", read}}, denied: groupDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrHeartbeatRequest()
+			req.Version, req.Group, req.MemberID = 4, "cg", "nobody"
+			if code := k.do(req).(*kmsg.HeartbeatResponse).ErrorCode; code != 25 {
+				return code // UNKNOWN_MEMBER_ID (25) is what an allowed call answers
+			}
+			return 0
+		}},
+		{name: "DescribeGroups", needs: []kperm{{group, "cg", desc}}, denied: groupDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrDescribeGroupsRequest()
+			req.Version, req.Groups = 5, []string{"cg"}
+			return k.do(req).(*kmsg.DescribeGroupsResponse).Groups[0].ErrorCode
+		}},
+		{name: "DeleteGroups", needs: []kperm{{group, "cg-del", del}}, denied: groupDenied, state: listedGroups, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrDeleteGroupsRequest()
+			req.Version, req.Groups = 2, []string{"cg-del"}
+			return k.do(req).(*kmsg.DeleteGroupsResponse).Groups[0].ErrorCode
+		}},
 		// Last: it removes the topic.
 		{name: "DeleteTopics", needs: []kperm{{topic, "victim", del}}, denied: topicDenied, state: exists("victim"), grpc: func(ctx context.Context) (proto.Message, error) {
 			return logc.DeleteTopic(ctx, &sharelogv1.DeleteTopicRequest{Name: "victim"})
@@ -525,4 +627,42 @@ func finishBatch(b kmsg.RecordBatch) []byte {
 	binary.BigEndian.PutUint32(raw[8:], uint32(len(raw)-12))
 	binary.BigEndian.PutUint32(raw[17:], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
 	return raw
+}
+
+// An OffsetCommit refused by the group (a stale generation) answers the
+// group's code on the topics the caller may READ, and keeps
+// TOPIC_AUTHORIZATION_FAILED on the others, as Kafka.
+func TestKafkaOffsetCommitRefusalsPerTopic(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("admin-token\napp app-token\n"), 0o600))
+	c := startChild(t, t.TempDir(), "--fsync", "never", "--auth-tokens-file", tokens, "--authorizer", "acl",
+		"--super-users", "User:token-1", "--kafka-addr", "127.0.0.1:0")
+	admin := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer admin-token")
+	logc := sharelogv1.NewLogServiceClient(c.conn)
+	for _, name := range []string{"mine", "theirs"} {
+		_, err := logc.CreateTopic(admin, &sharelogv1.CreateTopicRequest{Name: name, Partitions: 1})
+		require.NoError(t, err)
+	}
+	allow := func(rt sharelogv1.ResourceType, name string) *sharelogv1.AclBinding {
+		return &sharelogv1.AclBinding{Principal: kafkaACLPrincipal, ResourceType: rt, PatternType: sharelogv1.PatternType_PATTERN_TYPE_LITERAL,
+			ResourceName: name, Operation: sharelogv1.AclOperation_ACL_OPERATION_READ, Permission: sharelogv1.AclPermission_ACL_PERMISSION_ALLOW}
+	}
+	_, err := sharelogv1.NewAclServiceClient(c.conn).CreateAcls(admin, &sharelogv1.CreateAclsRequest{Bindings: []*sharelogv1.AclBinding{
+		allow(sharelogv1.ResourceType_RESOURCE_TYPE_GROUP, "cg"), allow(sharelogv1.ResourceType_RESOURCE_TYPE_TOPIC, "mine")}})
+	require.NoError(t, err)
+
+	k := dialKafka(t, c.kafkaAddr(t))
+	require.Zero(t, saslPlain(k, "app", "app-token").ErrorCode, "login")
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Version, req.Group, req.Generation, req.MemberID = 8, "cg", 5, "gone"
+	for _, topic := range []string{"mine", "theirs"} {
+		req.Topics = append(req.Topics, kmsg.OffsetCommitRequestTopic{Topic: topic,
+			Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 0, Offset: 1, LeaderEpoch: -1}}})
+	}
+	resp := k.do(req).(*kmsg.OffsetCommitResponse)
+	require.Len(t, resp.Topics, 2)
+	assert.Equal(t, "mine", resp.Topics[0].Topic)
+	assert.Equal(t, int16(22), resp.Topics[0].Partitions[0].ErrorCode, "ILLEGAL_GENERATION: the group does not exist (v8)")
+	assert.Equal(t, "theirs", resp.Topics[1].Topic)
+	assert.Equal(t, int16(29), resp.Topics[1].Partitions[0].ErrorCode, "TOPIC_AUTHORIZATION_FAILED")
 }

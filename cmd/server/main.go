@@ -198,6 +198,8 @@ func newFlagSet(cfg *app.Config, lc *logConfig, stderr io.Writer) (*flag.FlagSet
 	fs.DurationVar(&cfg.KafkaIdleTimeout, "kafka-idle-timeout", cfg.KafkaIdleTimeout, "close a Kafka connection with no request (and no response being sent) for this long, as Kafka's connections.max.idle.ms")
 	fs.DurationVar(&cfg.KafkaSASLSessionLifetime, "kafka-sasl-session-lifetime", cfg.KafkaSASLSessionLifetime, "how long a Kafka SASL login holds; SaslAuthenticate v1+ tells the client, which re-authenticates before it ends (KIP-368); a connection used past it is closed")
 	fs.DurationVar(&cfg.KafkaRequestTimeout, "kafka-request-timeout", cfg.KafkaRequestTimeout, "close a Kafka connection whose request's bytes do not all arrive within this, from its first byte")
+	fs.DurationVar(&cfg.GroupInitialRebalanceDelay, "group-initial-rebalance-delay", cfg.GroupInitialRebalanceDelay, "how long the first rebalance of an empty consumer group waits for more members, as Kafka's group.initial.rebalance.delay.ms (0 = none)")
+	fs.DurationVar(&cfg.OffsetsRetention, "offsets-retention", cfg.OffsetsRetention, "how long the committed offsets of an empty consumer group are kept, as Kafka's offsets.retention.minutes")
 	clusterFlags(fs, &cfg.Cluster)
 	fs.StringVar(&lc.level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&lc.format, "log-format", "text", "text or json")

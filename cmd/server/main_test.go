@@ -301,6 +301,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{"--tls-cert", "x.pem"},
 		{"--kafka-default-partitions", "0"},
 		{"--kafka-addr", "127.0.0.1:9092", "--kafka-sasl-session-lifetime", "10ms"},
+		{"--group-initial-rebalance-delay", "-1s"},
+		{"--offsets-retention", "10ms"},
 		{"extra-arg"},
 	} {
 		_, _, err := parseFlags(bad, func(string) string { return "" }, io.Discard)
@@ -321,6 +323,13 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, cfg.KafkaAddr, "the Kafka listener is off by default")
 	assert.Equal(t, 100<<20, cfg.KafkaMaxRequestBytes)
+	assert.Equal(t, 3*time.Second, cfg.GroupInitialRebalanceDelay, "Kafka's group.initial.rebalance.delay.ms")
+	assert.Equal(t, 7*24*time.Hour, cfg.OffsetsRetention)
+	genv := map[string]string{"SHARELOG_GROUP_INITIAL_REBALANCE_DELAY": "250ms", "SHARELOG_OFFSETS_RETENTION": "48h"}
+	cfg, _, err = parseFlags(nil, func(k string) string { return genv[k] }, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 250*time.Millisecond, cfg.GroupInitialRebalanceDelay)
+	assert.Equal(t, 48*time.Hour, cfg.OffsetsRetention)
 	_, _, err = parseFlags(nil, func(k string) string { return map[string]string{"SHARELOG_SEGMENT_BYTES": "lots"}[k] }, io.Discard)
 	assert.ErrorContains(t, err, "SHARELOG_SEGMENT_BYTES")
 }

@@ -1,6 +1,7 @@
 // Black-box check of sharelog's Kafka listener with kafkajs 2.2.4 (an
 // independent, pure-JavaScript Kafka client): createTopics, produce (plain
-// and gzip), fetchTopicOffsets, deleteTopicRecords. The broker address comes
+// and gzip), fetchTopicOffsets, deleteTopicRecords, a consumer group
+// (consume, committed offsets, listGroups, describeGroups, deleteGroups). The broker address comes
 // from KAFKA_BROKER; any mismatch exits non-zero.
 import assert from 'node:assert/strict';
 import { Kafka, CompressionTypes, logLevel } from 'kafkajs';
@@ -57,10 +58,37 @@ async function main() {
   const byTime = await admin.fetchTopicOffsetsByTimestamp(topic, 0);
   assert.equal(byPartition(byTime)[0].offset, '2', 'the first offset at or after timestamp 0 is the log start');
 
+  // A consumer group: kafkajs joins, is assigned both partitions, consumes
+  // what is left after the purge and commits it.
+  const groupId = 'kafkajs-check-group';
+  const consumer = kafka.consumer({ groupId, retry: { retries: 2 } });
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning: true });
+  const seen = [];
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`consumed ${seen.length} of 3 records`)), 60000);
+    consumer.run({
+      eachMessage: async ({ partition, message }) => {
+        seen.push(`${partition}/${message.offset}`);
+        if (seen.length === 3) { clearTimeout(timer); resolve(); }
+      },
+    }).catch(reject);
+  });
+  await consumer.disconnect(); // commits and leaves the group
+  assert.deepEqual(seen.sort(), ['0/2', '0/3', '0/4']);
+  const committed = await admin.fetchOffsets({ groupId, topics: [topic] });
+  assert.deepEqual(Object.fromEntries(committed[0].partitions.map((o) => [o.partition, o.offset])), { 0: '5', 1: '-1' },
+    'committed offsets after the group consumed (partition 1 was empty)');
+  const { groups } = await admin.listGroups(); // ListGroups v2
+  assert.ok(groups.some((g) => g.groupId === groupId && g.protocolType === 'consumer'), 'the group is listed');
+  const described = await admin.describeGroups([groupId]);
+  assert.equal(described.groups[0].state, 'Empty', 'the group is empty once its consumer left');
+  await admin.deleteGroups([groupId]);
+
   await admin.deleteTopics({ topics: [topic] });
   const topics = await admin.listTopics();
   assert.ok(!topics.includes(topic), 'deleted topic is still listed');
-  console.log('kafkajs-check: ok (createTopics, produce none+gzip, fetchTopicOffsets, deleteTopicRecords, by timestamp, deleteTopics)');
+  console.log('kafkajs-check: ok (createTopics, produce none+gzip, fetchTopicOffsets, deleteTopicRecords, by timestamp, consumer group, deleteTopics)');
 }
 
 main()

@@ -122,6 +122,12 @@ type Config struct {
 	// KafkaSASLSessionLifetime is how long a Kafka SASL login holds before
 	// the client must re-authenticate (KIP-368; docs/kafka.md "Security").
 	KafkaSASLSessionLifetime time.Duration
+	// Classic consumer groups (docs/consumer-groups.md): how long the
+	// first rebalance of an empty group waits for more members (Kafka's
+	// group.initial.rebalance.delay.ms), and how long an empty group's
+	// committed offsets are kept (Kafka's offsets.retention.minutes).
+	GroupInitialRebalanceDelay time.Duration
+	OffsetsRetention           time.Duration
 	// Cluster mode: --store and the NATS and lease settings.
 	Cluster ClusterConfig
 }
@@ -170,6 +176,8 @@ func DefaultConfig() Config {
 		KafkaMaxRequestBytes:         100 << 20,
 		KafkaIdleTimeout:             10 * time.Minute,
 		KafkaSASLSessionLifetime:     time.Hour,
+		GroupInitialRebalanceDelay:   3 * time.Second,
+		OffsetsRetention:             7 * 24 * time.Hour,
 		KafkaRequestTimeout:          30 * time.Second,
 		Cluster:                      DefaultClusterConfig(),
 	}
@@ -331,6 +339,12 @@ func (c Config) Validate() error {
 		} else if _, port, err := net.SplitHostPort(c.KafkaAdvertisedAddr); err != nil || port == "" || port == "0" {
 			bad("--kafka-advertised-addr must be host:port with a non-zero port, got %q", c.KafkaAdvertisedAddr)
 		}
+	}
+	if c.GroupInitialRebalanceDelay < 0 || c.GroupInitialRebalanceDelay > 5*time.Minute {
+		bad("--group-initial-rebalance-delay must be between 0 and 5m, got %s", c.GroupInitialRebalanceDelay)
+	}
+	if c.OffsetsRetention < time.Second {
+		bad("--offsets-retention must be at least 1s, got %s", c.OffsetsRetention)
 	}
 	if c.KafkaSASLSessionLifetime < time.Second || c.KafkaSASLSessionLifetime > 7*24*time.Hour {
 		bad("--kafka-sasl-session-lifetime must be between 1s and 168h, got %s", c.KafkaSASLSessionLifetime)

@@ -70,6 +70,7 @@ import (
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/budget"
 	"github.com/sharelog/sharelog/internal/changestream"
+	"github.com/sharelog/sharelog/internal/consumergroup"
 	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 	"github.com/sharelog/sharelog/internal/storage/datadir"
@@ -144,7 +145,8 @@ type Server struct {
 	budget       *budget.Bytes   // response bytes in flight (docs/operations.md "Budgets")
 	tickets      *budget.Tickets // the REST gateway's hand-over of its requests' budget
 	kafka        *kafkawire.Listener
-	fileBackend  *backend // the file store's backend (nil in cluster mode)
+	groups       *consumergroup.Coordinator // classic consumer groups (with the Kafka listener)
+	fileBackend  *backend                   // the file store's backend (nil in cluster mode)
 	readiness    []ReadinessCheck
 	lastNotReady string         // reasons last logged; refreshHealth's goroutine only
 	stopBG       chan struct{}  // closed by teardown: ends the background loops
@@ -317,6 +319,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		if s.share == nil {
 			return nil, fmt.Errorf("--kafka-addr is not supported with --store %s yet: the Kafka listener serves the local store only", cfg.Cluster.Store)
 		}
+		// Consumer groups keep their offsets in the data dir: file-store
+		// mode only. Cluster mode would need them in the cluster's KV; until
+		// then its listener (refused above for now) serves none, loudly.
+		if s.fileBackend != nil {
+			if s.groups, err = openConsumerGroups(cfg, s.fileBackend.logAPI, s.share, log); err != nil {
+				return nil, err
+			}
+		} else {
+			log.Warn("the Kafka listener serves no consumer groups with --store jetstream yet: their committed offsets need the cluster's KV (docs/consumer-groups.md)")
+		}
 		kln, err := net.Listen("tcp", cfg.KafkaAddr)
 		if err != nil {
 			return nil, fmt.Errorf("listen on --kafka-addr %s: %w", cfg.KafkaAddr, err)
@@ -327,7 +339,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			AutoCreateTopics: cfg.KafkaAutoCreateTopics, DefaultPartitions: int32(cfg.KafkaDefaultPartitions),
 			MaxRequestBytes: int32(cfg.KafkaMaxRequestBytes), DataDir: cfg.DataDir,
 			IdleTimeout: cfg.KafkaIdleTimeout, RequestTimeout: cfg.KafkaRequestTimeout,
-			Share: s.share, Logger: log, Budget: s.budget,
+			Share: s.share, Groups: s.groups, Logger: log, Budget: s.budget,
 			TLS: tlsCfg, Auth: auth, SASLSessionLifetime: cfg.KafkaSASLSessionLifetime,
 			Guard: s.guard, ACL: s.acl, DLQAutoCreate: cfg.DLQAutoCreateTopics,
 		}, s.fileBackend.logAPI); err != nil {
@@ -598,6 +610,12 @@ func (s *Server) teardown(ctx context.Context) error {
 	if s.kafka != nil {
 		if err := s.kafka.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close kafka listener: %w", err))
+		}
+	}
+	// After the listener, whose JoinGroup and SyncGroup calls wait in it.
+	if s.groups != nil {
+		if err := s.groups.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close consumer groups: %w", err))
 		}
 	}
 	if s.cluster != nil {

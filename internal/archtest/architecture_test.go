@@ -81,7 +81,7 @@ var layers = []struct {
 	{"transport", []string{"internal/transport/", "internal/edge"}},
 	{"wiring", []string{"internal/app", "cmd/server"}},
 	{"client", []string{"client/", "cmd/sharelogctl"}},
-	{"domain", []string{"apierr", "internal/broker", "internal/sharegroup", "internal/changestream",
+	{"domain", []string{"apierr", "internal/broker", "internal/sharegroup", "internal/consumergroup", "internal/changestream",
 		"internal/sessioncache", "internal/authz", "internal/principal", "internal/budget", "internal/cluster", "internal/ownership"}},
 }
 

@@ -56,6 +56,15 @@ var reasonStatus = map[apierr.Reason]ReasonStatus{
 	apierr.OutOfOrderSequenceNumber:   {codes.FailedPrecondition, http.StatusBadRequest},
 	apierr.InvalidProducerEpoch:       {codes.FailedPrecondition, http.StatusBadRequest},
 	apierr.ProducerFenced:             {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.IllegalGeneration:          {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.InconsistentGroupProtocol:  {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.InvalidGroupID:             {codes.InvalidArgument, http.StatusBadRequest},
+	apierr.InvalidSessionTimeout:      {codes.InvalidArgument, http.StatusBadRequest},
+	apierr.RebalanceInProgress:        {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.OffsetMetadataTooLarge:     {codes.InvalidArgument, http.StatusBadRequest},
+	apierr.MemberIDRequired:           {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.FencedInstanceID:           {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.GroupSubscribedToTopic:     {codes.FailedPrecondition, http.StatusBadRequest},
 }
 
 // StatusOf returns how reason r travels; ok is false for a reason outside

@@ -3,7 +3,8 @@
 // (franz-go, librdkafka and kcat, kafkajs) produce, consume, purge and
 // administer topics. It has no semantics of its own: every handler decodes
 // the request with kmsg, calls the same domain packages the gRPC handlers
-// call (broker for the log, never a store; sharegroup), and encodes the
+// call (broker for the log, never a store; sharegroup; consumergroup for
+// the classic consumer groups, groups.go), and encodes the
 // answer; an error's code is its domain reason's Kafka code (errors.go:
 // broker.ErrorOf, the coordinator answers of the group calls, and the
 // listener's own codec errors). docs/kafka.md describes what is served.

@@ -18,6 +18,9 @@ func errorCode(err error) int16 {
 	if err == nil {
 		return 0
 	}
+	if k, ok := errors.AsType[kafkaCode](err); ok {
+		return int16(k)
+	}
 	for _, m := range wireErrors {
 		if errors.Is(err, m.err) {
 			return m.code.Code
@@ -65,4 +68,18 @@ func (l *Listener) requestError(op string, err error) (int16, *string) {
 	}
 	msg := e.Message
 	return code, &msg
+}
+
+// kafkaCode is an outcome the listener already has as a Kafka code (a
+// group call's coordinator code repeated on its partitions).
+type kafkaCode int16
+
+func (k kafkaCode) Error() string { return kerr.ErrorForCode(int16(k)).Error() }
+
+// codeError is code as an error (nil for 0).
+func codeError(code int16) error {
+	if code == 0 {
+		return nil
+	}
+	return kafkaCode(code)
 }

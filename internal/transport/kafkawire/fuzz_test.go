@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharelog/sharelog/internal/broker"
+	"github.com/sharelog/sharelog/internal/consumergroup"
+	"github.com/sharelog/sharelog/internal/storage/groupoffsets"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
 
@@ -206,7 +208,24 @@ func FuzzConnection(f *testing.F) {
 	if _, err := store.CreateTopic(context.Background(), "t", 2, logstore.TopicConfig{SegmentBytes: 1 << 20, RetentionMs: -1, CleanupPolicy: logstore.CleanupDelete}); err != nil {
 		f.Fatal(err)
 	}
-	l := &Listener{cfg: Config{MaxRequestBytes: 1 << 16, DefaultPartitions: 1},
+	groups, err := consumergroup.Open(consumergroup.Options{Store: groupoffsets.NewMem(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { groups.Close() })
+	join := kmsg.NewPtrJoinGroupRequest()
+	join.Version, join.Group, join.SessionTimeoutMillis, join.RebalanceTimeoutMillis, join.ProtocolType = 9, "g", 10000, 10000, "consumer"
+	join.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: (&kmsg.ConsumerMemberMetadata{Topics: []string{"t"}}).AppendTo(nil)}}
+	f.Add(frame(hdr(11, 9, join.AppendTo(nil))))
+	commit := kmsg.NewPtrOffsetCommitRequest()
+	commit.Version, commit.Group, commit.Generation = 8, "g", -1
+	commit.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: "t", Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 1, Offset: 3, LeaderEpoch: -1}}}}
+	f.Add(frame(hdr(8, 8, commit.AppendTo(nil))))
+	fetch := kmsg.NewPtrOffsetFetchRequest()
+	fetch.Version, fetch.Group = 5, "g"
+	f.Add(frame(hdr(9, 5, fetch.AppendTo(nil))))
+	f.Add(frame(hdr(16, 2, nil)))
+	l := &Listener{cfg: Config{MaxRequestBytes: 1 << 16, DefaultPartitions: 1, Groups: groups},
 		log:    broker.New(store, broker.Config{SegmentBytes: 1 << 20, Logger: slog.New(slog.DiscardHandler)}),
 		logger: slog.New(slog.DiscardHandler), clusterID: "fuzz", host: "127.0.0.1", port: 9092}
 	l.handlers = l.handlerTable()

@@ -47,6 +47,15 @@ func (l *Listener) handlerTable() map[int16]handler {
 			t[k] = h
 		}
 	}
+	if l.cfg.Groups != nil {
+		for k, h := range groupHandlers {
+			t[k] = h
+		}
+	}
+	if l.cfg.Share != nil || l.cfg.Groups != nil {
+		t[listGroupsKey] = handler{0, 5, (*Listener).handleListGroups}
+		t[deleteGroupsKey] = handler{0, 2, (*Listener).handleDeleteGroups}
+	}
 	return t
 }
 

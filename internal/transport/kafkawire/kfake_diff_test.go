@@ -35,8 +35,9 @@ type scenario struct {
 
 // knownDeviations: scenario name → why sharelog answers differently.
 var knownDeviations = map[string]string{
-	"delete records": "a partition that fails a DeleteRecords reports low watermark -1, as Apache Kafka does; kfake leaves 0",
-	"produce errors": "a partition that fails a Produce reports base offset -1, as Apache Kafka does; kfake leaves 0",
+	"delete records":               "a partition that fails a DeleteRecords reports low watermark -1, as Apache Kafka does; kfake leaves 0",
+	"produce errors":               "a partition that fails a Produce reports base offset -1, as Apache Kafka does; kfake leaves 0",
+	"consumer group unknown group": "for a group that does not exist, Heartbeat answers UNKNOWN_MEMBER_ID, OffsetFetch offset -1 with no error, DescribeGroups v0-5 state Dead with no error and OffsetCommit v9 with a generation GROUP_ID_NOT_FOUND, as Apache Kafka's group coordinator does; kfake answers GROUP_ID_NOT_FOUND to the first three and ILLEGAL_GENERATION (Kafka's answer below v9) to the last",
 }
 
 func codeName(err error) string {
@@ -239,6 +240,125 @@ var scenarios = []scenario{
 		o, _ := offs["g8"].Offsets.Lookup("s8", 0)
 		return append(append(out, got...), fmt.Sprintf("spso %d %s", o.StartOffset, codeName(err)))
 	}},
+	{"consumer group consume and commit", func(ctx context.Context, e *diffEnv) []string {
+		e.topic(ctx, "s9", 2)
+		out := e.produce(ctx, "s9", 4)
+		cl := e.newCl(kgo.ConsumerGroup("g9"), kgo.ConsumeTopics("s9"), kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		var got []string
+		for len(got) < 4 {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				return append(out, "timeout")
+			}
+			for _, r := range fs.Records() {
+				got = append(got, fmt.Sprintf("consumed %d/%d", r.Partition, r.Offset))
+			}
+		}
+		slices.Sort(got)
+		out = append(out, got...)
+		out = append(out, "commit "+codeName(cl.CommitUncommittedOffsets(ctx)))
+		d, err := e.admin.DescribeGroups(ctx, "g9")
+		out = append(out, fmt.Sprintf("describe %s %s %s %s %d", codeName(err), d["g9"].State, d["g9"].ProtocolType, d["g9"].Protocol, len(d["g9"].Members)))
+		cl.Close()
+		offs, err := e.admin.FetchOffsets(ctx, "g9")
+		out = append(out, "fetch "+codeName(err))
+		offs.Each(func(o kadm.OffsetResponse) {
+			out = append(out, fmt.Sprintf("committed %d/%d %s", o.Partition, o.At, codeName(o.Err)))
+		})
+		lg, err := e.admin.ListGroups(ctx)
+		out = append(out, fmt.Sprintf("list %s %v", codeName(err), lg.Groups()))
+		dg, err := e.admin.DeleteGroup(ctx, "g9")
+		out = append(out, fmt.Sprintf("delete %s %s", codeName(err), codeName(dg.Err)))
+		slices.Sort(out)
+		return out
+	}},
+	{"consumer group errors", func(ctx context.Context, e *diffEnv) []string {
+		e.topic(ctx, "s10", 1)
+		cl := e.newCl()
+		var out []string
+		code := func(what string, resp kmsg.Response, err error, c func(kmsg.Response) int16) {
+			if err != nil {
+				out = append(out, what+" "+codeName(err))
+				return
+			}
+			out = append(out, what+" "+codeName(kerr.ErrorForCode(c(resp))))
+		}
+		del := kmsg.NewPtrDeleteGroupsRequest()
+		del.Version, del.Groups = 2, []string{"nog"}
+		dr, err := del.RequestWith(ctx, cl)
+		code("delete unknown group", dr, err, func(r kmsg.Response) int16 { return r.(*kmsg.DeleteGroupsResponse).Groups[0].ErrorCode })
+
+		join := kmsg.NewPtrJoinGroupRequest()
+		join.Version, join.Group, join.SessionTimeoutMillis, join.RebalanceTimeoutMillis, join.ProtocolType = 9, "g10", 10000, 10000, "consumer"
+		join.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: (&kmsg.ConsumerMemberMetadata{Topics: []string{"s10"}}).AppendTo(nil)}}
+		jr, err := join.RequestWith(ctx, cl)
+		if err != nil {
+			out = append(out, "join "+codeName(err))
+		} else {
+			out = append(out, fmt.Sprintf("join new member %s id given %v", codeName(kerr.ErrorForCode(jr.ErrorCode)), jr.MemberID != ""))
+		}
+		bad := *join
+		bad.SessionTimeoutMillis = 1
+		br, err := bad.RequestWith(ctx, cl)
+		code("join session timeout 1ms", br, err, func(r kmsg.Response) int16 { return r.(*kmsg.JoinGroupResponse).ErrorCode })
+
+		lv := kmsg.NewPtrLeaveGroupRequest()
+		lv.Version, lv.Group = 5, "g10"
+		lv.Members = []kmsg.LeaveGroupRequestMember{{MemberID: "nobody"}}
+		if r, err := lv.RequestWith(ctx, cl); err != nil {
+			out = append(out, "leave "+codeName(err))
+		} else {
+			out = append(out, fmt.Sprintf("leave unknown member %s %s", codeName(kerr.ErrorForCode(r.ErrorCode)), codeName(kerr.ErrorForCode(r.Members[0].ErrorCode))))
+		}
+		return out
+	}},
+	{"consumer group unknown group", func(ctx context.Context, e *diffEnv) []string {
+		e.topic(ctx, "s11", 1)
+		cl := e.newCl()
+		var out []string
+		code := func(what string, resp kmsg.Response, err error, c func(kmsg.Response) int16) {
+			if err != nil {
+				out = append(out, what+" "+codeName(err))
+				return
+			}
+			out = append(out, what+" "+codeName(kerr.ErrorForCode(c(resp))))
+		}
+		hb := kmsg.NewPtrHeartbeatRequest()
+		hb.Version, hb.Group, hb.MemberID, hb.Generation = 4, "nog", "m", 1
+		r, err := hb.RequestWith(ctx, cl)
+		code("heartbeat unknown group", r, err, func(r kmsg.Response) int16 { return r.(*kmsg.HeartbeatResponse).ErrorCode })
+
+		// kgo sends the highest version both sides speak (v9 here).
+		oc := kmsg.NewPtrOffsetCommitRequest()
+		oc.Group, oc.Generation, oc.MemberID = "nog", 5, "m"
+		oc.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: "s11", Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 0, Offset: 1, LeaderEpoch: -1}}}}
+		cr, err := oc.RequestWith(ctx, cl)
+		code("commit unknown group with generation", cr, err, func(r kmsg.Response) int16 {
+			return r.(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode
+		})
+		of := kmsg.NewPtrOffsetFetchRequest()
+		of.Version, of.Group = 5, "nog"
+		of.Topics = []kmsg.OffsetFetchRequestTopic{{Topic: "s11", Partitions: []int32{0}}}
+		if r, err := of.RequestWith(ctx, cl); err != nil {
+			out = append(out, "fetch "+codeName(err))
+		} else {
+			s := fmt.Sprintf("fetch unknown group %s", codeName(kerr.ErrorForCode(r.ErrorCode)))
+			for _, t := range r.Topics {
+				for _, p := range t.Partitions {
+					s += fmt.Sprintf(" %s/%d %d %d %s", t.Topic, p.Partition, p.Offset, p.LeaderEpoch, codeName(kerr.ErrorForCode(p.ErrorCode)))
+				}
+			}
+			out = append(out, s)
+		}
+		dg := kmsg.NewPtrDescribeGroupsRequest()
+		dg.Version, dg.Groups = 5, []string{"nog"}
+		if r, err := dg.RequestWith(ctx, cl); err != nil {
+			out = append(out, "describe "+codeName(err))
+		} else {
+			out = append(out, fmt.Sprintf("describe unknown group %s %s", r.Groups[0].State, codeName(kerr.ErrorForCode(r.Groups[0].ErrorCode))))
+		}
+		return out
+	}},
 }
 
 func runScenarios(t *testing.T, addr string) map[string][]string {
@@ -252,6 +372,8 @@ func runScenarios(t *testing.T, addr string) map[string][]string {
 		versions := kversion.Stable()
 		versions.SetMaxKeyVersion(0, 12)
 		versions.SetMaxKeyVersion(1, 12)
+		versions.SetMaxKeyVersion(8, 9) // OffsetCommit and OffsetFetch v10 name topics by id
+		versions.SetMaxKeyVersion(9, 9)
 		e.newCl = func(opts ...kgo.Opt) *kgo.Client {
 			cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.MaxVersions(versions), kgo.MetadataMinAge(50 * time.Millisecond), kgo.RetryTimeout(3 * time.Second)}, opts...)...)
 			if err != nil {
@@ -277,7 +399,7 @@ func TestDifferentialAgainstKfake(t *testing.T) {
 	}
 	defer ref.Close()
 	want := runScenarios(t, ref.ListenAddrs()[0])
-	f := newShareFixture(t)
+	f := withGroups(newShareFixture(t))
 	got := runScenarios(t, f.addr)
 	for _, sc := range scenarios {
 		w, g := strings.Join(want[sc.name], "\n"), strings.Join(got[sc.name], "\n")

@@ -25,6 +25,7 @@ import (
 	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/budget"
+	"github.com/sharelog/sharelog/internal/consumergroup"
 	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/principal"
 	"github.com/sharelog/sharelog/internal/sharegroup"
@@ -59,7 +60,10 @@ type Config struct {
 	DataDir string
 	// Share is the share-group manager; nil = share-group APIs are not
 	// advertised.
-	Share  *sharegroup.Manager
+	Share *sharegroup.Manager
+	// Groups is the classic consumer-group coordinator; nil = the
+	// consumer-group APIs are not advertised (docs/consumer-groups.md).
+	Groups *consumergroup.Coordinator
 	Logger *slog.Logger
 	// Budget is the response byte budget Fetch draws from, and its
 	// --max-fetch-bytes cap (internal/budget); nil = none.

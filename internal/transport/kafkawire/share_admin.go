@@ -16,39 +16,10 @@ import (
 // calls, which the gRPC admin RPCs use too.
 
 func init() {
-	shareHandlers[16] = handler{4, 5, (*Listener).handleListGroups}
 	shareHandlers[77] = handler{1, 1, (*Listener).handleShareGroupDescribe}
 	shareHandlers[90] = handler{1, 1, (*Listener).handleDescribeShareGroupOffsets}
 	shareHandlers[91] = handler{0, 0, (*Listener).handleAlterShareGroupOffsets}
 	shareHandlers[92] = handler{0, 0, (*Listener).handleDeleteShareGroupOffsets}
-}
-
-// handleListGroups lists share groups (the only kind here). A TypesFilter
-// without "share" lists none; StatesFilter matches case-insensitively.
-func (l *Listener) handleListGroups(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
-	req := kreq.(*kmsg.ListGroupsRequest)
-	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
-	if len(req.TypesFilter) > 0 && !containsFold(req.TypesFilter, "share") {
-		return resp, nil
-	}
-	groups, err := l.cfg.Share.ListGroups(ctx, sharegroup.StateUnknown)
-	if err != nil {
-		resp.ErrorCode, _ = l.requestError("list groups", err)
-		return resp, nil
-	}
-	for _, g := range groups {
-		if !l.allowed(ctx, authz.Describe, authz.Group, g.GroupID) {
-			continue // a listing leaves out what the caller may not DESCRIBE
-		}
-		state := g.State.String()
-		if len(req.StatesFilter) > 0 && !containsFold(req.StatesFilter, state) {
-			continue
-		}
-		rg := kmsg.NewListGroupsResponseGroup()
-		rg.Group, rg.ProtocolType, rg.GroupState, rg.GroupType = g.GroupID, "share", state, "share"
-		resp.Groups = append(resp.Groups, rg)
-	}
-	return resp, nil
 }
 
 func containsFold(list []string, s string) bool {

@@ -1,0 +1,59 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/sharelog/sharelog/internal/broker"
+	"github.com/sharelog/sharelog/internal/consumergroup"
+	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/storage/groupoffsets"
+	"github.com/sharelog/sharelog/internal/storage/logstore"
+)
+
+// ConsumerGroupsDir is the directory of the committed offsets of classic
+// consumer groups in the data dir (docs/on-disk-layout.md).
+const ConsumerGroupsDir = "consumer-groups"
+
+// openConsumerGroups opens the classic consumer-group coordinator over the
+// file store of committed offsets (fsync as --fsync says), with the log's
+// topics for the partition checks and deletions, and the share groups'
+// ids refused to it (docs/consumer-groups.md). File-store mode only: in
+// cluster mode the Kafka listener, its only transport, is refused.
+func openConsumerGroups(cfg Config, log *broker.Log, share *sharegroup.Manager, logger *slog.Logger) (*consumergroup.Coordinator, error) {
+	mode, err := logstore.ParseFsyncMode(cfg.Fsync)
+	if err != nil {
+		return nil, err
+	}
+	st, err := groupoffsets.Open(groupoffsets.Options{Dir: filepath.Join(cfg.DataDir, ConsumerGroupsDir),
+		Fsync: mode, FsyncInterval: cfg.FsyncInterval, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("open consumer-group offsets: %w", err)
+	}
+	c, err := consumergroup.Open(consumergroup.Options{
+		Store:                 st,
+		InitialRebalanceDelay: cfg.GroupInitialRebalanceDelay,
+		OffsetsRetention:      cfg.OffsetsRetention,
+		Partitions: func(ctx context.Context, topic string) (int32, error) {
+			info, err := log.TopicInfo(ctx, topic)
+			if err != nil {
+				return 0, broker.ErrorOf(err)
+			}
+			return info.Partitions, nil
+		},
+		Taken:  share.HasGroup,
+		Logger: logger,
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	log.Subscribe(func(ev broker.TopicEvent) {
+		if ev.Kind == broker.TopicDeleted {
+			c.TopicDeleted(ev.Topic.Name)
+		}
+	})
+	return c, nil
+}

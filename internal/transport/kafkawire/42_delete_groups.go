@@ -1,0 +1,45 @@
+package kafkawire
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/authz"
+)
+
+const deleteGroupsKey = 42
+
+// handleDeleteGroups deletes classic groups (with their committed offsets)
+// and share groups (with their state), each needing DELETE on the group:
+// GROUP_ID_NOT_FOUND if neither kind has it, NON_EMPTY_GROUP while it has
+// members.
+func (l *Listener) handleDeleteGroups(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
+	req := kreq.(*kmsg.DeleteGroupsRequest)
+	resp := req.ResponseKind().(*kmsg.DeleteGroupsResponse)
+	for _, id := range req.Groups {
+		rg := kmsg.NewDeleteGroupsResponseGroup()
+		rg.Group = id
+		err := l.requireGroup(ctx, authz.Delete, id)
+		if err == nil {
+			err = l.deleteGroup(ctx, id)
+			l.cfg.Guard.Changed(ctx, "DeleteGroups", authz.Group, id, err)
+		}
+		if err != nil {
+			rg.ErrorCode, _ = l.requestError("delete groups", err)
+		}
+		resp.Groups = append(resp.Groups, rg)
+	}
+	return resp, nil
+}
+
+func (l *Listener) deleteGroup(ctx context.Context, id string) error {
+	if l.cfg.Groups != nil && l.cfg.Groups.Has(id) {
+		return l.cfg.Groups.Delete(ctx, id)
+	}
+	if l.cfg.Share != nil && l.cfg.Share.HasGroup(id) {
+		return l.cfg.Share.DeleteGroup(ctx, id)
+	}
+	return apierr.New(apierr.GroupIDNotFound, "group %q does not exist", id)
+}

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +17,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
 // idemRecordBatch is a v2 record batch of values from an idempotent
@@ -303,30 +311,91 @@ func TestKafkaIdempotentSIGKILL(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	states, clients, stopLoad := kgoIdemLoad(ctx, t, addr, "kcrash", parts, producers)
+	ackedTotal := func() int { return ackedOf(states) }
+	for round := range kills {
+		before := ackedTotal()
+		require.Eventually(t, func() bool { return ackedTotal() >= before+90 }, 30*time.Second, 5*time.Millisecond,
+			"round %d: the producers make progress (acked %d)", round, ackedTotal())
+		c.kill(t) // with batches in flight
+		c = startChild(t, dir, "--kafka-addr", addr)
+	}
+	stopLoad()
+	for w, cl := range clients {
+		require.NoError(t, cl.Flush(ctx), "producer %d delivers everything it buffered", w)
+	}
+
+	total := checkExactlyOnce(t, dialKafka(t, c.kafkaAddr(t)), "kcrash", parts, states)
+	t.Logf("%d records acknowledged through %d kills", total, kills)
+}
+
+// checkExactlyOnce reads topic's partitions and checks each acknowledged
+// record of states is in the log exactly once, each producer's records in
+// the order produced ("w<producer>-<counter>", the counter zero-padded),
+// and nothing else: after the producers' Flush everything is
+// acknowledged. It returns the records in the log.
+func checkExactlyOnce(t *testing.T, k *kafkaConn, topic string, parts int32, states []*kgoIdem) int {
+	t.Helper()
+	total := 0
+	for p := range parts {
+		var log []string
+		for _, b := range k.kfetchAll(topic, p) {
+			log = append(log, b.values...)
+		}
+		total += len(log)
+		count := map[string]int{}
+		last := map[byte]string{} // per producer, its last value in the log
+		for _, v := range log {
+			count[v]++
+			if prev, ok := last[v[1]]; ok && v <= prev {
+				t.Errorf("partition %d: %s after %s: out of order or twice", p, v, prev)
+			}
+			last[v[1]] = v
+		}
+		for w, st := range states {
+			st.mu.Lock()
+			for _, v := range st.acked[p] {
+				if count[v] != 1 {
+					t.Errorf("partition %d: acknowledged %s (producer %d) is in the log %d times", p, v, w, count[v])
+				}
+			}
+			st.mu.Unlock()
+		}
+	}
+	assert.Equal(t, ackedOf(states), total, "after the flush every record is acknowledged, and the log holds just them")
+	return total
+}
+
+// kgoIdemLoad starts producers franz-go idempotent producers on addr that
+// send "w<producer>-<counter>" round-robin over topic's partitions until
+// stop is called, retrying every failure without end; each acknowledged
+// record is kept in its producer's kgoIdem.
+func kgoIdemLoad(ctx context.Context, t *testing.T, addr, topic string, parts int32, producers int) ([]*kgoIdem, []*kgo.Client, func()) {
+	t.Helper()
 	states := make([]*kgoIdem, producers)
 	clients := make([]*kgo.Client, producers)
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
+	done := make(chan struct{})
 	for w := range producers {
 		st := &kgoIdem{acked: make([][]string, parts)}
 		states[w] = st
-		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("kcrash"),
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic),
 			kgo.RecordPartitioner(kgo.ManualPartitioner()),
 			kgo.ProducerBatchMaxBytes(512), kgo.RecordRetries(math.MaxInt32), kgo.RequestRetries(math.MaxInt32),
 			kgo.RecordDeliveryTimeout(0), kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }),
-			kgo.MaxBufferedRecords(100))
+			kgo.MaxBufferedRecords(100), kgo.MetadataMinAge(100*time.Millisecond))
 		require.NoError(t, err)
-		defer cl.Close()
+		t.Cleanup(cl.Close)
 		clients[w] = cl
 		wg.Go(func() {
 			for i := 0; ; i++ {
 				select {
-				case <-stop:
+				case <-done:
 					return
 				default:
 				}
-				p := int32(i % parts)
-				v := fmt.Sprintf("w%d-%06d", w, i/parts)
+				p := int32(i) % parts
+				v := fmt.Sprintf("w%d-%06d", w, i/int(parts))
 				// Blocks while MaxBufferedRecords are unacknowledged.
 				cl.Produce(ctx, &kgo.Record{Partition: p, Value: []byte(v)}, func(_ *kgo.Record, err error) {
 					st.mu.Lock()
@@ -341,56 +410,136 @@ func TestKafkaIdempotentSIGKILL(t *testing.T) {
 			}
 		})
 	}
-	ackedTotal := func() int {
-		n := 0
+	var once sync.Once
+	stop := func() {
+		once.Do(func() { close(done) })
+		wg.Wait()
+	}
+	t.Cleanup(stop)
+	return states, clients, stop
+}
+
+// ackedOf counts the acknowledged records of states.
+func ackedOf(states []*kgoIdem) int {
+	n := 0
+	for _, st := range states {
+		st.mu.Lock()
+		for _, a := range st.acked {
+			n += len(a)
+		}
+		st.mu.Unlock()
+	}
+	return n
+}
+
+// TestPartitionedKafkaIdempotentFailover: in --cluster-mode partitioned,
+// franz-go idempotent producers on one instance's Kafka listener keep
+// producing while another instance, owner of some partitions, is
+// SIGKILLed and its partitions move; a batch whose forwarded append was
+// in flight at the kill is resent to the new owner, which reads the old
+// one's records from JetStream: every acknowledged record is stored
+// exactly once, in order per producer.
+//
+// It is skipped while the server refuses --kafka-addr with --store
+// jetstream (the Kafka listener serves the local store only so far), and
+// runs as soon as the listener serves cluster mode.
+func TestPartitionedKafkaIdempotentFailover(t *testing.T) {
+	js := startJS(t)
+	if refusal := kafkaClusterRefused(t, js.URL(), js.Prefix()); refusal != "" {
+		t.Skipf("the Kafka listener does not serve cluster mode yet: %s", refusal)
+	}
+	members := map[string]*child{}
+	for _, id := range []string{"a", "b", "c"} {
+		members[id] = startMember(t, js.URL(), js.Prefix(), id, "--cluster-mode", "partitioned", "--kafka-addr", "127.0.0.1:0")
+		members[id].waitReadyz(t, "cluster: partitioned", 15*time.Second)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const parts, victim, via = 6, "b", "a"
+	admin := sharelogv1.NewLogServiceClient(members[via].conn)
+	require.Eventually(t, func() bool {
+		_, err := admin.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "kfail", Partitions: parts})
+		return err == nil || status.Code(err) == codes.AlreadyExists
+	}, 10*time.Second, 100*time.Millisecond)
+	before := waitSpread(t, members[via], parts, []string{"a", "b", "c"}, 15*time.Second)
+	victimParts := map[int32]bool{}
+	for p := range int32(parts) {
+		if before[fmt.Sprintf("kfail/%d", p)].GetOwnerId() == victim {
+			victimParts[p] = true
+		}
+	}
+	require.NotEmpty(t, victimParts, "the victim owns a partition")
+
+	addr := members[via].kafkaAddr(t)
+	states, clients, stopLoad := kgoIdemLoad(ctx, t, addr, "kfail", parts, 2)
+	perPartition := func() map[int32]int {
+		n := map[int32]int{}
 		for _, st := range states {
 			st.mu.Lock()
-			for _, a := range st.acked {
-				n += len(a)
+			for p, a := range st.acked {
+				n[int32(p)] += len(a)
 			}
 			st.mu.Unlock()
 		}
 		return n
 	}
-	for round := range kills {
-		before := ackedTotal()
-		require.Eventually(t, func() bool { return ackedTotal() >= before+90 }, 30*time.Second, 5*time.Millisecond,
-			"round %d: the producers make progress (acked %d)", round, ackedTotal())
-		c.kill(t) // with batches in flight
-		c = startChild(t, dir, "--kafka-addr", addr)
-	}
-	close(stop)
-	wg.Wait()
+	require.Eventually(t, func() bool {
+		n := perPartition()
+		for p := range victimParts {
+			if n[p] < 20 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 5*time.Millisecond, "the load runs on the victim's partitions before the kill")
+	members[victim].kill(t) // with forwarded batches in flight
+	atKill := perPartition()
+
+	waitSpread(t, members[via], parts, []string{"a", "c"}, leaseTTL+20*time.Second)
+	require.Eventually(t, func() bool {
+		n := perPartition()
+		for p := range victimParts {
+			if n[p] < atKill[p]+20 {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 10*time.Millisecond, "the victim's partitions take records at their new owners")
+	stopLoad()
 	for w, cl := range clients {
 		require.NoError(t, cl.Flush(ctx), "producer %d delivers everything it buffered", w)
 	}
+	total := checkExactlyOnce(t, dialKafka(t, addr), "kfail", parts, states)
+	t.Logf("%d records acknowledged across the failover of %s", total, victim)
+}
 
-	k := dialKafka(t, c.kafkaAddr(t))
-	total := 0
-	for p := range int32(parts) {
-		var log []string
-		for _, b := range k.kfetchAll("kcrash", p) {
-			log = append(log, b.values...)
+// kafkaClusterRefused starts the server with --kafka-addr in cluster mode
+// and returns its refusal, or "" once it serves (then it is stopped).
+func kafkaClusterRefused(t *testing.T, natsURL, prefix string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "--data-dir", t.TempDir(), "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--store", "jetstream", "--nats-url", natsURL, "--nats-prefix", prefix, "--instance-id", "probe",
+		"--cluster-mode", "partitioned", "--kafka-addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "SHARELOG_TEST_CHILD=1")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	timer := time.AfterFunc(30*time.Second, func() { _ = cmd.Process.Kill() })
+	defer timer.Stop()
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		line := sc.Text()
+		if i := strings.Index(line, "--kafka-addr is not supported with --store jetstream"); i >= 0 {
+			return line[i:]
 		}
-		total += len(log)
-		count := map[string]int{}
-		last := map[byte]string{} // per producer, its last value in the log
-		for _, v := range log {
-			count[v]++
-			if prev, ok := last[v[1]]; ok && v <= prev {
-				t.Errorf("partition %d: %s after %s: out of order or twice", p, v, prev)
-			}
-			last[v[1]] = v
-		}
-		for w, st := range states {
-			for _, v := range st.acked[p] {
-				if count[v] != 1 {
-					t.Errorf("partition %d: acknowledged %s (producer %d) is in the log %d times", p, v, w, count[v])
-				}
-			}
+		if strings.Contains(line, "sharelog serving") {
+			return ""
 		}
 	}
-	acked := ackedTotal()
-	t.Logf("%d records acknowledged through %d kills; the log holds %d", acked, kills, total)
-	assert.Equal(t, acked, total, "after the flush every record is acknowledged, and the log holds just them")
+	t.Fatal("the cluster-mode server with --kafka-addr neither served nor refused")
+	return ""
 }

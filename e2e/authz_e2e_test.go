@@ -290,6 +290,18 @@ func rpcCases() []rpcCase {
 			unchanged: func(t *testing.T, s *authzStack, n names) { assert.Zero(t, s.highWatermark(t, n.topic)) },
 		},
 		rpcCase{
+			// WRITE on any topic, as Kafka's InitProducerId without a
+			// transactional id; the topic need not exist.
+			name: "InitProducer", method: "/sharelog.v1.LogService/InitProducer",
+			req:   func(names) proto.Message { return &sharelogv1.InitProducerRequest{} },
+			resp:  func() proto.Message { return &sharelogv1.InitProducerResponse{} },
+			rest:  func(names) (string, string, string) { return "POST", "/v1/producers:init", "{}" },
+			needs: topicWrite(opWrite), deniedReason: "CLUSTER_AUTHORIZATION_FAILED",
+			okBody: func(t *testing.T, m proto.Message) {
+				assert.Positive(t, m.(*sharelogv1.InitProducerResponse).GetProducerId())
+			},
+		},
+		rpcCase{
 			name: "Fetch", method: "/sharelog.v1.LogService/Fetch",
 			req:  func(n names) proto.Message { return &sharelogv1.FetchRequest{Topic: n.topic, Partition: 0, Offset: 0} },
 			resp: func() proto.Message { return &sharelogv1.FetchResponse{} },

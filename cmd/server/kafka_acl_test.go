@@ -267,6 +267,19 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Topics = append(req.Topics, tp)
 			return k.do(req).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode
 		}},
+		// WRITE on any topic (here "t"), as Kafka 3.0+ for an idempotent
+		// producer; nothing changes either way but the id allocator.
+		{name: "InitProducerID", needs: []kperm{{topic, "t", write}}, denied: clusterDenied, state: none, grpc: func(ctx context.Context) (proto.Message, error) {
+			return logc.InitProducer(ctx, &sharelogv1.InitProducerRequest{})
+		}, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrInitProducerIDRequest()
+			req.Version, req.TransactionTimeoutMillis, req.ProducerID, req.ProducerEpoch = 4, 60000, -1, -1
+			resp := k.do(req).(*kmsg.InitProducerIDResponse)
+			if resp.ErrorCode == 0 && resp.ProducerID <= 0 {
+				return -1 // no id: not a success
+			}
+			return resp.ErrorCode
+		}},
 		{name: "Fetch", needs: []kperm{{topic, "t", read}}, denied: topicDenied, state: bounds, grpc: func(ctx context.Context) (proto.Message, error) {
 			return logc.Fetch(ctx, &sharelogv1.FetchRequest{Topic: "t", Partition: 0, Offset: 0})
 		}, call: func(k *kafkaConn) int16 {

@@ -1,7 +1,8 @@
 // Black-box check of sharelog's Kafka listener with kafkajs 2.2.4 (an
 // independent, pure-JavaScript Kafka client): createTopics, produce (plain
-// and gzip), fetchTopicOffsets, deleteTopicRecords, a consumer group
-// (consume, committed offsets, listGroups, describeGroups, deleteGroups). The broker address comes
+// and gzip, and idempotent: true into kafkajs-idem), fetchTopicOffsets,
+// deleteTopicRecords, a consumer group (consume, committed offsets,
+// listGroups, describeGroups, deleteGroups). The broker address comes
 // from KAFKA_BROKER; any mismatch exits non-zero.
 import assert from 'node:assert/strict';
 import { Kafka, CompressionTypes, logLevel } from 'kafkajs';
@@ -84,11 +85,27 @@ async function main() {
   const described = await admin.describeGroups([groupId]);
   assert.equal(described.groups[0].state, 'Empty', 'the group is empty once its consumer left');
   await admin.deleteGroups([groupId]);
+  // An idempotent producer (InitProducerID, producer id and sequences in
+  // its batches): each batch stored once at consecutive offsets. The
+  // records stay for the caller to read back (.ci/kafka-clients, with kcat:
+  // kafkajs has no consumer without consumer groups).
+  const idem = kafka.producer({ idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false });
+  await idem.connect();
+  await admin.createTopics({ topics: [{ topic: 'kafkajs-idem', numPartitions: 1 }], waitForLeaders: true });
+  for (let b = 0; b < 3; b++) {
+    const r = await idem.send({
+      topic: 'kafkajs-idem', acks: -1,
+      messages: [0, 1].map((i) => ({ partition: 0, value: `idem-${2 * b + i}` })),
+    });
+    assert.equal(r[0].errorCode, 0);
+    assert.equal(r[0].baseOffset, String(2 * b), `idempotent batch ${b}: base offset`);
+  }
+  await idem.disconnect();
 
   await admin.deleteTopics({ topics: [topic] });
   const topics = await admin.listTopics();
   assert.ok(!topics.includes(topic), 'deleted topic is still listed');
-  console.log('kafkajs-check: ok (createTopics, produce none+gzip, fetchTopicOffsets, deleteTopicRecords, by timestamp, consumer group, deleteTopics)');
+  console.log('kafkajs-check: ok (createTopics, produce none+gzip, fetchTopicOffsets, deleteTopicRecords, by timestamp, consumer group, idempotent produce, deleteTopics)');
 }
 
 main()

@@ -24,6 +24,11 @@ const (
 // without allocating.
 type Authorizer interface {
 	Authorize(ctx context.Context, principal string, op Operation, res Resource) Decision
+	// AuthorizeAny decides whether principal may perform op on at least
+	// one resource of type rt, as Kafka's authorizeByResourceType
+	// (KIP-679): what an idempotent producer's InitProducerId needs
+	// (WRITE on any topic). It is called rarely and may allocate.
+	AuthorizeAny(ctx context.Context, principal string, op Operation, rt ResourceType) Decision
 }
 
 // AllowAll is the authorizer of --authorizer none: everything is allowed.
@@ -31,6 +36,11 @@ type AllowAll struct{}
 
 // Authorize allows.
 func (AllowAll) Authorize(context.Context, string, Operation, Resource) Decision { return Allowed }
+
+// AuthorizeAny allows.
+func (AllowAll) AuthorizeAny(context.Context, string, Operation, ResourceType) Decision {
+	return Allowed
+}
 
 // FilterAllowed returns the names in names that principal may perform op on
 // (as resources of type rt), in their order; names is not modified.
@@ -208,6 +218,66 @@ func (a *ACL) Authorize(_ context.Context, principal string, op Operation, res R
 	idx.collect(WildcardPrincipal, res, &acc)
 	bit := opBits(1) << op
 	return Decision(acc.allow&bit != 0 && acc.deny&bit == 0)
+}
+
+// AuthorizeAny answers from the current bindings whether some resource of
+// type rt exists that principal may perform op on, as Kafka's
+// authorizeByResourceType: an ALLOW of op (or an operation that implies
+// it) for the principal or User:* on some pattern that no DENY of op
+// covers entirely. A DENY on the literal "*" covers everything; a DENY on
+// a prefix covers every literal name and every prefix that start with it;
+// a literal DENY covers that name only.
+func (a *ACL) AuthorizeAny(_ context.Context, principal string, op Operation, rt ResourceType) Decision {
+	if a.super[principal] {
+		return Allowed
+	}
+	if op == AnyOperation || op >= numOperations || rt == AnyResource || rt >= numResourceTypes {
+		return Denied
+	}
+	bit := opBits(1) << op
+	idx := a.idx.Load()
+	var pis []*principalIndex
+	for _, p := range []string{principal, WildcardPrincipal} {
+		if pi := idx.byType[rt][p]; pi != nil {
+			pis = append(pis, pi)
+		}
+	}
+	var denyPrefixes []string
+	deniedLiteral := map[string]bool{}
+	for _, pi := range pis {
+		if pi.wildcard.deny&bit != 0 {
+			return Denied
+		}
+		for _, p := range pi.prefixed {
+			if p.deny&bit != 0 {
+				denyPrefixes = append(denyPrefixes, p.prefix)
+			}
+		}
+		for n, m := range pi.literal {
+			if m.deny&bit != 0 {
+				deniedLiteral[n] = true
+			}
+		}
+	}
+	coveredByPrefix := func(name string) bool {
+		return slices.ContainsFunc(denyPrefixes, func(q string) bool { return strings.HasPrefix(name, q) })
+	}
+	for _, pi := range pis {
+		if pi.wildcard.allow&bit != 0 {
+			return Allowed
+		}
+		for _, p := range pi.prefixed {
+			if p.allow&bit != 0 && !coveredByPrefix(p.prefix) {
+				return Allowed
+			}
+		}
+		for n, m := range pi.literal {
+			if m.allow&bit != 0 && !deniedLiteral[n] && !coveredByPrefix(n) {
+				return Allowed
+			}
+		}
+	}
+	return Denied
 }
 
 // IsSuperUser reports whether principal was named a super user.

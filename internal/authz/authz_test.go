@@ -409,3 +409,44 @@ func BenchmarkAuthorize100Bindings(b *testing.B) {
 		}
 	}
 }
+
+func TestAuthorizeAny(t *testing.T) {
+	const alice, bob = "User:alice", "User:bob"
+	L, P := authz.Literal, authz.Prefixed
+	A, D := authz.Allow, authz.Deny
+	W := authz.Write
+	cases := []struct {
+		name     string
+		bindings []authz.Binding
+		super    []string
+		want     authz.Decision
+	}{
+		{"no binding", nil, nil, authz.Denied},
+		{"write on one topic", []authz.Binding{bind(alice, authz.Topic, L, "t", W, A)}, nil, authz.Allowed},
+		{"all on one topic", []authz.Binding{bind(alice, authz.Topic, L, "t", authz.All, A)}, nil, authz.Allowed},
+		{"write on a prefix", []authz.Binding{bind(alice, authz.Topic, P, "orders-", W, A)}, nil, authz.Allowed},
+		{"write on every topic", []authz.Binding{bind(alice, authz.Topic, L, "*", W, A)}, nil, authz.Allowed},
+		{"every principal", []authz.Binding{bind("User:*", authz.Topic, L, "t", W, A)}, nil, authz.Allowed},
+		{"super user", nil, []string{alice}, authz.Allowed},
+		{"another principal's write", []authz.Binding{bind(bob, authz.Topic, L, "t", W, A)}, nil, authz.Denied},
+		{"read is not write", []authz.Binding{bind(alice, authz.Topic, L, "t", authz.Read, A)}, nil, authz.Denied},
+		{"write on a group is not on a topic", []authz.Binding{bind(alice, authz.Group, L, "t", W, A)}, nil, authz.Denied},
+		{"write on the cluster is not on a topic", []authz.Binding{bind(alice, authz.Cluster, L, "kafka-cluster", W, A)}, nil, authz.Denied},
+		{"the literal is denied", []authz.Binding{bind(alice, authz.Topic, L, "t", W, A), bind(alice, authz.Topic, L, "t", W, D)}, nil, authz.Denied},
+		{"another literal is denied", []authz.Binding{bind(alice, authz.Topic, L, "t", W, A), bind(alice, authz.Topic, L, "u", W, D)}, nil, authz.Allowed},
+		{"denied by a prefix", []authz.Binding{bind(alice, authz.Topic, L, "orders-1", W, A), bind(alice, authz.Topic, P, "orders", W, D)}, nil, authz.Denied},
+		{"allowed prefix within a denied prefix", []authz.Binding{bind(alice, authz.Topic, P, "orders-1", W, A), bind(alice, authz.Topic, P, "orders", W, D)}, nil, authz.Denied},
+		{"allowed prefix wider than a denied one", []authz.Binding{bind(alice, authz.Topic, P, "orders", W, A), bind(alice, authz.Topic, P, "orders-1", W, D)}, nil, authz.Allowed},
+		{"allowed prefix, its literal denied", []authz.Binding{bind(alice, authz.Topic, P, "t", W, A), bind(alice, authz.Topic, L, "t", W, D)}, nil, authz.Allowed},
+		{"denied everywhere", []authz.Binding{bind(alice, authz.Topic, L, "t", W, A), bind(alice, authz.Topic, L, "*", W, D)}, nil, authz.Denied},
+		{"denied everywhere for every principal", []authz.Binding{bind(alice, authz.Topic, L, "t", W, A), bind("User:*", authz.Topic, L, "*", authz.All, D)}, nil, authz.Denied},
+		{"a deny of read does not deny write", []authz.Binding{bind(alice, authz.Topic, L, "t", W, A), bind(alice, authz.Topic, L, "*", authz.Read, D)}, nil, authz.Allowed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newACL(t, tc.bindings, tc.super...)
+			assert.Equal(t, tc.want, a.AuthorizeAny(ctx, alice, W, authz.Topic))
+		})
+	}
+	assert.Equal(t, authz.Allowed, authz.AllowAll{}.AuthorizeAny(ctx, alice, W, authz.Topic))
+}

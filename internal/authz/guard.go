@@ -10,6 +10,7 @@ package authz
 import (
 	"context"
 	"log/slog"
+	"strings"
 
 	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/principal"
@@ -56,6 +57,27 @@ func (g *Guard) Require(ctx context.Context, op Operation, rt ResourceType, name
 		return nil
 	}
 	return g.denied(ctx, op, rt, name)
+}
+
+// AllowedOnAny answers, without auditing, whether the caller may perform
+// op on at least one resource of type rt (Authorizer.AuthorizeAny).
+func (g *Guard) AllowedOnAny(ctx context.Context, op Operation, rt ResourceType) bool {
+	if g == nil {
+		return true
+	}
+	return bool(g.authz.AuthorizeAny(ctx, principal.User(ctx), op, rt))
+}
+
+// RequireOnAny returns CLUSTER_AUTHORIZATION_FAILED (and audits the denial,
+// on the resource "*" of type rt) unless the caller may perform op on at
+// least one resource of type rt: as Kafka answers an idempotent
+// producer's InitProducerId without WRITE on any topic.
+func (g *Guard) RequireOnAny(ctx context.Context, op Operation, rt ResourceType) error {
+	if g.AllowedOnAny(ctx, op, rt) {
+		return nil
+	}
+	g.auditDenied(ctx, op, rt, Wildcard)
+	return apierr.New(apierr.ClusterAuthorizationFailed, "not authorized to %s any %s", op, strings.ToLower(rt.String()))
 }
 
 // denied audits a denial and returns its request-level error.

@@ -258,3 +258,49 @@ func TestIdempotentAtTheOwner(t *testing.T) {
 	assert.Equal(t, [2]int32{4, 5}, [2]int32{stored[0].Sequence, stored[1].Sequence})
 	assert.EqualValues(t, 7, stored[1].ProducerID)
 }
+
+// A Kafka batch of an idempotent producer is one idempotent append checked
+// against the same state as ProduceIdempotent: a gRPC batch and a Kafka one
+// of one producer continue each other, a resend of either answers its
+// original base offset, and ProduceBatch without a producer never stores
+// producer fields it was given.
+func TestProduceBatchIdempotent(t *testing.T) {
+	ctx := context.Background()
+	l, store := newLog(t, Config{ProducerIDs: &memBlocks{}})
+	_, err := l.CreateTopic(ctx, "t", 1, TopicSettings{})
+	require.NoError(t, err)
+	pid, epoch, err := l.InitProducer(ctx)
+	require.NoError(t, err)
+	p := int32(0)
+
+	base, _, err := l.ProduceBatchIdempotent(ctx, "t", 0, values(3, "k"), BatchProducer{pid, epoch, 0})
+	require.NoError(t, err)
+	assert.Zero(t, base)
+	res, err := l.ProduceIdempotent(ctx, "t", &p, values(2, "g"), idem(pid, epoch, p, 3))
+	require.NoError(t, err, "the gRPC batch continues the Kafka one")
+	assert.Equal(t, []int64{3, 4}, res.Offsets)
+	base, logStart, err := l.ProduceBatchIdempotent(ctx, "t", 0, values(3, "k"), BatchProducer{pid, epoch, 0})
+	require.NoError(t, err)
+	assert.Zero(t, base, "a resend answers the original base offset")
+	assert.Zero(t, logStart)
+	_, _, err = l.ProduceBatchIdempotent(ctx, "t", 0, values(1, "x"), BatchProducer{pid, epoch, 9})
+	assert.Equal(t, apierr.OutOfOrderSequenceNumber, apierr.ReasonOf(err))
+	_, _, err = l.ProduceBatchIdempotent(ctx, "t", 0, values(1, "x"), BatchProducer{pid, epoch + 1, 0})
+	require.NoError(t, err, "a new epoch from 0")
+	_, _, err = l.ProduceBatchIdempotent(ctx, "t", 0, values(1, "x"), BatchProducer{pid, epoch, 5})
+	assert.Equal(t, apierr.InvalidProducerEpoch, apierr.ReasonOf(err))
+	assert.EqualValues(t, 6, hw(t, store, "t", 0), "each batch stored once")
+
+	for name, bp := range map[string]BatchProducer{"id 0": {0, 0, 0}, "negative epoch": {pid, -1, 0}, "negative sequence": {pid, 0, -1}} {
+		_, _, err := l.ProduceBatchIdempotent(ctx, "t", 0, values(1, "x"), bp)
+		assert.Equal(t, apierr.InvalidRequest, apierr.ReasonOf(err), name)
+	}
+	plain := values(1, "plain")
+	plain[0].ProducerID, plain[0].ProducerEpoch, plain[0].Sequence = pid, epoch, 6
+	base, _, err = l.ProduceBatch(ctx, "t", 0, plain)
+	require.NoError(t, err)
+	recs, err := store.Read(ctx, "t", 0, base, 1, 1<<20)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	assert.Zero(t, recs[0].ProducerID, "a plain batch has no producer")
+}

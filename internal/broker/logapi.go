@@ -287,11 +287,8 @@ func (l *Log) Produce(ctx context.Context, topic string, partition *int32, recor
 // routed round-robin would go elsewhere). A partition whose batch was
 // appended before answers its original offsets.
 func (l *Log) ProduceIdempotent(ctx context.Context, topic string, partition *int32, records []logstore.Record, idem Idempotence) (Produced, error) {
-	switch {
-	case idem.ProducerID <= 0:
-		return Produced{}, apierr.Invalid("producer_id must be a positive id from InitProducer, got %d", idem.ProducerID)
-	case idem.ProducerEpoch < 0:
-		return Produced{}, apierr.Invalid("producer_epoch must not be negative, got %d", idem.ProducerEpoch)
+	if err := validProducer(idem.ProducerID, idem.ProducerEpoch); err != nil {
+		return Produced{}, err
 	}
 	for p, s := range idem.BaseSequence {
 		if s < 0 {

@@ -1,6 +1,10 @@
 package broker
 
-import "context"
+import (
+	"context"
+
+	"github.com/sharelog/sharelog/apierr"
+)
 
 // ProduceBatch appends records to one partition atomically and
 // contiguously, as a Kafka Produce does with a partition's batches: the
@@ -17,6 +21,9 @@ func (l *Log) ProduceBatch(ctx context.Context, topic string, partition int32, r
 	if err := checkPartition(info, partition); err != nil {
 		return -1, -1, err
 	}
+	for i := range records {
+		records[i].ProducerID, records[i].ProducerEpoch, records[i].Sequence = 0, 0, 0
+	}
 	base, err = l.appendTo(ctx, topic, partition, records) // here or at the partition's owner
 	if err != nil {
 		return -1, -1, err
@@ -25,4 +32,61 @@ func (l *Log) ProduceBatch(ctx context.Context, topic string, partition int32, r
 		logStart = -1
 	}
 	return base, logStart, nil
+}
+
+// BatchProducer is the idempotent producer of one Kafka record batch: its
+// id and epoch (InitProducer) and the sequence number of the batch's first
+// record.
+type BatchProducer struct {
+	ID           int64
+	Epoch        int16
+	BaseSequence int32
+}
+
+// ProduceBatchIdempotent is ProduceBatch for one batch of an idempotent
+// producer (idempotence.go, docs/produce.md): the records are numbered
+// from p.BaseSequence and checked against the partition's producer state
+// as one idempotent append, the same as a partition of ProduceIdempotent.
+// A resend of a batch among the producer's last ProducerBatches answers
+// its original base offset and appends nothing.
+func (l *Log) ProduceBatchIdempotent(ctx context.Context, topic string, partition int32, records []Record, p BatchProducer) (base, logStart int64, err error) {
+	if err := validProducer(p.ID, p.Epoch); err != nil {
+		return -1, -1, err
+	}
+	if p.BaseSequence < 0 {
+		return -1, -1, apierr.Invalid("base_sequence must not be negative, got %d", p.BaseSequence)
+	}
+	if len(records) == 0 {
+		return -1, -1, apierr.Invalid("records must not be empty")
+	}
+	info, err := l.store.TopicInfo(ctx, topic)
+	if err != nil {
+		return -1, -1, err
+	}
+	if err := checkPartition(info, partition); err != nil {
+		return -1, -1, err
+	}
+	for i := range records {
+		records[i].ProducerID, records[i].ProducerEpoch = p.ID, p.Epoch
+		records[i].Sequence = seqAdd(p.BaseSequence, int64(i))
+	}
+	base, err = l.appendTo(ctx, topic, partition, records) // here or at the partition's owner
+	if err != nil {
+		return -1, -1, err
+	}
+	if logStart, _, err = l.store.Bounds(topic, partition); err != nil {
+		logStart = -1
+	}
+	return base, logStart, nil
+}
+
+// validProducer checks an idempotent producer's id and epoch.
+func validProducer(id int64, epoch int16) error {
+	switch {
+	case id <= 0:
+		return apierr.Invalid("producer_id must be a positive id from InitProducer, got %d", id)
+	case epoch < 0:
+		return apierr.Invalid("producer_epoch must not be negative, got %d", epoch)
+	}
+	return nil
 }

@@ -30,6 +30,10 @@ type producerIDs struct {
 	next, last int64 // the unused ids of the current block: next..last
 }
 
+// AllocatesProducerIDs reports whether InitProducer can answer: whether
+// the server was given a place to reserve producer ids (Config.ProducerIDs).
+func (l *Log) AllocatesProducerIDs() bool { return l.cfg.ProducerIDs != nil }
+
 // InitProducer allocates a new producer id, with epoch 0, for idempotent
 // produces (docs/produce.md). An id is never answered twice, across
 // restarts and, in cluster mode, across instances.

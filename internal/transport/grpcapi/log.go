@@ -186,10 +186,14 @@ func (s *LogService) Produce(ctx context.Context, req *sharelogv1.ProduceRequest
 	return resp, nil
 }
 
-// InitProducer needs no ACL: as with Kafka's InitProducerId without a
-// transactional id, the id alone writes nothing, and every Produce that
-// uses it is checked for WRITE on its topic.
+// InitProducer needs WRITE on at least one topic, as Kafka's (3.0+)
+// InitProducerId without a transactional id (docs/security.md): the Kafka
+// listener's InitProducerID asks the same, and every Produce with the id
+// is checked for WRITE on its topic.
 func (s *LogService) InitProducer(ctx context.Context, _ *sharelogv1.InitProducerRequest) (*sharelogv1.InitProducerResponse, error) {
+	if err := s.guard.RequireOnAny(ctx, authz.Write, authz.Topic); err != nil {
+		return nil, err
+	}
 	id, epoch, err := s.log.InitProducer(ctx)
 	if err != nil {
 		return nil, err

@@ -12,8 +12,9 @@ import (
 )
 
 // handleProduce validates each partition's record batches and appends their
-// records with one broker.ProduceBatch (atomic, contiguous). acks 1 and -1
-// both mean "durable per --fsync"; acks 0 sends no response.
+// records with one broker.ProduceBatch (atomic, contiguous), or an
+// idempotent producer's batch with one broker.ProduceBatchIdempotent.
+// acks 1 and -1 both mean "durable per --fsync"; acks 0 sends no response.
 func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
@@ -62,9 +63,15 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 }
 
 func (l *Listener) produce(ctx context.Context, dec *batchDecoder, topic string, partition int32, raw []byte, now int64) (base, logStart int64, err error) {
-	recs, err := dec.decodeBatches(raw, now)
+	recs, producer, err := dec.decodeProduce(raw, now)
 	if err != nil {
 		return -1, -1, err
+	}
+	if producer != nil {
+		// One idempotent append: a resend of one of the producer's last
+		// batches answers its original base offset with no error, as
+		// Kafka (docs/kafka.md "Idempotent producers").
+		return l.log.ProduceBatchIdempotent(ctx, topic, partition, recs, *producer)
 	}
 	return l.log.ProduceBatch(ctx, topic, partition, recs)
 }

@@ -12,7 +12,9 @@ import (
 )
 
 // handleFetch serves sessionless full fetches: each partition's records
-// from its fetch offset as one uncompressed batch, the high watermark, the
+// from its fetch offset as uncompressed batches (one per idempotent
+// producer's run, with its producer id, epoch and base sequence, and one
+// per run without a producer; appendBatch), the high watermark, the
 // last stable offset (= high watermark: no transactions) and the log start.
 // The bounds are the broker's (broker.Log.ReadPartition: outside [log
 // start, high watermark] is OFFSET_OUT_OF_RANGE). The first partition with

@@ -45,7 +45,8 @@ func groupErrorCode(err error) int16 {
 }
 
 // wireErrors are the listener's own: a request's bytes that do not decode
-// as Kafka record batches (records.go).
+// as Kafka record batches, or name a producer id (0) that Kafka may
+// allocate and sharelog never does (records.go).
 var wireErrors = []struct {
 	err  error
 	code *kerr.Error
@@ -54,6 +55,7 @@ var wireErrors = []struct {
 	{errCorruptBatch, kerr.CorruptMessage},
 	{errInvalidRecord, kerr.InvalidRecord},
 	{errUnsupportedCodec, kerr.UnsupportedCompressionType},
+	{errUnknownProducer, kerr.UnknownProducerID},
 }
 
 // requestError gives a share-group call's request-level error its code

@@ -56,7 +56,8 @@ func bombBatch(t testing.TB, codec kgo.CompressionCodec, n int) []byte {
 	}
 	var buf bytes.Buffer
 	out, typ := c.Compress(&buf, make([]byte, n))
-	b := kmsg.RecordBatch{Magic: 2, Attributes: int16(typ), NumRecords: 1, Records: append([]byte(nil), out...)}
+	b := kmsg.RecordBatch{Magic: 2, Attributes: int16(typ), NumRecords: 1, Records: append([]byte(nil), out...),
+		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1} // no producer, as a client without idempotence
 	return finishBatch(&b)
 }
 

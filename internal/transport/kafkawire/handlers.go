@@ -39,6 +39,11 @@ func (l *Listener) handlerTable() map[int16]handler {
 		32:             {1, 4, (*Listener).handleDescribeConfigs},
 		44:             {0, 1, (*Listener).handleIncrementalAlterConfigs},
 	}
+	if l.log.AllocatesProducerIDs() {
+		// Without it a client would fail to init instead of falling
+		// back to a producer without idempotence.
+		t[22] = handler{0, 5, (*Listener).handleInitProducerID}
+	}
 	for k, h := range aclHandlers {
 		t[k] = h
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
+	"github.com/sharelog/sharelog/internal/storage/producerids"
 )
 
 type fixture struct {
@@ -26,7 +27,8 @@ type fixture struct {
 func newFixture(t *testing.T, mutate ...func(*Config)) *fixture {
 	t.Helper()
 	store := logstore.NewMem()
-	log := broker.New(store, broker.Config{SegmentBytes: 1 << 20, Logger: slog.New(slog.DiscardHandler)})
+	log := broker.New(store, broker.Config{SegmentBytes: 1 << 20, Logger: slog.New(slog.DiscardHandler),
+		ProducerIDs: producerids.Open(t.TempDir())})
 	cfg := Config{Addr: "127.0.0.1:0", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}
 	for _, m := range mutate {
 		m(&cfg)

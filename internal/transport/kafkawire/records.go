@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"slices"
 	"sync"
 
@@ -25,6 +26,7 @@ var (
 	errInvalidRecord    = errors.New("invalid record")
 	errUnsupportedCodec = errors.New("unsupported compression codec")
 	errRecordTooLarge   = errors.New("record batch too large")
+	errUnknownProducer  = errors.New("unknown producer id")
 )
 
 var crc32c = crc32.MakeTable(crc32.Castagnoli)
@@ -67,53 +69,73 @@ func newBatchDecoder(max int) *batchDecoder { return &batchDecoder{max: max, bud
 // a create time, or with LogAppendTime, gets now). Nothing is returned
 // unless every batch is valid.
 func (d *batchDecoder) decodeBatches(raw []byte, now int64) ([]broker.Record, error) {
+	recs, _, err := d.decodeProduce(raw, now)
+	return recs, err
+}
+
+// decodeProduce is decodeBatches that also returns the batch's idempotent
+// producer (nil for none): a batch with a producer id >= 0, as Kafka's
+// hasProducerId, which must then be the partition's only batch in the
+// request (Kafka allows one batch per partition from Produce v3 on; sharelog
+// keeps accepting several without a producer, each appended in order).
+func (d *batchDecoder) decodeProduce(raw []byte, now int64) ([]broker.Record, *broker.BatchProducer, error) {
 	if len(raw) == 0 {
-		return nil, fmt.Errorf("%w: no record batch", errCorruptBatch)
+		return nil, nil, fmt.Errorf("%w: no record batch", errCorruptBatch)
 	}
 	var out []broker.Record
+	var producer *broker.BatchProducer
 	budget := d.budget
-	for len(raw) > 0 {
+	for batches := 0; len(raw) > 0; batches++ {
 		if len(raw) < batchHeaderLen {
-			return nil, fmt.Errorf("%w: %d bytes, shorter than a batch header", errCorruptBatch, len(raw))
+			return nil, nil, fmt.Errorf("%w: %d bytes, shorter than a batch header", errCorruptBatch, len(raw))
 		}
 		length := int32(binary.BigEndian.Uint32(raw[8:12]))
 		if length < batchHeaderLen-12 || int64(length) > int64(len(raw)-12) {
-			return nil, fmt.Errorf("%w: batch length %d with %d bytes left", errCorruptBatch, length, len(raw)-12)
+			return nil, nil, fmt.Errorf("%w: batch length %d with %d bytes left", errCorruptBatch, length, len(raw)-12)
 		}
 		one := raw[:12+int(length)]
 		raw = raw[len(one):]
 		var b kmsg.RecordBatch
 		if err := b.ReadFrom(one); err != nil {
-			return nil, fmt.Errorf("%w: %w", errCorruptBatch, err)
+			return nil, nil, fmt.Errorf("%w: %w", errCorruptBatch, err)
 		}
 		if b.Magic != 2 {
-			return nil, fmt.Errorf("%w: magic %d, only 2 is accepted", errCorruptBatch, b.Magic)
+			return nil, nil, fmt.Errorf("%w: magic %d, only 2 is accepted", errCorruptBatch, b.Magic)
 		}
 		if crc32Checksum(one[batchCRCStart:]) != uint32(b.CRC) {
-			return nil, fmt.Errorf("%w: CRC-32C mismatch", errCorruptBatch)
+			return nil, nil, fmt.Errorf("%w: CRC-32C mismatch", errCorruptBatch)
 		}
 		if b.Attributes&attrControl != 0 {
-			return nil, fmt.Errorf("%w: control batches are not accepted from clients", errInvalidRecord)
+			return nil, nil, fmt.Errorf("%w: control batches are not accepted from clients", errInvalidRecord)
 		}
 		if b.Attributes&attrTxn != 0 {
-			return nil, fmt.Errorf("%w: transactional batches are not supported", errInvalidRecord)
+			return nil, nil, fmt.Errorf("%w: transactional batches are not supported", errInvalidRecord)
 		}
 		if b.NumRecords <= 0 || b.LastOffsetDelta != b.NumRecords-1 {
-			return nil, fmt.Errorf("%w: %d records with last offset delta %d", errInvalidRecord, b.NumRecords, b.LastOffsetDelta)
+			return nil, nil, fmt.Errorf("%w: %d records with last offset delta %d", errInvalidRecord, b.NumRecords, b.LastOffsetDelta)
+		}
+		if b.ProducerID >= 0 || producer != nil {
+			if batches > 0 {
+				return nil, nil, fmt.Errorf("%w: an idempotent producer's batch must be the only batch of its partition in a request", errInvalidRecord)
+			}
+			if b.ProducerID == 0 {
+				return nil, nil, fmt.Errorf("%w: producer id 0 was never allocated by this server (its ids start at 1)", errUnknownProducer)
+			}
+			producer = &broker.BatchProducer{ID: b.ProducerID, Epoch: b.ProducerEpoch, BaseSequence: b.FirstSequence}
 		}
 		payload, err := d.decompress(int(b.Attributes&attrCodecMask), b.Records, budget)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		budget -= len(payload)
 		logAppend := b.Attributes&attrLogAppend != 0 || b.FirstTimestamp < 0
 		out, err = appendRecords(out, payload, b.NumRecords, b.FirstTimestamp, logAppend, now)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	d.budget = budget
-	return out, nil
+	return out, producer, nil
 }
 
 // appendRecords parses n records from payload. Record offset deltas must be
@@ -256,11 +278,46 @@ func decodeSnappy(src []byte, max int, tooLarge func() error) ([]byte, error) {
 	return out, nil
 }
 
-// appendBatch encodes recs (ascending offsets, possibly with gaps) as one
-// uncompressed RecordBatch v2 with CreateTime timestamps.
+// appendBatch encodes recs (ascending offsets, possibly with gaps) as
+// uncompressed RecordBatch v2s with CreateTime timestamps: one batch per
+// run of records of one idempotent producer (sameBatch), with its producer
+// id, epoch and base sequence in the header, and one per run of records
+// without a producer (producer id -1, epoch -1, base sequence -1).
 func appendBatch(dst []byte, recs []broker.Record) []byte {
-	if len(recs) == 0 {
-		return dst
+	for i := 0; i < len(recs); {
+		j := i + 1
+		for j < len(recs) && sameBatch(&recs[i], &recs[j]) {
+			j++
+		}
+		dst = appendOneBatch(dst, recs[i:j])
+		i = j
+	}
+	return dst
+}
+
+// sameBatch reports whether r can follow first in first's batch: both
+// without a producer, or both of one producer and epoch with r's sequence
+// as far after first's as its offset (the batch header's base sequence
+// plus a record's offset delta is its sequence, as in Kafka, wrapping
+// after math.MaxInt32). Two batches a producer appended back to back are
+// one run and answered as one batch, which says the same of each record.
+func sameBatch(first, r *broker.Record) bool {
+	if first.ProducerID == 0 || r.ProducerID == 0 {
+		return first.ProducerID == r.ProducerID
+	}
+	if r.ProducerID != first.ProducerID || r.ProducerEpoch != first.ProducerEpoch {
+		return false
+	}
+	const seqSpace = int64(math.MaxInt32) + 1
+	d := r.Offset - first.Offset
+	return d < seqSpace && (int64(first.Sequence)+d)%seqSpace == int64(r.Sequence)
+}
+
+// appendOneBatch encodes recs as one batch, with recs[0]'s producer fields.
+func appendOneBatch(dst []byte, recs []broker.Record) []byte {
+	pid, epoch, seq := int64(-1), int16(-1), int32(-1)
+	if recs[0].ProducerID != 0 {
+		pid, epoch, seq = recs[0].ProducerID, recs[0].ProducerEpoch, recs[0].Sequence
 	}
 	base := recs[0].Offset
 	firstTs, maxTs := recs[0].Timestamp, recs[0].Timestamp
@@ -285,9 +342,9 @@ func appendBatch(dst []byte, recs []broker.Record) []byte {
 	dst = kbin.AppendInt32(dst, int32(recs[len(recs)-1].Offset-base))
 	dst = kbin.AppendInt64(dst, firstTs)
 	dst = kbin.AppendInt64(dst, maxTs)
-	dst = kbin.AppendInt64(dst, -1) // producer id
-	dst = kbin.AppendInt16(dst, -1) // producer epoch
-	dst = kbin.AppendInt32(dst, -1) // base sequence
+	dst = kbin.AppendInt64(dst, pid)
+	dst = kbin.AppendInt16(dst, epoch)
+	dst = kbin.AppendInt32(dst, seq) // base sequence
 	dst = kbin.AppendInt32(dst, int32(len(recs)))
 	for i := range recs {
 		dst = appendRecord(dst, &recs[i], base, firstTs)

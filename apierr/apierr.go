@@ -84,6 +84,16 @@ const (
 	// producers get it; the gRPC/REST producer ids (InitProducer, always a
 	// new id) are never fenced.
 	ProducerFenced Reason = "PRODUCER_FENCED"
+	// ResourceNotFound: a named thing other than a topic, partition or
+	// group does not exist (a SCRAM credential to delete or describe).
+	ResourceNotFound Reason = "RESOURCE_NOT_FOUND"
+	// UnsupportedSaslMechanism: a SASL mechanism this server does not
+	// serve, or a SCRAM credential for a mechanism other than
+	// SCRAM-SHA-256 and SCRAM-SHA-512.
+	UnsupportedSaslMechanism Reason = "UNSUPPORTED_SASL_MECHANISM"
+	// UnacceptableCredential: a SCRAM credential that may not be stored
+	// (iterations outside 4096..16384, an empty user, password or salt).
+	UnacceptableCredential Reason = "UNACCEPTABLE_CREDENTIAL"
 )
 
 // Reasons lists every reason, in the order of the constants.
@@ -96,7 +106,7 @@ func Reasons() []Reason {
 		KafkaStorageError, TopicAuthorizationFailed, GroupAuthorizationFailed,
 		ClusterAuthorizationFailed, NotOwner, OwnerUnreachable, PolicyViolation,
 		InvalidRecordState, RequestTimedOut, OutOfOrderSequenceNumber, InvalidProducerEpoch,
-		ProducerFenced,
+		ProducerFenced, ResourceNotFound, UnsupportedSaslMechanism, UnacceptableCredential,
 	}
 }
 
@@ -144,6 +154,9 @@ var kafkaCodes = map[Reason]int16{
 	OutOfOrderSequenceNumber:   45,
 	InvalidProducerEpoch:       47,
 	ProducerFenced:             90,
+	ResourceNotFound:           91,
+	UnsupportedSaslMechanism:   33,
+	UnacceptableCredential:     93,
 }
 
 // KafkaCode is the Kafka protocol's numeric error code of r (the value of

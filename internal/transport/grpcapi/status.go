@@ -56,6 +56,9 @@ var reasonStatus = map[apierr.Reason]ReasonStatus{
 	apierr.OutOfOrderSequenceNumber:   {codes.FailedPrecondition, http.StatusBadRequest},
 	apierr.InvalidProducerEpoch:       {codes.FailedPrecondition, http.StatusBadRequest},
 	apierr.ProducerFenced:             {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.ResourceNotFound:           {codes.NotFound, http.StatusNotFound},
+	apierr.UnsupportedSaslMechanism:   {codes.InvalidArgument, http.StatusBadRequest},
+	apierr.UnacceptableCredential:     {codes.InvalidArgument, http.StatusBadRequest},
 }
 
 // StatusOf returns how reason r travels; ok is false for a reason outside

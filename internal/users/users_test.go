@@ -1,0 +1,125 @@
+package users_test
+
+import (
+	"context"
+	"crypto/pbkdf2"
+	"crypto/sha512"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/xdg-go/scram"
+
+	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/storage/scramcreds"
+	"github.com/sharelog/sharelog/internal/users"
+)
+
+// login runs a whole exchange between an xdg-go/scram client and u.
+func login(t *testing.T, u *users.Users, mech, user, pass string) (string, error) {
+	t.Helper()
+	h := map[string]scram.HashGeneratorFcn{users.SHA256: scram.SHA256, users.SHA512: scram.SHA512}[mech]
+	cl, err := h.NewClient(user, pass, "")
+	require.NoError(t, err)
+	conv := cl.NewConversation()
+	srv, err := u.Start(context.Background(), mech)
+	require.NoError(t, err)
+	msg, err := conv.Step("")
+	require.NoError(t, err)
+	for !srv.Done() {
+		out, err := srv.Step([]byte(msg))
+		if err != nil {
+			return "", err
+		}
+		if msg, err = conv.Step(string(out)); err != nil {
+			return "", err
+		}
+	}
+	require.True(t, conv.Valid(), "the client verified the server's signature")
+	return srv.User(), nil
+}
+
+func TestPasswordLogin(t *testing.T) {
+	ctx := context.Background()
+	for _, mech := range users.Mechanisms {
+		t.Run(mech, func(t *testing.T) {
+			u := users.New(scramcreds.NewMemStore())
+			require.NoError(t, u.SetPassword(ctx, "alice", mech, "s3cret", 0))
+			who, err := login(t, u, mech, "alice", "s3cret")
+			require.NoError(t, err)
+			assert.Equal(t, "User:alice", who)
+
+			_, err = login(t, u, mech, "alice", "wrong")
+			require.ErrorIs(t, err, users.ErrAuthentication)
+			_, errUnknown := login(t, u, mech, "nobody", "s3cret")
+			require.ErrorIs(t, errUnknown, users.ErrAuthentication)
+			assert.Equal(t, err.Error(), errUnknown.Error(), "an unknown user looks like a wrong password")
+
+			other := users.SHA512
+			if mech == users.SHA512 {
+				other = users.SHA256
+			}
+			_, err = login(t, u, other, "alice", "s3cret")
+			require.ErrorIs(t, err, users.ErrAuthentication, "a credential is for one mechanism")
+
+			require.NoError(t, u.Delete(ctx, "alice", mech))
+			_, err = login(t, u, mech, "alice", "s3cret")
+			require.ErrorIs(t, err, users.ErrAuthentication, "a deleted user cannot log in")
+			assert.Equal(t, apierr.ResourceNotFound, apierr.ReasonOf(u.Delete(ctx, "alice", mech)))
+		})
+	}
+}
+
+// A Kafka client sends PBKDF2(password, salt, iterations); the keys derived
+// from it accept the password.
+func TestSaltedLogin(t *testing.T) {
+	ctx := context.Background()
+	u := users.New(scramcreds.NewMemStore())
+	salt := []byte("0123456789abcdef")
+	salted, err := pbkdf2.Key(sha512.New, "pw", salt, 4096, sha512.Size)
+	require.NoError(t, err)
+	require.NoError(t, u.SetSalted(ctx, "bob", users.SHA512, salt, salted, 4096))
+	who, err := login(t, u, users.SHA512, "bob", "pw")
+	require.NoError(t, err)
+	assert.Equal(t, "User:bob", who)
+	_, err = login(t, u, users.SHA512, "bob", "pw2")
+	require.ErrorIs(t, err, users.ErrAuthentication)
+
+	list, err := u.List(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []users.User{{Name: "bob", Mechanisms: []users.MechanismInfo{{Mechanism: users.SHA512, Iterations: 4096}}}}, list)
+}
+
+func TestRefusals(t *testing.T) {
+	ctx := context.Background()
+	u := users.New(scramcreds.NewMemStore())
+	for name, tc := range map[string]struct {
+		err    error
+		reason apierr.Reason
+	}{
+		"iterations below 4096":  {u.SetPassword(ctx, "a", users.SHA256, "p", 4095), apierr.UnacceptableCredential},
+		"iterations above 16384": {u.SetPassword(ctx, "a", users.SHA256, "p", 16385), apierr.UnacceptableCredential},
+		"empty user":             {u.SetPassword(ctx, "", users.SHA256, "p", 0), apierr.UnacceptableCredential},
+		"empty password":         {u.SetPassword(ctx, "a", users.SHA256, "", 0), apierr.UnacceptableCredential},
+		"unknown mechanism":      {u.SetPassword(ctx, "a", "SCRAM-SHA-1", "p", 0), apierr.UnsupportedSaslMechanism},
+		"short salted password":  {u.SetSalted(ctx, "a", users.SHA256, []byte("s"), []byte("short"), 4096), apierr.UnacceptableCredential},
+		"empty salt":             {u.SetSalted(ctx, "a", users.SHA256, nil, make([]byte, 32), 4096), apierr.UnacceptableCredential},
+		"delete unknown mech":    {u.Delete(ctx, "a", "PLAIN"), apierr.UnsupportedSaslMechanism},
+	} {
+		t.Run(name, func(t *testing.T) { assert.Equal(t, tc.reason, apierr.ReasonOf(tc.err), "%v", tc.err) })
+	}
+	list, err := u.List(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, list, "nothing refused was stored")
+}
+
+// A malformed first message is refused without touching the store's users.
+func TestMalformedExchange(t *testing.T) {
+	u := users.New(scramcreds.NewMemStore())
+	l, err := u.Start(context.Background(), users.SHA256)
+	require.NoError(t, err)
+	_, err = l.Step([]byte("garbage"))
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, users.ErrAuthentication)
+	assert.False(t, l.Done())
+}

@@ -75,12 +75,14 @@ import (
 	"github.com/sharelog/sharelog/internal/storage/datadir"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 	"github.com/sharelog/sharelog/internal/storage/producerids"
+	"github.com/sharelog/sharelog/internal/storage/scramcreds"
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 	"github.com/sharelog/sharelog/internal/storage/sharestate/statelog"
 	"github.com/sharelog/sharelog/internal/telemetry"
 	"github.com/sharelog/sharelog/internal/transport/grpcapi"
 	"github.com/sharelog/sharelog/internal/transport/httpgw"
 	"github.com/sharelog/sharelog/internal/transport/kafkawire"
+	"github.com/sharelog/sharelog/internal/users"
 )
 
 // Options are test and embedding hooks; the zero value is what cmd/server uses.
@@ -139,6 +141,7 @@ type Server struct {
 	selfCert     []byte // this instance's TLS certificate (DER), with --tls-client-ca
 	metrics      *serverMetrics
 	acl          *authz.ACL   // the ACL bindings (nil in cluster mode)
+	users        *users.Users // the Kafka listener's SCRAM users (users.go)
 	guard        *authz.Guard // authorization and audit for every handler
 	longPolls    *broker.LongPolls
 	budget       *budget.Bytes   // response bytes in flight (docs/operations.md "Budgets")
@@ -252,6 +255,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		logSvc, shareSvc, changeSvc = sharelogv1.UnimplementedLogServiceServer{},
 			sharelogv1.UnimplementedShareGroupServiceServer{}, sharelogv1.UnimplementedChangeStreamServiceServer{}
 		aclSvc = grpcapi.NewAclService(nil, "ACL bindings are not available with --store jetstream yet (docs/security.md)", s.guard)
+		s.users = users.New(s.cluster.usersStore())
 	} else {
 		mode, err := logstore.ParseFsyncMode(cfg.Fsync)
 		if err != nil {
@@ -289,6 +293,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			}
 		}
 		aclSvc = grpcapi.NewAclService(s.acl, "", s.guard)
+		scram, err := scramcreds.OpenFile(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		s.users = users.New(scram)
 		store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)
 		// Share state lives in the file state log under the data directory; the
 		// share-group manager sees it only as a sharestate.Store (and owns it).
@@ -329,6 +338,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			IdleTimeout: cfg.KafkaIdleTimeout, RequestTimeout: cfg.KafkaRequestTimeout,
 			Share: s.share, Logger: log, Budget: s.budget,
 			TLS: tlsCfg, Auth: auth, SASLSessionLifetime: cfg.KafkaSASLSessionLifetime,
+			SASLMechanisms: cfg.kafkaSASLMechanisms(), Users: s.users,
 			Guard: s.guard, ACL: s.acl, DLQAutoCreate: cfg.DLQAutoCreateTopics,
 		}, s.fileBackend.logAPI); err != nil {
 			kln.Close()

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/pbkdf2"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+	xscram "github.com/xdg-go/scram"
+)
+
+// saslScram logs in on kc with SaslHandshake v1 and SaslAuthenticate v2
+// rounds of a SCRAM exchange (an xdg-go/scram client); it returns the
+// answer that ended the exchange (the error, or the server's final
+// message).
+func saslScram(kc *kafkaConn, mech, user, pass string) *kmsg.SASLAuthenticateResponse {
+	kc.t.Helper()
+	hs := kmsg.NewPtrSASLHandshakeRequest()
+	hs.Version, hs.Mechanism = 1, mech
+	hr := kc.do(hs).(*kmsg.SASLHandshakeResponse)
+	require.Equal(kc.t, int16(0), hr.ErrorCode, "handshake %s: served %v", mech, hr.SupportedMechanisms)
+	h := xscram.SHA256
+	if mech == "SCRAM-SHA-512" {
+		h = xscram.SHA512
+	}
+	cl, err := h.NewClient(user, pass, "")
+	require.NoError(kc.t, err)
+	conv := cl.NewConversation()
+	msg, err := conv.Step("")
+	require.NoError(kc.t, err)
+	for {
+		au := kmsg.NewPtrSASLAuthenticateRequest()
+		au.Version, au.SASLAuthBytes = 2, []byte(msg)
+		resp := kc.do(au).(*kmsg.SASLAuthenticateResponse)
+		if resp.ErrorCode != 0 {
+			return resp
+		}
+		msg, err = conv.Step(string(resp.SASLAuthBytes))
+		require.NoError(kc.t, err, "the server's message")
+		if conv.Done() {
+			require.True(kc.t, conv.Valid(), "the server proved it knows the credential")
+			return resp
+		}
+	}
+}
+
+// saslScramRaw logs in on kc with SaslHandshake v0 and SCRAM-SHA-512 in
+// bare frames; false when the server closed the connection instead of
+// answering.
+func saslScramRaw(kc *kafkaConn, user, pass string) bool {
+	kc.t.Helper()
+	hs := kmsg.NewPtrSASLHandshakeRequest()
+	hs.Version, hs.Mechanism = 0, "SCRAM-SHA-512"
+	require.Equal(kc.t, int16(0), kc.do(hs).(*kmsg.SASLHandshakeResponse).ErrorCode)
+	cl, err := xscram.SHA512.NewClient(user, pass, "")
+	require.NoError(kc.t, err)
+	conv := cl.NewConversation()
+	msg, err := conv.Step("")
+	require.NoError(kc.t, err)
+	for !conv.Done() {
+		_, err = kc.nc.Write(binary.BigEndian.AppendUint32(nil, uint32(len(msg))))
+		require.NoError(kc.t, err)
+		_, err = kc.nc.Write([]byte(msg))
+		require.NoError(kc.t, err)
+		var size [4]byte
+		if _, err := io.ReadFull(kc.rd, size[:]); err != nil {
+			return false
+		}
+		answer := make([]byte, binary.BigEndian.Uint32(size[:]))
+		_, err = io.ReadFull(kc.rd, answer)
+		require.NoError(kc.t, err)
+		msg, err = conv.Step(string(answer))
+		require.NoError(kc.t, err)
+	}
+	require.True(kc.t, conv.Valid())
+	return true
+}
+
+// kafkaAdmin is a kadm client logged in with PLAIN.
+func kafkaAdmin(t *testing.T, opts ...kgo.Opt) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(opts...)
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+// pingErr is the error of a ping by a new client with opts.
+func pingErr(t *testing.T, opts ...kgo.Opt) error {
+	t.Helper()
+	cl, err := kgo.NewClient(opts...)
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return cl.Ping(ctx)
+}
+
+// TestKafkaSASLScram: SCRAM users set over Kafka (AlterUserScramCredentials
+// by a PLAIN admin) log in with kgo's SCRAM-SHA-256 and -512 over TLS
+// (SASL_SSL) and produce and consume; a wrong password or an unknown user
+// is SASL_AUTHENTICATION_FAILED and the connection closes; a deleted
+// user's next login and the re-authentication of its live session are
+// refused; the credentials survive a restart, and the file holds neither
+// the password nor the salted password.
+func TestKafkaSASLScram(t *testing.T) {
+	k := newKafkaTLS(t, false)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, tokens, "admin adm1n-token\n")
+	dir := t.TempDir()
+	args := append(k.args, "--auth-tokens-file", tokens, "--kafka-addr", "127.0.0.1:0", "--kafka-auto-create-topics")
+	c := startChild(t, dir, args...)
+	addr := c.kafkaAddr(t)
+	tc := k.clientConfig(t, "")
+	tlsOpts := []kgo.Opt{kgo.SeedBrokers(addr), kgo.DialTLSConfig(tc)}
+	adm := kafkaAdmin(t, append(tlsOpts, kgo.SASL(plain.Auth{User: "admin", Pass: "adm1n-token"}.AsMechanism()))...)
+	ctx := context.Background()
+
+	salt := []byte("bob's salt, sixteen+")
+	bobSalted, err := pbkdf2.Key(sha256.New, "b0b-pass", salt, 8192, sha256.Size)
+	require.NoError(t, err)
+	altered, err := adm.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{
+		{User: "alice", Mechanism: kadm.ScramSha512, Iterations: 4096, Password: "al1ce-pass"},
+		{User: "bob", Mechanism: kadm.ScramSha256, Iterations: 8192, Salt: salt, SaltedPassword: bobSalted},
+	})
+	require.NoError(t, err)
+	require.NoError(t, altered.Error())
+
+	// SASL_SSL with SCRAM-SHA-512 and SCRAM-SHA-256.
+	produceConsume(t, append(tlsOpts, kgo.SASL(scram.Auth{User: "alice", Pass: "al1ce-pass"}.AsSha512Mechanism()))...)
+	require.NoError(t, pingErr(t, append(tlsOpts, kgo.SASL(scram.Auth{User: "bob", Pass: "b0b-pass"}.AsSha256Mechanism()))...))
+
+	// Refused: a wrong password, an unknown user, the right password for
+	// the other mechanism.
+	for _, m := range []struct {
+		name string
+		mech func(scram.Auth) kgo.Opt
+		auth scram.Auth
+	}{
+		{"wrong password", func(a scram.Auth) kgo.Opt { return kgo.SASL(a.AsSha512Mechanism()) }, scram.Auth{User: "alice", Pass: "wrong"}},
+		{"unknown user", func(a scram.Auth) kgo.Opt { return kgo.SASL(a.AsSha256Mechanism()) }, scram.Auth{User: "nobody", Pass: "b0b-pass"}},
+		{"other mechanism", func(a scram.Auth) kgo.Opt { return kgo.SASL(a.AsSha256Mechanism()) }, scram.Auth{User: "alice", Pass: "al1ce-pass"}},
+	} {
+		err := pingErr(t, append(tlsOpts, m.mech(m.auth))...)
+		require.True(t, errors.Is(err, kerr.SaslAuthenticationFailed), "%s: %v", m.name, err)
+	}
+	kc, err := dialKafkaTLS(t, addr, tc)
+	require.NoError(t, err)
+	resp := saslScram(kc, "SCRAM-SHA-512", "alice", "wrong")
+	require.Equal(t, kerr.SaslAuthenticationFailed.Code, resp.ErrorCode)
+	require.NotNil(t, resp.ErrorMessage)
+	assert.Contains(t, *resp.ErrorMessage, "invalid credentials")
+	closedWithin(t, kc.nc, time.Now(), 5*time.Second)
+
+	// A live session; the user is deleted; its re-authentication is
+	// refused and closes the connection; a new login is refused.
+	live, err := dialKafkaTLS(t, addr, tc)
+	require.NoError(t, err)
+	resp = saslScram(live, "SCRAM-SHA-256", "bob", "b0b-pass")
+	require.Equal(t, int16(0), resp.ErrorCode)
+	assert.Equal(t, int64(time.Hour/time.Millisecond), resp.SessionLifetimeMillis)
+	live.do(metadataReq())
+	altered, err = adm.AlterUserSCRAMs(ctx, []kadm.DeleteSCRAM{{User: "bob", Mechanism: kadm.ScramSha256}}, nil)
+	require.NoError(t, err)
+	require.NoError(t, altered.Error())
+	resp = saslScram(live, "SCRAM-SHA-256", "bob", "b0b-pass")
+	require.Equal(t, kerr.SaslAuthenticationFailed.Code, resp.ErrorCode, "re-authentication of a deleted user")
+	closedWithin(t, live.nc, time.Now(), 5*time.Second)
+	err = pingErr(t, append(tlsOpts, kgo.SASL(scram.Auth{User: "bob", Pass: "b0b-pass"}.AsSha256Mechanism()))...)
+	require.True(t, errors.Is(err, kerr.SaslAuthenticationFailed), "login of a deleted user: %v", err)
+
+	// Re-authentication must keep the mechanism and the principal.
+	altered, err = adm.AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: "carol", Mechanism: kadm.ScramSha512, Iterations: 4096, Password: "c"}})
+	require.NoError(t, err)
+	require.NoError(t, altered.Error())
+	kc, err = dialKafkaTLS(t, addr, tc)
+	require.NoError(t, err)
+	require.Equal(t, int16(0), saslScram(kc, "SCRAM-SHA-512", "alice", "al1ce-pass").ErrorCode)
+	require.Equal(t, kerr.SaslAuthenticationFailed.Code, saslScram(kc, "SCRAM-SHA-512", "carol", "c").ErrorCode, "re-auth as another user")
+
+	// After a v0 handshake the exchange runs in bare frames (Kafka's
+	// pre-KIP-152 form); a refused one closes without an answer.
+	for _, pass := range []string{"al1ce-pass", "wrong"} {
+		kc, err = dialKafkaTLS(t, addr, tc)
+		require.NoError(t, err)
+		ok := saslScramRaw(kc, "alice", pass)
+		require.Equal(t, pass != "wrong", ok, "raw SCRAM login with %q", pass)
+		if ok {
+			kc.do(metadataReq())
+		}
+	}
+
+	// Not stored in clear.
+	raw, err := os.ReadFile(filepath.Join(dir, "scram-credentials.json"))
+	require.NoError(t, err)
+	for _, secret := range [][]byte{[]byte("al1ce-pass"), []byte("c"), bobSalted, []byte(base64.StdEncoding.EncodeToString(bobSalted))} {
+		if len(secret) > 2 {
+			assert.False(t, bytes.Contains(raw, secret), "the credential file holds %q", secret)
+		}
+	}
+	assert.Contains(t, string(raw), `"alice"`)
+
+	// The credentials survive a restart.
+	c.kill(t)
+	c = startChild(t, dir, args...)
+	tlsOpts[0] = kgo.SeedBrokers(c.kafkaAddr(t))
+	require.NoError(t, pingErr(t, append(tlsOpts, kgo.SASL(scram.Auth{User: "alice", Pass: "al1ce-pass"}.AsSha512Mechanism()))...))
+	err = pingErr(t, append(tlsOpts, kgo.SASL(scram.Auth{User: "bob", Pass: "b0b-pass"}.AsSha256Mechanism()))...)
+	require.True(t, errors.Is(err, kerr.SaslAuthenticationFailed), "the deletion survived too: %v", err)
+}

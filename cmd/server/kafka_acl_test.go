@@ -124,6 +124,13 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 		return len(d.GetBindings())
 	}
 
+	userc := sharelogv1.NewUserServiceClient(c.conn)
+	scramUsers := func(t *testing.T) any {
+		l, err := userc.ListUsers(admin, &sharelogv1.ListUsersRequest{})
+		require.NoError(t, err)
+		return l.String()
+	}
+
 	cases := []kafkaACLCase{
 		{name: "Produce", needs: []kperm{{topic, "t", write}}, denied: topicDenied, state: bounds, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrProduceRequest()
@@ -257,6 +264,18 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			f.Operation, f.PermissionType = kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
 			req.Filters = append(req.Filters, f)
 			return k.do(req).(*kmsg.DeleteACLsResponse).Results[0].ErrorCode
+		}},
+		{name: "DescribeUserScramCredentials", needs: []kperm{{cluster, "kafka-cluster", desc}}, denied: clusterDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrDescribeUserSCRAMCredentialsRequest()
+			return k.do(req).(*kmsg.DescribeUserSCRAMCredentialsResponse).ErrorCode
+		}},
+		{name: "AlterUserScramCredentials", needs: []kperm{{cluster, "kafka-cluster", alter}}, denied: clusterDenied, state: scramUsers, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
+			up := kmsg.NewAlterUserSCRAMCredentialsRequestUpsertion()
+			up.Name, up.Mechanism, up.Iterations = "kafka-made", 1, 4096
+			up.Salt, up.SaltedPassword = []byte("salt"), make([]byte, 32)
+			req.Upsertions = append(req.Upsertions, up)
+			return k.do(req).(*kmsg.AlterUserSCRAMCredentialsResponse).Results[0].ErrorCode
 		}},
 		// Last: it removes the topic.
 		{name: "DeleteTopics", needs: []kperm{{topic, "victim", del}}, denied: topicDenied, state: exists("victim"), call: func(k *kafkaConn) int16 {

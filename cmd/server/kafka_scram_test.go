@@ -224,3 +224,82 @@ func TestKafkaSASLScram(t *testing.T) {
 	err = pingErr(t, append(tlsOpts, kgo.SASL(scram.Auth{User: "bob", Pass: "b0b-pass"}.AsSha256Mechanism()))...)
 	require.True(t, errors.Is(err, kerr.SaslAuthenticationFailed), "the deletion survived too: %v", err)
 }
+
+// TestKafkaScramCredentialAPIs: AlterUserScramCredentials and
+// DescribeUserScramCredentials answer Kafka's per-user codes, and a user
+// any of whose changes is refused gets none of them.
+func TestKafkaScramCredentialAPIs(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, tokens, "admin adm1n-token\n")
+	c := startChild(t, t.TempDir(), "--auth-tokens-file", tokens, "--kafka-addr", "127.0.0.1:0")
+	kc := dialKafka(t, c.kafkaAddr(t))
+	require.Zero(t, saslPlain(kc, "admin", "adm1n-token").ErrorCode)
+
+	up := func(name string, mech int8, iters int32, salted int) kmsg.AlterUserSCRAMCredentialsRequestUpsertion {
+		u := kmsg.NewAlterUserSCRAMCredentialsRequestUpsertion()
+		u.Name, u.Mechanism, u.Iterations, u.Salt, u.SaltedPassword = name, mech, iters, []byte("salt"), make([]byte, salted)
+		return u
+	}
+	del := func(name string, mech int8) kmsg.AlterUserSCRAMCredentialsRequestDeletion {
+		d := kmsg.NewAlterUserSCRAMCredentialsRequestDeletion()
+		d.Name, d.Mechanism = name, mech
+		return d
+	}
+	alter := func(dels []kmsg.AlterUserSCRAMCredentialsRequestDeletion, ups ...kmsg.AlterUserSCRAMCredentialsRequestUpsertion) map[string]int16 {
+		req := kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
+		req.Deletions, req.Upsertions = dels, ups
+		out := map[string]int16{}
+		for _, r := range kc.do(req).(*kmsg.AlterUserSCRAMCredentialsResponse).Results {
+			out[r.User] = r.ErrorCode
+		}
+		return out
+	}
+	describe := func(names ...string) *kmsg.DescribeUserSCRAMCredentialsResponse {
+		req := kmsg.NewPtrDescribeUserSCRAMCredentialsRequest()
+		for _, n := range names {
+			u := kmsg.NewDescribeUserSCRAMCredentialsRequestUser()
+			u.Name = n
+			req.Users = append(req.Users, u)
+		}
+		return kc.do(req).(*kmsg.DescribeUserSCRAMCredentialsResponse)
+	}
+
+	assert.Equal(t, map[string]int16{
+		"ok":       0,
+		"few":      kerr.UnacceptableCredential.Code, // iterations below 4096
+		"many":     kerr.UnacceptableCredential.Code, // above 16384
+		"short":    kerr.UnacceptableCredential.Code, // a salted password of the wrong size
+		"mech":     kerr.UnsupportedSaslMechanism.Code,
+		"twice":    kerr.DuplicateResource.Code,
+		"":         kerr.UnacceptableCredential.Code,
+		"mixed":    kerr.ResourceNotFound.Code, // its deletion refers to nothing: its upsertion is not applied
+		"deleteme": kerr.ResourceNotFound.Code,
+	}, alter([]kmsg.AlterUserSCRAMCredentialsRequestDeletion{del("mixed", 2), del("deleteme", 1)},
+		up("ok", 1, 4096, 32), up("ok", 2, 16384, 64), up("few", 1, 4095, 32), up("many", 1, 16385, 32),
+		up("short", 2, 4096, 32), up("mech", 3, 4096, 32), up("twice", 1, 4096, 32), up("twice", 1, 8192, 32),
+		up("", 1, 4096, 32), up("mixed", 1, 4096, 32)))
+
+	all := describe()
+	require.Zero(t, all.ErrorCode)
+	require.Len(t, all.Results, 1, "only the accepted user exists: %+v", all.Results)
+	assert.Equal(t, "ok", all.Results[0].User)
+	require.Len(t, all.Results[0].CredentialInfos, 2)
+	assert.Equal(t, int8(1), all.Results[0].CredentialInfos[0].Mechanism)
+	assert.Equal(t, int32(4096), all.Results[0].CredentialInfos[0].Iterations)
+	assert.Equal(t, int8(2), all.Results[0].CredentialInfos[1].Mechanism)
+	assert.Equal(t, int32(16384), all.Results[0].CredentialInfos[1].Iterations)
+
+	named := describe("ok", "nobody", "dup", "dup")
+	require.Zero(t, named.ErrorCode)
+	codes := map[string]int16{}
+	for _, r := range named.Results {
+		codes[r.User] = r.ErrorCode
+	}
+	assert.Equal(t, map[string]int16{"ok": 0, "nobody": kerr.ResourceNotFound.Code, "dup": kerr.DuplicateResource.Code}, codes)
+
+	assert.Equal(t, map[string]int16{"ok": 0}, alter([]kmsg.AlterUserSCRAMCredentialsRequestDeletion{del("ok", 1)}))
+	all = describe()
+	require.Len(t, all.Results, 1)
+	require.Len(t, all.Results[0].CredentialInfos, 1)
+	assert.Equal(t, int8(2), all.Results[0].CredentialInfos[0].Mechanism)
+}

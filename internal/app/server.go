@@ -321,6 +321,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		s.share, s.streams, s.fileBackend = b.share, b.streams, b
 		logSvc, shareSvc, changeSvc = b.logSvc, b.shareSv, b.change
 	}
+	// Served by every instance alike, never forwarded (users.go).
+	userSvc := grpcapi.NewUserService(s.users, s.guard)
 	s.health = health.NewServer()
 	if cfg.KafkaAddr != "" {
 		if s.share == nil {
@@ -408,6 +410,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		sharelogv1.RegisterShareGroupServiceServer(gs, shareSvc)
 		sharelogv1.RegisterChangeStreamServiceServer(gs, changeSvc)
 		sharelogv1.RegisterAclServiceServer(gs, aclSvc)
+		sharelogv1.RegisterUserServiceServer(gs, userSvc)
 		healthpb.RegisterHealthServer(gs, s.health)
 		reflection.Register(gs)
 		return gs

@@ -3,6 +3,7 @@ package kafkawire
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -67,11 +68,15 @@ func (l *Listener) handleAlterUserScramCredentials(ctx context.Context, _ *conn,
 		}
 		if err == nil {
 			for _, c := range changes[user] {
+				action := "AlterUserScramCredentials upsert"
 				if c.up == nil {
+					action = "AlterUserScramCredentials delete"
 					err = l.cfg.Users.Delete(ctx, user, c.mech)
 				} else {
 					err = l.cfg.Users.SetSalted(ctx, user, c.mech, c.up.Salt, c.up.SaltedPassword, int(c.up.Iterations))
 				}
+				l.cfg.Guard.Changed(ctx, action, authz.Cluster, authz.ClusterName, err,
+					slog.String("user", user), slog.String("mechanism", c.mech))
 				if err != nil {
 					break
 				}

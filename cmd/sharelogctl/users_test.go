@@ -30,7 +30,9 @@ func TestUsersScramCommands(t *testing.T) {
 		c.KafkaAddr = "127.0.0.1:0"
 	})
 	s := &testServer{t: t, addr: srv.GRPCAddr()}
-	admin := func(stdin string, args ...string) cliResult { return s.ctl(stdin, append(args, "--token", "admin-token")...) }
+	admin := func(stdin string, args ...string) cliResult {
+		return s.ctl(stdin, append(args, "--token", "admin-token")...)
+	}
 	login := func(user, pass string) error {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(srv.KafkaAddr()), kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
 		require.NoError(t, err)

@@ -2,8 +2,11 @@
 // (docs/security.md "SCRAM users"): setting, deleting and describing a
 // user's SCRAM-SHA-256 and SCRAM-SHA-512 credentials (the UserService and
 // Kafka's AlterUserScramCredentials / DescribeUserScramCredentials both
-// call it), and the server side of a SCRAM login (RFC 5802, RFC 7677),
-// through github.com/xdg-go/scram.
+// call it), and the server side of a SCRAM login (RFC 5802, RFC 7677;
+// login.go). Keys are derived from passwords with github.com/xdg-go/scram
+// (SASLprep, PBKDF2); the exchange is login.go's, because xdg-go's server
+// insists on the exact nonce in the client's final message and librdkafka
+// (kcat, confluent-kafka) repeats its own nonce there, which Kafka accepts.
 //
 // A credential is kept as salt, iterations, StoredKey and ServerKey only
 // (internal/storage/scramcreds); the password is used to derive them and
@@ -19,7 +22,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"errors"
-	"fmt"
 	"hash"
 	"slices"
 	"unicode/utf8"
@@ -271,84 +273,3 @@ func (u *Users) Describe(ctx context.Context, name string) (user User, found boo
 	}
 	return user, len(user.Mechanisms) > 0, nil
 }
-
-// Login is the server side of one SCRAM exchange: Step takes each client
-// message and returns the answer. The exchange succeeded when Step
-// returned no error and Done is true; User is then the principal.
-type Login struct {
-	mech string
-	conv *scram.ServerConversation
-	err  error // the store failed during the lookup
-	name string
-}
-
-// ErrAuthentication is every refused login: unknown users and wrong
-// passwords are not told apart (the exchange with an unknown user runs to
-// the end on a made-up credential).
-var ErrAuthentication = errors.New("invalid credentials")
-
-// Start begins a SCRAM login with mech.
-func (u *Users) Start(ctx context.Context, mech string) (*Login, error) {
-	h, err := hashOf(mech)
-	if err != nil {
-		return nil, err
-	}
-	l := &Login{mech: mech}
-	srv, err := h.NewServer(func(name string) (scram.StoredCredentials, error) {
-		l.name = name
-		c, ok, err := u.store.Get(ctx, name, mech)
-		if err != nil {
-			l.err = err
-			return scram.StoredCredentials{}, err
-		}
-		if !ok {
-			return decoy(h), nil
-		}
-		return scram.StoredCredentials{KeyFactors: scram.KeyFactors{Salt: string(c.Salt), Iters: c.Iterations},
-			StoredKey: c.StoredKey, ServerKey: c.ServerKey}, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	l.conv = srv.NewConversation()
-	return l, nil
-}
-
-// decoy is a credential no password matches, with a random salt: an
-// unknown user sees the same exchange as a known one with a wrong
-// password.
-func decoy(h scram.HashGeneratorFcn) scram.StoredCredentials {
-	salt := make([]byte, SaltBytes)
-	_, _ = rand.Read(salt)
-	key := make([]byte, h().Size())
-	_, _ = rand.Read(key)
-	return scram.StoredCredentials{KeyFactors: scram.KeyFactors{Salt: string(salt), Iters: DefaultIterations},
-		StoredKey: key, ServerKey: key}
-}
-
-// Step answers one client message. The error is what a refused login is
-// told (ErrAuthentication for bad credentials); after an error the login
-// is over.
-func (l *Login) Step(msg []byte) ([]byte, error) {
-	out, err := l.conv.Step(string(msg))
-	if l.err != nil {
-		return nil, fmt.Errorf("authentication failed: the credential store is unavailable: %w", storageErr(l.err))
-	}
-	if err != nil {
-		if l.conv.Done() && l.name != "" {
-			return nil, fmt.Errorf("authentication failed during authentication due to %w with SASL mechanism %s", ErrAuthentication, l.mech)
-		}
-		return nil, fmt.Errorf("authentication failed: malformed %s message: %v", l.mech, err)
-	}
-	if l.conv.Done() && l.conv.AuthzID() != "" && l.conv.AuthzID() != l.conv.Username() {
-		return nil, fmt.Errorf("authentication failed: the authorization identity must be empty or the user name")
-	}
-	return []byte(out), nil
-}
-
-// Done reports whether the exchange succeeded (after the Step that
-// answered the client's final message).
-func (l *Login) Done() bool { return l.conv.Done() && l.conv.Valid() }
-
-// User is the principal of a succeeded login: User:<name>.
-func (l *Login) User() string { return "User:" + l.conv.Username() }

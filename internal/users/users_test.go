@@ -2,8 +2,13 @@ package users_test
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/pbkdf2"
+	"crypto/sha256"
 	"crypto/sha512"
+	"encoding/base64"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -122,4 +127,80 @@ func TestMalformedExchange(t *testing.T) {
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, users.ErrAuthentication)
 	assert.False(t, l.Done())
+}
+
+// librdkafka (kcat, confluent-kafka) sends its own nonce in front of the
+// whole server nonce in its final message; Kafka accepts that (the nonce
+// must end with the server's), and so does this server — the proof covers
+// the message as sent. Anything else about the nonce is refused.
+func TestLibrdkafkaNonce(t *testing.T) {
+	ctx := context.Background()
+	u := users.New(scramcreds.NewMemStore())
+	require.NoError(t, u.SetPassword(ctx, "bob", users.SHA256, "pw", 4096))
+	exchange := func(nonceOf func(cnonce, full string) string, pass string) error {
+		l, err := u.Start(ctx, users.SHA256)
+		require.NoError(t, err)
+		const cnonce = "v{0nQplyPBee5.E6YGevv0sdVKiE>UM]"
+		c1bare := "n=bob,r=" + cnonce
+		s1, err := l.Step([]byte("n,," + c1bare))
+		require.NoError(t, err)
+		var full, saltB64 string
+		var iters int
+		for _, a := range strings.Split(string(s1), ",") {
+			switch {
+			case strings.HasPrefix(a, "r="):
+				full = a[2:]
+			case strings.HasPrefix(a, "s="):
+				saltB64 = a[2:]
+			case strings.HasPrefix(a, "i="):
+				iters, _ = strconv.Atoi(a[2:])
+			}
+		}
+		salt, err := base64.StdEncoding.DecodeString(saltB64)
+		require.NoError(t, err)
+		salted, err := pbkdf2.Key(sha256.New, pass, salt, iters, sha256.Size)
+		require.NoError(t, err)
+		hm := func(k []byte, s string) []byte { m := hmac.New(sha256.New, k); m.Write([]byte(s)); return m.Sum(nil) }
+		clientKey := hm(salted, "Client Key")
+		stored := sha256.Sum256(clientKey)
+		c2wop := "c=biws,r=" + nonceOf(cnonce, full)
+		sig := hm(stored[:], c1bare+","+string(s1)+","+c2wop)
+		for i := range sig {
+			sig[i] ^= clientKey[i]
+		}
+		s2, err := l.Step([]byte(c2wop + ",p=" + base64.StdEncoding.EncodeToString(sig)))
+		if err != nil {
+			return err
+		}
+		require.True(t, l.Done())
+		serverKey := hm(salted, "Server Key")
+		assert.Equal(t, "v="+base64.StdEncoding.EncodeToString(hm(serverKey, c1bare+","+string(s1)+","+c2wop)), string(s2))
+		return nil
+	}
+	assert.NoError(t, exchange(func(_, full string) string { return full }, "pw"), "RFC 5802's form")
+	assert.NoError(t, exchange(func(c, full string) string { return c + full }, "pw"), "librdkafka's form")
+	assert.ErrorIs(t, exchange(func(c, full string) string { return c + full }, "wrong"), users.ErrAuthentication)
+	err := exchange(func(c, _ string) string { return c + "made-up" }, "pw")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nonce")
+}
+
+func TestRefusedFirstMessages(t *testing.T) {
+	u := users.New(scramcreds.NewMemStore())
+	for name, msg := range map[string]string{
+		"channel binding":      "p=tls-unique,,n=bob,r=abc",
+		"mandatory extension":  "n,,m=x,n=bob,r=abc",
+		"delegation token":     "n,,n=bob,r=abc,tokenauth=true",
+		"bad name encoding":    "n,,n=b=ob,r=abc",
+		"no nonce":             "n,,n=bob",
+		"other authz identity": "n,a=alice,n=bob,r=abc",
+	} {
+		t.Run(name, func(t *testing.T) {
+			l, err := u.Start(context.Background(), users.SHA512)
+			require.NoError(t, err)
+			_, err = l.Step([]byte(msg))
+			require.Error(t, err)
+			assert.False(t, l.Done())
+		})
+	}
 }

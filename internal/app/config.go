@@ -415,8 +415,13 @@ func exposedListeners(ctx context.Context, cfg Config, grpcOverridden bool) ([]s
 		ls = append(ls, edge.Listen{Flag: "--grpc-addr", Addr: cfg.GRPCAddr})
 	}
 	ls = append(ls, edge.Listen{Flag: "--http-addr", Addr: cfg.HTTPAddr})
-	if cfg.KafkaAddr != "" {
-		ls = append(ls, edge.Listen{Flag: "--kafka-addr", Addr: cfg.KafkaAddr})
+	exposed, err := edge.Exposed(ctx, secured, ls...)
+	if err != nil || cfg.KafkaAddr == "" {
+		return exposed, err
 	}
-	return edge.Exposed(ctx, secured, ls...)
+	// The Kafka listener carries its own credentials too: TLS with SCRAM
+	// (SASL_SSL) secures it without tokens or client certificates.
+	kafkaSecured := secured || cfg.TLSCert != "" && len(cfg.kafkaSASLMechanisms()) > 0
+	k, err := edge.Exposed(ctx, kafkaSecured, edge.Listen{Flag: "--kafka-addr", Addr: cfg.KafkaAddr})
+	return append(exposed, k...), err
 }

@@ -23,6 +23,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	xscram "github.com/xdg-go/scram"
+
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
 // saslScram logs in on kc with SaslHandshake v1 and SaslAuthenticate v2
@@ -302,4 +304,38 @@ func TestKafkaScramCredentialAPIs(t *testing.T) {
 	require.Len(t, all.Results, 1)
 	require.Len(t, all.Results[0].CredentialInfos, 1)
 	assert.Equal(t, int8(2), all.Results[0].CredentialInfos[0].Mechanism)
+}
+
+// TestKafkaScramReauthentication: kgo re-authenticates a SCRAM session
+// before --kafka-sasl-session-lifetime ends (KIP-368) and keeps working;
+// once the user is deleted, the next re-authentication fails and the
+// client's requests fail with SASL_AUTHENTICATION_FAILED.
+func TestKafkaScramReauthentication(t *testing.T) {
+	c := startChild(t, t.TempDir(), "--kafka-addr", "127.0.0.1:0", "--kafka-sasl-mechanisms", "SCRAM-SHA-256",
+		"--kafka-sasl-session-lifetime", "2s")
+	users := sharelogv1.NewUserServiceClient(c.conn)
+	ctx := context.Background()
+	_, err := users.SetScramCredential(ctx, &sharelogv1.SetScramCredentialRequest{User: "dora", Mechanism: "SCRAM-SHA-256",
+		Iterations: 4096, Secret: &sharelogv1.SetScramCredentialRequest_Password{Password: "pw"}})
+	require.NoError(t, err)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.kafkaAddr(t)), kgo.SASL(scram.Auth{User: "dora", Pass: "pw"}.AsSha256Mechanism()))
+	require.NoError(t, err)
+	defer cl.Close()
+	meta := func() error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+		return err
+	}
+	require.NoError(t, meta())
+	// Past two lifetimes: kgo re-authenticated before each ended, so the
+	// server never closed its connection for an expired session.
+	time.Sleep(4500 * time.Millisecond)
+	require.NoError(t, meta(), "a re-authenticated session")
+	assert.False(t, c.loggedClose("the SASL session lifetime passed"), "kgo re-authenticates in time")
+
+	_, err = users.DeleteScramCredential(ctx, &sharelogv1.DeleteScramCredentialRequest{User: "dora", Mechanism: "SCRAM-SHA-256"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return errors.Is(meta(), kerr.SaslAuthenticationFailed) }, 20*time.Second, 500*time.Millisecond,
+		"a deleted user's session is refused at its re-authentication")
 }

@@ -4,7 +4,7 @@
 // Kafka's AlterUserScramCredentials / DescribeUserScramCredentials both
 // call it), and the server side of a SCRAM login (RFC 5802, RFC 7677;
 // login.go). Keys are derived from passwords with github.com/xdg-go/scram
-// (SASLprep, PBKDF2); the exchange is login.go's, because xdg-go's server
+// (PBKDF2; no SASLprep, as Kafka); the exchange is login.go's, because xdg-go's server
 // insists on the exact nonce in the client's final message and librdkafka
 // (kcat, confluent-kafka) repeats its own nonce there, which Kafka accepts.
 //
@@ -106,8 +106,9 @@ func storageErr(err error) error {
 
 // SetPassword sets user's credential for mech from a password: a new random
 // salt, PBKDF2 with iterations (0 = DefaultIterations), and the keys
-// derived from it (the password is SASLprep-normalised first, as RFC 5802
-// requires).
+// derived from it. The password is taken as its UTF-8 bytes, without RFC
+// 5802's SASLprep, as Kafka takes it: Kafka clients send the PBKDF2 of the
+// bytes as typed, so a prepared password would refuse them.
 func (u *Users) SetPassword(ctx context.Context, user, mech, password string, iterations int) error {
 	if iterations == 0 {
 		iterations = DefaultIterations
@@ -122,7 +123,9 @@ func (u *Users) SetPassword(ctx context.Context, user, mech, password string, it
 	if password == "" {
 		return apierr.New(apierr.UnacceptableCredential, "the password is empty")
 	}
-	client, err := h.NewClient(user, password, "")
+	// As Kafka: the password's UTF-8 bytes, without SASLprep (Kafka's
+	// clients and broker do not prepare it, so neither may the server).
+	client, err := h.NewClientUnprepped(user, password, "")
 	if err != nil {
 		return apierr.New(apierr.UnacceptableCredential, "the password cannot be used: %v", err)
 	}

@@ -210,3 +210,23 @@ func TestRefusedFirstMessages(t *testing.T) {
 		})
 	}
 }
+
+// The exchange parses bytes from the network: no message may panic it or
+// log anyone in without the password.
+func FuzzLogin(f *testing.F) {
+	f.Add([]byte("n,,n=bob,r=abc"), []byte("c=biws,r=abc,p=AAAA"))
+	f.Add([]byte("y,a=bob,n=bob,r=x,ext=1"), []byte("c=eSxhPWJvYiw=,r=x,p="))
+	f.Add([]byte("n,,n==2C=3D,r=,"), []byte(",p=,p="))
+	ctx := context.Background()
+	u := users.New(scramcreds.NewMemStore())
+	require.NoError(f, u.SetPassword(ctx, "bob", users.SHA256, "pw", 4096))
+	f.Fuzz(func(t *testing.T, first, final []byte) {
+		l, err := u.Start(ctx, users.SHA256)
+		require.NoError(t, err)
+		if _, err := l.Step(first); err != nil {
+			return
+		}
+		_, err = l.Step(final)
+		assert.False(t, err == nil && l.Done(), "logged in without the password: %q %q", first, final)
+	})
+}

@@ -78,3 +78,25 @@ func TestFileStoreFailedWrite(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []scramcreds.Credential{scramcredstest.Cred("alice", scramcreds.SHA256, 1)}, cs)
 }
+
+// The file is read from disk at every start: any content opens as a valid
+// store or fails, never panics, and what opens lists only well-formed
+// credentials.
+func FuzzOpenFile(f *testing.F) {
+	f.Add([]byte(`{"format":1,"credentials":[]}`))
+	f.Add([]byte(`{"format":1,"credentials":[{"user":"a","mechanism":"SCRAM-SHA-256","salt":"AQ==","iterations":4096,"storedKey":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=","serverKey":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}]}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, scramcreds.FileName), raw, 0o600))
+		s, err := scramcreds.OpenFile(dir)
+		if err != nil {
+			return
+		}
+		cs, err := s.List(context.Background())
+		require.NoError(t, err)
+		for _, c := range cs {
+			_, err := scramcreds.ToRecord(c).Credential()
+			assert.NoError(t, err)
+		}
+	})
+}

@@ -10,11 +10,13 @@ GOFLAGS_TEST ?= -race -count=1 -timeout=15m
 run:
 	$(GO) run ./cmd/server
 
-## test: vet and run every test with the race detector (and the bench harness's own tests)
+## test: vet and run every test with the race detector (and the bench harness's own tests), then franz-go's own
+## SCRAM tests against a freshly built server (scripts/kgo-suite; KGO_SUITE_RUN picks other franz-go tests)
 test:
 	$(GO) vet ./...
 	$(GO) test $(GOFLAGS_TEST) ./...
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+	GO=$(GO) bash scripts/kgo-suite
 
 ## soak: the memory budget's bars alone on the machine (12 x 64 MiB fetches: RSS < 1 GiB, another client's p99 < 100 ms),
 ## then the crash-loop test with 200 SIGKILLs (override with SHARELOG_CRASH_KILLS; replay a failure with its logged SHARELOG_CRASH_SEED),

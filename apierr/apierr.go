@@ -108,6 +108,16 @@ const (
 	FencedInstanceID Reason = "FENCED_INSTANCE_ID"
 	// GroupSubscribedToTopic: OffsetDelete of a topic the group consumes.
 	GroupSubscribedToTopic Reason = "GROUP_SUBSCRIBED_TO_TOPIC"
+	// ResourceNotFound: a named thing other than a topic, partition or
+	// group does not exist (a SCRAM credential to delete or describe).
+	ResourceNotFound Reason = "RESOURCE_NOT_FOUND"
+	// UnsupportedSaslMechanism: a SASL mechanism this server does not
+	// serve, or a SCRAM credential for a mechanism other than
+	// SCRAM-SHA-256 and SCRAM-SHA-512.
+	UnsupportedSaslMechanism Reason = "UNSUPPORTED_SASL_MECHANISM"
+	// UnacceptableCredential: a SCRAM credential that may not be stored
+	// (iterations outside 4096..16384, an empty user, password or salt).
+	UnacceptableCredential Reason = "UNACCEPTABLE_CREDENTIAL"
 )
 
 // Reasons lists every reason, in the order of the constants.
@@ -123,6 +133,7 @@ func Reasons() []Reason {
 		ProducerFenced, IllegalGeneration, InconsistentGroupProtocol, InvalidGroupID,
 		InvalidSessionTimeout, RebalanceInProgress, OffsetMetadataTooLarge, MemberIDRequired,
 		FencedInstanceID, GroupSubscribedToTopic,
+		ProducerFenced, ResourceNotFound, UnsupportedSaslMechanism, UnacceptableCredential,
 	}
 }
 
@@ -179,6 +190,9 @@ var kafkaCodes = map[Reason]int16{
 	MemberIDRequired:           79,
 	FencedInstanceID:           82,
 	GroupSubscribedToTopic:     86,
+	ResourceNotFound:           91,
+	UnsupportedSaslMechanism:   33,
+	UnacceptableCredential:     93,
 }
 
 // KafkaCode is the Kafka protocol's numeric error code of r (the value of

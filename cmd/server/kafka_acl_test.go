@@ -252,6 +252,12 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 		require.Zero(t, saslPlain(k, "token-1", "admin-token").ErrorCode)
 		require.Zero(t, commitAs(k, "cg-del", 8))
 	}
+	userc := sharelogv1.NewUserServiceClient(c.conn)
+	scramUsers := func(t *testing.T) any {
+		l, err := userc.ListUsers(admin, &sharelogv1.ListUsersRequest{})
+		require.NoError(t, err)
+		return l.String()
+	}
 
 	cases := []kafkaACLCase{
 		{name: "Produce", needs: []kperm{{topic, "t", write}}, denied: topicDenied, state: bounds, grpc: func(ctx context.Context) (proto.Message, error) {
@@ -566,6 +572,18 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req := kmsg.NewPtrDeleteGroupsRequest()
 			req.Version, req.Groups = 2, []string{"cg-del"}
 			return k.do(req).(*kmsg.DeleteGroupsResponse).Groups[0].ErrorCode
+		}},
+		{name: "DescribeUserScramCredentials", needs: []kperm{{cluster, "kafka-cluster", desc}}, denied: clusterDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrDescribeUserSCRAMCredentialsRequest()
+			return k.do(req).(*kmsg.DescribeUserSCRAMCredentialsResponse).ErrorCode
+		}},
+		{name: "AlterUserScramCredentials", needs: []kperm{{cluster, "kafka-cluster", alter}}, denied: clusterDenied, state: scramUsers, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
+			up := kmsg.NewAlterUserSCRAMCredentialsRequestUpsertion()
+			up.Name, up.Mechanism, up.Iterations = "kafka-made", 1, 4096
+			up.Salt, up.SaltedPassword = []byte("salt"), make([]byte, 32)
+			req.Upsertions = append(req.Upsertions, up)
+			return k.do(req).(*kmsg.AlterUserSCRAMCredentialsResponse).Results[0].ErrorCode
 		}},
 		// Last: it removes the topic.
 		{name: "DeleteTopics", needs: []kperm{{topic, "victim", del}}, denied: topicDenied, state: exists("victim"), grpc: func(ctx context.Context) (proto.Message, error) {

@@ -122,11 +122,15 @@ func saslPlain(kc *kafkaConn, user, pass string) *kmsg.SASLAuthenticateResponse 
 	hs.Version, hs.Mechanism = 1, "PLAIN"
 	hr := kc.do(hs).(*kmsg.SASLHandshakeResponse)
 	require.Equal(kc.t, int16(0), hr.ErrorCode)
-	require.Equal(kc.t, []string{"PLAIN"}, hr.SupportedMechanisms)
+	require.Equal(kc.t, allMechanisms, hr.SupportedMechanisms, "with tokens, PLAIN and SCRAM are served")
 	au := kmsg.NewPtrSASLAuthenticateRequest()
 	au.Version, au.SASLAuthBytes = 2, []byte("\x00"+user+"\x00"+pass)
 	return kc.do(au).(*kmsg.SASLAuthenticateResponse)
 }
+
+// allMechanisms are the SASL mechanisms served by default with
+// --auth-tokens-file.
+var allMechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 
 func metadataReq() kmsg.Request {
 	r := kmsg.NewPtrMetadataRequest()

@@ -197,6 +197,15 @@ func newFlagSet(cfg *app.Config, lc *logConfig, stderr io.Writer) (*flag.FlagSet
 	fs.IntVar(&cfg.KafkaMaxRequestBytes, "kafka-max-request-bytes", cfg.KafkaMaxRequestBytes, "largest Kafka request frame, and largest decompressed record data in one request")
 	fs.DurationVar(&cfg.KafkaIdleTimeout, "kafka-idle-timeout", cfg.KafkaIdleTimeout, "close a Kafka connection with no request (and no response being sent) for this long, as Kafka's connections.max.idle.ms")
 	fs.DurationVar(&cfg.KafkaSASLSessionLifetime, "kafka-sasl-session-lifetime", cfg.KafkaSASLSessionLifetime, "how long a Kafka SASL login holds; SaslAuthenticate v1+ tells the client, which re-authenticates before it ends (KIP-368); a connection used past it is closed")
+	fs.Func("kafka-sasl-mechanisms", "comma-separated SASL mechanisms of the Kafka listener: PLAIN (needs --auth-tokens-file), SCRAM-SHA-256, SCRAM-SHA-512 (the SCRAM users); default: all three with --auth-tokens-file, none without. With any, a connection its client certificate does not authenticate must log in", func(v string) error {
+		cfg.KafkaSASLMechanisms = nil
+		for m := range strings.SplitSeq(v, ",") {
+			if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
+				cfg.KafkaSASLMechanisms = append(cfg.KafkaSASLMechanisms, m)
+			}
+		}
+		return nil
+	})
 	fs.DurationVar(&cfg.KafkaRequestTimeout, "kafka-request-timeout", cfg.KafkaRequestTimeout, "close a Kafka connection whose request's bytes do not all arrive within this, from its first byte")
 	fs.DurationVar(&cfg.GroupInitialRebalanceDelay, "group-initial-rebalance-delay", cfg.GroupInitialRebalanceDelay, "how long the first rebalance of an empty consumer group waits for more members, as Kafka's group.initial.rebalance.delay.ms (0 = none)")
 	fs.DurationVar(&cfg.OffsetsRetention, "offsets-retention", cfg.OffsetsRetention, "how long the committed offsets of an empty consumer group are kept, as Kafka's offsets.retention.minutes")

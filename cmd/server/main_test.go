@@ -303,6 +303,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		{"--kafka-addr", "127.0.0.1:9092", "--kafka-sasl-session-lifetime", "10ms"},
 		{"--group-initial-rebalance-delay", "-1s"},
 		{"--offsets-retention", "10ms"},
+		{"--kafka-sasl-mechanisms", "GSSAPI"},
+		{"--kafka-sasl-mechanisms", "PLAIN"}, // PLAIN needs --auth-tokens-file
 		{"extra-arg"},
 	} {
 		_, _, err := parseFlags(bad, func(string) string { return "" }, io.Discard)
@@ -310,7 +312,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 	kenv := map[string]string{"SHARELOG_KAFKA_ADDR": "127.0.0.1:9092", "SHARELOG_KAFKA_AUTO_CREATE_TOPICS": "true",
 		"SHARELOG_KAFKA_DEFAULT_PARTITIONS": "3", "SHARELOG_KAFKA_MAX_REQUEST_BYTES": "2048", "SHARELOG_KAFKA_ADVERTISED_ADDR": "b:9092",
-		"SHARELOG_KAFKA_SASL_SESSION_LIFETIME": "5m"}
+		"SHARELOG_KAFKA_SASL_SESSION_LIFETIME": "5m", "SHARELOG_KAFKA_SASL_MECHANISMS": "scram-sha-512, SCRAM-SHA-256"}
 	cfg, _, err = parseFlags(nil, func(k string) string { return kenv[k] }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:9092", cfg.KafkaAddr)
@@ -319,6 +321,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	assert.Equal(t, 3, cfg.KafkaDefaultPartitions)
 	assert.Equal(t, 2048, cfg.KafkaMaxRequestBytes)
 	assert.Equal(t, 5*time.Minute, cfg.KafkaSASLSessionLifetime)
+	assert.Equal(t, []string{"SCRAM-SHA-512", "SCRAM-SHA-256"}, cfg.KafkaSASLMechanisms)
 	cfg, _, err = parseFlags(nil, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	assert.Empty(t, cfg.KafkaAddr, "the Kafka listener is off by default")

@@ -138,6 +138,7 @@ sharelogctl exit with status 1. A server that cannot be reached within --timeout
 		a.shareGroupsCmd(),
 		a.streamCmd(),
 		a.aclsCmd(),
+		a.usersCmd(),
 		a.clusterCmd(),
 		a.versionCmd(),
 	)

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/sharelog/sharelog/internal/budget"
 	"github.com/sharelog/sharelog/internal/edge"
+	"github.com/sharelog/sharelog/internal/transport/kafkawire"
 )
 
 // Values of Config.Authorizer (--authorizer).
@@ -128,6 +130,11 @@ type Config struct {
 	// committed offsets are kept (Kafka's offsets.retention.minutes).
 	GroupInitialRebalanceDelay time.Duration
 	OffsetsRetention           time.Duration
+	// KafkaSASLMechanisms is --kafka-sasl-mechanisms: the SASL mechanisms
+	// of the Kafka listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512). Empty =
+	// every one when --auth-tokens-file is set, none otherwise
+	// (kafkaSASLMechanisms; docs/kafka.md "Security").
+	KafkaSASLMechanisms []string
 	// Cluster mode: --store and the NATS and lease settings.
 	Cluster ClusterConfig
 }
@@ -349,6 +356,14 @@ func (c Config) Validate() error {
 	if c.KafkaSASLSessionLifetime < time.Second || c.KafkaSASLSessionLifetime > 7*24*time.Hour {
 		bad("--kafka-sasl-session-lifetime must be between 1s and 168h, got %s", c.KafkaSASLSessionLifetime)
 	}
+	for _, m := range c.KafkaSASLMechanisms {
+		switch {
+		case !slices.Contains(kafkawire.Mechanisms, m):
+			bad("--kafka-sasl-mechanisms: %q is none of %s", m, strings.Join(kafkawire.Mechanisms, ", "))
+		case m == "PLAIN" && c.AuthTokensFile == "":
+			bad("--kafka-sasl-mechanisms PLAIN needs --auth-tokens-file (its tokens are PLAIN's passwords)")
+		}
+	}
 	switch c.Authorizer {
 	case AuthorizerNone:
 	case AuthorizerACL:
@@ -367,6 +382,21 @@ func (c Config) Validate() error {
 	}
 	c.Cluster.validate(bad)
 	return errors.Join(errs...)
+}
+
+// kafkaSASLMechanisms is --kafka-sasl-mechanisms, its default (empty)
+// being every mechanism when --auth-tokens-file is set — the tokens' PLAIN
+// and the SCRAM users, who exist independently of the tokens, as in Kafka —
+// and none otherwise, so that a listener without authentication stays
+// open to anonymous clients.
+func (c Config) kafkaSASLMechanisms() []string {
+	if len(c.KafkaSASLMechanisms) > 0 {
+		return c.KafkaSASLMechanisms
+	}
+	if c.AuthTokensFile != "" {
+		return kafkawire.Mechanisms
+	}
+	return nil
 }
 
 // longPollsPerPrincipal is --max-long-polls-per-principal, its default
@@ -399,8 +429,13 @@ func exposedListeners(ctx context.Context, cfg Config, grpcOverridden bool) ([]s
 		ls = append(ls, edge.Listen{Flag: "--grpc-addr", Addr: cfg.GRPCAddr})
 	}
 	ls = append(ls, edge.Listen{Flag: "--http-addr", Addr: cfg.HTTPAddr})
-	if cfg.KafkaAddr != "" {
-		ls = append(ls, edge.Listen{Flag: "--kafka-addr", Addr: cfg.KafkaAddr})
+	exposed, err := edge.Exposed(ctx, secured, ls...)
+	if err != nil || cfg.KafkaAddr == "" {
+		return exposed, err
 	}
-	return edge.Exposed(ctx, secured, ls...)
+	// The Kafka listener carries its own credentials too: TLS with SCRAM
+	// (SASL_SSL) secures it without tokens or client certificates.
+	kafkaSecured := secured || cfg.TLSCert != "" && len(cfg.kafkaSASLMechanisms()) > 0
+	k, err := edge.Exposed(ctx, kafkaSecured, edge.Listen{Flag: "--kafka-addr", Addr: cfg.KafkaAddr})
+	return append(exposed, k...), err
 }

@@ -73,6 +73,8 @@ func TestExposedListeners(t *testing.T) {
 		tls, auth  bool
 		clientCA   bool
 		overridden bool
+		kafka      string
+		mechs      []string
 		want       []string
 	}{
 		{name: "loopback", grpc: "127.0.0.1:9090", http: "localhost:8080"},
@@ -85,6 +87,12 @@ func TestExposedListeners(t *testing.T) {
 		{name: "tls and auth", grpc: "0.0.0.0:1", http: "0.0.0.0:2", tls: true, auth: true},
 		{name: "tls and client certificates", grpc: "0.0.0.0:1", http: "0.0.0.0:2", tls: true, clientCA: true},
 		{name: "grpc listener given", grpc: "0.0.0.0:1", http: "127.0.0.1:0", overridden: true},
+		{name: "kafka in the clear", grpc: "127.0.0.1:0", http: "127.0.0.1:0", kafka: "0.0.0.0:9092", want: []string{"--kafka-addr 0.0.0.0:9092"}},
+		{name: "kafka SCRAM without TLS", grpc: "127.0.0.1:0", http: "127.0.0.1:0", kafka: "0.0.0.0:9092", mechs: []string{"SCRAM-SHA-512"},
+			want: []string{"--kafka-addr 0.0.0.0:9092"}},
+		{name: "kafka SASL_SSL with SCRAM only", grpc: "127.0.0.1:0", http: "127.0.0.1:0", kafka: "0.0.0.0:9092", tls: true, mechs: []string{"SCRAM-SHA-512"}},
+		{name: "SCRAM does not secure gRPC", grpc: "0.0.0.0:1", http: "127.0.0.1:0", kafka: "0.0.0.0:9092", tls: true, mechs: []string{"SCRAM-SHA-256"},
+			want: []string{"--grpc-addr 0.0.0.0:1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
@@ -98,6 +106,7 @@ func TestExposedListeners(t *testing.T) {
 			if tc.clientCA {
 				cfg.TLSClientCA = "ca.pem"
 			}
+			cfg.KafkaAddr, cfg.KafkaSASLMechanisms = tc.kafka, tc.mechs
 			got, err := exposedListeners(ctx, cfg, tc.overridden)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)

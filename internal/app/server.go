@@ -76,12 +76,14 @@ import (
 	"github.com/sharelog/sharelog/internal/storage/datadir"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 	"github.com/sharelog/sharelog/internal/storage/producerids"
+	"github.com/sharelog/sharelog/internal/storage/scramcreds"
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 	"github.com/sharelog/sharelog/internal/storage/sharestate/statelog"
 	"github.com/sharelog/sharelog/internal/telemetry"
 	"github.com/sharelog/sharelog/internal/transport/grpcapi"
 	"github.com/sharelog/sharelog/internal/transport/httpgw"
 	"github.com/sharelog/sharelog/internal/transport/kafkawire"
+	"github.com/sharelog/sharelog/internal/users"
 )
 
 // Options are test and embedding hooks; the zero value is what cmd/server uses.
@@ -140,6 +142,7 @@ type Server struct {
 	selfCert     []byte // this instance's TLS certificate (DER), with --tls-client-ca
 	metrics      *serverMetrics
 	acl          *authz.ACL   // the ACL bindings (nil in cluster mode)
+	users        *users.Users // the Kafka listener's SCRAM users (users.go)
 	guard        *authz.Guard // authorization and audit for every handler
 	longPolls    *broker.LongPolls
 	budget       *budget.Bytes   // response bytes in flight (docs/operations.md "Budgets")
@@ -254,6 +257,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		logSvc, shareSvc, changeSvc = sharelogv1.UnimplementedLogServiceServer{},
 			sharelogv1.UnimplementedShareGroupServiceServer{}, sharelogv1.UnimplementedChangeStreamServiceServer{}
 		aclSvc = grpcapi.NewAclService(nil, "ACL bindings are not available with --store jetstream yet (docs/security.md)", s.guard)
+		s.users = users.New(s.cluster.usersStore())
 	} else {
 		mode, err := logstore.ParseFsyncMode(cfg.Fsync)
 		if err != nil {
@@ -291,6 +295,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			}
 		}
 		aclSvc = grpcapi.NewAclService(s.acl, "", s.guard)
+		scram, err := scramcreds.OpenFile(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		s.users = users.New(scram)
 		store := telemetry.TraceStore(s.store, s.tel.Tracer, s.tel.Meter)
 		// Share state lives in the file state log under the data directory; the
 		// share-group manager sees it only as a sharestate.Store (and owns it).
@@ -314,6 +323,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		s.share, s.streams, s.fileBackend = b.share, b.streams, b
 		logSvc, shareSvc, changeSvc = b.logSvc, b.shareSv, b.change
 	}
+	// Served by every instance alike, never forwarded (users.go).
+	userSvc := grpcapi.NewUserService(s.users, s.guard)
 	s.health = health.NewServer()
 	if cfg.KafkaAddr != "" {
 		if s.share == nil {
@@ -341,6 +352,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			IdleTimeout: cfg.KafkaIdleTimeout, RequestTimeout: cfg.KafkaRequestTimeout,
 			Share: s.share, Groups: s.groups, Logger: log, Budget: s.budget,
 			TLS: tlsCfg, Auth: auth, SASLSessionLifetime: cfg.KafkaSASLSessionLifetime,
+			SASLMechanisms: cfg.kafkaSASLMechanisms(), Users: s.users,
 			Guard: s.guard, ACL: s.acl, DLQAutoCreate: cfg.DLQAutoCreateTopics,
 		}, s.fileBackend.logAPI); err != nil {
 			kln.Close()
@@ -410,6 +422,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		sharelogv1.RegisterShareGroupServiceServer(gs, shareSvc)
 		sharelogv1.RegisterChangeStreamServiceServer(gs, changeSvc)
 		sharelogv1.RegisterAclServiceServer(gs, aclSvc)
+		sharelogv1.RegisterUserServiceServer(gs, userSvc)
 		healthpb.RegisterHealthServer(gs, s.health)
 		reflection.Register(gs)
 		return gs

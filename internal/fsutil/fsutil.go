@@ -31,12 +31,28 @@ const (
 // WriteFileAtomic replaces path with data so that a crash leaves either the
 // old or the new content.
 func WriteFileAtomic(path string, data []byte, sync Sync) error {
+	return writeAtomic(path, data, sync, 0o644, false)
+}
+
+// WriteFileAtomicPerm is WriteFileAtomic giving the file exactly perm (0o600
+// for what only the server may read, such as credentials), whatever the
+// umask or a leftover temporary file's mode.
+func WriteFileAtomicPerm(path string, data []byte, sync Sync, perm os.FileMode) error {
+	return writeAtomic(path, data, sync, perm, true)
+}
+
+func writeAtomic(path string, data []byte, sync Sync, perm os.FileMode, exact bool) error {
 	tmp := path + TmpSuffix
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	if exact {
+		err = f.Chmod(perm)
+	}
+	if err == nil {
+		_, err = f.Write(data)
+	}
 	if err == nil && sync >= SyncFile {
 		err = f.Sync()
 	}

@@ -52,6 +52,9 @@ func MetaBucket(prefix string) string { return prefix + "_META" }
 // ShareBucket is the KV bucket of share-state snapshots.
 func ShareBucket(prefix string) string { return prefix + "_SHARE" }
 
+// UsersBucket is the KV bucket of the Kafka listener's SCRAM credentials.
+func UsersBucket(prefix string) string { return prefix + "_USERS" }
+
 // HexKey encodes arbitrary text (a topic or group name) as one KV key
 // token: KV keys allow only [-/_=.a-zA-Z0-9] and no empty tokens, which
 // names like "a..b" would make.

@@ -65,6 +65,9 @@ var reasonStatus = map[apierr.Reason]ReasonStatus{
 	apierr.MemberIDRequired:           {codes.FailedPrecondition, http.StatusBadRequest},
 	apierr.FencedInstanceID:           {codes.FailedPrecondition, http.StatusBadRequest},
 	apierr.GroupSubscribedToTopic:     {codes.FailedPrecondition, http.StatusBadRequest},
+	apierr.ResourceNotFound:           {codes.NotFound, http.StatusNotFound},
+	apierr.UnsupportedSaslMechanism:   {codes.InvalidArgument, http.StatusBadRequest},
+	apierr.UnacceptableCredential:     {codes.InvalidArgument, http.StatusBadRequest},
 }
 
 // StatusOf returns how reason r travels; ok is false for a reason outside

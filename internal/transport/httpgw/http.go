@@ -127,6 +127,7 @@ func NewHandler(ctx context.Context, conn *grpc.ClientConn, d Deps) (http.Handle
 		sharelogv1.RegisterShareGroupServiceHandler,
 		sharelogv1.RegisterChangeStreamServiceHandler,
 		sharelogv1.RegisterAclServiceHandler,
+		sharelogv1.RegisterUserServiceHandler,
 	} {
 		if err := register(ctx, gw, conn); err != nil {
 			return nil, fmt.Errorf("register gateway: %w", err)

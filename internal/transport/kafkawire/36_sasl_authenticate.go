@@ -8,10 +8,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// handleSaslAuthenticate (v0–2) checks a login (sasl.go). A refused one
-// answers SASL_AUTHENTICATION_FAILED and the connection closes; v1+ tells
-// the client the session lifetime, after which it re-authenticates.
-func (l *Listener) handleSaslAuthenticate(_ context.Context, c *conn, kreq kmsg.Request) (kmsg.Response, error) {
+// handleSaslAuthenticate (v0–2) takes one message of a login (sasl.go):
+// PLAIN's only one, or a round of SCRAM's exchange, answered with the
+// server's message. A refused login answers SASL_AUTHENTICATION_FAILED
+// and the connection closes; the answer completing a login tells the
+// client (v1+) the session lifetime, after which it re-authenticates.
+func (l *Listener) handleSaslAuthenticate(ctx context.Context, c *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.SASLAuthenticateRequest)
 	resp := req.ResponseKind().(*kmsg.SASLAuthenticateResponse)
 	if c.saslRaw {
@@ -19,7 +21,8 @@ func (l *Listener) handleSaslAuthenticate(_ context.Context, c *conn, kreq kmsg.
 		c.saslRaw = false
 		c.saslMech = ""
 	}
-	if err := c.login(req.SASLAuthBytes); err != nil {
+	out, err := c.authenticate(ctx, req.SASLAuthBytes)
+	if err != nil {
 		resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
 		if errors.Is(err, errNoHandshake) {
 			resp.ErrorCode = kerr.IllegalSaslState.Code
@@ -29,6 +32,9 @@ func (l *Listener) handleSaslAuthenticate(_ context.Context, c *conn, kreq kmsg.
 		c.closeAfter = true
 		return resp, nil
 	}
-	resp.SessionLifetimeMillis = l.cfg.SASLSessionLifetime.Milliseconds()
+	resp.SASLAuthBytes = out
+	if c.saslMech == "" { // the login is complete
+		resp.SessionLifetimeMillis = l.cfg.SASLSessionLifetime.Milliseconds()
+	}
 	return resp, nil
 }

@@ -47,6 +47,11 @@ func (l *Listener) handlerTable() map[int16]handler {
 	for k, h := range aclHandlers {
 		t[k] = h
 	}
+	if l.cfg.Users != nil {
+		for k, h := range userHandlers {
+			t[k] = h
+		}
+	}
 	if l.cfg.Share != nil {
 		for k, h := range shareHandlers {
 			t[k] = h

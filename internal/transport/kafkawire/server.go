@@ -29,6 +29,7 @@ import (
 	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/principal"
 	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/users"
 )
 
 // DefaultMaxRequestBytes is the default --kafka-max-request-bytes.
@@ -76,6 +77,16 @@ type Config struct {
 	// --auth-tokens-file, SASL PLAIN (sasl.go). nil = nobody is
 	// authenticated (every connection is anonymous).
 	Auth *edge.Authenticator
+	// SASLMechanisms are the SASL mechanisms served (--kafka-sasl-mechanisms;
+	// of Mechanisms): PLAIN needs Auth's tokens, SCRAM-SHA-256 and
+	// SCRAM-SHA-512 need Users. None = no SASL (connections are
+	// authenticated by their certificate or are anonymous); any = a
+	// connection its certificate does not authenticate must log in.
+	SASLMechanisms []string
+	// Users are the SCRAM users: the logins of the SCRAM mechanisms and
+	// DescribeUserScramCredentials / AlterUserScramCredentials; nil = those
+	// APIs are not served.
+	Users *users.Users
 	// SASLSessionLifetime is how long a SASL login holds before the client
 	// must re-authenticate (KIP-368; --kafka-sasl-session-lifetime);
 	// 0 = DefaultSASLSessionLifetime.
@@ -139,6 +150,9 @@ func Listen(cfg Config, log *broker.Log) (*Listener, error) {
 	}
 	if cfg.SASLSessionLifetime <= 0 {
 		cfg.SASLSessionLifetime = DefaultSASLSessionLifetime
+	}
+	if err := cfg.checkMechanisms(); err != nil {
+		return nil, err
 	}
 	id, err := loadClusterID(cfg.DataDir)
 	if err != nil {
@@ -254,8 +268,13 @@ type conn struct {
 	// saslExpires ends a SASL login (zero = never); a request other than
 	// re-authentication after it closes the connection.
 	saslExpires time.Time
-	// saslSum is the SHA-256 of the login's token, and unbind releases its
-	// revocation watch (nil = none).
+	// scram is the SCRAM exchange under way (between its rounds);
+	// loginMech is the mechanism of the session's login, which
+	// re-authentication must use again.
+	scram     *users.Login
+	loginMech string
+	// saslSum is the SHA-256 of a PLAIN login's token, and unbind releases
+	// its revocation watch (nil = none).
 	saslSum [sha256.Size]byte
 	unbind  func()
 	// closeAfter closes the connection once the response is written (a
@@ -377,7 +396,7 @@ func (c *conn) handle(ctx context.Context, frame, out []byte) (_ []byte, err err
 		}
 	}()
 	if c.saslRaw {
-		return c.rawSASL(frame, out)
+		return c.rawSASL(ctx, frame, out)
 	}
 	h, req, body, err := parseHeader(frame)
 	if err != nil {

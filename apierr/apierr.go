@@ -133,7 +133,7 @@ func Reasons() []Reason {
 		ProducerFenced, IllegalGeneration, InconsistentGroupProtocol, InvalidGroupID,
 		InvalidSessionTimeout, RebalanceInProgress, OffsetMetadataTooLarge, MemberIDRequired,
 		FencedInstanceID, GroupSubscribedToTopic,
-		ProducerFenced, ResourceNotFound, UnsupportedSaslMechanism, UnacceptableCredential,
+		ResourceNotFound, UnsupportedSaslMechanism, UnacceptableCredential,
 	}
 }
 

@@ -54,6 +54,11 @@ type Store interface {
 	// every entry older than the snapshot. So snap must reflect every entry
 	// written before it reads the state: the owner applies a change to its
 	// live state no later than it writes it, under a lock snap also takes.
+	// Nor may snap reflect a change whose write has failed: a snapshot
+	// written after the failure is durable, so the change would come back
+	// at recovery although its writer was told it was not stored. An owner
+	// that rolls back a failed change does so before snap can read the
+	// state again (docs/on-disk-layout.md §4).
 	Start(snap func() error) error
 	// Close stops the background work, flushes what is enqueued, makes it
 	// durable and releases the store. Writes after it fail with ErrClosed;

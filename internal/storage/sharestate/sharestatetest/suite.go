@@ -107,21 +107,22 @@ func (o *owner) write(e *sharestate.Entry) (uint64, error) {
 }
 
 // put writes e and waits for it; if it fails the owner's state is rolled
-// back (as the manager rolls back a failed acknowledgement). puts must not
-// run concurrently.
+// back (as the manager rolls back a failed acknowledgement). The owner's
+// lock is held from the write to the rollback, so a snapshot never reads a
+// change whose write failed (the Store.Start contract). puts must not run
+// concurrently.
 func (o *owner) put(e sharestate.Entry) (uint64, error) {
 	o.t.Helper()
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	prev := o.im.State()
-	o.mu.Unlock()
-	tk, err := o.write(&e)
+	tk, err := o.st.Write(e)
 	require.NoError(o.t, err)
 	require.NotZero(o.t, tk, "0 is never a ticket")
+	o.im.Apply(&e)
 	if err := o.st.Wait(tk); err != nil {
-		o.mu.Lock()
 		o.im = sharestate.NewImage()
 		replay(o.im, prev)
-		o.mu.Unlock()
 		return tk, err
 	}
 	return tk, nil

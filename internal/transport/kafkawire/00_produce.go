@@ -13,13 +13,16 @@ import (
 
 // handleProduce validates each partition's record batches and appends their
 // records with one broker.ProduceBatch (atomic, contiguous). acks 1 and -1
-// both mean "durable per --fsync"; acks 0 sends no response.
+// both mean "durable per --fsync"; acks 0 sends no response. In cluster
+// mode a partition led elsewhere is NOT_LEADER_OR_FOLLOWER with its
+// current leader (KIP-951), and is not passed on.
 func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	dec := newBatchDecoder(int(l.cfg.MaxRequestBytes))
 	now := time.Now().UnixMilli()
 	writable := l.gate(authz.Write)
+	moved := map[int32]bool{} // the leaders named in KIP-951 fields
 	for _, t := range req.Topics {
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic = t.Topic
@@ -40,6 +43,12 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 			case terr != nil:
 				err = terr
 			default:
+				var ld Leader
+				if ld, err = l.leads(ctx, t.Topic, p.Partition, -1); err != nil {
+					rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = ld.Node, ld.Epoch
+					moved[ld.Node] = ld.Node >= 0
+					break
+				}
 				rp.BaseOffset, rp.LogStartOffset, err = l.produce(ctx, dec, t.Topic, p.Partition, p.Records, now)
 			}
 			if err != nil {
@@ -55,6 +64,16 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
+	if len(moved) > 0 {
+		bs := l.brokers(ctx)
+		for node, ok := range moved {
+			if b, live := brokerOf(bs, node); ok && live {
+				pb := kmsg.NewProduceResponseBroker()
+				pb.NodeID, pb.Host, pb.Port = b.NodeID, b.Host, b.Port
+				resp.Brokers = append(resp.Brokers, pb)
+			}
+		}
+	}
 	if req.Acks == 0 {
 		return nil, nil
 	}
@@ -66,13 +85,13 @@ func (l *Listener) produce(ctx context.Context, dec *batchDecoder, topic string,
 	if err != nil {
 		return -1, -1, err
 	}
-	return l.log.ProduceBatch(ctx, topic, partition, recs)
+	return l.logOf(ctx).ProduceBatch(ctx, topic, partition, recs)
 }
 
 // topicForWrite looks a topic up, creating it when auto-creation is on.
 func (l *Listener) topicForWrite(ctx context.Context, name string) (broker.TopicInfo, error) {
 	if !l.cfg.AutoCreateTopics || !l.mayAutoCreate(ctx, name) {
-		return l.log.TopicInfo(ctx, name)
+		return l.logOf(ctx).TopicInfo(ctx, name)
 	}
 	return l.autoCreate(ctx, name)
 }
@@ -80,7 +99,7 @@ func (l *Listener) topicForWrite(ctx context.Context, name string) (broker.Topic
 // autoCreate returns the topic name, creating it through the broker (whose
 // subscribers hear of it) when it does not exist.
 func (l *Listener) autoCreate(ctx context.Context, name string) (broker.TopicInfo, error) {
-	info, created, err := l.log.EnsureTopic(ctx, name, l.cfg.DefaultPartitions)
+	info, created, err := l.logOf(ctx).EnsureTopic(ctx, name, l.cfg.DefaultPartitions)
 	if created {
 		l.logger.Info("kafka auto-created topic", "topic", name, "partitions", l.cfg.DefaultPartitions)
 	}

@@ -18,7 +18,10 @@ import (
 // start, high watermark] is OFFSET_OUT_OF_RANGE). The first partition with
 // records returns at least one record even over MaxBytes (KIP-74). With
 // fewer than MinBytes it waits up to MaxWaitMillis (at most broker.MaxWait)
-// for an append to any requested partition (broker.Log.LongPoll).
+// for an append to any requested partition (broker.Log.LongPoll). In
+// cluster mode a partition led elsewhere, or named with another leader
+// epoch, answers at once with its error (Listener.leads) and the current
+// leader, and is not passed on.
 func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.FetchRequest)
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
@@ -35,13 +38,19 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 	readable := l.gate(authz.Read)
 	denied := map[string]error{}
 	var parts []broker.TopicPartition
+	led := map[broker.TopicPartition]leadership{}
 	for _, t := range req.Topics {
 		if err := readable.require(ctx, t.Topic); err != nil {
 			denied[t.Topic] = err
 			continue
 		}
 		for _, p := range t.Partitions {
-			parts = append(parts, broker.TopicPartition{Topic: t.Topic, Partition: p.Partition})
+			tp := broker.TopicPartition{Topic: t.Topic, Partition: p.Partition}
+			if ld, err := l.leads(ctx, t.Topic, p.Partition, p.CurrentLeaderEpoch); err != nil {
+				led[tp] = leadership{ld, err}
+				continue
+			}
+			parts = append(parts, tp)
 		}
 	}
 	maxBytes := int(req.MaxBytes)
@@ -50,7 +59,7 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 	}
 	maxBytes = l.cfg.Budget.CapFetch(maxBytes)
 	// A cancelled wait (the client went away) answers what was read last.
-	_ = l.log.LongPoll(ctx, parts, wait, func() bool {
+	_ = l.logOf(ctx).LongPoll(ctx, parts, wait, func() bool {
 		resp.Topics = resp.Topics[:0]
 		// Each look reserves its bytes of the response budget and keeps
 		// what the response carries until it is written; a client at its
@@ -60,7 +69,7 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 		if err != nil {
 			return true
 		}
-		n, failed := l.fillFetch(ctx, req, resp, g.Data, denied)
+		n, failed := l.fillFetch(ctx, req, resp, g.Data, denied, led)
 		g.Settle(n, 0) // n counts the batches' framing too
 		return n >= int(req.MinBytes) || failed || g.Data == 0
 	})
@@ -71,8 +80,8 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 // batches (the first partition with records gets at least one record, unless
 // budget is 0) and returns the record bytes in it and whether any partition
 // has an error (answered at once, as Kafka).
-func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *kmsg.FetchResponse, budget int, denied map[string]error) (int, bool) {
-	failed := false
+func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *kmsg.FetchResponse, budget int, denied map[string]error, led map[broker.TopicPartition]leadership) (int, bool) {
+	failed := len(led) > 0
 	starved := budget <= 0
 	total := 0
 	for _, t := range req.Topics {
@@ -89,6 +98,13 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 				rt.Partitions = append(rt.Partitions, rp)
 				continue
 			}
+			if ld, ok := led[broker.TopicPartition{Topic: t.Topic, Partition: p.Partition}]; ok {
+				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
+				rp.ErrorCode = errorCode(ld.err)
+				rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = ld.leader.Node, ld.leader.Epoch
+				rt.Partitions = append(rt.Partitions, rp)
+				continue
+			}
 			limit := 0 // the byte budget is spent: the bounds only
 			if budget > 0 || (total == 0 && !starved) {
 				// Never past the response's budget: the store returns the
@@ -98,7 +114,7 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 					limit = max(budget, 1)
 				}
 			}
-			res, err := l.log.ReadPartition(ctx, t.Topic, p.Partition, p.FetchOffset, broker.MaxFetchRecords, limit)
+			res, err := l.logOf(ctx).ReadPartition(ctx, t.Topic, p.Partition, p.FetchOffset, broker.MaxFetchRecords, limit)
 			rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
 			if err != nil {
 				rp.ErrorCode = errorCode(err)
@@ -113,4 +129,11 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return total, failed
+}
+
+// leadership is a partition this broker does not serve a request for:
+// its leader and why (Listener.leads).
+type leadership struct {
+	leader Leader
+	err    error
 }

@@ -51,6 +51,9 @@ var wireErrors = []struct {
 	{errCorruptBatch, kerr.CorruptMessage},
 	{errInvalidRecord, kerr.InvalidRecord},
 	{errUnsupportedCodec, kerr.UnsupportedCompressionType},
+	{errLeaderNotAvailable, kerr.LeaderNotAvailable},
+	{errFencedLeaderEpoch, kerr.FencedLeaderEpoch},
+	{errUnknownLeaderEpoch, kerr.UnknownLeaderEpoch},
 }
 
 // requestError gives a share-group call's request-level error its code

@@ -42,7 +42,7 @@ func (l *Listener) handlerTable() map[int16]handler {
 	for k, h := range aclHandlers {
 		t[k] = h
 	}
-	if l.cfg.Share != nil {
+	if l.cfg.Share != nil || l.cfg.Cluster != nil {
 		for k, h := range shareHandlers {
 			t[k] = h
 		}

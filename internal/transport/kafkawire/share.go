@@ -2,6 +2,7 @@ package kafkawire
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"time"
 
@@ -67,7 +68,7 @@ func (c *conn) disownShareSession(k shareSessionKey) {
 // close does: Kafka ties a share session to its connection, and the
 // records it holds are released (without charging their delivery count).
 func (c *conn) endShareSessions() {
-	if c.l.cfg.Share == nil || len(c.shareSessions) == 0 {
+	if len(c.shareSessions) == 0 {
 		return
 	}
 	var owned []shareSessionKey
@@ -82,8 +83,17 @@ func (c *conn) endShareSessions() {
 	c.l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	ctx, release, err := c.l.withDomain(ctx)
+	if err != nil {
+		return // no backend: its sessions went with it
+	}
+	defer release()
+	share := c.l.shareOf(ctx)
+	if share == nil {
+		return
+	}
 	for _, k := range owned {
-		_, err := c.l.cfg.Share.ShareAcknowledge(ctx, sharegroup.AckRequest{GroupID: k.group, MemberID: k.member, Epoch: -1})
+		_, err := share.ShareAcknowledge(ctx, sharegroup.AckRequest{GroupID: k.group, MemberID: k.member, Epoch: -1})
 		if err != nil && apierr.ReasonOf(err) != apierr.ShareSessionNotFound {
 			c.l.logger.Warn("kafka: end share session of a closed connection", "group", k.group, "member", k.member, "error", err)
 		}
@@ -102,7 +112,7 @@ func optString(s string) *string {
 func (l *Listener) resolveTopicID(ctx context.Context, id [16]byte) (string, bool) {
 	if v, ok := l.idNames.Load(id); ok {
 		name := v.(string)
-		if info, err := l.log.TopicInfo(ctx, name); err == nil && topicID(info.ID) == id {
+		if info, err := l.logOf(ctx).TopicInfo(ctx, name); err == nil && topicID(info.ID) == id {
 			return name, true
 		}
 		l.idNames.Delete(id)
@@ -117,7 +127,7 @@ func (l *Listener) resolveTopicID(ctx context.Context, id [16]byte) (string, boo
 
 // nameID returns the Kafka topic id of a topic name (zero if unknown).
 func (l *Listener) nameID(ctx context.Context, name string) [16]byte {
-	info, err := l.log.TopicInfo(ctx, name)
+	info, err := l.logOf(ctx).TopicInfo(ctx, name)
 	if err != nil {
 		return [16]byte{}
 	}
@@ -130,6 +140,16 @@ func (l *Listener) handleShareGroupHeartbeat(ctx context.Context, c *conn, kreq 
 	if err := l.requireGroup(ctx, authz.Read, req.GroupID); err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share group heartbeat", err)
 		return resp, nil
+	}
+	if l.cfg.Cluster != nil {
+		// At the group's coordinator only, as Kafka: a client sends its
+		// heartbeats where FindCoordinator pointed it.
+		if node := l.cfg.Cluster.Coordinator(ctx, coordinatorGroup, req.GroupID); node != l.self(ctx) {
+			resp.ErrorCode = kerr.NotCoordinator.Code
+			msg := fmt.Sprintf("share group %q is coordinated by broker %d", req.GroupID, node)
+			resp.ErrorMessage = &msg
+			return resp, nil
+		}
 	}
 	// Subscribed topics the caller may not DESCRIBE are left out; only such
 	// topics is TOPIC_AUTHORIZATION_FAILED (an empty list would mean
@@ -159,7 +179,7 @@ func (l *Listener) handleShareGroupHeartbeat(ctx context.Context, c *conn, kreq 
 	if c.clientID != nil {
 		hr.ClientID = *c.clientID
 	}
-	out, err := l.cfg.Share.Heartbeat(ctx, hr)
+	out, err := l.shareOf(ctx).Heartbeat(ctx, hr)
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share group heartbeat", err)
 		return resp, nil
@@ -263,7 +283,7 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 			fr.Forgotten = append(fr.Forgotten, sharegroup.TopicPartition{Topic: name, Partition: p})
 		}
 	}
-	out, err := l.cfg.Share.ShareFetch(ctx, fr)
+	out, err := l.shareOf(ctx).ShareFetch(ctx, fr)
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share fetch", err)
 		return resp, nil
@@ -276,6 +296,14 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 		c.disownShareSession(key)
 	}
 	resp.AcquisitionLockTimeoutMillis = out.AcquisitionLockTimeoutMs
+	leaders := l.newLeaders(ctx)
+	defer func() {
+		for _, b := range leaders.elsewhere() {
+			e := kmsg.NewShareFetchResponseNodeEndpoint()
+			e.NodeID, e.Host, e.Port = b.NodeID, b.Host, b.Port
+			resp.NodeEndpoints = append(resp.NodeEndpoints, e)
+		}
+	}()
 	byTopic := map[[16]byte]int{}
 	topicOf := func(id [16]byte) *kmsg.ShareFetchResponseTopic {
 		i, ok := byTopic[id]
@@ -294,7 +322,7 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 		rp.Partition = p.Partition
 		rp.ErrorCode, rp.ErrorMessage = p.ErrorCode.KafkaCode(), optString(p.ErrorMessage)
 		rp.AcknowledgeErrorCode, rp.AcknowledgeErrorMessage = p.AckErrorCode.KafkaCode(), optString(p.AckErrorMessage)
-		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = nodeID, 0
+		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = leaders.of(p.Topic, p.Partition)
 		rp.Records = encodeAcquired(p.Records, p.Acquired)
 		for _, a := range p.Acquired {
 			ar := kmsg.NewShareFetchResponseTopicPartitionAcquiredRecord()
@@ -382,7 +410,7 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 				TopicID:        uuid.UUID(t.TopicID).String(), Batches: batches})
 		}
 	}
-	out, err := l.cfg.Share.ShareAcknowledge(ctx, ar)
+	out, err := l.shareOf(ctx).ShareAcknowledge(ctx, ar)
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share acknowledge", err)
 		return resp, nil
@@ -391,6 +419,14 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 		c.disownShareSession(shareSessionKey{ar.GroupID, ar.MemberID})
 	}
 	resp.AcquisitionLockTimeoutMillis = out.AcquisitionLockTimeoutMs
+	leaders := l.newLeaders(ctx)
+	defer func() {
+		for _, b := range leaders.elsewhere() {
+			e := kmsg.NewShareAcknowledgeResponseNodeEndpoint()
+			e.NodeID, e.Host, e.Port = b.NodeID, b.Host, b.Port
+			resp.NodeEndpoints = append(resp.NodeEndpoints, e)
+		}
+	}()
 	byTopic := map[[16]byte]int{}
 	topicOf := func(id [16]byte) *kmsg.ShareAcknowledgeResponseTopic {
 		i, ok := byTopic[id]
@@ -407,7 +443,7 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 		rp := kmsg.NewShareAcknowledgeResponseTopicPartition()
 		rp.Partition = p.Partition
 		rp.ErrorCode, rp.ErrorMessage = p.ErrorCode.KafkaCode(), optString(p.ErrorMessage)
-		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = nodeID, 0
+		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = leaders.of(p.Topic, p.Partition)
 		t := topicOf(resultID(ctx, l, p.TopicID, p.Topic, ids))
 		t.Partitions = append(t.Partitions, rp)
 	}

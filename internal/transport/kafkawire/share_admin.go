@@ -29,7 +29,7 @@ func (l *Listener) handleListGroups(ctx context.Context, _ *conn, kreq kmsg.Requ
 	if len(req.TypesFilter) > 0 && !containsFold(req.TypesFilter, "share") {
 		return resp, nil
 	}
-	groups, err := l.cfg.Share.ListGroups(ctx, sharegroup.StateUnknown)
+	groups, err := l.shareOf(ctx).ListGroups(ctx, sharegroup.StateUnknown)
 	if err != nil {
 		resp.ErrorCode, _ = l.requestError("list groups", err)
 		return resp, nil
@@ -67,7 +67,7 @@ func (l *Listener) handleShareGroupDescribe(ctx context.Context, _ *conn, kreq k
 		err := l.requireGroup(ctx, authz.Describe, id)
 		var d sharegroup.GroupDescription
 		if err == nil {
-			d, err = l.cfg.Share.DescribeGroup(ctx, id)
+			d, err = l.shareOf(ctx).DescribeGroup(ctx, id)
 		}
 		if err != nil {
 			rg.ErrorCode, rg.ErrorMessage = l.requestError("share group describe", err)
@@ -106,7 +106,7 @@ func (l *Listener) handleDescribeShareGroupOffsets(ctx context.Context, _ *conn,
 		err := l.requireGroup(ctx, authz.Describe, g.GroupID)
 		var out []sharegroup.TopicOffsets
 		if err == nil {
-			out, err = l.cfg.Share.DescribeOffsets(ctx, g.GroupID, topics)
+			out, err = l.shareOf(ctx).DescribeOffsets(ctx, g.GroupID, topics)
 		}
 		if err != nil {
 			rg.ErrorCode, rg.ErrorMessage = l.requestError("describe share group offsets", err)
@@ -144,7 +144,7 @@ func (l *Listener) handleAlterShareGroupOffsets(ctx context.Context, _ *conn, kr
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("alter share group offsets", err)
 		return resp, nil
 	}
-	out, err := l.cfg.Share.AlterOffsets(ctx, req.GroupID, topics)
+	out, err := l.shareOf(ctx).AlterOffsets(ctx, req.GroupID, topics)
 	l.cfg.Guard.Changed(ctx, "AlterShareGroupOffsets", authz.Group, req.GroupID, err)
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("alter share group offsets", err)
@@ -174,7 +174,7 @@ func (l *Listener) handleDeleteShareGroupOffsets(ctx context.Context, _ *conn, k
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("delete share group offsets", err)
 		return resp, nil
 	}
-	out, err := l.cfg.Share.DeleteOffsets(ctx, req.GroupID, topics)
+	out, err := l.shareOf(ctx).DeleteOffsets(ctx, req.GroupID, topics)
 	l.cfg.Guard.Changed(ctx, "DeleteShareGroupOffsets", authz.Group, req.GroupID, err)
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("delete share group offsets", err)

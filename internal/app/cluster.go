@@ -46,7 +46,7 @@ type clusterNode struct {
 	role    cluster.Role
 	holder  cluster.Holder
 	epoch   uint64
-	term    uint64 // the revision the holder's term began at (cluster.Status.Term)
+	term    uint64         // the revision the holder's term began at (cluster.Status.Term)
 	active  *activeBackend // set while active and open
 	conns   map[string]*grpc.ClientConn
 	closing bool

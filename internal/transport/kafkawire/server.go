@@ -61,13 +61,13 @@ type Config struct {
 	DataDir string
 	// Share is the share-group manager; nil = share-group APIs are not
 	// advertised (unless Cluster is set).
-	Share  *sharegroup.Manager
+	Share *sharegroup.Manager
 	// Cluster, in cluster mode, names the brokers, leaders and
 	// coordinators and gives each call the backend this instance serves
 	// with (its log domain and share groups; Listen's log and Share are
 	// then unused). nil = a single node (cluster.go).
 	Cluster Cluster
-	Logger *slog.Logger
+	Logger  *slog.Logger
 	// Budget is the response byte budget Fetch draws from, and its
 	// --max-fetch-bytes cap (internal/budget); nil = none.
 	Budget *budget.Bytes

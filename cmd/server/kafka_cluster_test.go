@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -251,4 +253,97 @@ func TestKafkaClusterBrokersLeadersEpochs(t *testing.T) {
 	members["c"].waitReadyz(t, "cluster: partitioned", 15*time.Second)
 	meta, _ = waitKafkaLeaders(t, members["a"].kafka, "kt", 6, 3, 20*time.Second)
 	require.Equal(t, victimNode, brokerIDs(meta)[members["c"].kafka], "c's node id across its restart: %v", brokerIDs(meta))
+}
+
+// Active-standby with Kafka listeners: Metadata at the standby lists both
+// brokers and names the active as the controller and every partition's
+// leader; the standby answers NOT_LEADER_OR_FOLLOWER and NOT_COORDINATOR
+// and points FindCoordinator at the active. A kgo client seeded with the
+// standby only produces through the active, and after the active is
+// SIGKILLed the same client produces to the new active (a higher leader
+// epoch); every acknowledged record is stored.
+func TestKafkaActiveStandbyFailover(t *testing.T) {
+	js := startJS(t)
+	prefix := js.Prefix()
+	a := startKafkaMember(t, js.URL(), prefix, "a")
+	a.waitReadyz(t, "cluster: active", 20*time.Second)
+	b := startKafkaMember(t, js.URL(), prefix, "b")
+	b.waitReadyz(t, "forwarding to a", 15*time.Second)
+
+	// A topic created at the standby is created by the active.
+	kb := dialKafka(t, b.kafka)
+	require.Eventually(t, func() bool {
+		req := kmsg.NewPtrCreateTopicsRequest()
+		req.Version = 7
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "as", 3, 1
+		req.Topics = append(req.Topics, rt)
+		req.TimeoutMillis = 5000
+		c := kb.do(req).(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode
+		return c == 0 || c == kerr.TopicAlreadyExists.Code
+	}, 15*time.Second, 200*time.Millisecond)
+	meta, leaders := waitKafkaLeaders(t, b.kafka, "as", 3, 2, 15*time.Second)
+	ids := brokerIDs(meta)
+	nodeA, nodeB := ids[a.kafka], ids[b.kafka]
+	require.NotEqual(t, nodeA, nodeB)
+	require.Equal(t, nodeA, meta.ControllerID, "the active is the controller")
+	for p, l := range leaders {
+		require.Equal(t, nodeA, l.leader, "partition %d is led by the active", p)
+	}
+	require.Equal(t, leaders, leadersOf(kafkaMetadata(t, a.kafka, "as"), "as"), "the active and the standby agree on leaders and epochs")
+	require.Equal(t, kerr.NotLeaderForPartition.Code, listOffsetsAt(t, b.kafka, "as", 0, -1))
+	require.Equal(t, kerr.NotLeaderForPartition.Code, fetchAt(t, b.kafka, "as", 0, -1).ErrorCode)
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.Version = 4
+	fc.CoordinatorKeys = []string{"g"}
+	co := kb.do(fc).(*kmsg.FindCoordinatorResponse).Coordinators[0]
+	require.Zero(t, co.ErrorCode)
+	require.Equal(t, nodeA, co.NodeID, "the standby points FindCoordinator at the active")
+	hb := kmsg.NewPtrShareGroupHeartbeatRequest()
+	hb.Version = 1
+	hb.GroupID, hb.MemberID, hb.MemberEpoch, hb.SubscribedTopicNames = "g", "m", 0, []string{"as"}
+	require.Equal(t, kerr.NotCoordinator.Code, kb.do(hb).(*kmsg.ShareGroupHeartbeatResponse).ErrorCode)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.kafka), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DisableIdempotentWrite(),
+		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.RecordRetries(100), kgo.RetryTimeout(60*time.Second),
+		kgo.MetadataMinAge(250*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	ctx := context.Background()
+	produced := map[[2]int64]string{}
+	produce := func(n int, tag string) {
+		for i := range n {
+			v := fmt.Sprintf("%s-%d", tag, i)
+			r, err := cl.ProduceSync(ctx, &kgo.Record{Topic: "as", Value: []byte(v)}).First()
+			require.NoError(t, err, "produce %s", v)
+			produced[[2]int64{int64(r.Partition), r.Offset}] = v
+		}
+	}
+	produce(30, "before")
+
+	a.kill(t)
+	b.waitReadyz(t, "cluster: active", leaseTTL+20*time.Second)
+	produce(30, "after") // the same client, to the new active
+	meta, after := waitKafkaLeaders(t, b.kafka, "as", 3, 1, 15*time.Second)
+	require.Equal(t, nodeB, meta.ControllerID)
+	for p, l := range after {
+		require.Equal(t, nodeB, l.leader, "partition %d is led by the new active", p)
+		require.Greater(t, l.epoch, leaders[p].epoch, "partition %d: a higher leader epoch", p)
+	}
+	require.Equal(t, kerr.FencedLeaderEpoch.Code, fetchAt(t, b.kafka, "as", 0, leaders[0].epoch).ErrorCode, "the old epoch is fenced")
+
+	rd, err := kgo.NewClient(kgo.SeedBrokers(b.kafka), kgo.ConsumeTopics("as"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer rd.Close()
+	stored := map[[2]int64]string{}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for len(stored) < len(produced) {
+		fs := rd.PollFetches(rctx)
+		require.NoError(t, rctx.Err(), "read back %d of %d", len(stored), len(produced))
+		fs.EachRecord(func(r *kgo.Record) { stored[[2]int64{int64(r.Partition), r.Offset}] = string(r.Value) })
+	}
+	for k, v := range produced {
+		require.Equal(t, v, stored[k], "record at %d/%d", k[0], k[1])
+	}
 }

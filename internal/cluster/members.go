@@ -188,6 +188,17 @@ func (l *Lease) KafkaNodeID(ctx context.Context, id string) (int32, error) {
 		_, err := l.kv.Create(ctx, key, []byte(id))
 		if errors.Is(err, njs.ErrKeyExists) {
 			e, gerr := l.kv.Get(ctx, key)
+			if errors.Is(gerr, njs.ErrKeyNotFound) {
+				// A replica answering the read has not the create yet:
+				// read n again.
+				select {
+				case <-ctx.Done():
+					return 0, fmt.Errorf("read the Kafka node id %d: %w", n, ctx.Err())
+				case <-time.After(20 * time.Millisecond):
+				}
+				n--
+				continue
+			}
 			if gerr != nil {
 				return 0, fmt.Errorf("read the Kafka node id %d: %w", n, gerr)
 			}

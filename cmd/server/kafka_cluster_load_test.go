@@ -396,12 +396,6 @@ func (c *kafkaShareConsumer) step() {
 	}
 }
 
-func (c *kafkaShareConsumer) acceptedCount(p int32, off int64) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.accepted[tpo{c.topicID, p, off}]
-}
-
 // Three partitioned instances, each a Kafka broker: a kgo producer
 // (acks=all) and a Kafka share consumer ACCEPTing everything run while the
 // owner of two partitions (and possibly the group's coordinator) is

@@ -480,6 +480,31 @@ func TestKafkaClusterKillOwnerUnderLoad(t *testing.T) {
 		resp := k.do(req).(*kmsg.IncrementalAlterConfigsResponse)
 		return resp.Resources[0].ErrorCode == 0
 	}, 15*time.Second, 200*time.Millisecond, "set the group's share.auto.offset.reset")
+	// A kgo consumer reads the topic throughout, across the kill: it
+	// follows the leaders and validates its positions with their epochs
+	// (OffsetForLeaderEpoch).
+	follower, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500*time.Millisecond), kgo.MetadataMinAge(250*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(follower.Close)
+	var fmu sync.Mutex
+	followed := map[[2]int64]string{}
+	var followErrs []error
+	fctx, fcancel := context.WithCancel(context.Background())
+	var fwg sync.WaitGroup
+	fwg.Go(func() {
+		for fctx.Err() == nil {
+			fs := follower.PollFetches(fctx)
+			fmu.Lock()
+			fs.EachError(func(topic string, p int32, err error) {
+				if !errors.Is(err, context.Canceled) {
+					followErrs = append(followErrs, fmt.Errorf("%s/%d: %w", topic, p, err))
+				}
+			})
+			fs.EachRecord(func(r *kgo.Record) { followed[[2]int64{int64(r.Partition), r.Offset}] = string(r.Value) })
+			fmu.Unlock()
+		}
+	})
 	sc := newKafkaShareConsumer(seeds, "kgroup", topic)
 	wg.Go(func() {
 		for {
@@ -617,31 +642,28 @@ func TestKafkaClusterKillOwnerUnderLoad(t *testing.T) {
 		len(want), failed, len(sc.accepted), len(sc.unknown), movedParts)
 	sc.mu.Unlock()
 
-	// Every acknowledged record is stored at its offset: read back with a
-	// new kgo consumer, which follows the leaders too.
-	rd, err := kgo.NewClient(kgo.SeedBrokers(live.kafka), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500*time.Millisecond))
-	require.NoError(t, err)
-	defer rd.Close()
-	stored := map[[2]int64]string{}
-	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer rcancel()
-	for {
-		n := 0
+	// Every acknowledged record is stored at its offset: the kgo consumer
+	// that ran across the kill reads every one, without data loss or any
+	// other error.
+	require.Eventually(t, func() bool {
+		fmu.Lock()
+		defer fmu.Unlock()
 		for k, a := range want {
-			if stored[k] == a.value {
-				n++
+			if followed[k] != a.value {
+				return false
 			}
 		}
-		if n == len(want) {
-			break
-		}
-		fs := rd.PollFetches(rctx)
-		if rctx.Err() != nil {
-			t.Fatalf("only %d of %d acknowledged records read back", n, len(want))
-		}
-		fs.EachRecord(func(r *kgo.Record) { stored[[2]int64{int64(r.Partition), r.Offset}] = string(r.Value) })
+		return true
+	}, 60*time.Second, 100*time.Millisecond, "the kgo consumer reads every acknowledged record")
+	fcancel()
+	fwg.Wait()
+	fmu.Lock()
+	defer fmu.Unlock()
+	for _, err := range followErrs {
+		var loss *kgo.ErrDataLoss
+		require.False(t, errors.As(err, &loss), "the consumer saw data loss: %v", err)
 	}
+	t.Logf("the kgo consumer saw %d errors across the kill: %v", len(followErrs), followErrs)
 }
 
 // shareLag is "" when the group's start offset on each of topic's parts

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"strconv"
@@ -225,6 +226,19 @@ func TestKafkaClusterBrokersLeadersEpochs(t *testing.T) {
 		require.Zero(t, fetchAt(t, leader.kafka, "kt", p, l.epoch).ErrorCode, "fetch of kt/%d at its leader", p)
 	}
 
+	// Three records in every partition, through a kgo client that follows
+	// the leaders.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(members["a"].kafka), kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	for p := range int32(6) {
+		for range 3 {
+			require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Topic: "kt", Partition: p, Value: []byte("x")}).FirstErr())
+		}
+	}
+	cl.Close()
+
 	// SIGKILL c: its partitions get new leaders, at higher epochs.
 	victim := members["c"]
 	victimNode := ids[victim.kafka]
@@ -244,7 +258,17 @@ func TestKafkaClusterBrokersLeadersEpochs(t *testing.T) {
 		require.Equal(t, kerr.FencedLeaderEpoch.Code, listOffsetsAt(t, newLeader.kafka, "kt", p, l.epoch), "the old epoch of kt/%d is fenced", p)
 		require.Equal(t, kerr.FencedLeaderEpoch.Code, fetchAt(t, newLeader.kafka, "kt", p, l.epoch).ErrorCode)
 		require.Equal(t, kerr.UnknownLeaderEpoch.Code, fetchAt(t, newLeader.kafka, "kt", p, a.epoch+1).ErrorCode)
-		require.Zero(t, fetchAt(t, newLeader.kafka, "kt", p, a.epoch).ErrorCode)
+		fr := fetchAt(t, newLeader.kafka, "kt", p, a.epoch)
+		require.Zero(t, fr.ErrorCode)
+		require.GreaterOrEqual(t, len(fr.RecordBatches), 61, "kt/%d: hw %d, log start %d", p, fr.HighWatermark, fr.LogStartOffset)
+		require.Equal(t, a.epoch, int32(binary.BigEndian.Uint32(fr.RecordBatches[12:16])), "kt/%d: the batch carries the new leader's epoch", p)
+		// A consumer that read under the old leader validates its
+		// position: the old epoch ends at the high watermark.
+		ep := offsetForLeaderEpochAt(t, newLeader.kafka, "kt", p, a.epoch, l.epoch)
+		require.Zero(t, ep.ErrorCode)
+		require.Equal(t, l.epoch, ep.LeaderEpoch)
+		require.Equal(t, int64(3), ep.EndOffset)
+		require.Equal(t, kerr.FencedLeaderEpoch.Code, offsetForLeaderEpochAt(t, newLeader.kafka, "kt", p, l.epoch, l.epoch).ErrorCode)
 	}
 	require.Equal(t, 2, moved, "c led two of the six partitions")
 
@@ -346,4 +370,21 @@ func TestKafkaActiveStandbyFailover(t *testing.T) {
 	for k, v := range produced {
 		require.Equal(t, v, stored[k], "record at %d/%d", k[0], k[1])
 	}
+}
+
+// offsetForLeaderEpochAt sends OffsetForLeaderEpoch v4 for topic's
+// partition to addr and returns the partition's answer.
+func offsetForLeaderEpochAt(t *testing.T, addr, topic string, part, current, epoch int32) kmsg.OffsetForLeaderEpochResponseTopicPartition {
+	t.Helper()
+	k := dialKafka(t, addr)
+	defer k.nc.Close()
+	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	req.Version, req.ReplicaID = 4, -1
+	rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+	rp.Partition, rp.CurrentLeaderEpoch, rp.LeaderEpoch = part, current, epoch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return k.do(req).(*kmsg.OffsetForLeaderEpochResponse).Topics[0].Partitions[0]
 }

@@ -46,8 +46,9 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 		}
 		for _, p := range t.Partitions {
 			tp := broker.TopicPartition{Topic: t.Topic, Partition: p.Partition}
-			if ld, err := l.leads(ctx, t.Topic, p.Partition, p.CurrentLeaderEpoch); err != nil {
-				led[tp] = leadership{ld, err}
+			ld, err := l.leads(ctx, t.Topic, p.Partition, p.CurrentLeaderEpoch)
+			led[tp] = leadership{ld, err}
+			if err != nil {
 				continue
 			}
 			parts = append(parts, tp)
@@ -81,7 +82,7 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 // budget is 0) and returns the record bytes in it and whether any partition
 // has an error (answered at once, as Kafka).
 func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *kmsg.FetchResponse, budget int, denied map[string]error, led map[broker.TopicPartition]leadership) (int, bool) {
-	failed := len(led) > 0
+	failed := false
 	starved := budget <= 0
 	total := 0
 	for _, t := range req.Topics {
@@ -98,11 +99,13 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 				rt.Partitions = append(rt.Partitions, rp)
 				continue
 			}
-			if ld, ok := led[broker.TopicPartition{Topic: t.Topic, Partition: p.Partition}]; ok {
+			ld := led[broker.TopicPartition{Topic: t.Topic, Partition: p.Partition}]
+			if ld.err != nil {
 				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
 				rp.ErrorCode = errorCode(ld.err)
 				rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = ld.leader.Node, ld.leader.Epoch
 				rt.Partitions = append(rt.Partitions, rp)
+				failed = true
 				continue
 			}
 			limit := 0 // the byte budget is spent: the bounds only
@@ -119,7 +122,7 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 			if err != nil {
 				rp.ErrorCode = errorCode(err)
 			} else if len(res.Records) > 0 {
-				rp.RecordBatches = appendBatch(rp.RecordBatches, res.Records)
+				rp.RecordBatches = appendBatchAt(rp.RecordBatches, res.Records, ld.leader.Epoch)
 				total += len(rp.RecordBatches)
 				budget -= len(rp.RecordBatches)
 			}
@@ -131,8 +134,8 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 	return total, failed
 }
 
-// leadership is a partition this broker does not serve a request for:
-// its leader and why (Listener.leads).
+// leadership is a fetched partition's leader and, when this broker does not
+// serve the request for it, why (Listener.leads).
 type leadership struct {
 	leader Leader
 	err    error

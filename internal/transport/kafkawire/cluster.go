@@ -143,17 +143,15 @@ func (l *Listener) self(ctx context.Context) int32 {
 	return l.cfg.Cluster.Brokers(ctx).Self
 }
 
-// leads checks that this broker leads topic's partition part, and that a
-// leader epoch the client sent (current, -1 = none) is the leader's: the
+// leads checks that this broker leads topic's partition part (a single
+// node leads every one, at epoch 0), and that a leader epoch the client
+// sent (current, -1 = none) is the leader's: the
 // error is NOT_LEADER_OR_FOLLOWER for a partition led elsewhere,
 // LEADER_NOT_AVAILABLE for one nobody leads, FENCED_LEADER_EPOCH and
 // UNKNOWN_LEADER_EPOCH for an older and a newer epoch, as Kafka answers.
 // The leader is returned either way (for KIP-951's current leader).
 func (l *Listener) leads(ctx context.Context, topic string, part, current int32) (Leader, error) {
 	ld := l.leader(ctx, topic, part)
-	if l.cfg.Cluster == nil {
-		return ld, nil
-	}
 	switch self := l.self(ctx); {
 	case ld.Node < 0:
 		return ld, errLeaderNotAvailable

@@ -42,6 +42,9 @@ func (l *Listener) handlerTable() map[int16]handler {
 	for k, h := range aclHandlers {
 		t[k] = h
 	}
+	for k, h := range leaderEpochHandlers {
+		t[k] = h
+	}
 	if l.cfg.Share != nil || l.cfg.Cluster != nil {
 		for k, h := range shareHandlers {
 			t[k] = h

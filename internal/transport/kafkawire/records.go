@@ -259,6 +259,13 @@ func decodeSnappy(src []byte, max int, tooLarge func() error) ([]byte, error) {
 // appendBatch encodes recs (ascending offsets, possibly with gaps) as one
 // uncompressed RecordBatch v2 with CreateTime timestamps.
 func appendBatch(dst []byte, recs []broker.Record) []byte {
+	return appendBatchAt(dst, recs, 0)
+}
+
+// appendBatchAt is appendBatch with the partition leader epoch of the
+// leader that serves it (Fetch: a consumer validates its position with
+// that epoch after a change of leader, OffsetForLeaderEpoch).
+func appendBatchAt(dst []byte, recs []broker.Record, leaderEpoch int32) []byte {
 	if len(recs) == 0 {
 		return dst
 	}
@@ -278,7 +285,7 @@ func appendBatch(dst []byte, recs []broker.Record) []byte {
 	start := len(dst)
 	dst = kbin.AppendInt64(dst, base)
 	dst = kbin.AppendInt32(dst, 0) // length, set below
-	dst = kbin.AppendInt32(dst, 0) // partition leader epoch
+	dst = kbin.AppendInt32(dst, leaderEpoch)
 	dst = kbin.AppendInt8(dst, 2)  // magic
 	dst = kbin.AppendInt32(dst, 0) // crc, set below
 	dst = kbin.AppendInt16(dst, 0) // attributes: no codec, CreateTime

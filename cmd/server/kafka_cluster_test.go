@@ -327,6 +327,22 @@ func TestKafkaActiveStandbyFailover(t *testing.T) {
 	hb.Version = 1
 	hb.GroupID, hb.MemberID, hb.MemberEpoch, hb.SubscribedTopicNames = "g", "m", 0, []string{"as"}
 	require.Equal(t, kerr.NotCoordinator.Code, kb.do(hb).(*kmsg.ShareGroupHeartbeatResponse).ErrorCode)
+	var asID [16]byte
+	for _, rt := range meta.Topics {
+		if rt.Topic != nil && *rt.Topic == "as" {
+			asID = rt.TopicID
+		}
+	}
+	sf := kb.shareFetch(kshareFetch{group: "g", member: "m", topics: map[[16]byte][]int32{asID: {0, 1}}})
+	require.Len(t, sf.Topics, 1)
+	require.Len(t, sf.Topics[0].Partitions, 2)
+	for _, p := range sf.Topics[0].Partitions {
+		require.Equal(t, kerr.NotLeaderForPartition.Code, p.ErrorCode, "share fetch of as/%d at the standby", p.Partition)
+		require.Equal(t, nodeA, p.CurrentLeader.LeaderID)
+		require.Equal(t, leaders[p.Partition].epoch, p.CurrentLeader.LeaderEpoch)
+	}
+	require.Len(t, sf.NodeEndpoints, 1)
+	require.Equal(t, nodeA, sf.NodeEndpoints[0].NodeID, "the answer names the active's endpoint")
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.kafka), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DisableIdempotentWrite(),
 		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.RecordRetries(100), kgo.RetryTimeout(60*time.Second),

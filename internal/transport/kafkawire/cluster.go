@@ -186,14 +186,14 @@ func notCoordinatorResponse(req kmsg.Request) kmsg.Response {
 	if _, ok := shareHandlers[req.Key()]; !ok {
 		return nil
 	}
+	switch req.(type) {
+	case *kmsg.ShareFetchRequest, *kmsg.ShareAcknowledgeRequest:
+		return nil // per partition: NOT_LEADER_OR_FOLLOWER (share.go)
+	}
 	code := kerr.NotCoordinator.Code
 	resp := req.ResponseKind()
 	switch r := resp.(type) {
 	case *kmsg.ShareGroupHeartbeatResponse:
-		r.ErrorCode = code
-	case *kmsg.ShareFetchResponse:
-		r.ErrorCode = code
-	case *kmsg.ShareAcknowledgeResponse:
 		r.ErrorCode = code
 	case *kmsg.ListGroupsResponse:
 		r.ErrorCode = code
@@ -254,4 +254,25 @@ func (ls *leaders) elsewhere() []Broker {
 		}
 	}
 	return out
+}
+
+// notLeaderShare is a ShareFetch or ShareAcknowledge at an instance that
+// serves no share groups (a standby): every partition named is
+// NOT_LEADER_OR_FOLLOWER with its current leader and that leader's node
+// endpoint, as a Kafka broker answers for partitions it does not lead
+// (an unknown topic id UNKNOWN_TOPIC_ID).
+func (l *Listener) notLeaderShare(ctx context.Context, ids map[[16]byte][]int32, add func(id [16]byte, part int32, code int16, leader, epoch int32)) *leaders {
+	ls := l.newLeaders(ctx)
+	for id, parts := range ids {
+		name, ok := l.resolveTopicID(ctx, id)
+		for _, p := range parts {
+			if !ok {
+				add(id, p, kerr.UnknownTopicID.Code, -1, -1)
+				continue
+			}
+			leader, epoch := ls.of(name, p)
+			add(id, p, kerr.NotLeaderForPartition.Code, leader, epoch)
+		}
+	}
+	return ls
 }

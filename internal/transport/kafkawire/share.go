@@ -240,6 +240,35 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share fetch", err)
 		return resp, nil
 	}
+	if l.shareOf(ctx) == nil {
+		ids := map[[16]byte][]int32{}
+		for _, t := range req.Topics {
+			for _, p := range t.Partitions {
+				ids[t.TopicID] = append(ids[t.TopicID], p.Partition)
+			}
+		}
+		byTopic := map[[16]byte]int{}
+		ls := l.notLeaderShare(ctx, ids, func(id [16]byte, part int32, code int16, leader, epoch int32) {
+			i, ok := byTopic[id]
+			if !ok {
+				t := kmsg.NewShareFetchResponseTopic()
+				t.TopicID = id
+				resp.Topics = append(resp.Topics, t)
+				i = len(resp.Topics) - 1
+				byTopic[id] = i
+			}
+			rp := kmsg.NewShareFetchResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = part, code
+			rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = leader, epoch
+			resp.Topics[i].Partitions = append(resp.Topics[i].Partitions, rp)
+		})
+		for _, b := range ls.elsewhere() {
+			e := kmsg.NewShareFetchResponseNodeEndpoint()
+			e.NodeID, e.Host, e.Port = b.NodeID, b.Host, b.Port
+			resp.NodeEndpoints = append(resp.NodeEndpoints, e)
+		}
+		return resp, nil
+	}
 	fr := sharegroup.FetchRequest{
 		GroupID: *req.GroupID, MemberID: *req.MemberID, Epoch: req.ShareSessionEpoch,
 		MaxWaitMs: req.MaxWaitMillis, MinBytes: req.MinBytes, BatchSize: req.BatchSize, IsRenewAck: req.IsRenewAck,
@@ -385,6 +414,35 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 	}
 	if err := l.requireGroup(ctx, authz.Read, *req.GroupID); err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share acknowledge", err)
+		return resp, nil
+	}
+	if l.shareOf(ctx) == nil {
+		ids := map[[16]byte][]int32{}
+		for _, t := range req.Topics {
+			for _, p := range t.Partitions {
+				ids[t.TopicID] = append(ids[t.TopicID], p.Partition)
+			}
+		}
+		byTopic := map[[16]byte]int{}
+		ls := l.notLeaderShare(ctx, ids, func(id [16]byte, part int32, code int16, leader, epoch int32) {
+			i, ok := byTopic[id]
+			if !ok {
+				t := kmsg.NewShareAcknowledgeResponseTopic()
+				t.TopicID = id
+				resp.Topics = append(resp.Topics, t)
+				i = len(resp.Topics) - 1
+				byTopic[id] = i
+			}
+			rp := kmsg.NewShareAcknowledgeResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = part, code
+			rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = leader, epoch
+			resp.Topics[i].Partitions = append(resp.Topics[i].Partitions, rp)
+		})
+		for _, b := range ls.elsewhere() {
+			e := kmsg.NewShareAcknowledgeResponseNodeEndpoint()
+			e.NodeID, e.Host, e.Port = b.NodeID, b.Host, b.Port
+			resp.NodeEndpoints = append(resp.NodeEndpoints, e)
+		}
 		return resp, nil
 	}
 	ar := sharegroup.AckRequest{GroupID: *req.GroupID, MemberID: *req.MemberID, Epoch: req.ShareSessionEpoch, IsRenewAck: req.IsRenewAck}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -199,6 +200,13 @@ func TestKafkaClusterBrokersLeadersEpochs(t *testing.T) {
 	for _, m := range members {
 		other, _ := waitKafkaLeaders(t, m.kafka, "kt", 6, 3, 15*time.Second)
 		require.Equal(t, ids, brokerIDs(other), "the same brokers at %s", m.id)
+		require.Equal(t, meta.ControllerID, other.ControllerID, "the same controller at %s", m.id)
+		require.Equal(t, *meta.ClusterID, *other.ClusterID, "the same cluster id at %s", m.id)
+		// The leaders and epochs every instance names agree (each reads
+		// the partition leases; an owner's own from its gates).
+		require.Eventually(t, func() bool {
+			return assert.ObjectsAreEqual(leaders, leadersOf(kafkaMetadata(t, m.kafka, "kt"), "kt"))
+		}, 5*time.Second, 100*time.Millisecond, "the leaders at %s", m.id)
 	}
 	// Each partition's leader is its owner (DescribeCluster).
 	dc := waitSpread(t, members["a"].child, 6, []string{"a", "b", "c"}, 5*time.Second)

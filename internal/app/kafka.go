@@ -164,6 +164,8 @@ func nodeOf(members map[string]kafkawire.Broker, id string) int32 {
 	return -1
 }
 
+func (k *kafkaCluster) Self() int32 { return k.node.Load() }
+
 func (k *kafkaCluster) Brokers(ctx context.Context) kafkawire.Brokers {
 	out := kafkawire.Brokers{Self: k.node.Load(), Controller: -1}
 	if id := k.id.Load(); id != nil {

@@ -24,6 +24,8 @@ import (
 // Cluster is the cluster this listener is a broker of (Config.Cluster).
 // Without one the listener is a single broker that leads everything.
 type Cluster interface {
+	// Self is this broker's node id (Brokers.Self), -1 while it has none.
+	Self() int32
 	// Brokers is the cluster as Kafka clients see it now.
 	Brokers(ctx context.Context) Brokers
 	// Domain is what this instance serves Kafka calls with now; release
@@ -136,11 +138,11 @@ func (l *Listener) leader(ctx context.Context, topic string, part int32) Leader 
 }
 
 // self is this broker's node id.
-func (l *Listener) self(ctx context.Context) int32 {
+func (l *Listener) self() int32 {
 	if l.cfg.Cluster == nil {
 		return nodeID
 	}
-	return l.cfg.Cluster.Brokers(ctx).Self
+	return l.cfg.Cluster.Self()
 }
 
 // leads checks that this broker leads topic's partition part (a single
@@ -152,7 +154,7 @@ func (l *Listener) self(ctx context.Context) int32 {
 // The leader is returned either way (for KIP-951's current leader).
 func (l *Listener) leads(ctx context.Context, topic string, part, current int32) (Leader, error) {
 	ld := l.leader(ctx, topic, part)
-	switch self := l.self(ctx); {
+	switch self := l.self(); {
 	case ld.Node < 0:
 		return ld, errLeaderNotAvailable
 	case ld.Node != self:

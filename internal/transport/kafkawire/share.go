@@ -144,7 +144,7 @@ func (l *Listener) handleShareGroupHeartbeat(ctx context.Context, c *conn, kreq 
 	if l.cfg.Cluster != nil {
 		// At the group's coordinator only, as Kafka: a client sends its
 		// heartbeats where FindCoordinator pointed it.
-		if node := l.cfg.Cluster.Coordinator(ctx, coordinatorGroup, req.GroupID); node != l.self(ctx) {
+		if node := l.cfg.Cluster.Coordinator(ctx, coordinatorGroup, req.GroupID); node != l.self() {
 			resp.ErrorCode = kerr.NotCoordinator.Code
 			msg := fmt.Sprintf("share group %q is coordinated by broker %d", req.GroupID, node)
 			resp.ErrorMessage = &msg

@@ -397,11 +397,14 @@ func (c *kafkaShareConsumer) step() {
 }
 
 // Three partitioned instances, each a Kafka broker: a kgo producer
-// (acks=all) and a Kafka share consumer ACCEPTing everything run while the
-// owner of two partitions (and possibly the group's coordinator) is
-// SIGKILLed. The same kgo client keeps producing to the moved partitions
-// at their new leaders; every acknowledged record is stored at its
-// offset, every one is ACCEPTed, and none is ACCEPTed twice.
+// (acks=all), a kgo consumer, kgo's share consumer and a Kafka-protocol
+// share consumer counting every confirmed ACCEPT (kafkaShareConsumer), in
+// two groups, run while the owner of two partitions that also coordinates
+// one group is SIGKILLed. The same kgo clients go on with the moved
+// partitions at their new leaders; every acknowledged record is stored at
+// its offset and read by the consumer, every one is ACCEPTed in each group
+// and none twice (a record comes again only with a higher delivery count,
+// only where its owner died).
 func TestKafkaClusterKillOwnerUnderLoad(t *testing.T) {
 	js := startJS(t)
 	prefix := js.Prefix()
@@ -465,21 +468,55 @@ func TestKafkaClusterKillOwnerUnderLoad(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	})
-	// The group reads from the start: the records produced before its
+	// The groups read from the start: the records produced before their
 	// share-partitions are first fetched count too.
-	require.Eventually(t, func() bool {
-		req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-		req.Version = 1
-		r := kmsg.NewIncrementalAlterConfigsRequestResource()
-		r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeGroupConfig, "kgroup"
-		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		v := "earliest"
-		c.Name, c.Value = "share.auto.offset.reset", &v
-		r.Configs = append(r.Configs, c)
-		req.Resources = append(req.Resources, r)
-		resp := k.do(req).(*kmsg.IncrementalAlterConfigsResponse)
-		return resp.Resources[0].ErrorCode == 0
-	}, 15*time.Second, 200*time.Millisecond, "set the group's share.auto.offset.reset")
+	for _, group := range []string{"kgroup", "kgo-share"} {
+		require.Eventually(t, func() bool {
+			req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+			req.Version = 1
+			r := kmsg.NewIncrementalAlterConfigsRequestResource()
+			r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
+			c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+			v := "earliest"
+			c.Name, c.Value = "share.auto.offset.reset", &v
+			r.Configs = append(r.Configs, c)
+			req.Resources = append(req.Resources, r)
+			resp := k.do(req).(*kmsg.IncrementalAlterConfigsResponse)
+			return resp.Resources[0].ErrorCode == 0
+		}, 15*time.Second, 200*time.Millisecond, "set the share.auto.offset.reset of %s", group)
+	}
+	// kgo's own share consumer, in a second group, ACCEPTs everything
+	// across the kill: the delivery counts of each record are recorded.
+	var smu sync.Mutex
+	shareDeliv := map[[2]int64][]int32{} // (partition, offset) → delivery counts seen
+	var shareAckErrs []error
+	sh, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ShareGroup("kgo-share"), kgo.ConsumeTopics(topic),
+		kgo.MetadataMinAge(250*time.Millisecond), kgo.ShareAckCallback(func(_ *kgo.Client, rs kgo.ShareAckResults) {
+			smu.Lock()
+			defer smu.Unlock()
+			for _, r := range rs {
+				if r.Err != nil {
+					shareAckErrs = append(shareAckErrs, fmt.Errorf("%s/%d: %w", r.Topic, r.Partition, r.Err))
+				}
+			}
+		}))
+	require.NoError(t, err)
+	t.Cleanup(sh.Close)
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	var swg sync.WaitGroup
+	swg.Go(func() {
+		for sctx.Err() == nil {
+			fs := sh.PollFetches(sctx)
+			smu.Lock()
+			fs.EachRecord(func(r *kgo.Record) {
+				k := [2]int64{int64(r.Partition), r.Offset}
+				shareDeliv[k] = append(shareDeliv[k], int32(r.DeliveryCount()))
+				r.Ack(kgo.AckAccept)
+			})
+			smu.Unlock()
+		}
+	})
 	// A kgo consumer reads the topic throughout, across the kill: it
 	// follows the leaders and validates its positions with their epochs
 	// (OffsetForLeaderEpoch).
@@ -641,6 +678,37 @@ func TestKafkaClusterKillOwnerUnderLoad(t *testing.T) {
 	t.Logf("%d records acknowledged (%d produce failures), %d ACCEPTed, %d ACCEPTs with a lost outcome; partitions %v moved",
 		len(want), failed, len(sc.accepted), len(sc.unknown), movedParts)
 	sc.mu.Unlock()
+
+	// kgo's share consumer got every acknowledged record and ACCEPTed
+	// each: its group starts at the end of every partition. A record is
+	// delivered again only with a higher delivery count, and only on the
+	// partitions that moved (an ACCEPT lost with the killed broker).
+	require.Eventually(t, func() bool {
+		smu.Lock()
+		for k := range want {
+			if len(shareDeliv[k]) == 0 {
+				smu.Unlock()
+				return false
+			}
+		}
+		smu.Unlock()
+		return shareLag(t, adm, live.kafka, "kgo-share", topic, parts) == ""
+	}, 90*time.Second, 200*time.Millisecond, "kgo's share consumer ACCEPTs every acknowledged record")
+	scancel()
+	swg.Wait()
+	smu.Lock()
+	redelivered := 0
+	for k, counts := range shareDeliv {
+		for i := 1; i < len(counts); i++ {
+			require.Greater(t, counts[i], counts[i-1], "record %d/%d delivered again without a higher delivery count: %v", k[0], k[1], counts)
+		}
+		if len(counts) > 1 {
+			redelivered++
+			require.Contains(t, movedParts, int32(k[0]), "record %d/%d of a partition whose owner lived delivered %v", k[0], k[1], counts)
+		}
+	}
+	t.Logf("kgo's share consumer: %d records, %d delivered again, ack errors %v", len(shareDeliv), redelivered, shareAckErrs)
+	smu.Unlock()
 
 	// Every acknowledged record is stored at its offset: the kgo consumer
 	// that ran across the kill reads every one, without data loss or any

@@ -230,6 +230,23 @@ func TestKafkaClusterBrokersLeadersEpochs(t *testing.T) {
 		pr := produceAt(t, other.kafka, "kt", p)
 		require.Equal(t, kerr.NotLeaderForPartition.Code, pr.ErrorCode, "produce of kt/%d at %s", p, other.id)
 		require.Equal(t, l.leader, pr.CurrentLeader.LeaderID, "produce answer names the leader of kt/%d", p)
+		// acks=0 gets no answer: the connection is closed instead.
+		k0, err := dialK(other.kafka)
+		require.NoError(t, err)
+		p0 := kmsg.NewPtrProduceRequest()
+		p0.Version, p0.Acks, p0.TimeoutMillis = 9, 0, 5000
+		rt0 := kmsg.NewProduceRequestTopic()
+		rt0.Topic = "kt"
+		rp0 := kmsg.NewProduceRequestTopicPartition()
+		rp0.Partition = p
+		rt0.Partitions = append(rt0.Partitions, rp0)
+		p0.Topics = append(p0.Topics, rt0)
+		_, err = k0.nc.Write(k0.fmt.AppendRequest(nil, p0, 1))
+		require.NoError(t, err)
+		k0.corr = 1
+		_, err = k0.do(kmsg.NewPtrApiVersionsRequest())
+		require.Error(t, err, "an acks=0 produce of kt/%d at %s closes the connection", p, other.id)
+		k0.nc.Close()
 		require.Zero(t, listOffsetsAt(t, leader.kafka, "kt", p, l.epoch), "list offsets of kt/%d at its leader %s", p, leader.id)
 		require.Zero(t, fetchAt(t, leader.kafka, "kt", p, l.epoch).ErrorCode, "fetch of kt/%d at its leader", p)
 	}

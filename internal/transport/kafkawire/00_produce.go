@@ -2,6 +2,7 @@ package kafkawire
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -15,7 +16,8 @@ import (
 // records with one broker.ProduceBatch (atomic, contiguous). acks 1 and -1
 // both mean "durable per --fsync"; acks 0 sends no response. In cluster
 // mode a partition led elsewhere is NOT_LEADER_OR_FOLLOWER with its
-// current leader (KIP-951), and is not passed on.
+// current leader (KIP-951), and is not passed on; with acks 0 the
+// connection is closed instead, as Kafka does.
 func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
@@ -75,6 +77,12 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 		}
 	}
 	if req.Acks == 0 {
+		if len(moved) > 0 {
+			// No answer tells an acks=0 producer that it wrote to the
+			// wrong broker: closing the connection does, as Kafka does,
+			// and the client refreshes its metadata.
+			return nil, errNotLeaderAcks0
+		}
 		return nil, nil
 	}
 	return resp, nil
@@ -87,6 +95,10 @@ func (l *Listener) produce(ctx context.Context, dec *batchDecoder, topic string,
 	}
 	return l.logOf(ctx).ProduceBatch(ctx, topic, partition, recs)
 }
+
+// errNotLeaderAcks0 closes the connection of an acks=0 produce to a
+// partition this broker does not lead.
+var errNotLeaderAcks0 = errors.New("an acks=0 produce for a partition led by another broker")
 
 // topicForWrite looks a topic up, creating it when auto-creation is on.
 func (l *Listener) topicForWrite(ctx context.Context, name string) (broker.TopicInfo, error) {

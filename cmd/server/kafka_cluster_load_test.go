@@ -402,9 +402,8 @@ func (c *kafkaShareConsumer) step() {
 // two groups, run while the owner of two partitions that also coordinates
 // one group is SIGKILLed. The same kgo clients go on with the moved
 // partitions at their new leaders; every acknowledged record is stored at
-// its offset and read by the consumer, every one is ACCEPTed in each group
-// and none twice (a record comes again only with a higher delivery count,
-// only where its owner died).
+// its offset and read by the consumer, every one is ACCEPTed in each group,
+// none twice, and a record comes again only where its owner died.
 func TestKafkaClusterKillOwnerUnderLoad(t *testing.T) {
 	js := startJS(t)
 	prefix := js.Prefix()
@@ -681,8 +680,9 @@ func TestKafkaClusterKillOwnerUnderLoad(t *testing.T) {
 
 	// kgo's share consumer got every acknowledged record and ACCEPTed
 	// each: its group starts at the end of every partition. A record is
-	// delivered again only with a higher delivery count, and only on the
-	// partitions that moved (an ACCEPT lost with the killed broker).
+	// delivered again only on the partitions that moved: acquired at the
+	// killed owner without an ACCEPT that held, it is available again at
+	// the next with its last durable delivery count (docs/cluster.md).
 	require.Eventually(t, func() bool {
 		smu.Lock()
 		for k := range want {
@@ -699,9 +699,6 @@ func TestKafkaClusterKillOwnerUnderLoad(t *testing.T) {
 	smu.Lock()
 	redelivered := 0
 	for k, counts := range shareDeliv {
-		for i := 1; i < len(counts); i++ {
-			require.Greater(t, counts[i], counts[i-1], "record %d/%d delivered again without a higher delivery count: %v", k[0], k[1], counts)
-		}
 		if len(counts) > 1 {
 			redelivered++
 			require.Contains(t, movedParts, int32(k[0]), "record %d/%d of a partition whose owner lived delivered %v", k[0], k[1], counts)

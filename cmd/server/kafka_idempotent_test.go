@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -435,19 +431,13 @@ func ackedOf(states []*kgoIdem) int {
 // TestPartitionedKafkaIdempotentFailover: in --cluster-mode partitioned,
 // franz-go idempotent producers on one instance's Kafka listener keep
 // producing while another instance, owner of some partitions, is
-// SIGKILLed and its partitions move; a batch whose forwarded append was
-// in flight at the kill is resent to the new owner, which reads the old
-// one's records from JetStream: every acknowledged record is stored
-// exactly once, in order per producer.
-//
-// It is skipped while the server refuses --kafka-addr with --store
-// jetstream (the Kafka listener serves the local store only so far), and
-// runs as soon as the listener serves cluster mode.
+// SIGKILLed and its partitions move; a batch in flight at the killed
+// leader is resent to the new one (franz-go follows NOT_LEADER_OR_FOLLOWER
+// and the new Metadata), which reads the old one's records and producer
+// state from JetStream: every acknowledged record is stored exactly once,
+// in order per producer.
 func TestPartitionedKafkaIdempotentFailover(t *testing.T) {
 	js := startJS(t)
-	if refusal := kafkaClusterRefused(t, js.URL(), js.Prefix()); refusal != "" {
-		t.Skipf("the Kafka listener does not serve cluster mode yet: %s", refusal)
-	}
 	members := map[string]*child{}
 	for _, id := range []string{"a", "b", "c"} {
 		members[id] = startMember(t, js.URL(), js.Prefix(), id, "--cluster-mode", "partitioned", "--kafka-addr", "127.0.0.1:0")
@@ -513,33 +503,3 @@ func TestPartitionedKafkaIdempotentFailover(t *testing.T) {
 	t.Logf("%d records acknowledged across the failover of %s", total, victim)
 }
 
-// kafkaClusterRefused starts the server with --kafka-addr in cluster mode
-// and returns its refusal, or "" once it serves (then it is stopped).
-func kafkaClusterRefused(t *testing.T, natsURL, prefix string) string {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "--data-dir", t.TempDir(), "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--store", "jetstream", "--nats-url", natsURL, "--nats-prefix", prefix, "--instance-id", "probe",
-		"--cluster-mode", "partitioned", "--kafka-addr", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "SHARELOG_TEST_CHILD=1")
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
-	timer := time.AfterFunc(30*time.Second, func() { _ = cmd.Process.Kill() })
-	defer timer.Stop()
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		line := sc.Text()
-		if i := strings.Index(line, "--kafka-addr is not supported with --store jetstream"); i >= 0 {
-			return line[i:]
-		}
-		if strings.Contains(line, "sharelog serving") {
-			return ""
-		}
-	}
-	t.Fatal("the cluster-mode server with --kafka-addr neither served nor refused")
-	return ""
-}

@@ -46,6 +46,7 @@ type clusterNode struct {
 	role    cluster.Role
 	holder  cluster.Holder
 	epoch   uint64
+	term    uint64         // the revision the holder's term began at (cluster.Status.Term)
 	active  *activeBackend // set while active and open
 	conns   map[string]*grpc.ClientConn
 	closing bool
@@ -55,6 +56,7 @@ type clusterNode struct {
 	refused string         // why this instance refused to join (another --cluster-mode runs)
 	secret  string         // the cluster's instance secret, with --auth-tokens-file (outgoing)
 	closers sync.WaitGroup // backends being closed
+	kafka   *kafkaCluster  // the Kafka listener's view of the cluster (kafka.go); nil without --kafka-addr
 }
 
 // activeBackend is the backend of one term as active instance.
@@ -108,7 +110,8 @@ func (n *clusterNode) start(grpcAddr string) {
 		addr = grpcAddr
 	}
 	n.mu.Lock()
-	n.self = cluster.Member{ID: c.instanceID(grpcAddr), Addr: addr, HTTPAddr: n.s.HTTPAddr(), Mode: c.Mode}
+	n.self = cluster.Member{ID: c.instanceID(grpcAddr), Addr: addr, HTTPAddr: n.s.HTTPAddr(), Mode: c.Mode,
+		KafkaAddr: n.s.kafkaAdvertised()}
 	n.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel
@@ -156,6 +159,15 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 	}
 	if n.s.auth != nil && n.s.auth.TokensEnabled() && !n.loadSecret(ctx, lease) {
 		return
+	}
+	// A Kafka broker needs its node id before its heartbeat names it.
+	if n.kafka != nil {
+		if !n.kafka.join(ctx, lease, &self, n.s.freshKafkaClusterID()) {
+			return
+		}
+		n.mu.Lock()
+		n.self = self
+		n.mu.Unlock()
 	}
 	// The heartbeat lists this instance in DescribeCluster and, in
 	// partitioned mode, in the live set partitions are placed over.
@@ -281,7 +293,7 @@ func (n *clusterNode) apply(ctx context.Context, st cluster.Status) {
 	if old != nil && st.Role != cluster.Active {
 		n.active = nil
 	}
-	n.role, n.holder = st.Role, st.Holder
+	n.role, n.holder, n.term = st.Role, st.Holder, st.Term
 	if st.Role == cluster.Active {
 		n.epoch = st.Epoch
 	}
@@ -415,6 +427,9 @@ func (n *clusterNode) close() error {
 	n.closers.Wait()
 	if n.part != nil {
 		n.closePartitioned()
+	}
+	if n.kafka != nil {
+		n.kafka.close()
 	}
 	for _, cc := range conns {
 		_ = cc.Close()

@@ -270,12 +270,16 @@ func forwardErr(target string, err error) error {
 	if !ok {
 		return ownerUnreachableErr(fmt.Sprintf("forwarding to the owner at %s failed: %v", target, err))
 	}
-	if st.Code() == codes.Unavailable {
-		for _, d := range st.Details() {
-			if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == apierr.Domain {
-				return err
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == apierr.Domain {
+			// The peer's answer, with its reason for every transport.
+			if e, ok := grpcapi.FromStatus(err).(*apierr.Error); ok {
+				return clusterError{e: e, st: st}
 			}
+			return err
 		}
+	}
+	if st.Code() == codes.Unavailable {
 		return ownerUnreachableErr(fmt.Sprintf("the owner at %s did not answer: %s; retry", target, st.Message()))
 	}
 	return err
@@ -301,9 +305,27 @@ func newForwardConn(addr string, tlsCfg *tls.Config, maxRequestBytes int) (*grpc
 // (UNAVAILABLE; docs/errors.md), as gRPC statuses so that they keep their
 // reason wherever in the interceptor chain they are returned.
 func notOwnerErr(msg string) error {
-	return grpcapi.Status(apierr.New(apierr.NotOwner, "%s", msg)).Err()
+	return newClusterError(apierr.New(apierr.NotOwner, "%s", msg))
 }
 
 func ownerUnreachableErr(msg string) error {
-	return grpcapi.Status(apierr.New(apierr.OwnerUnreachable, "%s", msg)).Err()
+	return newClusterError(apierr.New(apierr.OwnerUnreachable, "%s", msg))
 }
+
+// clusterError is a cluster-mode error the domain passes on to any
+// transport: a gRPC status to the gRPC interceptors (and to status.Code
+// and status.FromError), and the *apierr.Error it was made from to
+// errors.As, through which the Kafka listener finds its reason
+// (NOT_OWNER: NOT_LEADER_OR_FOLLOWER or NOT_COORDINATOR).
+type clusterError struct {
+	e  *apierr.Error
+	st *status.Status
+}
+
+func newClusterError(e *apierr.Error) error {
+	return clusterError{e: e, st: grpcapi.Status(e)}
+}
+
+func (c clusterError) Error() string              { return c.st.Err().Error() }
+func (c clusterError) GRPCStatus() *status.Status { return c.st }
+func (c clusterError) Unwrap() error              { return c.e }

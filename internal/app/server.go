@@ -32,7 +32,8 @@
 // (the lease-driven active backend, fencing, roles in readiness),
 // forward.go (standbys forward every routed call to the active instance),
 // and partitioned.go, owners.go and groups.go (partitioned mode: each
-// partition and group served at its owner).
+// partition and group served at its owner); kafka.go is the Kafka
+// listener's view of the cluster (brokers, leaders, coordinators).
 package app
 
 import (
@@ -327,12 +328,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	userSvc := grpcapi.NewUserService(s.users, s.guard)
 	s.health = health.NewServer()
 	if cfg.KafkaAddr != "" {
-		if s.share == nil {
-			return nil, fmt.Errorf("--kafka-addr is not supported with --store %s yet: the Kafka listener serves the local store only", cfg.Cluster.Store)
-		}
 		// Consumer groups keep their offsets in the data dir: file-store
-		// mode only. Cluster mode would need them in the cluster's KV; until
-		// then its listener (refused above for now) serves none, loudly.
+		// mode only. Cluster mode needs them in the cluster's KV; until
+		// then its listener serves none, and says so.
 		if s.fileBackend != nil {
 			if s.groups, err = openConsumerGroups(cfg, s.fileBackend.logAPI, s.share, log); err != nil {
 				return nil, err
@@ -344,7 +342,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		if err != nil {
 			return nil, fmt.Errorf("listen on --kafka-addr %s: %w", cfg.KafkaAddr, err)
 		}
-		if s.kafka, err = kafkawire.Listen(kafkawire.Config{
+		kcfg := kafkawire.Config{
 			Listener:         edge.NewLimitListener(kln, "kafka", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused),
 			AdvertisedAddr:   cfg.KafkaAdvertisedAddr,
 			AutoCreateTopics: cfg.KafkaAutoCreateTopics, DefaultPartitions: int32(cfg.KafkaDefaultPartitions),
@@ -354,7 +352,18 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			TLS: tlsCfg, Auth: auth, SASLSessionLifetime: cfg.KafkaSASLSessionLifetime,
 			SASLMechanisms: cfg.kafkaSASLMechanisms(), Users: s.users,
 			Guard: s.guard, ACL: s.acl, DLQAutoCreate: cfg.DLQAutoCreateTopics,
-		}, s.fileBackend.logAPI); err != nil {
+		}
+		var logAPI *broker.Log
+		if s.cluster != nil {
+			// Cluster mode: each call is served by the backend the lease
+			// opened here, and partitions and groups led elsewhere are
+			// answered as Kafka brokers do (kafka.go).
+			s.cluster.kafka = newKafkaCluster(s.cluster)
+			kcfg.Cluster = s.cluster.kafka
+		} else {
+			logAPI = s.fileBackend.logAPI
+		}
+		if s.kafka, err = kafkawire.Listen(kcfg, logAPI); err != nil {
 			kln.Close()
 			return nil, fmt.Errorf("kafka listener on --kafka-addr %s: %w", cfg.KafkaAddr, err)
 		}

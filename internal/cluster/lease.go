@@ -83,6 +83,19 @@ type Status struct {
 	Holder Holder
 	// Epoch is the lease revision while Active (the owner epoch).
 	Epoch uint64
+	// Term is the revision the holder's term began at (zero when no
+	// holder is known): unlike Epoch it stays the same across renewals and
+	// grows with every new holder, so it numbers the terms, as a Kafka
+	// leader epoch does (docs/cluster.md "Kafka listener").
+	Term uint64
+}
+
+// leaseValue is the value of the lease key: the holder and, from its
+// first renewal on, the revision its term began at (the create's own
+// revision, which the create cannot know).
+type leaseValue struct {
+	Holder
+	Term uint64 `json:"term,omitempty"`
 }
 
 // Lease takes, renews and follows the phase-1 lease. Run drives it.
@@ -93,7 +106,10 @@ type Lease struct {
 	kv     njs.KeyValue
 	bucket string
 	self   Holder
-	value  []byte
+	value  []byte // the lease value of a create
+	// renewValue is the value of the renewals of the current term (with
+	// its Term); l.mu.
+	renewValue []byte
 
 	mu        sync.Mutex
 	st        Status
@@ -285,7 +301,10 @@ func (l *Lease) Step(ctx context.Context) {
 func (l *Lease) renew(ctx context.Context, epoch uint64) {
 	sent := l.o.Now()
 	msg := nats.NewMsg("$KV." + l.bucket + "." + leaseKey)
-	msg.Data = l.value
+	l.mu.Lock()
+	msg.Data = l.renewValue
+	term := l.termStart
+	l.mu.Unlock()
 	ack, err := l.js.PublishMsg(ctx, msg, njs.WithExpectLastSequencePerSubject(epoch), njs.WithMsgTTL(l.o.TTL))
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -295,7 +314,7 @@ func (l *Lease) renew(ctx context.Context, epoch uint64) {
 	switch {
 	case err == nil:
 		l.renewed, l.lastSeen = sent, sent
-		l.set(Status{Role: Active, Holder: l.self, Epoch: ack.Sequence})
+		l.set(Status{Role: Active, Holder: l.self, Epoch: ack.Sequence, Term: term})
 	case sljs.IsWrongLastSequence(err):
 		l.o.Logger.Warn("lease taken by another instance", "epoch", epoch)
 		l.lastSeen = l.o.Now()
@@ -335,11 +354,15 @@ func (l *Lease) follow(ctx context.Context) {
 		return
 	}
 	l.lastSeen = l.o.Now()
-	var h Holder
-	if jerr := json.Unmarshal(val, &h); jerr != nil || h.ID == "" {
+	var v leaseValue
+	if jerr := json.Unmarshal(val, &v); jerr != nil || v.ID == "" {
 		l.o.Logger.Warn("undecodable lease value; waiting for it to expire", "value", string(val))
 		l.set(Status{Role: Disconnected})
 		return
+	}
+	h, term := v.Holder, v.Term
+	if term == 0 {
+		term = rev // not renewed yet: the create's revision began the term
 	}
 	if h == l.self {
 		// Our own lease, from before a fence or a restart under the same
@@ -348,7 +371,7 @@ func (l *Lease) follow(ctx context.Context) {
 		l.set(Status{Role: Standby})
 		return
 	}
-	l.set(Status{Role: Standby, Holder: h})
+	l.set(Status{Role: Standby, Holder: h, Term: term})
 }
 
 // read reads the lease key from the stream leader (a direct get may be
@@ -405,7 +428,12 @@ func (l *Lease) take(ctx context.Context) {
 	switch {
 	case err == nil:
 		l.renewed, l.lastSeen, l.termStart = sent, sent, rev
-		l.set(Status{Role: Active, Holder: l.self, Epoch: rev})
+		if v, jerr := json.Marshal(leaseValue{Holder: l.self, Term: rev}); jerr == nil {
+			l.renewValue = v
+		} else {
+			l.renewValue = l.value
+		}
+		l.set(Status{Role: Active, Holder: l.self, Epoch: rev, Term: rev})
 	case errors.Is(err, njs.ErrKeyExists):
 		l.o.Logger.Debug("lease taken by another instance first", "err", err)
 		l.lastSeen = l.o.Now() // another instance won; the next read names it

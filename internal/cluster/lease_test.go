@@ -75,7 +75,7 @@ func TestExpiredLeaseIsTakenAndOldHolderDeposed(t *testing.T) {
 	a.Step(context.Background())
 	require.Equal(t, Disconnected, a.Status().Role)
 	a.Step(context.Background())
-	require.Equal(t, Status{Role: Standby, Holder: Holder{ID: "b", Addr: "b:9090"}}, a.Status())
+	require.Equal(t, Status{Role: Standby, Holder: Holder{ID: "b", Addr: "b:9090"}, Term: sb.Term}, a.Status())
 }
 
 func TestStaleRenewalIsRefused(t *testing.T) {
@@ -172,14 +172,41 @@ func TestStaleKeyIsTakenOver(t *testing.T) {
 		Now: func() time.Time { return now }})
 	require.NoError(t, err)
 	// A holder's key with no TTL at all: it never expires by itself.
-	_, err = b.kv.Create(context.Background(), leaseKey, []byte(`{"id":"a","addr":"a:1"}`))
+	rev, err := b.kv.Create(context.Background(), leaseKey, []byte(`{"id":"a","addr":"a:1"}`))
 	require.NoError(t, err)
 	b.Step(context.Background())
-	require.Equal(t, Status{Role: Standby, Holder: Holder{ID: "a", Addr: "a:1"}}, b.Status())
+	require.Equal(t, Status{Role: Standby, Holder: Holder{ID: "a", Addr: "a:1"}, Term: rev}, b.Status(), "a value without a term: its revision began it")
 	now = now.Add(119 * time.Second)
 	b.Step(context.Background())
 	require.Equal(t, Standby, b.Status().Role, "not yet twice the TTL")
 	now = now.Add(2 * time.Second)
 	b.Step(context.Background())
 	require.Equal(t, Active, b.Status().Role)
+}
+
+// The term numbers the holders: it is the revision the holder's term
+// began at, the same through its renewals and at every follower, and
+// higher for the next holder (docs/cluster.md "Kafka listener": the
+// active-standby mode's leader epoch).
+func TestTermStableAcrossRenewalsAndGrowsWithNextHolder(t *testing.T) {
+	prefix := testCluster.Prefix()
+	a, b := openLease(t, prefix, "a"), openLease(t, prefix, "b")
+	sa := waitRole(t, a, Active, 5*time.Second)
+	require.Equal(t, sa.Epoch, sa.Term, "a term begins at the create's revision")
+	sb := waitRole(t, b, Standby, 5*time.Second)
+	require.Equal(t, sa.Term, sb.Term, "read before any renewal")
+	for range 4 {
+		time.Sleep(250 * time.Millisecond)
+		a.Step(context.Background())
+		b.Step(context.Background())
+	}
+	require.Greater(t, a.Status().Epoch, sa.Epoch, "renewed")
+	require.Equal(t, sa.Term, a.Status().Term, "renewals keep the term")
+	require.Equal(t, sa.Term, b.Status().Term, "the follower reads the term from a renewal")
+	// a stops renewing: b's term is higher.
+	nb := waitRole(t, b, Active, 5*time.Second)
+	require.Greater(t, nb.Term, sa.Term)
+	a.Step(context.Background())
+	a.Step(context.Background())
+	require.Equal(t, Status{Role: Standby, Holder: Holder{ID: "b", Addr: "b:9090"}, Term: nb.Term}, a.Status())
 }

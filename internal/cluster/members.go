@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,6 +31,11 @@ type Member struct {
 	// Mode is the instance's --cluster-mode: every instance of a
 	// deployment must run the same one (docs/cluster.md).
 	Mode string `json:"mode,omitempty"`
+	// KafkaAddr is the Kafka listener's advertised host:port, empty when
+	// the instance has no --kafka-addr; KafkaNodeID is then its Kafka
+	// broker id (KafkaNodeID), the same across its restarts.
+	KafkaAddr   string `json:"kafka_addr,omitempty"`
+	KafkaNodeID int32  `json:"kafka_node_id,omitempty"`
 }
 
 func memberKey(id string) string { return memberKeyPrefix + hex.EncodeToString([]byte(id)) }
@@ -146,5 +152,92 @@ func (l *Lease) Secret(ctx context.Context) (string, error) {
 		}
 		// Created here or by another instance at the same moment: read
 		// what won.
+	}
+}
+
+// Kafka broker ids (docs/cluster.md "Kafka listener"): instance IDs are
+// strings, Kafka's node ids small integers. Each instance gets the
+// smallest id no other instance has ever taken, recorded twice in the
+// lease bucket without a TTL: kafka-node.<n> names the instance that
+// took n (a create, so two instances never take the same n) and
+// kafka-broker.<hex of the instance ID> its n (so it keeps it across
+// restarts).
+const (
+	kafkaNodePrefix   = "kafka-node."
+	kafkaBrokerPrefix = "kafka-broker."
+)
+
+// KafkaNodeID returns the Kafka node id of the instance id, allocating
+// one on its first call for id.
+func (l *Lease) KafkaNodeID(ctx context.Context, id string) (int32, error) {
+	if id == "" {
+		return 0, errors.New("a Kafka node id needs an instance ID")
+	}
+	own := kafkaBrokerPrefix + hex.EncodeToString([]byte(id))
+	if e, err := l.kv.Get(ctx, own); err == nil {
+		n, perr := strconv.ParseInt(string(e.Value()), 10, 32)
+		if perr != nil || n < 0 {
+			return 0, fmt.Errorf("the Kafka node id of %s in %s is damaged (%q; delete the key %s and restart)", id, l.bucket, e.Value(), own)
+		}
+		return int32(n), nil
+	} else if !errors.Is(err, njs.ErrKeyNotFound) {
+		return 0, fmt.Errorf("read the Kafka node id of %s: %w", id, err)
+	}
+	for n := int32(0); n >= 0; n++ {
+		key := kafkaNodePrefix + strconv.Itoa(int(n))
+		_, err := l.kv.Create(ctx, key, []byte(id))
+		if errors.Is(err, njs.ErrKeyExists) {
+			e, gerr := l.kv.Get(ctx, key)
+			if errors.Is(gerr, njs.ErrKeyNotFound) {
+				// A replica answering the read has not the create yet:
+				// read n again.
+				select {
+				case <-ctx.Done():
+					return 0, fmt.Errorf("read the Kafka node id %d: %w", n, ctx.Err())
+				case <-time.After(20 * time.Millisecond):
+				}
+				n--
+				continue
+			}
+			if gerr != nil {
+				return 0, fmt.Errorf("read the Kafka node id %d: %w", n, gerr)
+			}
+			if string(e.Value()) != id {
+				continue // another instance's
+			}
+			// Taken by this instance before a crash kept it from writing
+			// its own key.
+		} else if err != nil {
+			return 0, fmt.Errorf("take the Kafka node id %d: %w", n, err)
+		}
+		if _, err := l.kv.Put(ctx, own, []byte(strconv.Itoa(int(n)))); err != nil {
+			return 0, fmt.Errorf("record the Kafka node id of %s: %w", id, err)
+		}
+		return n, nil
+	}
+	return 0, errors.New("no Kafka node id is left")
+}
+
+// kafkaClusterIDKey holds the deployment's Kafka cluster id in the lease
+// bucket (no TTL): every broker answers Metadata with the same one.
+const kafkaClusterIDKey = "kafka-cluster-id"
+
+// KafkaClusterID returns the deployment's Kafka cluster id, recording
+// fresh as it when there is none yet (the first instance to ask wins).
+func (l *Lease) KafkaClusterID(ctx context.Context, fresh string) (string, error) {
+	for {
+		e, err := l.kv.Get(ctx, kafkaClusterIDKey)
+		if err == nil && len(e.Value()) > 0 {
+			return string(e.Value()), nil
+		}
+		if err != nil && !errors.Is(err, njs.ErrKeyNotFound) {
+			return "", fmt.Errorf("read the Kafka cluster id: %w", err)
+		}
+		if err == nil {
+			return "", fmt.Errorf("the Kafka cluster id in %s is empty (delete the key %s and restart)", l.bucket, kafkaClusterIDKey)
+		}
+		if _, err := l.kv.Create(ctx, kafkaClusterIDKey, []byte(fresh)); err != nil && !errors.Is(err, njs.ErrKeyExists) {
+			return "", fmt.Errorf("write the Kafka cluster id: %w", err)
+		}
 	}
 }

@@ -312,6 +312,13 @@ func (m *Manager) dropDeleted(ctx context.Context, s *session) ([]PartitionFetch
 		default:
 			if owner := m.away(sp.topicID, sp.tp.Topic, sp.tp.Partition); owner != "" {
 				gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, TopicID: sp.topicID, ErrorCode: apierr.NotOwner, ErrorMessage: notHere(owner)})
+			} else if code, msg, moved := sp.sp.movedAway(); moved {
+				// Served here again (its lease lost and taken back) since
+				// the session took it: the share-partition the session
+				// holds is the dropped one. Reported once and forgotten,
+				// as a move is; naming the partition again adds the live
+				// one.
+				gone = append(gone, PartitionFetchResult{TopicPartition: sp.tp, TopicID: sp.topicID, ErrorCode: code, ErrorMessage: msg})
 			}
 		}
 	}

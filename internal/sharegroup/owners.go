@@ -230,6 +230,19 @@ func (m *Manager) follow(g *group) {
 	}
 }
 
+// movedAway reports whether p was dropped because its partition moved to
+// another owner (ReleasePartition), with the result a session holding it
+// reports.
+func (p *sharePartition) movedAway() (apierr.Reason, string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.status != spDropped || p.movedTo == "" {
+		return apierr.None, "", false
+	}
+	code, msg := p.droppedResult()
+	return code, msg, true
+}
+
 // droppedResult is the per-partition result of a dropped share-partition:
 // moved to another owner, or gone with its topic or group. mu is held.
 func (p *sharePartition) droppedResult() (apierr.Reason, string) {

@@ -308,3 +308,36 @@ func TestOwnedOnlyAdminCalls(t *testing.T) {
 	require.Equal(t, 2, asked)
 	require.False(t, a.m.HasGroup(testGroup))
 }
+
+// A partition whose lease is lost and taken back by the same instance
+// (a renewal late under load) while a session holds it: the session
+// reports NOT_LEADER_OR_FOLLOWER once and forgets the dropped
+// share-partition; naming the partition again serves it, from its durable
+// state, in the same session.
+func TestPartitionServedHereAgainKeepsTheSession(t *testing.T) {
+	store := logstore.NewMem()
+	t.Cleanup(func() { store.Close() })
+	o := &owners{parts: map[int32]string{0: "A"}, coordinator: "A"}
+	stA := sharestate.NewMem()
+	a := ownerEnv(t, store, stA, "A", o)
+	info := a.topic("t", 1)
+	require.NoError(t, a.m.AdoptPartition(info.ID, 0, nil))
+	x := tp("t", 0)
+	a.open("m", x)
+	a.produce("t", 0, 10, 10)
+	require.Equal(t, []AcquiredRange{rng(0, 9, 1)}, acquired(t, a.fetch("m", FetchRequest{}), x))
+	ack := a.ack("m", ackEntry(x, batch(0, 4, AckAccept)))
+	require.Equal(t, apierr.None, ack.Partitions[0].ErrorCode)
+
+	// The lease is lost (no owner known), then taken back here.
+	a.m.ReleasePartition(info.ID, 0, "another instance")
+	states := partitionStates(t, stA, info.ID, 0)
+	require.NoError(t, a.m.AdoptPartition(info.ID, 0, states))
+
+	resp := a.fetch("m", FetchRequest{})
+	require.Equal(t, apierr.NotOwner, part(t, resp, x).ErrorCode, "the dropped share-partition is reported once")
+	require.False(t, hasPart(a.fetch("m", FetchRequest{}), x), "then gone from the session")
+	resp = a.fetch("m", FetchRequest{Partitions: []PartitionEntry{{TopicPartition: x}}})
+	require.Equal(t, apierr.None, part(t, resp, x).ErrorCode)
+	require.Equal(t, []AcquiredRange{rng(5, 9, 1)}, acquired(t, resp, x), "named again: served from the durable state (acquisitions are not durable)")
+}

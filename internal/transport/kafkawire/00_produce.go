@@ -2,6 +2,7 @@ package kafkawire
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -15,12 +16,16 @@ import (
 // records with one broker.ProduceBatch (atomic, contiguous), or an
 // idempotent producer's batch with one broker.ProduceBatchIdempotent.
 // acks 1 and -1 both mean "durable per --fsync"; acks 0 sends no response.
+// In cluster mode a partition led elsewhere is NOT_LEADER_OR_FOLLOWER with
+// its current leader (KIP-951), and is not passed on; with acks 0 the
+// connection is closed instead, as Kafka does.
 func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.ProduceRequest)
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	dec := newBatchDecoder(int(l.cfg.MaxRequestBytes))
 	now := time.Now().UnixMilli()
 	writable := l.gate(authz.Write)
+	moved := map[int32]bool{} // the leaders named in KIP-951 fields
 	for _, t := range req.Topics {
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic = t.Topic
@@ -41,6 +46,12 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 			case terr != nil:
 				err = terr
 			default:
+				var ld Leader
+				if ld, err = l.leads(ctx, t.Topic, p.Partition, -1); err != nil {
+					rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = ld.Node, ld.Epoch
+					moved[ld.Node] = ld.Node >= 0
+					break
+				}
 				rp.BaseOffset, rp.LogStartOffset, err = l.produce(ctx, dec, t.Topic, p.Partition, p.Records, now)
 			}
 			if err != nil {
@@ -56,7 +67,23 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
+	if len(moved) > 0 {
+		bs := l.brokers(ctx)
+		for node, ok := range moved {
+			if b, live := brokerOf(bs, node); ok && live {
+				pb := kmsg.NewProduceResponseBroker()
+				pb.NodeID, pb.Host, pb.Port = b.NodeID, b.Host, b.Port
+				resp.Brokers = append(resp.Brokers, pb)
+			}
+		}
+	}
 	if req.Acks == 0 {
+		if len(moved) > 0 {
+			// No answer tells an acks=0 producer that it wrote to the
+			// wrong broker: closing the connection does, as Kafka does,
+			// and the client refreshes its metadata.
+			return nil, errNotLeaderAcks0
+		}
 		return nil, nil
 	}
 	return resp, nil
@@ -67,19 +94,24 @@ func (l *Listener) produce(ctx context.Context, dec *batchDecoder, topic string,
 	if err != nil {
 		return -1, -1, err
 	}
+	lg := l.logOf(ctx)
 	if producer != nil {
 		// One idempotent append: a resend of one of the producer's last
 		// batches answers its original base offset with no error, as
 		// Kafka (docs/kafka.md "Idempotent producers").
-		return l.log.ProduceBatchIdempotent(ctx, topic, partition, recs, *producer)
+		return lg.ProduceBatchIdempotent(ctx, topic, partition, recs, *producer)
 	}
-	return l.log.ProduceBatch(ctx, topic, partition, recs)
+	return lg.ProduceBatch(ctx, topic, partition, recs)
 }
+
+// errNotLeaderAcks0 closes the connection of an acks=0 produce to a
+// partition this broker does not lead.
+var errNotLeaderAcks0 = errors.New("an acks=0 produce for a partition led by another broker")
 
 // topicForWrite looks a topic up, creating it when auto-creation is on.
 func (l *Listener) topicForWrite(ctx context.Context, name string) (broker.TopicInfo, error) {
 	if !l.cfg.AutoCreateTopics || !l.mayAutoCreate(ctx, name) {
-		return l.log.TopicInfo(ctx, name)
+		return l.logOf(ctx).TopicInfo(ctx, name)
 	}
 	return l.autoCreate(ctx, name)
 }
@@ -87,7 +119,7 @@ func (l *Listener) topicForWrite(ctx context.Context, name string) (broker.Topic
 // autoCreate returns the topic name, creating it through the broker (whose
 // subscribers hear of it) when it does not exist.
 func (l *Listener) autoCreate(ctx context.Context, name string) (broker.TopicInfo, error) {
-	info, created, err := l.log.EnsureTopic(ctx, name, l.cfg.DefaultPartitions)
+	info, created, err := l.logOf(ctx).EnsureTopic(ctx, name, l.cfg.DefaultPartitions)
 	if created {
 		l.logger.Info("kafka auto-created topic", "topic", name, "partitions", l.cfg.DefaultPartitions)
 	}

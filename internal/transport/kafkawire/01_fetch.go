@@ -20,7 +20,10 @@ import (
 // start, high watermark] is OFFSET_OUT_OF_RANGE). The first partition with
 // records returns at least one record even over MaxBytes (KIP-74). With
 // fewer than MinBytes it waits up to MaxWaitMillis (at most broker.MaxWait)
-// for an append to any requested partition (broker.Log.LongPoll).
+// for an append to any requested partition (broker.Log.LongPoll). In
+// cluster mode a partition led elsewhere, or named with another leader
+// epoch, answers at once with its error (Listener.leads) and the current
+// leader, and is not passed on.
 func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.FetchRequest)
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
@@ -37,13 +40,20 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 	readable := l.gate(authz.Read)
 	denied := map[string]error{}
 	var parts []broker.TopicPartition
+	led := map[broker.TopicPartition]leadership{}
 	for _, t := range req.Topics {
 		if err := readable.require(ctx, t.Topic); err != nil {
 			denied[t.Topic] = err
 			continue
 		}
 		for _, p := range t.Partitions {
-			parts = append(parts, broker.TopicPartition{Topic: t.Topic, Partition: p.Partition})
+			tp := broker.TopicPartition{Topic: t.Topic, Partition: p.Partition}
+			ld, err := l.leads(ctx, t.Topic, p.Partition, p.CurrentLeaderEpoch)
+			led[tp] = leadership{ld, err}
+			if err != nil {
+				continue
+			}
+			parts = append(parts, tp)
 		}
 	}
 	maxBytes := int(req.MaxBytes)
@@ -52,7 +62,7 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 	}
 	maxBytes = l.cfg.Budget.CapFetch(maxBytes)
 	// A cancelled wait (the client went away) answers what was read last.
-	_ = l.log.LongPoll(ctx, parts, wait, func() bool {
+	_ = l.logOf(ctx).LongPoll(ctx, parts, wait, func() bool {
 		resp.Topics = resp.Topics[:0]
 		// Each look reserves its bytes of the response budget and keeps
 		// what the response carries until it is written; a client at its
@@ -62,7 +72,7 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 		if err != nil {
 			return true
 		}
-		n, failed := l.fillFetch(ctx, req, resp, g.Data, denied)
+		n, failed := l.fillFetch(ctx, req, resp, g.Data, denied, led)
 		g.Settle(n, 0) // n counts the batches' framing too
 		return n >= int(req.MinBytes) || failed || g.Data == 0
 	})
@@ -73,7 +83,7 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 // batches (the first partition with records gets at least one record, unless
 // budget is 0) and returns the record bytes in it and whether any partition
 // has an error (answered at once, as Kafka).
-func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *kmsg.FetchResponse, budget int, denied map[string]error) (int, bool) {
+func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *kmsg.FetchResponse, budget int, denied map[string]error, led map[broker.TopicPartition]leadership) (int, bool) {
 	failed := false
 	starved := budget <= 0
 	total := 0
@@ -91,6 +101,15 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 				rt.Partitions = append(rt.Partitions, rp)
 				continue
 			}
+			ld := led[broker.TopicPartition{Topic: t.Topic, Partition: p.Partition}]
+			if ld.err != nil {
+				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
+				rp.ErrorCode = errorCode(ld.err)
+				rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = ld.leader.Node, ld.leader.Epoch
+				rt.Partitions = append(rt.Partitions, rp)
+				failed = true
+				continue
+			}
 			limit := 0 // the byte budget is spent: the bounds only
 			if budget > 0 || (total == 0 && !starved) {
 				// Never past the response's budget: the store returns the
@@ -100,12 +119,12 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 					limit = max(budget, 1)
 				}
 			}
-			res, err := l.log.ReadPartition(ctx, t.Topic, p.Partition, p.FetchOffset, broker.MaxFetchRecords, limit)
+			res, err := l.logOf(ctx).ReadPartition(ctx, t.Topic, p.Partition, p.FetchOffset, broker.MaxFetchRecords, limit)
 			rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
 			if err != nil {
 				rp.ErrorCode = errorCode(err)
 			} else if len(res.Records) > 0 {
-				rp.RecordBatches = appendBatch(rp.RecordBatches, res.Records)
+				rp.RecordBatches = appendBatchAt(rp.RecordBatches, res.Records, ld.leader.Epoch)
 				total += len(rp.RecordBatches)
 				budget -= len(rp.RecordBatches)
 			}
@@ -115,4 +134,11 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return total, failed
+}
+
+// leadership is a fetched partition's leader and, when this broker does not
+// serve the request for it, why (Listener.leads).
+type leadership struct {
+	leader Leader
+	err    error
 }

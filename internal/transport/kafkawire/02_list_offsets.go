@@ -22,7 +22,9 @@ const (
 // log start offset), latest (the high watermark), max timestamp (the offset
 // and timestamp of the record with the largest timestamp) and by timestamp
 // (the first offset at or above the log start whose timestamp is >= the
-// one asked, or -1 if none).
+// one asked, or -1 if none). In cluster mode a partition led elsewhere, or
+// named with another leader epoch, answers its error (Listener.leads);
+// the leader epoch answered is the partition's.
 func (l *Listener) handleListOffsets(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.ListOffsetsRequest)
 	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
@@ -47,14 +49,21 @@ func (l *Listener) handleListOffsets(ctx context.Context, _ *conn, kreq kmsg.Req
 			case ts >= 0:
 				spec = broker.ByTimestamp
 			}
+			var ld Leader
+			var lerr error
+			if terr == nil && spec != 0 {
+				ld, lerr = l.leads(ctx, t.Topic, p.Partition, p.CurrentLeaderEpoch)
+			}
 			if terr != nil {
 				rp.ErrorCode = errorCode(terr)
+			} else if lerr != nil {
+				rp.ErrorCode = errorCode(lerr)
 			} else if spec == 0 {
 				rp.ErrorCode = kerr.InvalidRequest.Code
-			} else if off, ts, err := l.log.ListOffsets(ctx, t.Topic, p.Partition, spec, max(p.Timestamp, 0)); err != nil {
+			} else if off, ts, err := l.logOf(ctx).ListOffsets(ctx, t.Topic, p.Partition, spec, max(p.Timestamp, 0)); err != nil {
 				rp.ErrorCode = errorCode(err)
 			} else {
-				rp.Offset, rp.Timestamp, rp.LeaderEpoch = off, ts, 0
+				rp.Offset, rp.Timestamp, rp.LeaderEpoch = off, ts, ld.Epoch
 			}
 			rt.Partitions = append(rt.Partitions, rp)
 		}

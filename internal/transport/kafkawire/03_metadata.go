@@ -10,28 +10,38 @@ import (
 	"github.com/sharelog/sharelog/internal/broker"
 )
 
-// nodeID is this single broker's id; it leads every partition and is the
-// controller and every coordinator.
+// nodeID is the id of a single broker (no Config.Cluster); it leads every
+// partition and is the controller and every coordinator.
 const nodeID = 0
 
-// handleMetadata describes this node and the requested topics (all of them
-// for a null list), by name or (v10+) by id, auto-creating unknown names
-// when the flag and the request allow it.
+// handleMetadata describes the brokers (this node, or every live instance
+// with a Kafka listener in cluster mode) and the requested topics (all of
+// them for a null list), by name or (v10+) by id, auto-creating unknown
+// names when the flag and the request allow it. Each partition's leader is
+// the broker that serves it, with its leader epoch; one no live broker
+// leads is LEADER_NOT_AVAILABLE with leader -1 (docs/kafka.md "Cluster
+// mode").
 func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.MetadataRequest)
 	resp := req.ResponseKind().(*kmsg.MetadataResponse)
-	b := kmsg.NewMetadataResponseBroker()
-	b.NodeID, b.Host, b.Port = nodeID, l.host, l.port
-	resp.Brokers = []kmsg.MetadataResponseBroker{b}
+	bs := l.brokers(ctx)
+	for _, lb := range bs.List {
+		b := kmsg.NewMetadataResponseBroker()
+		b.NodeID, b.Host, b.Port = lb.NodeID, lb.Host, lb.Port
+		resp.Brokers = append(resp.Brokers, b)
+	}
 	resp.ClusterID = &l.clusterID
-	resp.ControllerID = nodeID
+	if bs.ClusterID != "" {
+		resp.ClusterID = &bs.ClusterID
+	}
+	resp.ControllerID = bs.Controller
 
 	var infos []broker.TopicInfo
 	var errs []error
 	var names []*string
 	var ids [][16]byte
 	if req.Topics == nil {
-		all, err := l.log.Topics(ctx)
+		all, err := l.logOf(ctx).Topics(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -57,7 +67,7 @@ func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Reques
 				if autoCreate && l.mayAutoCreate(ctx, *t.Topic) {
 					info, err = l.autoCreate(ctx, *t.Topic)
 				} else {
-					info, err = l.log.TopicInfo(ctx, *t.Topic)
+					info, err = l.logOf(ctx).TopicInfo(ctx, *t.Topic)
 				}
 			default:
 				// A topic id names no topic the caller may not DESCRIBE:
@@ -91,8 +101,16 @@ func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Reques
 		for p := range info.Partitions {
 			rp := kmsg.NewMetadataResponseTopicPartition()
 			rp.Partition = p
-			rp.Leader, rp.LeaderEpoch = nodeID, 0
-			rp.Replicas, rp.ISR = []int32{nodeID}, []int32{nodeID}
+			ld := l.leader(ctx, name, p)
+			if _, live := brokerOf(bs, ld.Node); !live {
+				ld.Node = -1
+			}
+			rp.Leader, rp.LeaderEpoch = ld.Node, ld.Epoch
+			rp.Replicas, rp.ISR = []int32{ld.Node}, []int32{ld.Node}
+			if ld.Node < 0 {
+				rp.ErrorCode = kerr.LeaderNotAvailable.Code
+				rp.Replicas, rp.ISR = []int32{}, []int32{}
+			}
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		resp.Topics = append(resp.Topics, rt)

@@ -14,9 +14,11 @@ const (
 	coordinatorShare = 2
 )
 
-// handleFindCoordinator answers this node for group and share keys;
+// handleFindCoordinator answers the coordinator of group and share keys:
+// this node, or in cluster mode the instance that coordinates the group
+// (Cluster.Coordinator; COORDINATOR_NOT_AVAILABLE while none is live);
 // transactions are not served (COORDINATOR_NOT_AVAILABLE).
-func (l *Listener) handleFindCoordinator(_ context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
+func (l *Listener) handleFindCoordinator(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.FindCoordinatorRequest)
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	code := int16(0)
@@ -32,21 +34,33 @@ func (l *Listener) handleFindCoordinator(_ context.Context, _ *conn, kreq kmsg.R
 		m := "unknown coordinator type"
 		msg = &m
 	}
-	nodeOf := func() (int32, string, int32) {
+	var bs Brokers
+	if code == 0 {
+		bs = l.brokers(ctx)
+	}
+	nodeOf := func(key string) (int32, string, int32, int16, *string) {
 		if code != 0 {
-			return -1, "", -1
+			return -1, "", -1, code, msg
 		}
-		return nodeID, l.host, l.port
+		node := int32(nodeID)
+		if l.cfg.Cluster != nil {
+			node = l.cfg.Cluster.Coordinator(ctx, req.CoordinatorType, key)
+		}
+		b, ok := brokerOf(bs, node)
+		if !ok {
+			m := "the group has no live coordinator right now; retry"
+			return -1, "", -1, kerr.CoordinatorNotAvailable.Code, &m
+		}
+		return b.NodeID, b.Host, b.Port, 0, nil
 	}
 	if req.GetVersion() < 4 {
-		resp.ErrorCode, resp.ErrorMessage = code, msg
-		resp.NodeID, resp.Host, resp.Port = nodeOf()
+		resp.NodeID, resp.Host, resp.Port, resp.ErrorCode, resp.ErrorMessage = nodeOf(req.CoordinatorKey)
 		return resp, nil
 	}
 	for _, k := range req.CoordinatorKeys {
 		c := kmsg.NewFindCoordinatorResponseCoordinator()
-		c.Key, c.ErrorCode, c.ErrorMessage = k, code, msg
-		c.NodeID, c.Host, c.Port = nodeOf()
+		c.Key = k
+		c.NodeID, c.Host, c.Port, c.ErrorCode, c.ErrorMessage = nodeOf(k)
 		resp.Coordinators = append(resp.Coordinators, c)
 	}
 	return resp, nil

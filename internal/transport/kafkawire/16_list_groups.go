@@ -44,8 +44,8 @@ func (l *Listener) handleListGroups(ctx context.Context, _ *conn, kreq kmsg.Requ
 			}
 		}
 	}
-	if l.cfg.Share != nil {
-		groups, err := l.cfg.Share.ListGroups(ctx, sharegroup.StateUnknown)
+	if sh := l.shareOf(ctx); sh != nil {
+		groups, err := sh.ListGroups(ctx, sharegroup.StateUnknown)
 		if err != nil {
 			resp.ErrorCode, _ = l.requestError("list groups", err)
 			return resp, nil

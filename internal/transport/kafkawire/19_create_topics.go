@@ -63,13 +63,13 @@ func (l *Listener) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTo
 		}
 	}
 	if validateOnly {
-		if err := l.log.CheckNewTopic(ctx, t.Topic, parts, settings); err != nil {
+		if err := l.logOf(ctx).CheckNewTopic(ctx, t.Topic, parts, settings); err != nil {
 			return createTopicCode(err), err.Error()
 		}
 		rt.NumPartitions, rt.ReplicationFactor = parts, 1
 		return 0, ""
 	}
-	topic, err := l.log.CreateTopic(ctx, t.Topic, parts, settings)
+	topic, err := l.logOf(ctx).CreateTopic(ctx, t.Topic, parts, settings)
 	if err != nil {
 		return createTopicCode(err), err.Error()
 	}

@@ -44,7 +44,7 @@ func (l *Listener) handleDeleteTopics(ctx context.Context, _ *conn, kreq kmsg.Re
 			err = l.require(ctx, authz.Delete, authz.Topic, name)
 		}
 		if err == nil {
-			info, derr := l.log.RemoveTopic(ctx, name)
+			info, derr := l.logOf(ctx).RemoveTopic(ctx, name)
 			l.cfg.Guard.Changed(ctx, "DeleteTopic", authz.Topic, name, derr)
 			if err = derr; err == nil {
 				rt.Topic, rt.TopicID = &info.Name, topicID(info.ID)

@@ -44,7 +44,7 @@ func (l *Listener) handleInitProducerID(ctx context.Context, _ *conn, kreq kmsg.
 		resp.ErrorCode = errorCode(err)
 		return resp, nil
 	}
-	id, epoch, err := l.log.InitProducer(ctx)
+	id, epoch, err := l.logOf(ctx).InitProducer(ctx)
 	if err != nil {
 		resp.ErrorCode = groupErrorCode(err)
 		if r := broker.ReasonOf(err); r == apierr.Internal || r == apierr.None || r == apierr.KafkaStorageError {

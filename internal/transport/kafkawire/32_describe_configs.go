@@ -27,14 +27,14 @@ func (l *Listener) handleDescribeConfigs(ctx context.Context, _ *conn, kreq kmsg
 				rr.ErrorCode, rr.ErrorMessage = l.requestError("describe configs", err)
 				break
 			}
-			info, err := l.log.TopicInfo(ctx, r.ResourceName)
+			info, err := l.logOf(ctx).TopicInfo(ctx, r.ResourceName)
 			if err != nil {
 				rr.ErrorCode, rr.ErrorMessage = l.requestError("describe configs", err)
 				break
 			}
 			kvs = topicConfigs(info.Config)
 		case kmsg.ConfigResourceTypeGroupConfig:
-			if l.cfg.Share == nil {
+			if l.shareOf(ctx) == nil {
 				rr.ErrorCode = kerr.InvalidRequest.Code
 				break
 			}
@@ -42,7 +42,7 @@ func (l *Listener) handleDescribeConfigs(ctx context.Context, _ *conn, kreq kmsg
 				rr.ErrorCode, rr.ErrorMessage = l.requestError("describe configs", err)
 				break
 			}
-			c, err := l.cfg.Share.GetConfig(ctx, r.ResourceName)
+			c, err := l.shareOf(ctx).GetConfig(ctx, r.ResourceName)
 			if err != nil {
 				rr.ErrorCode, rr.ErrorMessage = l.requestError("describe configs", err)
 				break

@@ -38,8 +38,8 @@ func (l *Listener) deleteGroup(ctx context.Context, id string) error {
 	if l.cfg.Groups != nil && l.cfg.Groups.Has(id) {
 		return l.cfg.Groups.Delete(ctx, id)
 	}
-	if l.cfg.Share != nil && l.cfg.Share.HasGroup(id) {
-		return l.cfg.Share.DeleteGroup(ctx, id)
+	if sh := l.shareOf(ctx); sh != nil && sh.HasGroup(id) {
+		return sh.DeleteGroup(ctx, id)
 	}
 	return apierr.New(apierr.GroupIDNotFound, "group %q does not exist", id)
 }

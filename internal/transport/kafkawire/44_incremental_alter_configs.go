@@ -33,7 +33,7 @@ func (l *Listener) handleIncrementalAlterConfigs(ctx context.Context, _ *conn, k
 				break
 			}
 			fail(kerr.InvalidRequest.Code, "topic configs are set at creation and cannot be altered")
-		case r.ResourceType != kmsg.ConfigResourceTypeGroupConfig || l.cfg.Share == nil:
+		case r.ResourceType != kmsg.ConfigResourceTypeGroupConfig || l.shareOf(ctx) == nil:
 			fail(kerr.InvalidRequest.Code, "only GROUP resources can be altered")
 		case l.requireGroup(ctx, authz.AlterConfigs, r.ResourceName) != nil:
 			rr.ErrorCode, rr.ErrorMessage = kerr.GroupAuthorizationFailed.Code, nil
@@ -63,7 +63,7 @@ func (l *Listener) handleIncrementalAlterConfigs(ctx context.Context, _ *conn, k
 				rr.ErrorCode, rr.ErrorMessage = l.requestError("alter group config", err)
 				break
 			}
-			_, err := l.cfg.Share.UpdateConfig(ctx, r.ResourceName, c)
+			_, err := l.shareOf(ctx).UpdateConfig(ctx, r.ResourceName, c)
 			l.cfg.Guard.Changed(ctx, "UpdateShareGroupConfig", authz.Group, r.ResourceName, err)
 			if err != nil {
 				rr.ErrorCode, rr.ErrorMessage = l.requestError("alter group config", err)

@@ -32,11 +32,12 @@ func errorCode(err error) int16 {
 // groupErrorCode is errorCode for the share-group calls (heartbeat,
 // ShareFetch, ShareAcknowledge and the group admin calls), which answer as
 // Kafka's group coordinators do: COORDINATOR_NOT_AVAILABLE for UNAVAILABLE
-// and NOT_COORDINATOR for NOT_OWNER, on which a client looks the
-// coordinator up again.
+// and OWNER_UNREACHABLE (the coordinator elsewhere did not answer) and
+// NOT_COORDINATOR for NOT_OWNER, on which a client looks the coordinator
+// up again.
 func groupErrorCode(err error) int16 {
 	switch broker.ReasonOf(err) {
-	case apierr.Unavailable:
+	case apierr.Unavailable, apierr.OwnerUnreachable:
 		return kerr.CoordinatorNotAvailable.Code
 	case apierr.NotOwner:
 		return kerr.NotCoordinator.Code
@@ -56,6 +57,9 @@ var wireErrors = []struct {
 	{errInvalidRecord, kerr.InvalidRecord},
 	{errUnsupportedCodec, kerr.UnsupportedCompressionType},
 	{errUnknownProducer, kerr.UnknownProducerID},
+	{errLeaderNotAvailable, kerr.LeaderNotAvailable},
+	{errFencedLeaderEpoch, kerr.FencedLeaderEpoch},
+	{errUnknownLeaderEpoch, kerr.UnknownLeaderEpoch},
 }
 
 // requestError gives a share-group call's request-level error its code

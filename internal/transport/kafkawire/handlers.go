@@ -39,7 +39,7 @@ func (l *Listener) handlerTable() map[int16]handler {
 		32:             {1, 4, (*Listener).handleDescribeConfigs},
 		44:             {0, 1, (*Listener).handleIncrementalAlterConfigs},
 	}
-	if l.log.AllocatesProducerIDs() {
+	if l.cfg.Cluster != nil || l.log.AllocatesProducerIDs() {
 		// Without it a client would fail to init instead of falling
 		// back to a producer without idempotence.
 		t[22] = handler{0, 5, (*Listener).handleInitProducerID}
@@ -52,7 +52,10 @@ func (l *Listener) handlerTable() map[int16]handler {
 			t[k] = h
 		}
 	}
-	if l.cfg.Share != nil {
+	for k, h := range leaderEpochHandlers {
+		t[k] = h
+	}
+	if l.cfg.Share != nil || l.cfg.Cluster != nil {
 		for k, h := range shareHandlers {
 			t[k] = h
 		}
@@ -62,7 +65,7 @@ func (l *Listener) handlerTable() map[int16]handler {
 			t[k] = h
 		}
 	}
-	if l.cfg.Share != nil || l.cfg.Groups != nil {
+	if l.cfg.Share != nil || l.cfg.Groups != nil || l.cfg.Cluster != nil {
 		t[listGroupsKey] = handler{0, 5, (*Listener).handleListGroups}
 		t[deleteGroupsKey] = handler{0, 2, (*Listener).handleDeleteGroups}
 	}

@@ -284,12 +284,19 @@ func decodeSnappy(src []byte, max int, tooLarge func() error) ([]byte, error) {
 // id, epoch and base sequence in the header, and one per run of records
 // without a producer (producer id -1, epoch -1, base sequence -1).
 func appendBatch(dst []byte, recs []broker.Record) []byte {
+	return appendBatchAt(dst, recs, 0)
+}
+
+// appendBatchAt is appendBatch with the partition leader epoch of the
+// leader that serves it (Fetch: a consumer validates its position with
+// that epoch after a change of leader, OffsetForLeaderEpoch).
+func appendBatchAt(dst []byte, recs []broker.Record, leaderEpoch int32) []byte {
 	for i := 0; i < len(recs); {
 		j := i + 1
 		for j < len(recs) && sameBatch(&recs[i], &recs[j]) {
 			j++
 		}
-		dst = appendOneBatch(dst, recs[i:j])
+		dst = appendOneBatch(dst, recs[i:j], leaderEpoch)
 		i = j
 	}
 	return dst
@@ -314,7 +321,7 @@ func sameBatch(first, r *broker.Record) bool {
 }
 
 // appendOneBatch encodes recs as one batch, with recs[0]'s producer fields.
-func appendOneBatch(dst []byte, recs []broker.Record) []byte {
+func appendOneBatch(dst []byte, recs []broker.Record, leaderEpoch int32) []byte {
 	pid, epoch, seq := int64(-1), int16(-1), int32(-1)
 	if recs[0].ProducerID != 0 {
 		pid, epoch, seq = recs[0].ProducerID, recs[0].ProducerEpoch, recs[0].Sequence
@@ -335,7 +342,7 @@ func appendOneBatch(dst []byte, recs []broker.Record) []byte {
 	start := len(dst)
 	dst = kbin.AppendInt64(dst, base)
 	dst = kbin.AppendInt32(dst, 0) // length, set below
-	dst = kbin.AppendInt32(dst, 0) // partition leader epoch
+	dst = kbin.AppendInt32(dst, leaderEpoch)
 	dst = kbin.AppendInt8(dst, 2)  // magic
 	dst = kbin.AppendInt32(dst, 0) // crc, set below
 	dst = kbin.AppendInt16(dst, 0) // attributes: no codec, CreateTime

@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/budget"
@@ -60,12 +62,17 @@ type Config struct {
 	// DataDir holds the persisted cluster id (file kafka-cluster-id).
 	DataDir string
 	// Share is the share-group manager; nil = share-group APIs are not
-	// advertised.
+	// advertised (unless Cluster is set).
 	Share *sharegroup.Manager
 	// Groups is the classic consumer-group coordinator; nil = the
 	// consumer-group APIs are not advertised (docs/consumer-groups.md).
 	Groups *consumergroup.Coordinator
-	Logger *slog.Logger
+	// Cluster, in cluster mode, names the brokers, leaders and
+	// coordinators and gives each call the backend this instance serves
+	// with (its log domain and share groups; Listen's log and Share are
+	// then unused). nil = a single node (cluster.go).
+	Cluster Cluster
+	Logger  *slog.Logger
 	// Budget is the response byte budget Fetch draws from, and its
 	// --max-fetch-bytes cap (internal/budget); nil = none.
 	Budget *budget.Bytes
@@ -129,7 +136,8 @@ type Listener struct {
 	closed      bool
 }
 
-// Listen opens the listener over log and starts accepting connections.
+// Listen opens the listener over log (nil with Config.Cluster) and starts
+// accepting connections.
 // Topic deletions reach the share groups through log's topic events, as
 // for every transport.
 func Listen(cfg Config, log *broker.Log) (*Listener, error) {
@@ -197,6 +205,16 @@ func Listen(cfg Config, log *broker.Log) (*Listener, error) {
 
 // Addr is the listening address.
 func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// AdvertisedAddr is the host:port Metadata names this broker by
+// (Config.AdvertisedAddr, else the listening address).
+func (l *Listener) AdvertisedAddr() string {
+	return net.JoinHostPort(l.host, strconv.Itoa(int(l.port)))
+}
+
+// ClusterID is the cluster id of this listener's data dir (Metadata's,
+// unless Config.Cluster names the cluster's).
+func (l *Listener) ClusterID() string { return l.clusterID }
 
 // Close stops accepting, closes every connection (ending their share
 // sessions) and waits for their handlers to return.
@@ -419,7 +437,21 @@ func (c *conn) handle(ctx context.Context, frame, out []byte) (_ []byte, err err
 	if err := req.ReadFrom(body); err != nil {
 		return nil, fmt.Errorf("%w: %s v%d body: %w", errFrame, apiName(h.key), h.version, err)
 	}
-	resp, err := hd.fn(c.l, ctx, c, req)
+	var resp kmsg.Response
+	if h.key == apiVersionsKey || h.key == saslHandshakeKey || h.key == saslAuthenticateKey {
+		resp, err = hd.fn(c.l, ctx, c, req) // need no backend
+	} else {
+		// In cluster mode, the backend this instance serves with now
+		// (cluster.go).
+		dctx, release, derr := c.l.withDomain(ctx)
+		if derr != nil {
+			return nil, derr
+		}
+		defer release()
+		if resp = notCoordinatorResponse(req); resp == nil || c.l.shareOf(dctx) != nil {
+			resp, err = hd.fn(c.l, dctx, c, req)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

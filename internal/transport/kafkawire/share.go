@@ -69,7 +69,7 @@ func (c *conn) disownShareSession(k shareSessionKey) {
 // close does: Kafka ties a share session to its connection, and the
 // records it holds are released (without charging their delivery count).
 func (c *conn) endShareSessions() {
-	if c.l.cfg.Share == nil || len(c.shareSessions) == 0 {
+	if len(c.shareSessions) == 0 {
 		return
 	}
 	var owned []shareSessionKey
@@ -84,8 +84,17 @@ func (c *conn) endShareSessions() {
 	c.l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	ctx, release, err := c.l.withDomain(ctx)
+	if err != nil {
+		return // no backend: its sessions went with it
+	}
+	defer release()
+	share := c.l.shareOf(ctx)
+	if share == nil {
+		return
+	}
 	for _, k := range owned {
-		_, err := c.l.cfg.Share.ShareAcknowledge(ctx, sharegroup.AckRequest{GroupID: k.group, MemberID: k.member, Epoch: -1})
+		_, err := share.ShareAcknowledge(ctx, sharegroup.AckRequest{GroupID: k.group, MemberID: k.member, Epoch: -1})
 		if err != nil && apierr.ReasonOf(err) != apierr.ShareSessionNotFound {
 			c.l.logger.Warn("kafka: end share session of a closed connection", "group", k.group, "member", k.member, "error", err)
 		}
@@ -104,7 +113,7 @@ func optString(s string) *string {
 func (l *Listener) resolveTopicID(ctx context.Context, id [16]byte) (string, bool) {
 	if v, ok := l.idNames.Load(id); ok {
 		name := v.(string)
-		if info, err := l.log.TopicInfo(ctx, name); err == nil && topicID(info.ID) == id {
+		if info, err := l.logOf(ctx).TopicInfo(ctx, name); err == nil && topicID(info.ID) == id {
 			return name, true
 		}
 		l.idNames.Delete(id)
@@ -119,7 +128,7 @@ func (l *Listener) resolveTopicID(ctx context.Context, id [16]byte) (string, boo
 
 // nameID returns the Kafka topic id of a topic name (zero if unknown).
 func (l *Listener) nameID(ctx context.Context, name string) [16]byte {
-	info, err := l.log.TopicInfo(ctx, name)
+	info, err := l.logOf(ctx).TopicInfo(ctx, name)
 	if err != nil {
 		return [16]byte{}
 	}
@@ -132,6 +141,16 @@ func (l *Listener) handleShareGroupHeartbeat(ctx context.Context, c *conn, kreq 
 	if err := l.requireGroup(ctx, authz.Read, req.GroupID); err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share group heartbeat", err)
 		return resp, nil
+	}
+	if l.cfg.Cluster != nil {
+		// At the group's coordinator only, as Kafka: a client sends its
+		// heartbeats where FindCoordinator pointed it.
+		if node := l.cfg.Cluster.Coordinator(ctx, coordinatorGroup, req.GroupID); node != l.self() {
+			resp.ErrorCode = kerr.NotCoordinator.Code
+			msg := fmt.Sprintf("share group %q is coordinated by broker %d", req.GroupID, node)
+			resp.ErrorMessage = &msg
+			return resp, nil
+		}
 	}
 	// Subscribed topics the caller may not DESCRIBE are left out; only such
 	// topics is TOPIC_AUTHORIZATION_FAILED (an empty list would mean
@@ -161,7 +180,7 @@ func (l *Listener) handleShareGroupHeartbeat(ctx context.Context, c *conn, kreq 
 	if c.clientID != nil {
 		hr.ClientID = *c.clientID
 	}
-	out, err := l.cfg.Share.Heartbeat(ctx, hr)
+	out, err := l.shareOf(ctx).Heartbeat(ctx, hr)
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share group heartbeat", err)
 		return resp, nil
@@ -222,6 +241,35 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share fetch", err)
 		return resp, nil
 	}
+	if l.shareOf(ctx) == nil {
+		ids := map[[16]byte][]int32{}
+		for _, t := range req.Topics {
+			for _, p := range t.Partitions {
+				ids[t.TopicID] = append(ids[t.TopicID], p.Partition)
+			}
+		}
+		byTopic := map[[16]byte]int{}
+		ls := l.notLeaderShare(ctx, ids, func(id [16]byte, part int32, code int16, leader, epoch int32) {
+			i, ok := byTopic[id]
+			if !ok {
+				t := kmsg.NewShareFetchResponseTopic()
+				t.TopicID = id
+				resp.Topics = append(resp.Topics, t)
+				i = len(resp.Topics) - 1
+				byTopic[id] = i
+			}
+			rp := kmsg.NewShareFetchResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = part, code
+			rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = leader, epoch
+			resp.Topics[i].Partitions = append(resp.Topics[i].Partitions, rp)
+		})
+		for _, b := range ls.elsewhere() {
+			e := kmsg.NewShareFetchResponseNodeEndpoint()
+			e.NodeID, e.Host, e.Port = b.NodeID, b.Host, b.Port
+			resp.NodeEndpoints = append(resp.NodeEndpoints, e)
+		}
+		return resp, nil
+	}
 	fr := sharegroup.FetchRequest{
 		GroupID: *req.GroupID, MemberID: *req.MemberID, Epoch: req.ShareSessionEpoch,
 		MaxWaitMs: req.MaxWaitMillis, MinBytes: req.MinBytes, BatchSize: req.BatchSize, IsRenewAck: req.IsRenewAck,
@@ -274,7 +322,7 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 			fr.Forgotten = append(fr.Forgotten, sharegroup.TopicPartition{Topic: name, Partition: p})
 		}
 	}
-	out, err := l.cfg.Share.ShareFetch(ctx, fr)
+	out, err := l.shareOf(ctx).ShareFetch(ctx, fr)
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share fetch", err)
 		return resp, nil
@@ -287,6 +335,14 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 		c.disownShareSession(key)
 	}
 	resp.AcquisitionLockTimeoutMillis = out.AcquisitionLockTimeoutMs
+	leaders := l.newLeaders(ctx)
+	defer func() {
+		for _, b := range leaders.elsewhere() {
+			e := kmsg.NewShareFetchResponseNodeEndpoint()
+			e.NodeID, e.Host, e.Port = b.NodeID, b.Host, b.Port
+			resp.NodeEndpoints = append(resp.NodeEndpoints, e)
+		}
+	}()
 	byTopic := map[[16]byte]int{}
 	topicOf := func(id [16]byte) *kmsg.ShareFetchResponseTopic {
 		i, ok := byTopic[id]
@@ -305,7 +361,7 @@ func (l *Listener) handleShareFetch(ctx context.Context, c *conn, kreq kmsg.Requ
 		rp.Partition = p.Partition
 		rp.ErrorCode, rp.ErrorMessage = p.ErrorCode.KafkaCode(), optString(p.ErrorMessage)
 		rp.AcknowledgeErrorCode, rp.AcknowledgeErrorMessage = p.AckErrorCode.KafkaCode(), optString(p.AckErrorMessage)
-		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = nodeID, 0
+		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = leaders.of(p.Topic, p.Partition)
 		rp.Records = encodeAcquired(p.Records, p.Acquired)
 		for _, a := range p.Acquired {
 			ar := kmsg.NewShareFetchResponseTopicPartitionAcquiredRecord()
@@ -385,6 +441,35 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share acknowledge", err)
 		return resp, nil
 	}
+	if l.shareOf(ctx) == nil {
+		ids := map[[16]byte][]int32{}
+		for _, t := range req.Topics {
+			for _, p := range t.Partitions {
+				ids[t.TopicID] = append(ids[t.TopicID], p.Partition)
+			}
+		}
+		byTopic := map[[16]byte]int{}
+		ls := l.notLeaderShare(ctx, ids, func(id [16]byte, part int32, code int16, leader, epoch int32) {
+			i, ok := byTopic[id]
+			if !ok {
+				t := kmsg.NewShareAcknowledgeResponseTopic()
+				t.TopicID = id
+				resp.Topics = append(resp.Topics, t)
+				i = len(resp.Topics) - 1
+				byTopic[id] = i
+			}
+			rp := kmsg.NewShareAcknowledgeResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = part, code
+			rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = leader, epoch
+			resp.Topics[i].Partitions = append(resp.Topics[i].Partitions, rp)
+		})
+		for _, b := range ls.elsewhere() {
+			e := kmsg.NewShareAcknowledgeResponseNodeEndpoint()
+			e.NodeID, e.Host, e.Port = b.NodeID, b.Host, b.Port
+			resp.NodeEndpoints = append(resp.NodeEndpoints, e)
+		}
+		return resp, nil
+	}
 	ar := sharegroup.AckRequest{GroupID: *req.GroupID, MemberID: *req.MemberID, Epoch: req.ShareSessionEpoch, IsRenewAck: req.IsRenewAck}
 	unknown := map[[16]byte][]int32{}
 	ids := map[string][16]byte{}
@@ -417,7 +502,7 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 				TopicID:        uuid.UUID(t.TopicID).String(), Batches: batches})
 		}
 	}
-	out, err := l.cfg.Share.ShareAcknowledge(ctx, ar)
+	out, err := l.shareOf(ctx).ShareAcknowledge(ctx, ar)
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("share acknowledge", err)
 		return resp, nil
@@ -426,6 +511,14 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 		c.disownShareSession(shareSessionKey{ar.GroupID, ar.MemberID})
 	}
 	resp.AcquisitionLockTimeoutMillis = out.AcquisitionLockTimeoutMs
+	leaders := l.newLeaders(ctx)
+	defer func() {
+		for _, b := range leaders.elsewhere() {
+			e := kmsg.NewShareAcknowledgeResponseNodeEndpoint()
+			e.NodeID, e.Host, e.Port = b.NodeID, b.Host, b.Port
+			resp.NodeEndpoints = append(resp.NodeEndpoints, e)
+		}
+	}()
 	byTopic := map[[16]byte]int{}
 	topicOf := func(id [16]byte) *kmsg.ShareAcknowledgeResponseTopic {
 		i, ok := byTopic[id]
@@ -442,7 +535,7 @@ func (l *Listener) handleShareAcknowledge(ctx context.Context, c *conn, kreq kms
 		rp := kmsg.NewShareAcknowledgeResponseTopicPartition()
 		rp.Partition = p.Partition
 		rp.ErrorCode, rp.ErrorMessage = p.ErrorCode.KafkaCode(), optString(p.ErrorMessage)
-		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = nodeID, 0
+		rp.CurrentLeader.LeaderID, rp.CurrentLeader.LeaderEpoch = leaders.of(p.Topic, p.Partition)
 		t := topicOf(resultID(ctx, l, p.TopicID, p.Topic, ids))
 		t.Partitions = append(t.Partitions, rp)
 	}

@@ -40,7 +40,7 @@ func (l *Listener) handleShareGroupDescribe(ctx context.Context, _ *conn, kreq k
 		err := l.requireGroup(ctx, authz.Describe, id)
 		var d sharegroup.GroupDescription
 		if err == nil {
-			d, err = l.cfg.Share.DescribeGroup(ctx, id)
+			d, err = l.shareOf(ctx).DescribeGroup(ctx, id)
 		}
 		if err != nil {
 			rg.ErrorCode, rg.ErrorMessage = l.requestError("share group describe", err)
@@ -101,7 +101,7 @@ func (l *Listener) handleDescribeShareGroupOffsets(ctx context.Context, _ *conn,
 		}
 		var out []sharegroup.TopicOffsets
 		if len(topics) > 0 || len(g.Topics) == 0 {
-			if out, err = l.cfg.Share.DescribeOffsets(ctx, g.GroupID, topics); err != nil {
+			if out, err = l.shareOf(ctx).DescribeOffsets(ctx, g.GroupID, topics); err != nil {
 				rg.ErrorCode, rg.ErrorMessage = l.requestError("describe share group offsets", err)
 				resp.Groups = append(resp.Groups, rg)
 				continue
@@ -160,7 +160,7 @@ func (l *Listener) handleAlterShareGroupOffsets(ctx context.Context, _ *conn, kr
 	if len(topics) == 0 && len(req.Topics) > 0 {
 		return resp, nil
 	}
-	out, err := l.cfg.Share.AlterOffsets(ctx, req.GroupID, topics)
+	out, err := l.shareOf(ctx).AlterOffsets(ctx, req.GroupID, topics)
 	l.cfg.Guard.Changed(ctx, "AlterShareGroupOffsets", authz.Group, req.GroupID, err)
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("alter share group offsets", err)
@@ -190,7 +190,7 @@ func (l *Listener) handleDeleteShareGroupOffsets(ctx context.Context, _ *conn, k
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("delete share group offsets", err)
 		return resp, nil
 	}
-	out, err := l.cfg.Share.DeleteOffsets(ctx, req.GroupID, topics)
+	out, err := l.shareOf(ctx).DeleteOffsets(ctx, req.GroupID, topics)
 	l.cfg.Guard.Changed(ctx, "DeleteShareGroupOffsets", authz.Group, req.GroupID, err)
 	if err != nil {
 		resp.ErrorCode, resp.ErrorMessage = l.requestError("delete share group offsets", err)

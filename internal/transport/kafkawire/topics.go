@@ -23,7 +23,7 @@ func (l *Listener) topicByID(ctx context.Context, id [16]byte) (broker.TopicInfo
 	if id == ([16]byte{}) {
 		return broker.TopicInfo{}, fmt.Errorf("%w: zero topic id", broker.ErrUnknownTopic)
 	}
-	topics, err := l.log.Topics(ctx)
+	topics, err := l.logOf(ctx).Topics(ctx)
 	if err != nil {
 		return broker.TopicInfo{}, err
 	}

@@ -58,7 +58,7 @@ type Store interface {
 	// written after the failure is durable, so the change would come back
 	// at recovery although its writer was told it was not stored. An owner
 	// that rolls back a failed change does so before snap can read the
-	// state again (docs/on-disk-layout.md §4).
+	// state again (docs/on-disk-layout.md, recovery).
 	Start(snap func() error) error
 	// Close stops the background work, flushes what is enqueued, makes it
 	// durable and releases the store. Writes after it fail with ErrClosed;

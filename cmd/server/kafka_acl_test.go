@@ -67,7 +67,7 @@ func grpcDenied(t *testing.T, resp proto.Message, err error) bool {
 }
 
 // TestKafkaAuthorizationMatrix runs every Kafka API the listener serves
-// (but ApiVersions, FindCoordinator and ListGroups, which answer without a
+// (but ApiVersions and ListGroups, which answer without a
 // permission) with --authorizer acl: without each of its permissions it
 // answers Kafka's authorization code and changes nothing; with exactly the
 // permissions the gRPC handler of the same operation requires
@@ -562,6 +562,16 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 				return code // UNKNOWN_MEMBER_ID (25) is what an allowed call answers
 			}
 			return 0
+		}},
+		{name: "FindCoordinator", needs: []kperm{{group, "cg", desc}}, denied: groupDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrFindCoordinatorRequest()
+			req.Version, req.CoordinatorType, req.CoordinatorKeys = 4, 0, []string{"cg"}
+			return k.do(req).(*kmsg.FindCoordinatorResponse).Coordinators[0].ErrorCode
+		}},
+		{name: "FindCoordinator v3", needs: []kperm{{group, "cg", desc}}, denied: groupDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrFindCoordinatorRequest()
+			req.Version, req.CoordinatorType, req.CoordinatorKey = 3, 0, "cg"
+			return k.do(req).(*kmsg.FindCoordinatorResponse).ErrorCode
 		}},
 		{name: "DescribeGroups", needs: []kperm{{group, "cg", desc}}, denied: groupDenied, state: none, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrDescribeGroupsRequest()

@@ -3,6 +3,8 @@ package kafkawire
 import (
 	"context"
 
+	"github.com/sharelog/sharelog/internal/authz"
+
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -17,7 +19,10 @@ const (
 // handleFindCoordinator answers the coordinator of group and share keys:
 // this node, or in cluster mode the instance that coordinates the group
 // (Cluster.Coordinator; COORDINATOR_NOT_AVAILABLE while none is live);
-// transactions are not served (COORDINATOR_NOT_AVAILABLE).
+// transactions are not served (COORDINATOR_NOT_AVAILABLE). As Kafka, a
+// group key needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED per
+// key otherwise; READ implies DESCRIBE, so a member of the group may),
+// which clients expect (docs/kafka.md "Permissions").
 func (l *Listener) handleFindCoordinator(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.FindCoordinatorRequest)
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
@@ -41,6 +46,10 @@ func (l *Listener) handleFindCoordinator(ctx context.Context, _ *conn, kreq kmsg
 	nodeOf := func(key string) (int32, string, int32, int16, *string) {
 		if code != 0 {
 			return -1, "", -1, code, msg
+		}
+		if !l.allowed(ctx, authz.Describe, authz.Group, key) {
+			m := "DESCRIBE on the group is required"
+			return -1, "", -1, kerr.GroupAuthorizationFailed.Code, &m
 		}
 		node := int32(nodeID)
 		if l.cfg.Cluster != nil {

@@ -502,4 +502,3 @@ func TestPartitionedKafkaIdempotentFailover(t *testing.T) {
 	total := checkExactlyOnce(t, dialKafka(t, addr), "kfail", parts, states)
 	t.Logf("%d records acknowledged across the failover of %s", total, victim)
 }
-

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -332,10 +333,17 @@ func TestKafkaIdempotentSIGKILL(t *testing.T) {
 // acknowledged. It returns the records in the log.
 func checkExactlyOnce(t *testing.T, k *kafkaConn, topic string, parts int32, states []*kgoIdem) int {
 	t.Helper()
+	return checkExactlyOnceAt(t, func(int32) *kafkaConn { return k }, topic, parts, states)
+}
+
+// checkExactlyOnceAt is checkExactlyOnce reading partition p through
+// leader(p) (in cluster mode only a partition's leader serves a Fetch).
+func checkExactlyOnceAt(t *testing.T, leader func(p int32) *kafkaConn, topic string, parts int32, states []*kgoIdem) int {
+	t.Helper()
 	total := 0
 	for p := range parts {
 		var log []string
-		for _, b := range k.kfetchAll(topic, p) {
+		for _, b := range leader(p).kfetchAll(topic, p) {
 			log = append(log, b.values...)
 		}
 		total += len(log)
@@ -438,9 +446,10 @@ func ackedOf(states []*kgoIdem) int {
 // in order per producer.
 func TestPartitionedKafkaIdempotentFailover(t *testing.T) {
 	js := startJS(t)
+	prefix := js.Prefix() // one cluster: Prefix answers a new one per call
 	members := map[string]*child{}
 	for _, id := range []string{"a", "b", "c"} {
-		members[id] = startMember(t, js.URL(), js.Prefix(), id, "--cluster-mode", "partitioned", "--kafka-addr", "127.0.0.1:0")
+		members[id] = startMember(t, js.URL(), prefix, id, "--cluster-mode", "partitioned", "--kafka-addr", "127.0.0.1:0")
 		members[id].waitReadyz(t, "cluster: partitioned", 15*time.Second)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -451,6 +460,13 @@ func TestPartitionedKafkaIdempotentFailover(t *testing.T) {
 		_, err := admin.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "kfail", Partitions: parts})
 		return err == nil || status.Code(err) == codes.AlreadyExists
 	}, 10*time.Second, 100*time.Millisecond)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for id, m := range members {
+				t.Logf("last log lines of %s:\n%s", id, strings.Join(m.logs.Tail(30), "\n"))
+			}
+		}
+	})
 	before := waitSpread(t, members[via], parts, []string{"a", "b", "c"}, 15*time.Second)
 	victimParts := map[int32]bool{}
 	for p := range int32(parts) {
@@ -485,7 +501,7 @@ func TestPartitionedKafkaIdempotentFailover(t *testing.T) {
 	members[victim].kill(t) // with forwarded batches in flight
 	atKill := perPartition()
 
-	waitSpread(t, members[via], parts, []string{"a", "c"}, leaseTTL+20*time.Second)
+	after := waitSpread(t, members[via], parts, []string{"a", "c"}, leaseTTL+20*time.Second)
 	require.Eventually(t, func() bool {
 		n := perPartition()
 		for p := range victimParts {
@@ -499,6 +515,9 @@ func TestPartitionedKafkaIdempotentFailover(t *testing.T) {
 	for w, cl := range clients {
 		require.NoError(t, cl.Flush(ctx), "producer %d delivers everything it buffered", w)
 	}
-	total := checkExactlyOnce(t, dialKafka(t, addr), "kfail", parts, states)
+	total := checkExactlyOnceAt(t, func(p int32) *kafkaConn {
+		owner := after[fmt.Sprintf("kfail/%d", p)].GetOwnerId()
+		return dialKafka(t, members[owner].kafkaAddr(t))
+	}, "kfail", parts, states)
 	t.Logf("%d records acknowledged across the failover of %s", total, victim)
 }

@@ -40,6 +40,10 @@ const (
 	GroupIDNotFound          Reason = "GROUP_ID_NOT_FOUND"
 	UnknownMemberID          Reason = "UNKNOWN_MEMBER_ID"
 	FencedMemberEpoch        Reason = "FENCED_MEMBER_EPOCH"
+	StaleMemberEpoch         Reason = "STALE_MEMBER_EPOCH"
+	UnreleasedInstanceID     Reason = "UNRELEASED_INSTANCE_ID"
+	UnsupportedAssignor      Reason = "UNSUPPORTED_ASSIGNOR"
+	InvalidRegularExpression Reason = "INVALID_REGULAR_EXPRESSION"
 	GroupMaxSizeReached      Reason = "GROUP_MAX_SIZE_REACHED"
 	NonEmptyGroup            Reason = "NON_EMPTY_GROUP"
 	RollbackRequired         Reason = "ROLLBACK_REQUIRED"
@@ -125,7 +129,8 @@ func Reasons() []Reason {
 	return []Reason{
 		InvalidRequest, UnknownTopicOrPartition, TopicAlreadyExists, OffsetOutOfRange,
 		CorruptMessage, ShareSessionNotFound, InvalidShareSessionEpoch, ShareSessionLimitReached,
-		GroupIDNotFound, UnknownMemberID, FencedMemberEpoch, GroupMaxSizeReached, NonEmptyGroup,
+		GroupIDNotFound, UnknownMemberID, FencedMemberEpoch,
+		StaleMemberEpoch, UnreleasedInstanceID, UnsupportedAssignor, InvalidRegularExpression, GroupMaxSizeReached, NonEmptyGroup,
 		RollbackRequired, ThrottlingQuotaExceeded, Unavailable, Internal, Unauthenticated,
 		KafkaStorageError, TopicAuthorizationFailed, GroupAuthorizationFailed,
 		ClusterAuthorizationFailed, NotOwner, OwnerUnreachable, PolicyViolation,
@@ -162,6 +167,10 @@ var kafkaCodes = map[Reason]int16{
 	GroupIDNotFound:            69,
 	UnknownMemberID:            25,
 	FencedMemberEpoch:          110,
+	UnreleasedInstanceID:       111,
+	UnsupportedAssignor:        112,
+	StaleMemberEpoch:           113,
+	InvalidRegularExpression:   128,
 	GroupMaxSizeReached:        81,
 	NonEmptyGroup:              68,
 	RollbackRequired:           1,

@@ -130,6 +130,12 @@ type Config struct {
 	// committed offsets are kept (Kafka's offsets.retention.minutes).
 	GroupInitialRebalanceDelay time.Duration
 	OffsetsRetention           time.Duration
+	// The consumer protocol (KIP-848; docs/consumer-groups.md): the
+	// heartbeat interval told to members and the session after which a
+	// silent member is removed (Kafka's group.consumer.heartbeat.interval.ms
+	// and group.consumer.session.timeout.ms).
+	GroupConsumerHeartbeatInterval time.Duration
+	GroupConsumerSessionTimeout    time.Duration
 	// KafkaSASLMechanisms is --kafka-sasl-mechanisms: the SASL mechanisms
 	// of the Kafka listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512). Empty =
 	// every one when --auth-tokens-file is set, none otherwise
@@ -143,50 +149,52 @@ type Config struct {
 // 127.0.0.1:9090, HTTP on 127.0.0.1:8080, fsync before every acknowledgement.
 func DefaultConfig() Config {
 	return Config{
-		DataDir:                      "./data",
-		GRPCAddr:                     "127.0.0.1:9090",
-		HTTPAddr:                     "127.0.0.1:8080",
-		Fsync:                        "always",
-		FsyncInterval:                time.Second,
-		SegmentBytes:                 64 << 20,
-		MaxPartitions:                100_000,
-		CompactionInterval:           15 * time.Second,
-		MaxRequestBytes:              16 << 20,
-		MaxShareSessions:             2000,
-		ShareSessionIdleTimeout:      2 * time.Minute,
-		ShareRecordLockDuration:      30 * time.Second,
-		ShareMinRecordLockDuration:   time.Second,
-		ShareMaxRecordLockDuration:   time.Hour,
-		ShareDeliveryCountLimit:      5,
-		SharePartitionMaxRecordLocks: 2000,
-		ShareGroupMaxSize:            200,
-		ShareSessionTimeout:          45 * time.Second,
-		ShareHeartbeatInterval:       5 * time.Second,
-		DLQTopicPrefix:               "dlq.",
-		OSOBackfill:                  "auto",
-		OSOAutoSmallRatio:            0.02,
-		OSOAutoLargeRatio:            0.15,
-		OSOAutoSmallRecordBytes:      256,
-		MaxChangeStreams:             1024,
-		MaxConnections:               10000,
-		MaxConnectionsPerIP:          1000,
-		HTTPIdleTimeout:              2 * time.Minute,
-		HTTPReadTimeout:              time.Minute,
-		GRPCMaxConcurrentStreams:     1000,
-		MaxLongPolls:                 10000,
-		MaxResponseBytesInFlight:     256 << 20,
-		MaxFetchBytes:                50 << 20,
-		HealthProbesPerSec:           20,
-		ShutdownTimeout:              10 * time.Second,
-		KafkaDefaultPartitions:       1,
-		Authorizer:                   AuthorizerNone,
-		KafkaMaxRequestBytes:         100 << 20,
-		KafkaIdleTimeout:             10 * time.Minute,
-		KafkaSASLSessionLifetime:     time.Hour,
-		GroupInitialRebalanceDelay:   3 * time.Second,
-		OffsetsRetention:             7 * 24 * time.Hour,
-		KafkaRequestTimeout:          30 * time.Second,
-		Cluster:                      DefaultClusterConfig(),
+		DataDir:                        "./data",
+		GRPCAddr:                       "127.0.0.1:9090",
+		HTTPAddr:                       "127.0.0.1:8080",
+		Fsync:                          "always",
+		FsyncInterval:                  time.Second,
+		SegmentBytes:                   64 << 20,
+		MaxPartitions:                  100_000,
+		CompactionInterval:             15 * time.Second,
+		MaxRequestBytes:                16 << 20,
+		MaxShareSessions:               2000,
+		ShareSessionIdleTimeout:        2 * time.Minute,
+		ShareRecordLockDuration:        30 * time.Second,
+		ShareMinRecordLockDuration:     time.Second,
+		ShareMaxRecordLockDuration:     time.Hour,
+		ShareDeliveryCountLimit:        5,
+		SharePartitionMaxRecordLocks:   2000,
+		ShareGroupMaxSize:              200,
+		ShareSessionTimeout:            45 * time.Second,
+		ShareHeartbeatInterval:         5 * time.Second,
+		DLQTopicPrefix:                 "dlq.",
+		OSOBackfill:                    "auto",
+		OSOAutoSmallRatio:              0.02,
+		OSOAutoLargeRatio:              0.15,
+		OSOAutoSmallRecordBytes:        256,
+		MaxChangeStreams:               1024,
+		MaxConnections:                 10000,
+		MaxConnectionsPerIP:            1000,
+		HTTPIdleTimeout:                2 * time.Minute,
+		HTTPReadTimeout:                time.Minute,
+		GRPCMaxConcurrentStreams:       1000,
+		MaxLongPolls:                   10000,
+		MaxResponseBytesInFlight:       256 << 20,
+		MaxFetchBytes:                  50 << 20,
+		HealthProbesPerSec:             20,
+		ShutdownTimeout:                10 * time.Second,
+		KafkaDefaultPartitions:         1,
+		Authorizer:                     AuthorizerNone,
+		KafkaMaxRequestBytes:           100 << 20,
+		KafkaIdleTimeout:               10 * time.Minute,
+		KafkaSASLSessionLifetime:       time.Hour,
+		GroupInitialRebalanceDelay:     3 * time.Second,
+		GroupConsumerHeartbeatInterval: 5 * time.Second,
+		GroupConsumerSessionTimeout:    45 * time.Second,
+		OffsetsRetention:               7 * 24 * time.Hour,
+		KafkaRequestTimeout:            30 * time.Second,
+		Cluster:                        DefaultClusterConfig(),
 	}
 }
 
@@ -346,6 +354,10 @@ func (c Config) Validate() error {
 		} else if _, port, err := net.SplitHostPort(c.KafkaAdvertisedAddr); err != nil || port == "" || port == "0" {
 			bad("--kafka-advertised-addr must be host:port with a non-zero port, got %q", c.KafkaAdvertisedAddr)
 		}
+	}
+	if c.GroupConsumerHeartbeatInterval < 100*time.Millisecond || c.GroupConsumerSessionTimeout < 2*c.GroupConsumerHeartbeatInterval {
+		bad("--group-consumer-heartbeat-interval must be at least 100ms and --group-consumer-session-timeout at least twice it, got %s and %s",
+			c.GroupConsumerHeartbeatInterval, c.GroupConsumerSessionTimeout)
 	}
 	if c.GroupInitialRebalanceDelay < 0 || c.GroupInitialRebalanceDelay > 5*time.Minute {
 		bad("--group-initial-rebalance-delay must be between 0 and 5m, got %s", c.GroupInitialRebalanceDelay)

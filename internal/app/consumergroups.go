@@ -43,8 +43,21 @@ func openConsumerGroups(cfg Config, log *broker.Log, share *sharegroup.Manager, 
 			}
 			return info.Partitions, nil
 		},
-		Taken:  share.HasGroup,
-		Logger: logger,
+		Topics: func(ctx context.Context) (map[string]int32, error) {
+			ts, err := log.ListTopics(ctx)
+			if err != nil {
+				return nil, broker.ErrorOf(err)
+			}
+			out := make(map[string]int32, len(ts))
+			for _, t := range ts {
+				out[t.Info.Name] = t.Info.Partitions
+			}
+			return out, nil
+		},
+		ConsumerHeartbeatInterval: cfg.GroupConsumerHeartbeatInterval,
+		ConsumerSessionTimeout:    cfg.GroupConsumerSessionTimeout,
+		Taken:                     share.HasGroup,
+		Logger:                    logger,
 	})
 	if err != nil {
 		st.Close()

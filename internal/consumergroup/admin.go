@@ -21,6 +21,9 @@ func (c *Coordinator) Describe(_ context.Context, group string) (GroupDescriptio
 		return GroupDescription{Group: group, State: Dead}, nil
 	}
 	defer g.mu.Unlock()
+	if g.cs != nil {
+		return GroupDescription{}, errConsumerGroup(g)
+	}
 	d := GroupDescription{Group: group, State: g.state, ProtocolType: g.protocolType, Generation: g.generation, LeaderID: g.leader}
 	stable := g.state == Stable
 	if stable {
@@ -48,7 +51,11 @@ func (c *Coordinator) List(_ context.Context) ([]GroupListing, error) {
 	for _, g := range c.snapshotGroups() {
 		g.mu.Lock()
 		if g.state != Dead {
-			out = append(out, GroupListing{Group: g.id, ProtocolType: g.protocolType, State: g.state})
+			l := GroupListing{Group: g.id, ProtocolType: g.protocolType, State: g.state, Type: "classic", StateName: g.state.String()}
+			if g.cs != nil {
+				l.Type, l.StateName = "consumer", g.consumerStateName()
+			}
+			out = append(out, l)
 		}
 		g.mu.Unlock()
 	}

@@ -213,5 +213,58 @@ type GroupDescription struct {
 type GroupListing struct {
 	Group        string
 	ProtocolType string
-	State        State
+	State        State  // of the classic state machine
+	Type         string // "classic" or "consumer" (KIP-848)
+	StateName    string // Kafka's name of the state of its type
+}
+
+// ConsumerHeartbeatRequest is a ConsumerGroupHeartbeat (KIP-848). A nil
+// field is "unchanged since the last heartbeat", as in Kafka.
+type ConsumerHeartbeatRequest struct {
+	Group    string
+	MemberID string // empty on a join: the coordinator picks one
+	// MemberEpoch is 0 to join, -1 to leave, -2 for a static member to
+	// leave keeping its assignment for its session, else the member's.
+	MemberEpoch          int32
+	InstanceID, RackID   *string
+	ClientID, ClientHost string
+	RebalanceTimeout     time.Duration // < 0: unchanged
+	SubscribedTopics     []string      // nil: unchanged
+	SubscribedRegex      *string       // nil: unchanged; RE2, matching whole names
+	ServerAssignor       *string       // nil: unchanged; "" or unset: uniform
+	// Owned is what the member owns now, by name (a transport drops the
+	// topic ids it cannot resolve); nil: unchanged.
+	Owned []TopicPartitions
+}
+
+// ConsumerHeartbeatResponse is ConsumerGroupHeartbeat's answer.
+type ConsumerHeartbeatResponse struct {
+	MemberID          string
+	MemberEpoch       int32
+	HeartbeatInterval time.Duration
+	// Assignment is the member's assignment when it changed or the request
+	// was a full one; nil otherwise (unchanged).
+	Assignment []TopicPartitions
+}
+
+// ConsumerMemberDescription is one member of ConsumerDescribe.
+type ConsumerMemberDescription struct {
+	MemberID             string
+	InstanceID, RackID   *string
+	MemberEpoch          int32
+	ClientID, ClientHost string
+	SubscribedTopics     []string
+	SubscribedRegex      *string
+	Assignment           []TopicPartitions // what it owns now
+	TargetAssignment     []TopicPartitions
+}
+
+// ConsumerGroupDescription is ConsumerGroupDescribe's answer.
+type ConsumerGroupDescription struct {
+	Group           string
+	State           string // Empty, Assigning, Reconciling, Stable, Dead
+	Epoch           int32
+	AssignmentEpoch int32
+	Assignor        string
+	Members         []ConsumerMemberDescription
 }

@@ -22,6 +22,10 @@ const (
 	DefaultOffsetsRetention      = 7 * 24 * time.Hour
 	DefaultInitialRebalanceDelay = 3 * time.Second
 	DefaultMaxMetadataBytes      = 4096
+	// The consumer protocol's (KIP-848) defaults, Kafka's
+	// group.consumer.heartbeat.interval.ms and session.timeout.ms.
+	DefaultConsumerHeartbeatInterval = 5 * time.Second
+	DefaultConsumerSessionTimeout    = 45 * time.Second
 )
 
 // Options configures a Coordinator.
@@ -50,6 +54,15 @@ type Options struct {
 	// the reason UNKNOWN_TOPIC_OR_PARTITION; nil = every topic exists.
 	// It is called with no lock of this package held.
 	Partitions func(ctx context.Context, topic string) (int32, error)
+	// Topics returns every topic with its partition count, for the
+	// consumer protocol's regex subscriptions; nil = a regex matches
+	// nothing. It is called with no lock of this package held.
+	Topics func(ctx context.Context) (map[string]int32, error)
+	// ConsumerHeartbeatInterval and ConsumerSessionTimeout are the
+	// consumer protocol's (KIP-848) heartbeat interval told to members
+	// and the session after which a silent member is removed; 0 = the
+	// defaults.
+	ConsumerHeartbeatInterval, ConsumerSessionTimeout time.Duration
 	// Taken reports whether a group id belongs to a group of another kind
 	// (a share group); such an id is refused here. nil = none.
 	Taken  func(group string) bool
@@ -85,6 +98,12 @@ func Open(o Options) (*Coordinator, error) {
 	}
 	if o.MaxSessionTimeout <= 0 {
 		o.MaxSessionTimeout = DefaultMaxSessionTimeout
+	}
+	if o.ConsumerHeartbeatInterval <= 0 {
+		o.ConsumerHeartbeatInterval = DefaultConsumerHeartbeatInterval
+	}
+	if o.ConsumerSessionTimeout <= 0 {
+		o.ConsumerSessionTimeout = DefaultConsumerSessionTimeout
 	}
 	if o.OffsetsRetention <= 0 {
 		o.OffsetsRetention = DefaultOffsetsRetention

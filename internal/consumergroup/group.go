@@ -111,6 +111,9 @@ type group struct {
 	emptySince time.Time // when it last became empty (zero: it has members)
 	// stored is the store's Meta of the group.
 	stored groupoffsets.Meta
+	// cs is the consumer-protocol (KIP-848) state, nil for a group that
+	// never had such a member (consumer.go).
+	cs *consumerState
 }
 
 func newGroup(id string) *group {
@@ -132,6 +135,11 @@ func (g *group) stopTimers() {
 	}
 	for _, m := range g.pending {
 		m.stopTimer()
+	}
+	if g.cs != nil {
+		for _, m := range g.cs.members {
+			m.stopTimers()
+		}
 	}
 }
 
@@ -162,6 +170,9 @@ func newMemberID(clientID string, instanceID *string) string {
 // understood).
 func (g *group) subscribedTopics() map[string]bool {
 	out := map[string]bool{}
+	if g.cs != nil {
+		g.consumerTopics(out)
+	}
 	for _, m := range g.members {
 		if m.topics == nil {
 			return nil

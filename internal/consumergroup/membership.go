@@ -50,6 +50,10 @@ func (c *Coordinator) Join(ctx context.Context, req JoinRequest) (JoinResponse, 
 
 // join is Join under g.mu: a channel to wait on, or the answer.
 func (c *Coordinator) join(g *group, req JoinRequest) (<-chan joinResult, JoinResponse, error) {
+	if g.consumerMode() {
+		return nil, JoinResponse{}, errConsumerGroup(g)
+	}
+	g.cs = nil // an empty consumer-protocol group becomes a classic one
 	var known *member
 	if req.MemberID != "" {
 		known = g.members[req.MemberID]

@@ -80,6 +80,10 @@ func (c *Coordinator) commit(g *group, req CommitRequest, counts map[string]int3
 		if g.state != Empty {
 			return nil, apierr.New(apierr.UnknownMemberID, "group %q has members: a commit needs the member id and generation", g.id)
 		}
+	} else if g.consumerMode() {
+		if err := g.checkConsumerCommit(req.MemberID, req.Generation); err != nil {
+			return nil, err
+		}
 	} else {
 		if err := g.validateInstance(req.InstanceID, req.MemberID); err != nil {
 			return nil, err

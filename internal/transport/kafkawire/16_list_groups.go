@@ -39,8 +39,8 @@ func (l *Listener) handleListGroups(ctx context.Context, _ *conn, kreq kmsg.Requ
 			return resp, nil
 		}
 		for _, g := range groups {
-			if visible(g.Group) && wants("classic", g.State.String()) {
-				add(g.Group, g.ProtocolType, g.State.String(), "classic")
+			if visible(g.Group) && wants(g.Type, g.StateName) {
+				add(g.Group, g.ProtocolType, g.StateName, g.Type)
 			}
 		}
 	}

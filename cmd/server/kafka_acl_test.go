@@ -563,6 +563,42 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			}
 			return 0
 		}},
+		{name: "ConsumerGroupHeartbeat", needs: []kperm{{group, "cg848", read}}, denied: groupDenied, state: listedGroups, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+			req.Version, req.Group, req.MemberID, req.RebalanceTimeoutMillis = 1, "cg848", "m-kafka-acl-848", 5000
+			req.SubscribedTopicNames, req.Topics = []string{"t"}, []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+			return k.do(req).(*kmsg.ConsumerGroupHeartbeatResponse).ErrorCode
+		}},
+		{name: "ConsumerGroupDescribe", needs: []kperm{{group, "cg848", desc}}, denied: groupDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrConsumerGroupDescribeRequest()
+			req.Groups = []string{"cg848"}
+			return k.do(req).(*kmsg.ConsumerGroupDescribeResponse).Groups[0].ErrorCode
+		}},
+		{name: "SyncGroup", needs: []kperm{{group, "cg", read}}, denied: groupDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrSyncGroupRequest()
+			req.Version, req.Group, req.MemberID = 3, "cg", "nobody"
+			if code := k.do(req).(*kmsg.SyncGroupResponse).ErrorCode; code != 25 {
+				return code // UNKNOWN_MEMBER_ID (25) is what an allowed call answers
+			}
+			return 0
+		}},
+		{name: "LeaveGroup", needs: []kperm{{group, "cg", read}}, denied: groupDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrLeaveGroupRequest()
+			req.Version, req.Group = 3, "cg"
+			req.Members = []kmsg.LeaveGroupRequestMember{{MemberID: "nobody"}}
+			return k.do(req).(*kmsg.LeaveGroupResponse).ErrorCode // the member's own 25 is not the request's
+		}},
+		{name: "OffsetForLeaderEpoch", needs: []kperm{{topic, "t", desc}}, denied: topicDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+			req.Version, req.ReplicaID = 4, -1
+			rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+			rt.Topic = "t"
+			rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+			rp.CurrentLeaderEpoch, rp.LeaderEpoch = -1, 0
+			rt.Partitions = append(rt.Partitions, rp)
+			req.Topics = append(req.Topics, rt)
+			return k.do(req).(*kmsg.OffsetForLeaderEpochResponse).Topics[0].Partitions[0].ErrorCode
+		}},
 		{name: "FindCoordinator", needs: []kperm{{group, "cg", desc}}, denied: groupDenied, state: none, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrFindCoordinatorRequest()
 			req.Version, req.CoordinatorType, req.CoordinatorKeys = 4, 0, []string{"cg"}
@@ -583,11 +619,16 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Version, req.Groups = 2, []string{"cg-del"}
 			return k.do(req).(*kmsg.DeleteGroupsResponse).Groups[0].ErrorCode
 		}},
-		{name: "DescribeUserScramCredentials", needs: []kperm{{cluster, "kafka-cluster", desc}}, denied: clusterDenied, state: none, call: func(k *kafkaConn) int16 {
+		{name: "DescribeUserScramCredentials", needs: []kperm{{cluster, "kafka-cluster", desc}}, denied: clusterDenied, state: none, grpc: func(ctx context.Context) (proto.Message, error) {
+			return userc.ListUsers(ctx, &sharelogv1.ListUsersRequest{})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrDescribeUserSCRAMCredentialsRequest()
 			return k.do(req).(*kmsg.DescribeUserSCRAMCredentialsResponse).ErrorCode
 		}},
-		{name: "AlterUserScramCredentials", needs: []kperm{{cluster, "kafka-cluster", alter}}, denied: clusterDenied, state: scramUsers, call: func(k *kafkaConn) int16 {
+		{name: "AlterUserScramCredentials", needs: []kperm{{cluster, "kafka-cluster", alter}}, denied: clusterDenied, state: scramUsers, grpc: func(ctx context.Context) (proto.Message, error) {
+			return userc.SetScramCredential(ctx, &sharelogv1.SetScramCredentialRequest{User: "grpc-made", Mechanism: "SCRAM-SHA-256",
+				Secret: &sharelogv1.SetScramCredentialRequest_Password{Password: "a-password"}})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
 			up := kmsg.NewAlterUserSCRAMCredentialsRequestUpsertion()
 			up.Name, up.Mechanism, up.Iterations = "kafka-made", 1, 4096

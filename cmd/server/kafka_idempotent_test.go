@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -301,7 +303,7 @@ func TestKafkaIdempotentProducerKgo(t *testing.T) {
 // twice, and none is lost).
 func TestKafkaIdempotentSIGKILL(t *testing.T) {
 	dir := t.TempDir()
-	c := startChild(t, dir, "--kafka-addr", "127.0.0.1:0")
+	c := startChild(t, dir, "--kafka-addr", "127.0.0.1:0", "--group-initial-rebalance-delay", "0")
 	addr := c.kafkaAddr(t)
 	const parts, producers, kills = 3, 2, 10
 	dialKafka(t, addr).createTopic("kcrash", parts)
@@ -310,14 +312,20 @@ func TestKafkaIdempotentSIGKILL(t *testing.T) {
 	defer cancel()
 	states, clients, stopLoad := kgoIdemLoad(ctx, t, addr, "kcrash", parts, producers)
 	ackedTotal := func() int { return ackedOf(states) }
+	commits := groupCommitter(ctx, t, addr, "kcrash", "kcrash-group")
 	for round := range kills {
-		before := ackedTotal()
-		require.Eventually(t, func() bool { return ackedTotal() >= before+90 }, 30*time.Second, 5*time.Millisecond,
-			"round %d: the producers make progress (acked %d)", round, ackedTotal())
-		c.kill(t) // with batches in flight
-		c = startChild(t, dir, "--kafka-addr", addr)
+		before, commitsBefore := ackedTotal(), commits.count()
+		require.Eventually(t, func() bool { return ackedTotal() >= before+90 && commits.count() > commitsBefore }, 30*time.Second, 5*time.Millisecond,
+			"round %d: the producers and the group make progress (acked %d, commits %d)", round, ackedTotal(), commits.count())
+		acked := commits.snapshot()
+		c.kill(t) // with batches and commits in flight
+		c = startChild(t, dir, "--kafka-addr", addr, "--group-initial-rebalance-delay", "0")
+		commits.checkNotBehind(t, round, acked)
 	}
 	stopLoad()
+	commits.stop()
+	require.NotZero(t, commits.count(), "the group committed offsets")
+	t.Logf("%d offset commits acknowledged through %d kills; none went backwards", commits.count(), kills)
 	for w, cl := range clients {
 		require.NoError(t, cl.Flush(ctx), "producer %d delivers everything it buffered", w)
 	}
@@ -520,4 +528,111 @@ func TestPartitionedKafkaIdempotentFailover(t *testing.T) {
 		return dialKafka(t, members[owner].kafkaAddr(t))
 	}, "kfail", parts, states)
 	t.Logf("%d records acknowledged across the failover of %s", total, victim)
+}
+
+// committer is a kgo consumer-group member that consumes a topic and
+// commits what it consumed after every poll, keeping, per partition, the
+// highest offset a commit of it was acknowledged for.
+type committer struct {
+	cl     *kgo.Client
+	adm    *kadm.Client
+	group  string
+	mu     sync.Mutex
+	acked  map[int32]int64
+	n      int
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func groupCommitter(ctx context.Context, t *testing.T, addr, topic, group string) *committer {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic), kgo.ConsumerGroup(group),
+		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.RequestRetries(math.MaxInt32), kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }),
+		kgo.MetadataMinAge(100*time.Millisecond), kgo.FetchMaxWait(200*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RequestRetries(math.MaxInt32),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }))
+	require.NoError(t, err)
+	t.Cleanup(admCl.Close)
+	cctx, cancel := context.WithCancel(ctx)
+	cm := &committer{cl: cl, adm: kadm.NewClient(admCl), group: group, acked: map[int32]int64{}, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(cm.done)
+		for cctx.Err() == nil {
+			fs := cl.PollFetches(cctx)
+			offs := map[string]map[int32]kgo.EpochOffset{}
+			fs.EachRecord(func(r *kgo.Record) {
+				if offs[r.Topic] == nil {
+					offs[r.Topic] = map[int32]kgo.EpochOffset{}
+				}
+				offs[r.Topic][r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
+			})
+			if len(offs) == 0 {
+				continue
+			}
+			cl.CommitOffsetsSync(cctx, offs, func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+				if err != nil {
+					return
+				}
+				sent := map[int32]int64{}
+				for _, rt := range req.Topics {
+					for _, rp := range rt.Partitions {
+						sent[rp.Partition] = rp.Offset
+					}
+				}
+				cm.mu.Lock()
+				defer cm.mu.Unlock()
+				for _, rt := range resp.Topics {
+					for _, rp := range rt.Partitions {
+						if rp.ErrorCode == 0 {
+							cm.n++
+							cm.acked[rp.Partition] = max(cm.acked[rp.Partition], sent[rp.Partition])
+						}
+					}
+				}
+			})
+		}
+	}()
+	return cm
+}
+
+func (cm *committer) snapshot() map[int32]int64 {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return maps.Clone(cm.acked)
+}
+
+func (cm *committer) count() int {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return cm.n
+}
+
+func (cm *committer) stop() {
+	cm.cancel()
+	<-cm.done
+}
+
+// checkNotBehind fetches the group's committed offsets from the restarted
+// server: each is at least what a commit acknowledged before the kill.
+func (cm *committer) checkNotBehind(t *testing.T, round int, acked map[int32]int64) {
+	t.Helper()
+	var got kadm.OffsetResponses
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		r, err := cm.adm.FetchOffsets(ctx, cm.group)
+		if err != nil {
+			return false
+		}
+		got = r
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "round %d: fetch the committed offsets after the restart", round)
+	for p, off := range acked {
+		o, ok := got.Lookup("kcrash", p)
+		require.True(t, ok, "round %d: partition %d has a committed offset after the restart", round, p)
+		assert.GreaterOrEqual(t, o.At, off, "round %d: partition %d's committed offset went backwards", round, p)
+	}
 }

@@ -11,12 +11,12 @@ run:
 	$(GO) run ./cmd/server
 
 ## test: vet and run every test with the race detector (and the bench harness's own tests), then franz-go's own
-## SCRAM tests against a freshly built server (scripts/kgo-suite; KGO_SUITE_RUN picks other franz-go tests)
+## integration suite (pkg/kgo, unmodified: its SCRAM tests over TLS, then every test; scripts/kgo-suite says what may fail and why)
 test:
 	$(GO) vet ./...
 	$(GO) test $(GOFLAGS_TEST) ./...
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
-	GO=$(GO) bash scripts/kgo-suite
+	GO=$(GO) bash scripts/kgo-suite full
 
 ## soak: the memory budget's bars alone on the machine (12 x 64 MiB fetches: RSS < 1 GiB, another client's p99 < 100 ms),
 ## then the crash-loop test with 200 SIGKILLs (override with SHARELOG_CRASH_KILLS; replay a failure with its logged SHARELOG_CRASH_SEED),

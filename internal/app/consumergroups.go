@@ -37,6 +37,9 @@ func openConsumerGroups(cfg Config, log *broker.Log, share *sharegroup.Manager, 
 		InitialRebalanceDelay: cfg.GroupInitialRebalanceDelay,
 		OffsetsRetention:      cfg.OffsetsRetention,
 		Partitions: func(ctx context.Context, topic string) (int32, error) {
+			if topic == broker.InternalTopic {
+				return 1, nil // listed, empty (docs/kafka.md "The internal topic")
+			}
 			info, err := log.TopicInfo(ctx, topic)
 			if err != nil {
 				return 0, broker.ErrorOf(err)
@@ -44,14 +47,16 @@ func openConsumerGroups(cfg Config, log *broker.Log, share *sharegroup.Manager, 
 			return info.Partitions, nil
 		},
 		Topics: func(ctx context.Context) (map[string]int32, error) {
-			ts, err := log.ListTopics(ctx)
+			ts, err := log.Topics(ctx)
 			if err != nil {
 				return nil, broker.ErrorOf(err)
 			}
-			out := make(map[string]int32, len(ts))
+			out := make(map[string]int32, len(ts)+1)
 			for _, t := range ts {
-				out[t.Info.Name] = t.Info.Partitions
+				out[t.Name] = t.Partitions
 			}
+			// Kafka's regexes match internal topics too.
+			out[broker.InternalTopic] = 1
 			return out, nil
 		},
 		ConsumerHeartbeatInterval: cfg.GroupConsumerHeartbeatInterval,

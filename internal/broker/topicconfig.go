@@ -20,6 +20,11 @@ const (
 	ConfigSegmentBytes           = "segment.bytes"
 )
 
+// InternalTopic is the name Kafka clients know as the internal topic of
+// committed offsets; no topic may take it (docs/kafka.md "The internal
+// topic").
+const InternalTopic = "__consumer_offsets"
+
 // TopicFault says which part of a topic creation is wrong. Every fault is
 // INVALID_REQUEST; Kafka names each with its own code.
 type TopicFault int
@@ -94,6 +99,9 @@ func (l *Log) ValidateTopic(name string, partitions int32, s TopicSettings) (Top
 	}
 	if err := logstore.ValidateTopicName(name); err != nil {
 		return TopicConfig{}, topicErr(FaultName, "%s", err)
+	}
+	if name == InternalTopic {
+		return TopicConfig{}, topicErr(FaultName, "%s is the Kafka listener's internal topic (docs/kafka.md \"The internal topic\")", name)
 	}
 	cfg := TopicConfig{SegmentBytes: l.cfg.SegmentBytes, RetentionMs: -1, CleanupPolicy: CleanupDelete}
 	if s.SegmentBytes != nil {

@@ -32,7 +32,7 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 		// WRITE on the topic before any lookup: a denied topic answers
 		// TOPIC_AUTHORIZATION_FAILED on each partition, existing or not.
 		terr := writable.require(ctx, t.Topic)
-		if terr == nil {
+		if terr == nil && !isInternal(t.Topic) {
 			_, terr = l.topicForWrite(ctx, t.Topic)
 		}
 		for _, p := range t.Partitions {
@@ -45,6 +45,8 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 				rp.ErrorCode = kerr.InvalidRequiredAcks.Code
 			case terr != nil:
 				err = terr
+			case isInternal(t.Topic):
+				rp.ErrorCode = errInternalWrite.Code
 			default:
 				var ld Leader
 				if ld, err = l.leads(ctx, t.Topic, p.Partition, -1); err != nil {

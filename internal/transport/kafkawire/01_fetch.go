@@ -42,6 +42,9 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 	var parts []broker.TopicPartition
 	led := map[broker.TopicPartition]leadership{}
 	for _, t := range req.Topics {
+		if isInternal(t.Topic) {
+			continue // empty (fillFetch), never waited on
+		}
 		if err := readable.require(ctx, t.Topic); err != nil {
 			denied[t.Topic] = err
 			continue
@@ -95,6 +98,19 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 			rp.Partition = p.Partition
 			// Empty, not null: librdkafka cannot parse a null record set.
 			rp.RecordBatches = []byte{}
+			if isInternal(t.Topic) {
+				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = 0, 0, 0
+				if err := l.internalReadErr(ctx, p.Partition); err != nil {
+					rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
+					rp.ErrorCode = errorCode(err)
+					failed = true
+				} else if p.FetchOffset != 0 {
+					rp.ErrorCode = kerr.OffsetOutOfRange.Code
+					failed = true
+				}
+				rt.Partitions = append(rt.Partitions, rp)
+				continue
+			}
 			if derr := denied[t.Topic]; derr != nil {
 				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
 				rp.ErrorCode = errorCode(derr)

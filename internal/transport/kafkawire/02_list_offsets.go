@@ -49,6 +49,15 @@ func (l *Listener) handleListOffsets(ctx context.Context, _ *conn, kreq kmsg.Req
 			case ts >= 0:
 				spec = broker.ByTimestamp
 			}
+			if isInternal(t.Topic) {
+				if err := l.internalReadErr(ctx, p.Partition); err != nil {
+					rp.ErrorCode = errorCode(err)
+				} else if spec == broker.Earliest || spec == broker.Latest {
+					rp.Offset = 0
+				}
+				rt.Partitions = append(rt.Partitions, rp)
+				continue
+			}
 			var ld Leader
 			var lerr error
 			if terr == nil && spec != 0 {

@@ -51,6 +51,9 @@ func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Reques
 			}
 			infos, errs, names, ids = append(infos, t), append(errs, nil), append(names, nil), append(ids, [16]byte{})
 		}
+		if l.allowed(ctx, authz.Describe, authz.Topic, InternalTopic) {
+			defer func() { resp.Topics = append(resp.Topics, l.internalMetadata()) }()
+		}
 	} else {
 		autoCreate := l.cfg.AutoCreateTopics && (req.GetVersion() < 4 || req.AllowAutoTopicCreation)
 		describable := l.gate(authz.Describe)
@@ -58,6 +61,10 @@ func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Reques
 			var info broker.TopicInfo
 			var err error
 			switch {
+			case (t.Topic != nil && isInternal(*t.Topic)) || (t.Topic == nil && t.TopicID == internalTopicID):
+				if err = describable.require(ctx, InternalTopic); err == nil {
+					info = broker.TopicInfo{Name: InternalTopic}
+				}
 			case t.Topic != nil:
 				// DESCRIBE before the lookup: a named topic the caller may
 				// not see is TOPIC_AUTHORIZATION_FAILED, existing or not.
@@ -93,6 +100,10 @@ func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Reques
 				rt.ErrorCode = kerr.UnknownTopicID.Code
 			}
 			resp.Topics = append(resp.Topics, rt)
+			continue
+		}
+		if isInternal(info.Name) {
+			resp.Topics = append(resp.Topics, l.internalMetadata())
 			continue
 		}
 		name := info.Name

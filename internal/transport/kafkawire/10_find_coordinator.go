@@ -19,7 +19,9 @@ const (
 // handleFindCoordinator answers the coordinator of group and share keys:
 // this node, or in cluster mode the instance that coordinates the group
 // (Cluster.Coordinator; COORDINATOR_NOT_AVAILABLE while none is live);
-// transactions are not served (COORDINATOR_NOT_AVAILABLE). As Kafka, a
+// transactions are not served yet: INVALID_REQUEST, which a client takes
+// as final (COORDINATOR_NOT_AVAILABLE would have a transactional producer
+// retry without end). As Kafka, a
 // group key needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED per
 // key otherwise; READ implies DESCRIBE, so a member of the group may),
 // which clients expect (docs/kafka.md "Permissions").
@@ -31,8 +33,8 @@ func (l *Listener) handleFindCoordinator(ctx context.Context, _ *conn, kreq kmsg
 	switch req.CoordinatorType {
 	case coordinatorGroup, coordinatorShare:
 	case coordinatorTxn:
-		code = kerr.CoordinatorNotAvailable.Code
-		m := "transactions are not supported"
+		code = kerr.InvalidRequest.Code
+		m := "transactions are not served by this listener yet (docs/kafka.md)"
 		msg = &m
 	default:
 		code = kerr.InvalidRequest.Code

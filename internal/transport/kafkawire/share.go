@@ -111,6 +111,9 @@ func optString(s string) *string {
 // resolveTopicID returns the name of the topic with id; ok is false when
 // no topic has that id (now).
 func (l *Listener) resolveTopicID(ctx context.Context, id [16]byte) (string, bool) {
+	if id == internalTopicID {
+		return InternalTopic, true
+	}
 	if v, ok := l.idNames.Load(id); ok {
 		name := v.(string)
 		if info, err := l.logOf(ctx).TopicInfo(ctx, name); err == nil && topicID(info.ID) == id {
@@ -128,6 +131,9 @@ func (l *Listener) resolveTopicID(ctx context.Context, id [16]byte) (string, boo
 
 // nameID returns the Kafka topic id of a topic name (zero if unknown).
 func (l *Listener) nameID(ctx context.Context, name string) [16]byte {
+	if isInternal(name) {
+		return internalTopicID
+	}
 	info, err := l.logOf(ctx).TopicInfo(ctx, name)
 	if err != nil {
 		return [16]byte{}

@@ -1,5 +1,6 @@
 // Command sarama checks sharelog's Kafka listener with IBM/sarama (pure
-// Go, at its default protocol version):
+// Go; at its default protocol version, or the one -version names, capped
+// per API at what the broker's ApiVersions advertises):
 //
 //   - an idempotent SyncProducer (Producer.Idempotent, Net.MaxOpenRequests
 //     1, acks WaitForAll) writes every batch, each record acknowledged at
@@ -18,7 +19,7 @@
 // Across the members every record produced is consumed exactly once. Any
 // mismatch exits 1.
 //
-//	sarama -broker 127.0.0.1:9092
+//	sarama -broker 127.0.0.1:9092 [-version 4.1.0]
 package main
 
 import (
@@ -37,17 +38,28 @@ import (
 	"github.com/sharelog/sharelog/examples/kafka-go-clients/internal/expect"
 )
 
-const (
-	topic      = "sarama-check"
-	group      = "sarama-check-group"
-	partitions = 4
+const partitions = 4
+
+var (
+	topic   = "sarama-check"
+	group   = "sarama-check-group"
+	version = sarama.DefaultVersion
 )
 
 func main() {
 	broker := flag.String("broker", "127.0.0.1:9092", "the Kafka listener")
+	v := flag.String("version", "", "the Kafka version sarama assumes (its default when empty; newest: "+sarama.MaxVersion.String()+"); the topic and group names get it as a suffix")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("sarama: ")
+	if *v != "" {
+		var err error
+		if version, err = sarama.ParseKafkaVersion(*v); err != nil {
+			log.Fatalf("FAILED: -version: %v", err)
+		}
+		topic += "-" + *v
+		group += "-" + *v
+	}
 	if err := run(*broker); err != nil {
 		log.Fatalf("FAILED: %v", err)
 	}
@@ -56,6 +68,7 @@ func main() {
 func config(clientID string) *sarama.Config {
 	c := sarama.NewConfig()
 	c.ClientID = clientID
+	c.Version = version
 	c.Consumer.Offsets.Initial = sarama.OffsetOldest
 	c.Consumer.Group.Session.Timeout = 6 * time.Second
 	c.Consumer.Group.Heartbeat.Interval = 300 * time.Millisecond

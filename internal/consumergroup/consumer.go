@@ -415,23 +415,15 @@ func (c *Coordinator) refreshCounts(g *group, counts map[string]int32) bool {
 // (ties: the first of assignorNames).
 func (c *Coordinator) computeTarget(g *group) {
 	cs := g.cs
-	votes := map[string]int{}
 	var ms []assignMember
 	for _, m := range cs.members {
-		votes[m.assignor]++
 		sortBy := m.id
 		if m.instanceID != nil {
 			sortBy = *m.instanceID
 		}
 		ms = append(ms, assignMember{id: m.id, sortBy: sortBy, topics: m.memberTopics(cs.counts)})
 	}
-	name := assignorNames[0]
-	for _, n := range assignorNames {
-		if votes[n] > votes[name] {
-			name = n
-		}
-	}
-	if name == assignorRange {
+	if g.groupAssignor() == assignorRange {
 		cs.target = assignRange(ms, cs.counts)
 	} else {
 		cs.target = assignUniform(ms, cs.counts, cs.target)

@@ -153,14 +153,7 @@ func k3Kafka(ctx context.Context, p *proc, topic string, calls int, value []byte
 	if err := errors.Join(errs...); err != nil {
 		return meas{}, fmt.Errorf("kgo idempotent produce: %w", err)
 	}
-	var lat stats.Latencies
-	for _, l := range lats {
-		lat.Merge(&l)
-	}
-	n := int64(k3Producers * calls * k3Batch)
-	mm := newMeas(float64(n) / ph.elapsed.Seconds())
-	mm.p50, mm.p99, mm.cpu, mm.rss = lat.PercentileMs(50), lat.PercentileMs(99), ph.cpuPerM(n), ph.rssMiB
-	return mm, nil
+	return k3Meas(ph, lats, calls), nil
 }
 
 // k3GRPC is k3Kafka through the gRPC idempotent producer: InitProducer,
@@ -210,14 +203,7 @@ func k3GRPC(ctx context.Context, p *proc, topic string, calls int, value []byte)
 	if err := errors.Join(errs...); err != nil {
 		return meas{}, err
 	}
-	var lat stats.Latencies
-	for _, l := range lats {
-		lat.Merge(&l)
-	}
-	n := int64(k3Producers * calls * k3Batch)
-	mm := newMeas(float64(n) / ph.elapsed.Seconds())
-	mm.p50, mm.p99, mm.cpu, mm.rss = lat.PercentileMs(50), lat.PercentileMs(99), ph.cpuPerM(n), ph.rssMiB
-	return mm, nil
+	return k3Meas(ph, lats, calls), nil
 }
 
 func k4Group() group {
@@ -447,4 +433,16 @@ func k4CheckCommitted(ctx context.Context, cl *kgo.Client, group, topic string, 
 		}
 	}
 	return nil
+}
+
+// k3Meas is the rate and latencies of a K3 side's phase.
+func k3Meas(ph phaseResult, lats []stats.Latencies, calls int) meas {
+	var lat stats.Latencies
+	for _, l := range lats {
+		lat.Merge(&l)
+	}
+	n := int64(k3Producers * calls * k3Batch)
+	mm := newMeas(float64(n) / ph.elapsed.Seconds())
+	mm.p50, mm.p99, mm.cpu, mm.rss = lat.PercentileMs(50), lat.PercentileMs(99), ph.cpuPerM(n), ph.rssMiB
+	return mm
 }

@@ -16,6 +16,8 @@
 //	membership.go   Join, Sync, Heartbeat, Leave; the rebalance and its timers
 //	offsets.go      Commit, Fetch, DeleteOffsets
 //	admin.go        Describe, List, Delete
+//	consumer.go     the KIP-848 consumer protocol: ConsumerHeartbeat, ConsumerDescribe
+//	assign.go       its server-side assignors, uniform and range
 //
 // # State machine
 //

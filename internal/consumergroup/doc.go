@@ -1,4 +1,5 @@
-// Package consumergroup is the classic consumer-group coordinator of
+// Package consumergroup is the consumer-group coordinator (classic, and the
+// KIP-848 consumer protocol in consumer.go) of
 // sharelog (Kafka's JoinGroup, SyncGroup, Heartbeat, LeaveGroup and the
 // committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, with
 // DescribeGroups, ListGroups and DeleteGroups), beside internal/sharegroup.

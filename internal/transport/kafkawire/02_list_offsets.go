@@ -33,7 +33,10 @@ func (l *Listener) handleListOffsets(ctx context.Context, _ *conn, kreq kmsg.Req
 	for _, t := range req.Topics {
 		rt := kmsg.NewListOffsetsResponseTopic()
 		rt.Topic = t.Topic
-		terr := describable.require(ctx, t.Topic)
+		terr := internalRefusal(t.Topic)
+		if terr == nil {
+			terr = describable.require(ctx, t.Topic)
+		}
 		for _, p := range t.Partitions {
 			rp := kmsg.NewListOffsetsResponseTopicPartition()
 			rp.Partition = p.Partition

@@ -122,6 +122,9 @@ const (
 	// UnacceptableCredential: a SCRAM credential that may not be stored
 	// (iterations outside 4096..16384, an empty user, password or salt).
 	UnacceptableCredential Reason = "UNACCEPTABLE_CREDENTIAL"
+	// MessageTooLarge: a record (gRPC, REST) or record batch (Kafka)
+	// larger than its topic's max.message.bytes; nothing was appended.
+	MessageTooLarge Reason = "MESSAGE_TOO_LARGE"
 )
 
 // Reasons lists every reason, in the order of the constants.
@@ -139,6 +142,7 @@ func Reasons() []Reason {
 		InvalidSessionTimeout, RebalanceInProgress, OffsetMetadataTooLarge, MemberIDRequired,
 		FencedInstanceID, GroupSubscribedToTopic,
 		ResourceNotFound, UnsupportedSaslMechanism, UnacceptableCredential,
+		MessageTooLarge,
 	}
 }
 
@@ -202,6 +206,7 @@ var kafkaCodes = map[Reason]int16{
 	ResourceNotFound:           91,
 	UnsupportedSaslMechanism:   33,
 	UnacceptableCredential:     93,
+	MessageTooLarge:            10,
 }
 
 // KafkaCode is the Kafka protocol's numeric error code of r (the value of

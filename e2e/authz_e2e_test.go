@@ -269,6 +269,23 @@ func rpcCases() []rpcCase {
 			unchanged: func(t *testing.T, s *authzStack, n names) { assert.True(t, s.topicExists(t, n.topic)) },
 		},
 		rpcCase{
+			name: "CreatePartitions", method: "/sharelog.v1.LogService/CreatePartitions",
+			req: func(n names) proto.Message {
+				return &sharelogv1.CreatePartitionsRequest{Topic: n.topic, Count: 2}
+			},
+			resp: func() proto.Message { return &sharelogv1.CreatePartitionsResponse{} },
+			rest: func(n names) (string, string, string) {
+				return "POST", "/v1/topics/" + n.topic + ":createPartitions", `{"count":2}`
+			},
+			needs: topicWrite(opAlter), deniedReason: "TOPIC_AUTHORIZATION_FAILED",
+			setup: func(t *testing.T, s *authzStack, n names) { s.setupTopic(t, n.topic, 0) },
+			unchanged: func(t *testing.T, s *authzStack, n names) {
+				tp, err := s.log.DescribeTopic(s.admin, &sharelogv1.DescribeTopicRequest{Name: n.topic})
+				require.NoError(t, err)
+				assert.Equal(t, int32(1), tp.GetPartitionCount())
+			},
+		},
+		rpcCase{
 			name: "DescribeTopic", method: "/sharelog.v1.LogService/DescribeTopic",
 			req:   func(n names) proto.Message { return &sharelogv1.DescribeTopicRequest{Name: n.topic} },
 			resp:  func() proto.Message { return &sharelogv1.Topic{} },

@@ -83,7 +83,7 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 	logc := sharelogv1.NewLogServiceClient(c.conn)
 	aclc := sharelogv1.NewAclServiceClient(c.conn)
 	sgc := sharelogv1.NewShareGroupServiceClient(c.conn)
-	for _, name := range []string{"t", "victim"} {
+	for _, name := range []string{"t", "victim", "grow"} {
 		_, err := logc.CreateTopic(admin, &sharelogv1.CreateTopicRequest{Name: name, Partitions: 1})
 		require.NoError(t, err)
 	}
@@ -198,6 +198,14 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 		return cfg.String() + "|" + d.String()
 	}
 	none := func(*testing.T) any { return nil }
+	partitionCount := func(name string) func(t *testing.T) any {
+		return func(t *testing.T) any {
+			d, err := logc.DescribeTopic(admin, &sharelogv1.DescribeTopicRequest{Name: name})
+			require.NoError(t, err)
+			return d.GetPartitionCount()
+		}
+	}
+	var growTo int32 // CreatePartitions' new count: one more than now
 	const topicDenied, groupDenied, clusterDenied = 29, 30, 31
 	otherBindings := func(t *testing.T) any {
 		d, err := aclc.DescribeAcls(admin, &sharelogv1.DescribeAclsRequest{Filter: &sharelogv1.AclBindingFilter{Principal: "User:other"}})
@@ -323,6 +331,20 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Topics = append(req.Topics, mt)
 			return k.do(req).(*kmsg.MetadataResponse).Topics[0].ErrorCode
 		}},
+		// The internal topic is shown to a principal that may DESCRIBE
+		// the cluster (docs/kafka.md "Internal topic").
+		{name: "Metadata of __consumer_offsets", needs: []kperm{{cluster, "kafka-cluster", desc}}, denied: topicDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrMetadataRequest()
+			req.Version = 12
+			mt := kmsg.NewMetadataRequestTopic()
+			mt.Topic = kmsg.StringPtr("__consumer_offsets")
+			req.Topics = append(req.Topics, mt)
+			resp := k.do(req).(*kmsg.MetadataResponse)
+			if resp.Topics[0].ErrorCode == 0 && !resp.Topics[0].IsInternal {
+				return -1 // listed, but not as internal: not a success
+			}
+			return resp.Topics[0].ErrorCode
+		}},
 		{name: "CreateTopics", needs: []kperm{{topic, "new", create}}, denied: topicDenied, state: exists("new"), grpc: func(ctx context.Context) (proto.Message, error) {
 			return logc.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "new", Partitions: 1})
 		}, call: func(k *kafkaConn) int16 {
@@ -353,6 +375,40 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, "t"
 			req.Resources = append(req.Resources, r)
 			return k.do(req).(*kmsg.DescribeConfigsResponse).Resources[0].ErrorCode
+		}},
+		{name: "CreatePartitions", needs: []kperm{{topic, "grow", alter}}, denied: topicDenied, state: partitionCount("grow"),
+			prep: func(t *testing.T, _ *kafkaConn, _ []kperm) { growTo = partitionCount("grow")(t).(int32) + 1 },
+			grpc: func(ctx context.Context) (proto.Message, error) {
+				return logc.CreatePartitions(ctx, &sharelogv1.CreatePartitionsRequest{Topic: "grow", Count: growTo})
+			}, call: func(k *kafkaConn) int16 {
+				req := kmsg.NewPtrCreatePartitionsRequest()
+				req.Version, req.TimeoutMillis = 3, 5000
+				rt := kmsg.NewCreatePartitionsRequestTopic()
+				rt.Topic, rt.Count = "grow", growTo
+				req.Topics = append(req.Topics, rt)
+				return k.do(req).(*kmsg.CreatePartitionsResponse).Topics[0].ErrorCode
+			}},
+		{name: "IncrementalAlterConfigsTopic", needs: []kperm{{topic, "t", altCfg}}, denied: topicDenied, state: bounds, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+			req.Version = 1
+			r := kmsg.NewIncrementalAlterConfigsRequestResource()
+			r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, "t"
+			e := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+			e.Name, e.Op, e.Value = "retention.ms", kmsg.IncrementalAlterConfigOpSet, kmsg.StringPtr("86400000")
+			r.Configs = append(r.Configs, e)
+			req.Resources = append(req.Resources, r)
+			return k.do(req).(*kmsg.IncrementalAlterConfigsResponse).Resources[0].ErrorCode
+		}},
+		{name: "AlterConfigs", needs: []kperm{{topic, "t", altCfg}}, denied: topicDenied, state: bounds, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrAlterConfigsRequest()
+			req.Version = 2
+			r := kmsg.NewAlterConfigsRequestResource()
+			r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, "t"
+			e := kmsg.NewAlterConfigsRequestResourceConfig()
+			e.Name, e.Value = "retention.ms", kmsg.StringPtr("3600000")
+			r.Configs = append(r.Configs, e)
+			req.Resources = append(req.Resources, r)
+			return k.do(req).(*kmsg.AlterConfigsResponse).Resources[0].ErrorCode
 		}},
 		{name: "IncrementalAlterConfigs", needs: []kperm{{group, "g", altCfg}}, denied: groupDenied, state: groupState, grpc: func(ctx context.Context) (proto.Message, error) {
 			return sgc.UpdateShareGroupConfig(ctx, &sharelogv1.UpdateShareGroupConfigRequest{GroupId: "g", Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: proto.String("latest")}})

@@ -574,3 +574,37 @@ func TestE2ETLS(t *testing.T) {
 	assert.Equal(t, 1, res.code)
 	assert.Contains(t, res.stderr, "error: --cert-file and --key-file go together\n")
 }
+
+func TestE2EAddPartitions(t *testing.T) {
+	t.Parallel()
+	ctl := startServer(t).ctl
+	requireOK(t, ctl("", "topics", "create", "grow", "--partitions", "2"))
+	before := describeJSON(t, ctl, "grow")
+
+	res := ctl("", "topics", "add-partitions", "grow", "--count", "5", "--validate-only")
+	requireOK(t, res)
+	assert.Equal(t, "topic grow would have 5 partitions (validate only: nothing changed)\n", res.stdout)
+	assert.EqualValues(t, 2, describeJSON(t, ctl, "grow").GetPartitionCount())
+
+	res = ctl("", "topics", "add-partitions", "grow", "--count", "5")
+	requireOK(t, res)
+	assert.Equal(t, "topic grow now has 5 partitions\n", res.stdout)
+	after := describeJSON(t, ctl, "grow")
+	assert.EqualValues(t, 5, after.GetPartitionCount())
+	assert.Len(t, after.GetPartitions(), 5)
+	assert.Equal(t, before.GetTopicId(), after.GetTopicId(), "the same topic")
+
+	res = ctl("", "topics", "add-partitions", "grow", "--count", "6", "-o", "json")
+	requireOK(t, res)
+	var resp sharelogv1.CreatePartitionsResponse
+	require.NoError(t, protojson.Unmarshal([]byte(res.stdout), &resp))
+	assert.EqualValues(t, 6, resp.GetTopic().GetPartitionCount())
+
+	requireOK(t, ctl("on the new partition\n", "produce", "grow", "--partition", "5"))
+	requireFailure(t, ctl("", "topics", "add-partitions", "grow", "--count", "6"), "INVALID_REQUEST")
+	requireFailure(t, ctl("", "topics", "add-partitions", "grow", "--count", "3"), "INVALID_REQUEST")
+	requireFailure(t, ctl("", "topics", "add-partitions", "nope", "--count", "3"), "UNKNOWN_TOPIC_OR_PARTITION")
+	res = ctl("", "topics", "add-partitions", "grow")
+	assert.NotZero(t, res.code)
+	assert.Contains(t, res.stderr, `required flag(s) "count" not set`)
+}

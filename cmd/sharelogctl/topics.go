@@ -12,13 +12,14 @@ import (
 func (a *app) topicsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "topics",
-		Short: "Create, list, describe and delete topics",
+		Short: "Create, list, describe, grow and delete topics",
 		Example: `  sharelogctl topics create orders --partitions 3
   sharelogctl topics list
   sharelogctl topics describe orders
+  sharelogctl topics add-partitions orders --count 6
   sharelogctl topics delete orders`,
 	}
-	cmd.AddCommand(a.topicsCreateCmd(), a.topicsListCmd(), a.topicsDescribeCmd(), a.topicsDeleteCmd())
+	cmd.AddCommand(a.topicsCreateCmd(), a.topicsListCmd(), a.topicsDescribeCmd(), a.topicsAddPartitionsCmd(), a.topicsDeleteCmd())
 	return cmd
 }
 
@@ -146,6 +147,49 @@ offset to be assigned), the bytes on disk and the number of segments.`,
 				p.GetPartition(), p.GetLogStartOffset(), p.GetHighWatermark(), p.GetSizeBytes(), p.GetSegmentCount())
 		}
 		return tw.Flush()
+	})
+	return cmd
+}
+
+func (a *app) topicsAddPartitionsCmd() *cobra.Command {
+	var (
+		count        int32
+		validateOnly bool
+	)
+	cmd := &cobra.Command{
+		Use:   "add-partitions TOPIC --count N",
+		Short: "Add partitions to a topic: N is the new total",
+		Long: `Add partitions to a topic (Kafka's CreatePartitions). --count is the new total number of
+partitions, more than the topic has: partitions are never removed. The new partitions start
+empty; keyed records are routed by the new count from then on, and share groups and Kafka
+consumer groups take the new partitions at their next assignment.`,
+		Example: `  sharelogctl topics add-partitions orders --count 6
+  sharelogctl topics add-partitions orders --count 12 --validate-only`,
+		Args: cobra.ExactArgs(1),
+	}
+	cmd.Flags().Int32Var(&count, "count", 0, "the new total number of partitions (required)")
+	cmd.Flags().BoolVar(&validateOnly, "validate-only", false, "check the request, change nothing")
+	_ = cmd.MarkFlagRequired("count")
+	cmd.RunE = a.runE(func(cmd *cobra.Command, args []string) error {
+		client, err := a.logClient()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := a.callCtx(cmd.Context())
+		defer cancel()
+		resp, err := client.CreatePartitions(ctx, &sharelogv1.CreatePartitionsRequest{Topic: args[0], Count: count, ValidateOnly: validateOnly})
+		if err != nil {
+			return err
+		}
+		if a.jsonOutput() {
+			return a.printJSON(resp)
+		}
+		verb := "topic %s now has %s\n"
+		if validateOnly {
+			verb = "topic %s would have %s (validate only: nothing changed)\n"
+		}
+		_, err = fmt.Fprintf(a.stdout, verb, args[0], plural(int(resp.GetTopic().GetPartitionCount()), "partition", "partitions"))
+		return err
 	})
 	return cmd
 }

@@ -189,12 +189,23 @@ func (p grpcPeers) CreateTopic(ctx context.Context, peer, name string, partition
 		return broker.Topic{}, err
 	}
 	resp, err := c.CreateTopic(p.n.outgoing(ctx), &sharelogv1.CreateTopicRequest{Name: name, Partitions: partitions,
-		Config: &sharelogv1.TopicConfig{SegmentBytes: s.SegmentBytes, RetentionMs: s.RetentionMs, CleanupPolicy: s.CleanupPolicy,
-			DeleteRetentionMs: s.DeleteRetentionMs, MinCleanableDirtyRatio: s.MinCleanableDirtyRatio}})
+		Config: grpcapi.SettingsToProto(s)})
 	if err != nil {
 		return broker.Topic{}, forwardErr(target, err)
 	}
 	return grpcapi.TopicFromProto(resp), nil
+}
+
+func (p grpcPeers) CreatePartitions(ctx context.Context, peer, name string, count int32, validateOnly bool) (broker.TopicInfo, error) {
+	c, target, err := p.client(peer)
+	if err != nil {
+		return broker.TopicInfo{}, err
+	}
+	resp, err := c.CreatePartitions(p.n.outgoing(ctx), &sharelogv1.CreatePartitionsRequest{Topic: name, Count: count, ValidateOnly: validateOnly})
+	if err != nil {
+		return broker.TopicInfo{}, forwardErr(target, err)
+	}
+	return grpcapi.TopicFromProto(resp.GetTopic()).Info, nil
 }
 
 func (p grpcPeers) DeleteTopic(ctx context.Context, peer, name string) error {

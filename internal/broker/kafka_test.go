@@ -35,9 +35,40 @@ func TestTopicSettingsSetConfig(t *testing.T) {
 	assert.EqualValues(t, 1000, *s.DeleteRetentionMs)
 	assert.InDelta(t, 0.25, *s.MinCleanableDirtyRatio, 0)
 
-	assert.Equal(t, FaultConfig, fault(t, s.SetConfig("max.message.bytes", "1")), "unknown name")
-	assert.Equal(t, FaultConfig, fault(t, s.SetConfig(ConfigSegmentBytes, "big")), "not an integer")
-	assert.Equal(t, FaultConfig, fault(t, s.SetConfig(ConfigMinCleanableDirtyRatio, "half")), "not a number")
+	for name, value := range map[string]string{
+		ConfigMaxMessageBytes: "10485760", ConfigRetentionBytes: "-1", ConfigSegmentMs: "3600000",
+		ConfigCompressionType: "zstd", ConfigMessageTimestampType: "LogAppendTime", ConfigMinInsyncReplicas: "2",
+	} {
+		require.NoError(t, s.SetConfig(name, value), name)
+	}
+	assert.EqualValues(t, 10485760, *s.MaxMessageBytes)
+	assert.EqualValues(t, -1, *s.RetentionBytes)
+	assert.EqualValues(t, 3600000, *s.SegmentMs)
+	assert.Equal(t, "zstd", *s.CompressionType)
+	assert.Equal(t, TimestampLogAppendTime, *s.MessageTimestampType)
+	assert.EqualValues(t, 2, *s.MinInsyncReplicas)
+
+	for _, bad := range []struct{ name, value, why string }{
+		{"flush.ms", "1", "unknown name"},
+		{"kfake.is_internal", "true", "unknown name"},
+		{ConfigSegmentBytes, "big", "not an integer"},
+		{ConfigMinCleanableDirtyRatio, "half", "not a number"},
+		{ConfigMinCleanableDirtyRatio, "0", "0 is not in (0, 1]"},
+		{ConfigMaxMessageBytes, "0", "at least 1"},
+		{ConfigMaxMessageBytes, "2147483648", "above Kafka's int"},
+		{ConfigRetentionBytes, "0", "0 would read as unset"},
+		{ConfigRetentionBytes, "-2", "below -1"},
+		{ConfigDeleteRetentionMs, "0", "0 would read as the default"},
+		{ConfigSegmentMs, "0", "at least 1"},
+		{ConfigMinInsyncReplicas, "0", "at least 1"},
+		{ConfigCompressionType, "brotli", "no such codec"},
+		{ConfigMessageTimestampType, "logappendtime", "case matters, as in Kafka"},
+		{ConfigCleanupPolicy, "delete,shred", "unknown policy"},
+	} {
+		err := s.SetConfig(bad.name, bad.value)
+		assert.Equal(t, FaultConfig, fault(t, err), "%s=%s: %s", bad.name, bad.value, bad.why)
+		assert.Contains(t, err.Error(), bad.name, "the message names the config")
+	}
 }
 
 func TestValidateTopic(t *testing.T) {
@@ -81,14 +112,51 @@ func TestValidateTopic(t *testing.T) {
 }
 
 func TestConfigEntries(t *testing.T) {
-	got := ConfigEntries(TopicConfig{SegmentBytes: 4096, RetentionMs: -1, CleanupPolicy: CleanupDelete})
-	assert.Equal(t, []ConfigEntry{
-		{ConfigCleanupPolicy, "delete"},
-		{ConfigDeleteRetentionMs, "86400000"},
-		{ConfigMinCleanableDirtyRatio, "0.5"},
-		{ConfigRetentionMs, "-1"},
-		{ConfigSegmentBytes, "4096"},
-	}, got, "sorted by name; unset compaction settings show their defaults")
+	l, _ := newLog(t, Config{SegmentBytes: 4096})
+	got := l.ConfigEntries(TopicConfig{SegmentBytes: 4096, RetentionMs: -1, CleanupPolicy: CleanupDelete})
+	type entry struct {
+		name, value string
+		def         bool
+	}
+	var short []entry
+	for _, e := range got {
+		short = append(short, entry{e.Name, e.Value, e.Default})
+		assert.NotEmpty(t, e.Doc, e.Name)
+		assert.NotZero(t, e.Kind, e.Name)
+	}
+	assert.Equal(t, []entry{
+		{ConfigCleanupPolicy, "delete", true},
+		{ConfigCompressionType, "producer", true},
+		{ConfigDeleteRetentionMs, "86400000", true},
+		{ConfigMaxMessageBytes, "67108864", true},
+		{ConfigMessageTimestampType, "CreateTime", true},
+		{ConfigMinCleanableDirtyRatio, "0.5", true},
+		{ConfigMinInsyncReplicas, "1", true},
+		{ConfigRetentionBytes, "-1", true},
+		{ConfigRetentionMs, "-1", true},
+		{ConfigSegmentBytes, "4096", true},
+		{ConfigSegmentMs, "604800000", true},
+	}, short, "sorted by name; every config, unset ones with their defaults")
+
+	// Set explicitly (an override), even to the default value; or, for a
+	// topic that recorded no overrides, a value that is not the default.
+	got = l.ConfigEntries(TopicConfig{SegmentBytes: 8192, RetentionMs: -1, CleanupPolicy: CleanupCompact,
+		MinCleanableDirtyRatio: 1, RetentionBytes: 1 << 20, Overrides: []string{ConfigRetentionMs}})
+	short = nil
+	for _, e := range got {
+		if !e.Default {
+			short = append(short, entry{e.Name, e.Value, e.Default})
+		}
+	}
+	assert.Equal(t, []entry{
+		{ConfigCleanupPolicy, "compact", false},
+		{ConfigMinCleanableDirtyRatio, "1.0", false},
+		{ConfigRetentionBytes, "1048576", false},
+		{ConfigRetentionMs, "-1", false},
+		{ConfigSegmentBytes, "8192", false},
+	}, short)
+	assert.Equal(t, "1.0E-4", javaDouble(0.0001), "Java's Double.toString, as Kafka formats doubles")
+	assert.Equal(t, "0.25", javaDouble(0.25))
 }
 
 func TestEnsureTopicPublishes(t *testing.T) {

@@ -142,6 +142,12 @@ type TopicSettings struct {
 	CleanupPolicy          *string
 	DeleteRetentionMs      *int64   // compacted topics: how long tombstones survive (docs/compaction.md)
 	MinCleanableDirtyRatio *float64 // compacted topics: when the cleaner takes a partition
+	RetentionBytes         *int64   // size retention per partition; -1 (or 0): none
+	SegmentMs              *int64   // the age at which the active segment rolls
+	MaxMessageBytes        *int64   // the largest batch (Kafka) or record (gRPC, REST)
+	CompressionType        *string  // Kafka's compression.type, kept (topicconfig.go)
+	MessageTimestampType   *string  // CreateTime or LogAppendTime
+	MinInsyncReplicas      *int32   // Kafka's min.insync.replicas, kept (topicconfig.go)
 }
 
 // Topic is a topic with each partition's bounds and disk use.
@@ -268,7 +274,10 @@ type Produced struct {
 
 // Produce appends records to topic: all to partition when it is set, else
 // each where [Log.Route] sends it. A record's Timestamp 0 means the log
-// append time; Offset is ignored. The records of one partition are appended
+// append time, and so does every timestamp on a topic whose
+// message.timestamp.type is LogAppendTime; a record larger than the
+// topic's max.message.bytes (Record.Size) fails the call with
+// MESSAGE_TOO_LARGE before anything is appended. Offset is ignored. The records of one partition are appended
 // atomically and contiguously.
 //
 // Each partition succeeds or fails alone (docs/produce.md): the answer
@@ -321,9 +330,17 @@ func (l *Log) produce(ctx context.Context, topic string, partition *int32, recor
 	now := l.now().UnixMilli()
 	out := Produced{Partitions: make([]int32, n), Offsets: make([]int64, n), LogAppendTime: now}
 	byPartition := map[int32][]logstore.Record{}
+	logAppend, maxBytes := LogAppendTime(info.Config), MaxMessageBytes(info.Config)
 	for i, r := range records {
 		if r.Timestamp < 0 {
 			return Produced{}, apierr.Invalid("records[%d].timestamp must not be negative", i)
+		}
+		if sz := r.Size(); int64(sz) > maxBytes {
+			return Produced{}, apierr.New(apierr.MessageTooLarge,
+				"records[%d] is %d bytes (key, value and headers), larger than the max.message.bytes of topic %q (%d)", i, sz, topic, maxBytes)
+		}
+		if logAppend {
+			r.Timestamp = 0 // the log append time (message.timestamp.type LogAppendTime)
 		}
 		var p int32
 		switch {

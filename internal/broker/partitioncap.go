@@ -56,13 +56,9 @@ func (l *Log) checkPartitionLimit(ctx context.Context, name string, n int32) err
 
 // checkPartitionLimitLocked: l.capMu is held.
 func (l *Log) checkPartitionLimitLocked(ctx context.Context, name string, n int32) error {
-	topics, err := l.store.Topics(ctx)
+	have, err := l.partitionsHeldLocked(ctx)
 	if err != nil {
 		return err
-	}
-	have := l.capReserved
-	for _, t := range topics {
-		have += int64(t.Partitions)
 	}
 	limit := int64(l.cfg.PartitionLimit)
 	if have+int64(n) <= limit {
@@ -73,9 +69,28 @@ func (l *Log) checkPartitionLimitLocked(ctx context.Context, name string, n int3
 		// store's error, which EnsureTopic recognises).
 		return fmt.Errorf("topic %q: %w", name, logstore.ErrTopicExists)
 	}
+	return l.capRefusal(fmt.Sprintf("topic %q", name), n, have, limit)
+}
+
+// partitionsHeldLocked is the partitions of the store's topics and of the
+// creates and growths under way; l.capMu is held.
+func (l *Log) partitionsHeldLocked(ctx context.Context) (int64, error) {
+	topics, err := l.store.Topics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	have := l.capReserved
+	for _, t := range topics {
+		have += int64(t.Partitions)
+	}
+	return have, nil
+}
+
+// capRefusal is the POLICY_VIOLATION of n more partitions for what.
+func (l *Log) capRefusal(what string, n int32, have, limit int64) error {
 	e := apierr.New(apierr.PolicyViolation,
-		"topic %q: %d more partitions would make %d on this server, above its limit of %d (--max-partitions)",
-		name, n, have+int64(n), limit)
+		"%s: %d more partitions would make %d on this server, above its limit of %d (--max-partitions)",
+		what, n, have+int64(n), limit)
 	e.Metadata = map[string]string{
 		"partitions":     strconv.FormatInt(have, 10),
 		"max_partitions": strconv.FormatInt(limit, 10),

@@ -9,7 +9,11 @@ import (
 // ProduceBatch appends records to one partition atomically and
 // contiguously, as a Kafka Produce does with a partition's batches: the
 // records keep their timestamps (the batch carries them, or the decoder
-// stamped the log append time) and get consecutive offsets. It returns the
+// stamped the log append time, as it must for every record of a topic
+// whose message.timestamp.type is LogAppendTime: [LogAppendTime]) and get
+// consecutive offsets. The batch's size is the transport's to check
+// against the topic's max.message.bytes ([CheckBatchSize]): it is the size
+// of the batch as the producer sent it. It returns the
 // first record's offset and the partition's log start offset after the
 // append (-1 if that could not be read: the append stands). With Owners,
 // a partition served elsewhere is appended at its owner, as for Produce.

@@ -64,12 +64,16 @@ type Peers interface {
 	CreateTopic(ctx context.Context, peer, name string, partitions int32, s TopicSettings) (Topic, error)
 	// DeleteTopic is [Log.DeleteTopic] at the peer (the controller).
 	DeleteTopic(ctx context.Context, peer, name string) error
+	// CreatePartitions is [Log.CreatePartitions] at the peer (the
+	// controller).
+	CreatePartitions(ctx context.Context, peer, name string, count int32, validateOnly bool) (TopicInfo, error)
 }
 
 // Controller says which instance creates and deletes topics: the topic
 // lifecycle has one holder at a time. It is consulted at the entry of
-// CreateTopic, DeleteTopic and RemoveTopic (EnsureTopic creates through
-// CreateTopic).
+// CreateTopic, DeleteTopic, RemoveTopic and CreatePartitions (EnsureTopic
+// creates through CreateTopic). Config alterations need none: the store
+// orders them.
 type Controller interface {
 	// Controller is where topics are created and deleted right now: ""
 	// for this instance, else the address of the peer that does. The

@@ -97,6 +97,10 @@ func (p *fakePeers) DeleteTopic(ctx context.Context, peer, name string) error {
 	return p.peer(peer, "DeleteTopic").DeleteTopic(fwd(ctx), name)
 }
 
+func (p *fakePeers) CreatePartitions(ctx context.Context, peer, name string, count int32, validateOnly bool) (TopicInfo, error) {
+	return p.peer(peer, "CreatePartitions").CreatePartitions(fwd(ctx), name, count, validateOnly)
+}
+
 // fakeController names the controller: "" here, else a peer's address;
 // err says none is known.
 type fakeController struct {

@@ -27,12 +27,15 @@ const (
 	CleanupCompactDelete = logstore.CleanupCompactDelete
 )
 
-// Topic config bounds and the defaults of the compaction settings.
+// Topic config bounds, defaults and values.
 const (
 	MinSegmentBytes               = logstore.MinSegmentBytes
 	MaxSegmentBytes               = logstore.MaxSegmentBytes
 	DefaultDeleteRetentionMs      = logstore.DefaultDeleteRetentionMs
 	DefaultMinCleanableDirtyRatio = logstore.DefaultMinCleanableDirtyRatio
+	DefaultMaxMessageBytes        = logstore.DefaultMaxMessageBytes
+	TimestampCreateTime           = logstore.TimestampCreateTime
+	TimestampLogAppendTime        = logstore.TimestampLogAppendTime
 )
 
 // The storage sentinels a transport maps (errors.Is).

@@ -74,6 +74,12 @@ func (t *tracedStore) CreateTopic(ctx context.Context, name string, partitions i
 	return t.Store.CreateTopic(ctx, name, partitions, cfg)
 }
 
+func (t *tracedStore) AlterTopic(ctx context.Context, name string, fn func(logstore.TopicInfo) (logstore.TopicInfo, error)) (_ logstore.TopicInfo, err error) {
+	ctx, span := t.start(ctx, "AlterTopic", attribute.String("sharelog.topic", name))
+	defer func() { endSpan(span, err) }()
+	return t.Store.AlterTopic(ctx, name, fn)
+}
+
 func (t *tracedStore) DeleteTopic(ctx context.Context, name string) (err error) {
 	ctx, span := t.start(ctx, "DeleteTopic", attribute.String("sharelog.topic", name))
 	defer func() { endSpan(span, err) }()

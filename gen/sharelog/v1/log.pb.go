@@ -98,8 +98,40 @@ type TopicConfig struct {
 	// last cleaning exceed this share of its sealed bytes, in (0, 1]
 	// (default and 0: 0.5).
 	MinCleanableDirtyRatio *float64 `protobuf:"fixed64,5,opt,name=min_cleanable_dirty_ratio,json=minCleanableDirtyRatio,proto3,oneof" json:"min_cleanable_dirty_ratio,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Size retention of each partition in bytes (Kafka's retention.bytes):
+	// the oldest sealed segments go while the partition would still hold at
+	// least this much without them; -1 (default) or 0: no size limit.
+	// Applied with time retention on topics whose cleanup policy includes
+	// delete (file store; recorded only with --store jetstream).
+	RetentionBytes *int64 `protobuf:"varint,6,opt,name=retention_bytes,json=retentionBytes,proto3,oneof" json:"retention_bytes,omitempty"`
+	// A partition's active segment rolls at the next append once it is this
+	// old, in ms (Kafka's segment.ms; default 604800000, seven days).
+	SegmentMs *int64 `protobuf:"varint,7,opt,name=segment_ms,json=segmentMs,proto3,oneof" json:"segment_ms,omitempty"`
+	// The largest record Produce accepts, its key, value and headers
+	// together (over Kafka: the largest record batch as sent); larger is
+	// MESSAGE_TOO_LARGE. Default 67108864, the largest record the log
+	// stores (Kafka's default is 1048588).
+	MaxMessageBytes *int64 `protobuf:"varint,8,opt,name=max_message_bytes,json=maxMessageBytes,proto3,oneof" json:"max_message_bytes,omitempty"`
+	// Kafka's compression.type: "producer" (default), "uncompressed",
+	// "gzip", "snappy", "lz4" or "zstd". Kept and shown; records are stored
+	// uncompressed whatever it says (docs/kafka.md "Topic configs").
+	CompressionType *string `protobuf:"bytes,9,opt,name=compression_type,json=compressionType,proto3,oneof" json:"compression_type,omitempty"`
+	// "CreateTime" (default: a record keeps the producer's timestamp) or
+	// "LogAppendTime" (the server's time at the append replaces it, on
+	// every transport).
+	MessageTimestampType *string `protobuf:"bytes,10,opt,name=message_timestamp_type,json=messageTimestampType,proto3,oneof" json:"message_timestamp_type,omitempty"`
+	// Kafka's min.insync.replicas (default 1). Kept and shown; it changes no
+	// acknowledgement: a write is acknowledged once durable per --fsync, or
+	// with --store jetstream once a quorum of the streams' replicas has it
+	// (docs/kafka.md "Topic configs").
+	MinInsyncReplicas *int32 `protobuf:"varint,11,opt,name=min_insync_replicas,json=minInsyncReplicas,proto3,oneof" json:"min_insync_replicas,omitempty"`
+	// In responses: the Kafka names of the configs the topic set explicitly
+	// (at creation or by a Kafka AlterConfigs / IncrementalAlterConfigs),
+	// sorted; every other config holds its default. Ignored in CreateTopic,
+	// where every field set is an override.
+	Overrides     []string `protobuf:"bytes,12,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TopicConfig) Reset() {
@@ -165,6 +197,55 @@ func (x *TopicConfig) GetMinCleanableDirtyRatio() float64 {
 		return *x.MinCleanableDirtyRatio
 	}
 	return 0
+}
+
+func (x *TopicConfig) GetRetentionBytes() int64 {
+	if x != nil && x.RetentionBytes != nil {
+		return *x.RetentionBytes
+	}
+	return 0
+}
+
+func (x *TopicConfig) GetSegmentMs() int64 {
+	if x != nil && x.SegmentMs != nil {
+		return *x.SegmentMs
+	}
+	return 0
+}
+
+func (x *TopicConfig) GetMaxMessageBytes() int64 {
+	if x != nil && x.MaxMessageBytes != nil {
+		return *x.MaxMessageBytes
+	}
+	return 0
+}
+
+func (x *TopicConfig) GetCompressionType() string {
+	if x != nil && x.CompressionType != nil {
+		return *x.CompressionType
+	}
+	return ""
+}
+
+func (x *TopicConfig) GetMessageTimestampType() string {
+	if x != nil && x.MessageTimestampType != nil {
+		return *x.MessageTimestampType
+	}
+	return ""
+}
+
+func (x *TopicConfig) GetMinInsyncReplicas() int32 {
+	if x != nil && x.MinInsyncReplicas != nil {
+		return *x.MinInsyncReplicas
+	}
+	return 0
+}
+
+func (x *TopicConfig) GetOverrides() []string {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
 }
 
 // A topic and its partitions.
@@ -487,6 +568,116 @@ func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
 	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{5}
 }
 
+type CreatePartitionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The topic to grow.
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// The new total number of partitions: more than the topic has, at most
+	// 10000.
+	Count int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// Check everything (the topic, the count, --max-partitions) and change
+	// nothing; the answer is the topic as it would be.
+	ValidateOnly  bool `protobuf:"varint,3,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePartitionsRequest) Reset() {
+	*x = CreatePartitionsRequest{}
+	mi := &file_sharelog_v1_log_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePartitionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePartitionsRequest) ProtoMessage() {}
+
+func (x *CreatePartitionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_log_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePartitionsRequest.ProtoReflect.Descriptor instead.
+func (*CreatePartitionsRequest) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CreatePartitionsRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *CreatePartitionsRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *CreatePartitionsRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+type CreatePartitionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The topic after the change (with validate_only, as it would be).
+	Topic         *Topic `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePartitionsResponse) Reset() {
+	*x = CreatePartitionsResponse{}
+	mi := &file_sharelog_v1_log_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePartitionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePartitionsResponse) ProtoMessage() {}
+
+func (x *CreatePartitionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sharelog_v1_log_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePartitionsResponse.ProtoReflect.Descriptor instead.
+func (*CreatePartitionsResponse) Descriptor() ([]byte, []int) {
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CreatePartitionsResponse) GetTopic() *Topic {
+	if x != nil {
+		return x.Topic
+	}
+	return nil
+}
+
 type ListTopicsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -495,7 +686,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[6]
+	mi := &file_sharelog_v1_log_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +698,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[6]
+	mi := &file_sharelog_v1_log_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +711,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{6}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{8}
 }
 
 type ListTopicsResponse struct {
@@ -532,7 +723,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[7]
+	mi := &file_sharelog_v1_log_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +735,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[7]
+	mi := &file_sharelog_v1_log_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +748,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{7}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*Topic {
@@ -576,7 +767,7 @@ type DescribeTopicRequest struct {
 
 func (x *DescribeTopicRequest) Reset() {
 	*x = DescribeTopicRequest{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[8]
+	mi := &file_sharelog_v1_log_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +779,7 @@ func (x *DescribeTopicRequest) String() string {
 func (*DescribeTopicRequest) ProtoMessage() {}
 
 func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[8]
+	mi := &file_sharelog_v1_log_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +792,7 @@ func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTopicRequest) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{8}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DescribeTopicRequest) GetName() string {
@@ -643,7 +834,7 @@ type ProduceRequest struct {
 
 func (x *ProduceRequest) Reset() {
 	*x = ProduceRequest{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[9]
+	mi := &file_sharelog_v1_log_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +846,7 @@ func (x *ProduceRequest) String() string {
 func (*ProduceRequest) ProtoMessage() {}
 
 func (x *ProduceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[9]
+	mi := &file_sharelog_v1_log_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +859,7 @@ func (x *ProduceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceRequest.ProtoReflect.Descriptor instead.
 func (*ProduceRequest) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{9}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ProduceRequest) GetTopic() string {
@@ -725,7 +916,7 @@ type ProduceResponse struct {
 
 func (x *ProduceResponse) Reset() {
 	*x = ProduceResponse{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[10]
+	mi := &file_sharelog_v1_log_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +928,7 @@ func (x *ProduceResponse) String() string {
 func (*ProduceResponse) ProtoMessage() {}
 
 func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[10]
+	mi := &file_sharelog_v1_log_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +941,7 @@ func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceResponse.ProtoReflect.Descriptor instead.
 func (*ProduceResponse) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{10}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ProduceResponse) GetResults() []*ProduceResult {
@@ -787,7 +978,7 @@ type ProduceResult struct {
 
 func (x *ProduceResult) Reset() {
 	*x = ProduceResult{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[11]
+	mi := &file_sharelog_v1_log_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +990,7 @@ func (x *ProduceResult) String() string {
 func (*ProduceResult) ProtoMessage() {}
 
 func (x *ProduceResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[11]
+	mi := &file_sharelog_v1_log_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +1003,7 @@ func (x *ProduceResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceResult.ProtoReflect.Descriptor instead.
 func (*ProduceResult) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{11}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ProduceResult) GetPartition() int32 {
@@ -851,7 +1042,7 @@ type InitProducerRequest struct {
 
 func (x *InitProducerRequest) Reset() {
 	*x = InitProducerRequest{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[12]
+	mi := &file_sharelog_v1_log_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +1054,7 @@ func (x *InitProducerRequest) String() string {
 func (*InitProducerRequest) ProtoMessage() {}
 
 func (x *InitProducerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[12]
+	mi := &file_sharelog_v1_log_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +1067,7 @@ func (x *InitProducerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitProducerRequest.ProtoReflect.Descriptor instead.
 func (*InitProducerRequest) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{12}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{14}
 }
 
 type InitProducerResponse struct {
@@ -891,7 +1082,7 @@ type InitProducerResponse struct {
 
 func (x *InitProducerResponse) Reset() {
 	*x = InitProducerResponse{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[13]
+	mi := &file_sharelog_v1_log_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1094,7 @@ func (x *InitProducerResponse) String() string {
 func (*InitProducerResponse) ProtoMessage() {}
 
 func (x *InitProducerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[13]
+	mi := &file_sharelog_v1_log_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1107,7 @@ func (x *InitProducerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitProducerResponse.ProtoReflect.Descriptor instead.
 func (*InitProducerResponse) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{13}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InitProducerResponse) GetProducerId() int64 {
@@ -957,7 +1148,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[14]
+	mi := &file_sharelog_v1_log_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1160,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[14]
+	mi := &file_sharelog_v1_log_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1173,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{14}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FetchRequest) GetTopic() string {
@@ -1038,7 +1229,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[15]
+	mi := &file_sharelog_v1_log_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1241,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[15]
+	mi := &file_sharelog_v1_log_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1254,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{15}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FetchResponse) GetRecords() []*Record {
@@ -1100,7 +1291,7 @@ type ListOffsetsRequest struct {
 
 func (x *ListOffsetsRequest) Reset() {
 	*x = ListOffsetsRequest{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[16]
+	mi := &file_sharelog_v1_log_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1303,7 @@ func (x *ListOffsetsRequest) String() string {
 func (*ListOffsetsRequest) ProtoMessage() {}
 
 func (x *ListOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[16]
+	mi := &file_sharelog_v1_log_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1316,7 @@ func (x *ListOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*ListOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{16}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListOffsetsRequest) GetTopic() string {
@@ -1168,7 +1359,7 @@ type ListOffsetsResponse struct {
 
 func (x *ListOffsetsResponse) Reset() {
 	*x = ListOffsetsResponse{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[17]
+	mi := &file_sharelog_v1_log_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1371,7 @@ func (x *ListOffsetsResponse) String() string {
 func (*ListOffsetsResponse) ProtoMessage() {}
 
 func (x *ListOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[17]
+	mi := &file_sharelog_v1_log_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1384,7 @@ func (x *ListOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*ListOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{17}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListOffsetsResponse) GetOffset() int64 {
@@ -1221,7 +1412,7 @@ type PurgeRequest struct {
 
 func (x *PurgeRequest) Reset() {
 	*x = PurgeRequest{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[18]
+	mi := &file_sharelog_v1_log_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1424,7 @@ func (x *PurgeRequest) String() string {
 func (*PurgeRequest) ProtoMessage() {}
 
 func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[18]
+	mi := &file_sharelog_v1_log_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1437,7 @@ func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
 func (*PurgeRequest) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{18}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PurgeRequest) GetTopics() []*PurgeTopic {
@@ -1273,7 +1464,7 @@ type PurgeTopic struct {
 
 func (x *PurgeTopic) Reset() {
 	*x = PurgeTopic{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[19]
+	mi := &file_sharelog_v1_log_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1476,7 @@ func (x *PurgeTopic) String() string {
 func (*PurgeTopic) ProtoMessage() {}
 
 func (x *PurgeTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[19]
+	mi := &file_sharelog_v1_log_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1489,7 @@ func (x *PurgeTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTopic.ProtoReflect.Descriptor instead.
 func (*PurgeTopic) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{19}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PurgeTopic) GetTopic() string {
@@ -1326,7 +1517,7 @@ type PurgePartition struct {
 
 func (x *PurgePartition) Reset() {
 	*x = PurgePartition{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[20]
+	mi := &file_sharelog_v1_log_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1529,7 @@ func (x *PurgePartition) String() string {
 func (*PurgePartition) ProtoMessage() {}
 
 func (x *PurgePartition) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[20]
+	mi := &file_sharelog_v1_log_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1542,7 @@ func (x *PurgePartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgePartition.ProtoReflect.Descriptor instead.
 func (*PurgePartition) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{20}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PurgePartition) GetPartition() int32 {
@@ -1377,7 +1568,7 @@ type PurgeResponse struct {
 
 func (x *PurgeResponse) Reset() {
 	*x = PurgeResponse{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[21]
+	mi := &file_sharelog_v1_log_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1580,7 @@ func (x *PurgeResponse) String() string {
 func (*PurgeResponse) ProtoMessage() {}
 
 func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[21]
+	mi := &file_sharelog_v1_log_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1593,7 @@ func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
 func (*PurgeResponse) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{21}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PurgeResponse) GetTopics() []*PurgeTopicResult {
@@ -1422,7 +1613,7 @@ type PurgeTopicResult struct {
 
 func (x *PurgeTopicResult) Reset() {
 	*x = PurgeTopicResult{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[22]
+	mi := &file_sharelog_v1_log_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1625,7 @@ func (x *PurgeTopicResult) String() string {
 func (*PurgeTopicResult) ProtoMessage() {}
 
 func (x *PurgeTopicResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[22]
+	mi := &file_sharelog_v1_log_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1638,7 @@ func (x *PurgeTopicResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTopicResult.ProtoReflect.Descriptor instead.
 func (*PurgeTopicResult) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{22}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PurgeTopicResult) GetTopic() string {
@@ -1477,7 +1668,7 @@ type PurgePartitionResult struct {
 
 func (x *PurgePartitionResult) Reset() {
 	*x = PurgePartitionResult{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[23]
+	mi := &file_sharelog_v1_log_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1680,7 @@ func (x *PurgePartitionResult) String() string {
 func (*PurgePartitionResult) ProtoMessage() {}
 
 func (x *PurgePartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[23]
+	mi := &file_sharelog_v1_log_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1693,7 @@ func (x *PurgePartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgePartitionResult.ProtoReflect.Descriptor instead.
 func (*PurgePartitionResult) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{23}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PurgePartitionResult) GetPartition() int32 {
@@ -1541,7 +1732,7 @@ type DescribeClusterRequest struct {
 
 func (x *DescribeClusterRequest) Reset() {
 	*x = DescribeClusterRequest{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[24]
+	mi := &file_sharelog_v1_log_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1744,7 @@ func (x *DescribeClusterRequest) String() string {
 func (*DescribeClusterRequest) ProtoMessage() {}
 
 func (x *DescribeClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[24]
+	mi := &file_sharelog_v1_log_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1757,7 @@ func (x *DescribeClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClusterRequest.ProtoReflect.Descriptor instead.
 func (*DescribeClusterRequest) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{24}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{26}
 }
 
 type DescribeClusterResponse struct {
@@ -1593,7 +1784,7 @@ type DescribeClusterResponse struct {
 
 func (x *DescribeClusterResponse) Reset() {
 	*x = DescribeClusterResponse{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[25]
+	mi := &file_sharelog_v1_log_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1605,7 +1796,7 @@ func (x *DescribeClusterResponse) String() string {
 func (*DescribeClusterResponse) ProtoMessage() {}
 
 func (x *DescribeClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[25]
+	mi := &file_sharelog_v1_log_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1618,7 +1809,7 @@ func (x *DescribeClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeClusterResponse.ProtoReflect.Descriptor instead.
 func (*DescribeClusterResponse) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{25}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DescribeClusterResponse) GetMode() string {
@@ -1666,7 +1857,7 @@ type ClusterInstance struct {
 
 func (x *ClusterInstance) Reset() {
 	*x = ClusterInstance{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[26]
+	mi := &file_sharelog_v1_log_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1869,7 @@ func (x *ClusterInstance) String() string {
 func (*ClusterInstance) ProtoMessage() {}
 
 func (x *ClusterInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[26]
+	mi := &file_sharelog_v1_log_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1882,7 @@ func (x *ClusterInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInstance.ProtoReflect.Descriptor instead.
 func (*ClusterInstance) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{26}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ClusterInstance) GetInstanceId() string {
@@ -1734,7 +1925,7 @@ type PartitionOwner struct {
 
 func (x *PartitionOwner) Reset() {
 	*x = PartitionOwner{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[27]
+	mi := &file_sharelog_v1_log_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1937,7 @@ func (x *PartitionOwner) String() string {
 func (*PartitionOwner) ProtoMessage() {}
 
 func (x *PartitionOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[27]
+	mi := &file_sharelog_v1_log_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1950,7 @@ func (x *PartitionOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOwner.ProtoReflect.Descriptor instead.
 func (*PartitionOwner) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{27}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PartitionOwner) GetTopic() string {
@@ -1813,7 +2004,7 @@ type GroupCoordinator struct {
 
 func (x *GroupCoordinator) Reset() {
 	*x = GroupCoordinator{}
-	mi := &file_sharelog_v1_log_proto_msgTypes[28]
+	mi := &file_sharelog_v1_log_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +2016,7 @@ func (x *GroupCoordinator) String() string {
 func (*GroupCoordinator) ProtoMessage() {}
 
 func (x *GroupCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_sharelog_v1_log_proto_msgTypes[28]
+	mi := &file_sharelog_v1_log_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +2029,7 @@ func (x *GroupCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupCoordinator.ProtoReflect.Descriptor instead.
 func (*GroupCoordinator) Descriptor() ([]byte, []int) {
-	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{28}
+	return file_sharelog_v1_log_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GroupCoordinator) GetGroupId() string {
@@ -1866,18 +2057,34 @@ var File_sharelog_v1_log_proto protoreflect.FileDescriptor
 
 const file_sharelog_v1_log_proto_rawDesc = "" +
 	"\n" +
-	"\x15sharelog/v1/log.proto\x12\vsharelog.v1\x1a\x18sharelog/v1/common.proto\"\xec\x02\n" +
+	"\x15sharelog/v1/log.proto\x12\vsharelog.v1\x1a\x18sharelog/v1/common.proto\"\xae\x06\n" +
 	"\vTopicConfig\x12(\n" +
 	"\rsegment_bytes\x18\x01 \x01(\x03H\x00R\fsegmentBytes\x88\x01\x01\x12&\n" +
 	"\fretention_ms\x18\x02 \x01(\x03H\x01R\vretentionMs\x88\x01\x01\x12*\n" +
 	"\x0ecleanup_policy\x18\x03 \x01(\tH\x02R\rcleanupPolicy\x88\x01\x01\x123\n" +
 	"\x13delete_retention_ms\x18\x04 \x01(\x03H\x03R\x11deleteRetentionMs\x88\x01\x01\x12>\n" +
-	"\x19min_cleanable_dirty_ratio\x18\x05 \x01(\x01H\x04R\x16minCleanableDirtyRatio\x88\x01\x01B\x10\n" +
+	"\x19min_cleanable_dirty_ratio\x18\x05 \x01(\x01H\x04R\x16minCleanableDirtyRatio\x88\x01\x01\x12,\n" +
+	"\x0fretention_bytes\x18\x06 \x01(\x03H\x05R\x0eretentionBytes\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"segment_ms\x18\a \x01(\x03H\x06R\tsegmentMs\x88\x01\x01\x12/\n" +
+	"\x11max_message_bytes\x18\b \x01(\x03H\aR\x0fmaxMessageBytes\x88\x01\x01\x12.\n" +
+	"\x10compression_type\x18\t \x01(\tH\bR\x0fcompressionType\x88\x01\x01\x129\n" +
+	"\x16message_timestamp_type\x18\n" +
+	" \x01(\tH\tR\x14messageTimestampType\x88\x01\x01\x123\n" +
+	"\x13min_insync_replicas\x18\v \x01(\x05H\n" +
+	"R\x11minInsyncReplicas\x88\x01\x01\x12\x1c\n" +
+	"\toverrides\x18\f \x03(\tR\toverridesB\x10\n" +
 	"\x0e_segment_bytesB\x0f\n" +
 	"\r_retention_msB\x11\n" +
 	"\x0f_cleanup_policyB\x16\n" +
 	"\x14_delete_retention_msB\x1c\n" +
-	"\x1a_min_cleanable_dirty_ratio\"\xce\x01\n" +
+	"\x1a_min_cleanable_dirty_ratioB\x12\n" +
+	"\x10_retention_bytesB\r\n" +
+	"\v_segment_msB\x14\n" +
+	"\x12_max_message_bytesB\x13\n" +
+	"\x11_compression_typeB\x19\n" +
+	"\x17_message_timestamp_typeB\x16\n" +
+	"\x14_min_insync_replicas\"\xce\x01\n" +
 	"\x05Topic\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\btopic_id\x18\x02 \x01(\tR\atopicId\x120\n" +
@@ -1904,7 +2111,13 @@ const file_sharelog_v1_log_proto_rawDesc = "" +
 	"\x06config\x18\x03 \x01(\v2\x18.sharelog.v1.TopicConfigR\x06config\"(\n" +
 	"\x12DeleteTopicRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
-	"\x13DeleteTopicResponse\"\x13\n" +
+	"\x13DeleteTopicResponse\"j\n" +
+	"\x17CreatePartitionsRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\x12#\n" +
+	"\rvalidate_only\x18\x03 \x01(\bR\fvalidateOnly\"D\n" +
+	"\x18CreatePartitionsResponse\x12(\n" +
+	"\x05topic\x18\x01 \x01(\v2\x12.sharelog.v1.TopicR\x05topic\"\x13\n" +
 	"\x11ListTopicsRequest\"@\n" +
 	"\x12ListTopicsResponse\x12*\n" +
 	"\x06topics\x18\x01 \x03(\v2\x12.sharelog.v1.TopicR\x06topics\"*\n" +
@@ -2011,11 +2224,12 @@ const file_sharelog_v1_log_proto_rawDesc = "" +
 	"\x17OFFSET_SPEC_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OFFSET_SPEC_EARLIEST\x10\x01\x12\x16\n" +
 	"\x12OFFSET_SPEC_LATEST\x10\x02\x12\x19\n" +
-	"\x15OFFSET_SPEC_TIMESTAMP\x10\x032\x84\x06\n" +
+	"\x15OFFSET_SPEC_TIMESTAMP\x10\x032\xe5\x06\n" +
 	"\n" +
 	"LogService\x12B\n" +
 	"\vCreateTopic\x12\x1f.sharelog.v1.CreateTopicRequest\x1a\x12.sharelog.v1.Topic\x12P\n" +
-	"\vDeleteTopic\x12\x1f.sharelog.v1.DeleteTopicRequest\x1a .sharelog.v1.DeleteTopicResponse\x12M\n" +
+	"\vDeleteTopic\x12\x1f.sharelog.v1.DeleteTopicRequest\x1a .sharelog.v1.DeleteTopicResponse\x12_\n" +
+	"\x10CreatePartitions\x12$.sharelog.v1.CreatePartitionsRequest\x1a%.sharelog.v1.CreatePartitionsResponse\x12M\n" +
 	"\n" +
 	"ListTopics\x12\x1e.sharelog.v1.ListTopicsRequest\x1a\x1f.sharelog.v1.ListTopicsResponse\x12F\n" +
 	"\rDescribeTopic\x12!.sharelog.v1.DescribeTopicRequest\x1a\x12.sharelog.v1.Topic\x12D\n" +
@@ -2039,87 +2253,92 @@ func file_sharelog_v1_log_proto_rawDescGZIP() []byte {
 }
 
 var file_sharelog_v1_log_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sharelog_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_sharelog_v1_log_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_sharelog_v1_log_proto_goTypes = []any{
-	(OffsetSpec)(0),                 // 0: sharelog.v1.OffsetSpec
-	(*TopicConfig)(nil),             // 1: sharelog.v1.TopicConfig
-	(*Topic)(nil),                   // 2: sharelog.v1.Topic
-	(*TopicPartition)(nil),          // 3: sharelog.v1.TopicPartition
-	(*CreateTopicRequest)(nil),      // 4: sharelog.v1.CreateTopicRequest
-	(*DeleteTopicRequest)(nil),      // 5: sharelog.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),     // 6: sharelog.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),       // 7: sharelog.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),      // 8: sharelog.v1.ListTopicsResponse
-	(*DescribeTopicRequest)(nil),    // 9: sharelog.v1.DescribeTopicRequest
-	(*ProduceRequest)(nil),          // 10: sharelog.v1.ProduceRequest
-	(*ProduceResponse)(nil),         // 11: sharelog.v1.ProduceResponse
-	(*ProduceResult)(nil),           // 12: sharelog.v1.ProduceResult
-	(*InitProducerRequest)(nil),     // 13: sharelog.v1.InitProducerRequest
-	(*InitProducerResponse)(nil),    // 14: sharelog.v1.InitProducerResponse
-	(*FetchRequest)(nil),            // 15: sharelog.v1.FetchRequest
-	(*FetchResponse)(nil),           // 16: sharelog.v1.FetchResponse
-	(*ListOffsetsRequest)(nil),      // 17: sharelog.v1.ListOffsetsRequest
-	(*ListOffsetsResponse)(nil),     // 18: sharelog.v1.ListOffsetsResponse
-	(*PurgeRequest)(nil),            // 19: sharelog.v1.PurgeRequest
-	(*PurgeTopic)(nil),              // 20: sharelog.v1.PurgeTopic
-	(*PurgePartition)(nil),          // 21: sharelog.v1.PurgePartition
-	(*PurgeResponse)(nil),           // 22: sharelog.v1.PurgeResponse
-	(*PurgeTopicResult)(nil),        // 23: sharelog.v1.PurgeTopicResult
-	(*PurgePartitionResult)(nil),    // 24: sharelog.v1.PurgePartitionResult
-	(*DescribeClusterRequest)(nil),  // 25: sharelog.v1.DescribeClusterRequest
-	(*DescribeClusterResponse)(nil), // 26: sharelog.v1.DescribeClusterResponse
-	(*ClusterInstance)(nil),         // 27: sharelog.v1.ClusterInstance
-	(*PartitionOwner)(nil),          // 28: sharelog.v1.PartitionOwner
-	(*GroupCoordinator)(nil),        // 29: sharelog.v1.GroupCoordinator
-	nil,                             // 30: sharelog.v1.ProduceRequest.BaseSequenceEntry
-	(ErrorCode)(0),                  // 31: sharelog.v1.ErrorCode
-	(*Record)(nil),                  // 32: sharelog.v1.Record
+	(OffsetSpec)(0),                  // 0: sharelog.v1.OffsetSpec
+	(*TopicConfig)(nil),              // 1: sharelog.v1.TopicConfig
+	(*Topic)(nil),                    // 2: sharelog.v1.Topic
+	(*TopicPartition)(nil),           // 3: sharelog.v1.TopicPartition
+	(*CreateTopicRequest)(nil),       // 4: sharelog.v1.CreateTopicRequest
+	(*DeleteTopicRequest)(nil),       // 5: sharelog.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),      // 6: sharelog.v1.DeleteTopicResponse
+	(*CreatePartitionsRequest)(nil),  // 7: sharelog.v1.CreatePartitionsRequest
+	(*CreatePartitionsResponse)(nil), // 8: sharelog.v1.CreatePartitionsResponse
+	(*ListTopicsRequest)(nil),        // 9: sharelog.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),       // 10: sharelog.v1.ListTopicsResponse
+	(*DescribeTopicRequest)(nil),     // 11: sharelog.v1.DescribeTopicRequest
+	(*ProduceRequest)(nil),           // 12: sharelog.v1.ProduceRequest
+	(*ProduceResponse)(nil),          // 13: sharelog.v1.ProduceResponse
+	(*ProduceResult)(nil),            // 14: sharelog.v1.ProduceResult
+	(*InitProducerRequest)(nil),      // 15: sharelog.v1.InitProducerRequest
+	(*InitProducerResponse)(nil),     // 16: sharelog.v1.InitProducerResponse
+	(*FetchRequest)(nil),             // 17: sharelog.v1.FetchRequest
+	(*FetchResponse)(nil),            // 18: sharelog.v1.FetchResponse
+	(*ListOffsetsRequest)(nil),       // 19: sharelog.v1.ListOffsetsRequest
+	(*ListOffsetsResponse)(nil),      // 20: sharelog.v1.ListOffsetsResponse
+	(*PurgeRequest)(nil),             // 21: sharelog.v1.PurgeRequest
+	(*PurgeTopic)(nil),               // 22: sharelog.v1.PurgeTopic
+	(*PurgePartition)(nil),           // 23: sharelog.v1.PurgePartition
+	(*PurgeResponse)(nil),            // 24: sharelog.v1.PurgeResponse
+	(*PurgeTopicResult)(nil),         // 25: sharelog.v1.PurgeTopicResult
+	(*PurgePartitionResult)(nil),     // 26: sharelog.v1.PurgePartitionResult
+	(*DescribeClusterRequest)(nil),   // 27: sharelog.v1.DescribeClusterRequest
+	(*DescribeClusterResponse)(nil),  // 28: sharelog.v1.DescribeClusterResponse
+	(*ClusterInstance)(nil),          // 29: sharelog.v1.ClusterInstance
+	(*PartitionOwner)(nil),           // 30: sharelog.v1.PartitionOwner
+	(*GroupCoordinator)(nil),         // 31: sharelog.v1.GroupCoordinator
+	nil,                              // 32: sharelog.v1.ProduceRequest.BaseSequenceEntry
+	(ErrorCode)(0),                   // 33: sharelog.v1.ErrorCode
+	(*Record)(nil),                   // 34: sharelog.v1.Record
 }
 var file_sharelog_v1_log_proto_depIdxs = []int32{
 	1,  // 0: sharelog.v1.Topic.config:type_name -> sharelog.v1.TopicConfig
 	3,  // 1: sharelog.v1.Topic.partitions:type_name -> sharelog.v1.TopicPartition
-	31, // 2: sharelog.v1.TopicPartition.error_code:type_name -> sharelog.v1.ErrorCode
+	33, // 2: sharelog.v1.TopicPartition.error_code:type_name -> sharelog.v1.ErrorCode
 	1,  // 3: sharelog.v1.CreateTopicRequest.config:type_name -> sharelog.v1.TopicConfig
-	2,  // 4: sharelog.v1.ListTopicsResponse.topics:type_name -> sharelog.v1.Topic
-	32, // 5: sharelog.v1.ProduceRequest.records:type_name -> sharelog.v1.Record
-	30, // 6: sharelog.v1.ProduceRequest.base_sequence:type_name -> sharelog.v1.ProduceRequest.BaseSequenceEntry
-	12, // 7: sharelog.v1.ProduceResponse.results:type_name -> sharelog.v1.ProduceResult
-	31, // 8: sharelog.v1.ProduceResult.error_code:type_name -> sharelog.v1.ErrorCode
-	32, // 9: sharelog.v1.FetchResponse.records:type_name -> sharelog.v1.Record
-	0,  // 10: sharelog.v1.ListOffsetsRequest.spec:type_name -> sharelog.v1.OffsetSpec
-	20, // 11: sharelog.v1.PurgeRequest.topics:type_name -> sharelog.v1.PurgeTopic
-	21, // 12: sharelog.v1.PurgeTopic.partitions:type_name -> sharelog.v1.PurgePartition
-	23, // 13: sharelog.v1.PurgeResponse.topics:type_name -> sharelog.v1.PurgeTopicResult
-	24, // 14: sharelog.v1.PurgeTopicResult.partitions:type_name -> sharelog.v1.PurgePartitionResult
-	31, // 15: sharelog.v1.PurgePartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
-	27, // 16: sharelog.v1.DescribeClusterResponse.instances:type_name -> sharelog.v1.ClusterInstance
-	28, // 17: sharelog.v1.DescribeClusterResponse.partitions:type_name -> sharelog.v1.PartitionOwner
-	29, // 18: sharelog.v1.DescribeClusterResponse.groups:type_name -> sharelog.v1.GroupCoordinator
-	4,  // 19: sharelog.v1.LogService.CreateTopic:input_type -> sharelog.v1.CreateTopicRequest
-	5,  // 20: sharelog.v1.LogService.DeleteTopic:input_type -> sharelog.v1.DeleteTopicRequest
-	7,  // 21: sharelog.v1.LogService.ListTopics:input_type -> sharelog.v1.ListTopicsRequest
-	9,  // 22: sharelog.v1.LogService.DescribeTopic:input_type -> sharelog.v1.DescribeTopicRequest
-	10, // 23: sharelog.v1.LogService.Produce:input_type -> sharelog.v1.ProduceRequest
-	13, // 24: sharelog.v1.LogService.InitProducer:input_type -> sharelog.v1.InitProducerRequest
-	15, // 25: sharelog.v1.LogService.Fetch:input_type -> sharelog.v1.FetchRequest
-	17, // 26: sharelog.v1.LogService.ListOffsets:input_type -> sharelog.v1.ListOffsetsRequest
-	19, // 27: sharelog.v1.LogService.Purge:input_type -> sharelog.v1.PurgeRequest
-	25, // 28: sharelog.v1.LogService.DescribeCluster:input_type -> sharelog.v1.DescribeClusterRequest
-	2,  // 29: sharelog.v1.LogService.CreateTopic:output_type -> sharelog.v1.Topic
-	6,  // 30: sharelog.v1.LogService.DeleteTopic:output_type -> sharelog.v1.DeleteTopicResponse
-	8,  // 31: sharelog.v1.LogService.ListTopics:output_type -> sharelog.v1.ListTopicsResponse
-	2,  // 32: sharelog.v1.LogService.DescribeTopic:output_type -> sharelog.v1.Topic
-	11, // 33: sharelog.v1.LogService.Produce:output_type -> sharelog.v1.ProduceResponse
-	14, // 34: sharelog.v1.LogService.InitProducer:output_type -> sharelog.v1.InitProducerResponse
-	16, // 35: sharelog.v1.LogService.Fetch:output_type -> sharelog.v1.FetchResponse
-	18, // 36: sharelog.v1.LogService.ListOffsets:output_type -> sharelog.v1.ListOffsetsResponse
-	22, // 37: sharelog.v1.LogService.Purge:output_type -> sharelog.v1.PurgeResponse
-	26, // 38: sharelog.v1.LogService.DescribeCluster:output_type -> sharelog.v1.DescribeClusterResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	2,  // 4: sharelog.v1.CreatePartitionsResponse.topic:type_name -> sharelog.v1.Topic
+	2,  // 5: sharelog.v1.ListTopicsResponse.topics:type_name -> sharelog.v1.Topic
+	34, // 6: sharelog.v1.ProduceRequest.records:type_name -> sharelog.v1.Record
+	32, // 7: sharelog.v1.ProduceRequest.base_sequence:type_name -> sharelog.v1.ProduceRequest.BaseSequenceEntry
+	14, // 8: sharelog.v1.ProduceResponse.results:type_name -> sharelog.v1.ProduceResult
+	33, // 9: sharelog.v1.ProduceResult.error_code:type_name -> sharelog.v1.ErrorCode
+	34, // 10: sharelog.v1.FetchResponse.records:type_name -> sharelog.v1.Record
+	0,  // 11: sharelog.v1.ListOffsetsRequest.spec:type_name -> sharelog.v1.OffsetSpec
+	22, // 12: sharelog.v1.PurgeRequest.topics:type_name -> sharelog.v1.PurgeTopic
+	23, // 13: sharelog.v1.PurgeTopic.partitions:type_name -> sharelog.v1.PurgePartition
+	25, // 14: sharelog.v1.PurgeResponse.topics:type_name -> sharelog.v1.PurgeTopicResult
+	26, // 15: sharelog.v1.PurgeTopicResult.partitions:type_name -> sharelog.v1.PurgePartitionResult
+	33, // 16: sharelog.v1.PurgePartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
+	29, // 17: sharelog.v1.DescribeClusterResponse.instances:type_name -> sharelog.v1.ClusterInstance
+	30, // 18: sharelog.v1.DescribeClusterResponse.partitions:type_name -> sharelog.v1.PartitionOwner
+	31, // 19: sharelog.v1.DescribeClusterResponse.groups:type_name -> sharelog.v1.GroupCoordinator
+	4,  // 20: sharelog.v1.LogService.CreateTopic:input_type -> sharelog.v1.CreateTopicRequest
+	5,  // 21: sharelog.v1.LogService.DeleteTopic:input_type -> sharelog.v1.DeleteTopicRequest
+	7,  // 22: sharelog.v1.LogService.CreatePartitions:input_type -> sharelog.v1.CreatePartitionsRequest
+	9,  // 23: sharelog.v1.LogService.ListTopics:input_type -> sharelog.v1.ListTopicsRequest
+	11, // 24: sharelog.v1.LogService.DescribeTopic:input_type -> sharelog.v1.DescribeTopicRequest
+	12, // 25: sharelog.v1.LogService.Produce:input_type -> sharelog.v1.ProduceRequest
+	15, // 26: sharelog.v1.LogService.InitProducer:input_type -> sharelog.v1.InitProducerRequest
+	17, // 27: sharelog.v1.LogService.Fetch:input_type -> sharelog.v1.FetchRequest
+	19, // 28: sharelog.v1.LogService.ListOffsets:input_type -> sharelog.v1.ListOffsetsRequest
+	21, // 29: sharelog.v1.LogService.Purge:input_type -> sharelog.v1.PurgeRequest
+	27, // 30: sharelog.v1.LogService.DescribeCluster:input_type -> sharelog.v1.DescribeClusterRequest
+	2,  // 31: sharelog.v1.LogService.CreateTopic:output_type -> sharelog.v1.Topic
+	6,  // 32: sharelog.v1.LogService.DeleteTopic:output_type -> sharelog.v1.DeleteTopicResponse
+	8,  // 33: sharelog.v1.LogService.CreatePartitions:output_type -> sharelog.v1.CreatePartitionsResponse
+	10, // 34: sharelog.v1.LogService.ListTopics:output_type -> sharelog.v1.ListTopicsResponse
+	2,  // 35: sharelog.v1.LogService.DescribeTopic:output_type -> sharelog.v1.Topic
+	13, // 36: sharelog.v1.LogService.Produce:output_type -> sharelog.v1.ProduceResponse
+	16, // 37: sharelog.v1.LogService.InitProducer:output_type -> sharelog.v1.InitProducerResponse
+	18, // 38: sharelog.v1.LogService.Fetch:output_type -> sharelog.v1.FetchResponse
+	20, // 39: sharelog.v1.LogService.ListOffsets:output_type -> sharelog.v1.ListOffsetsResponse
+	24, // 40: sharelog.v1.LogService.Purge:output_type -> sharelog.v1.PurgeResponse
+	28, // 41: sharelog.v1.LogService.DescribeCluster:output_type -> sharelog.v1.DescribeClusterResponse
+	31, // [31:42] is the sub-list for method output_type
+	20, // [20:31] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_sharelog_v1_log_proto_init() }
@@ -2129,14 +2348,14 @@ func file_sharelog_v1_log_proto_init() {
 	}
 	file_sharelog_v1_common_proto_init()
 	file_sharelog_v1_log_proto_msgTypes[0].OneofWrappers = []any{}
-	file_sharelog_v1_log_proto_msgTypes[9].OneofWrappers = []any{}
+	file_sharelog_v1_log_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sharelog_v1_log_proto_rawDesc), len(file_sharelog_v1_log_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -101,6 +101,51 @@ func local_request_LogService_DeleteTopic_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
+func request_LogService_CreatePartitions_0(ctx context.Context, marshaler runtime.Marshaler, client LogServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq CreatePartitionsRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["topic"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "topic")
+	}
+	protoReq.Topic, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "topic", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.CreatePartitions(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_LogService_CreatePartitions_0(ctx context.Context, marshaler runtime.Marshaler, server LogServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq CreatePartitionsRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["topic"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "topic")
+	}
+	protoReq.Topic, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "topic", err)
+	}
+	msg, err := server.CreatePartitions(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_LogService_ListTopics_0(ctx context.Context, marshaler runtime.Marshaler, client LogServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ListTopicsRequest
@@ -465,6 +510,26 @@ func RegisterLogServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux,
 		}
 		forward_LogService_DeleteTopic_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_LogService_CreatePartitions_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/sharelog.v1.LogService/CreatePartitions", runtime.WithHTTPPathPattern("/v1/topics/{topic}:createPartitions"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_LogService_CreatePartitions_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LogService_CreatePartitions_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_LogService_ListTopics_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -699,6 +764,23 @@ func RegisterLogServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux,
 		}
 		forward_LogService_DeleteTopic_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_LogService_CreatePartitions_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/sharelog.v1.LogService/CreatePartitions", runtime.WithHTTPPathPattern("/v1/topics/{topic}:createPartitions"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_LogService_CreatePartitions_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LogService_CreatePartitions_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_LogService_ListTopics_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -839,27 +921,29 @@ func RegisterLogServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux,
 }
 
 var (
-	pattern_LogService_CreateTopic_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "topics"}, ""))
-	pattern_LogService_DeleteTopic_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "topics", "name"}, ""))
-	pattern_LogService_ListTopics_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "topics"}, ""))
-	pattern_LogService_DescribeTopic_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "topics", "name"}, ""))
-	pattern_LogService_Produce_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "topics", "topic", "records"}, ""))
-	pattern_LogService_InitProducer_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "producers"}, "init"))
-	pattern_LogService_Fetch_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "topics", "topic", "partitions", "partition", "records"}, ""))
-	pattern_LogService_ListOffsets_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "topics", "topic", "partitions", "partition", "offsets"}, ""))
-	pattern_LogService_Purge_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "purge"}, ""))
-	pattern_LogService_DescribeCluster_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "cluster"}, ""))
+	pattern_LogService_CreateTopic_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "topics"}, ""))
+	pattern_LogService_DeleteTopic_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "topics", "name"}, ""))
+	pattern_LogService_CreatePartitions_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "topics", "topic"}, "createPartitions"))
+	pattern_LogService_ListTopics_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "topics"}, ""))
+	pattern_LogService_DescribeTopic_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "topics", "name"}, ""))
+	pattern_LogService_Produce_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "topics", "topic", "records"}, ""))
+	pattern_LogService_InitProducer_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "producers"}, "init"))
+	pattern_LogService_Fetch_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "topics", "topic", "partitions", "partition", "records"}, ""))
+	pattern_LogService_ListOffsets_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "topics", "topic", "partitions", "partition", "offsets"}, ""))
+	pattern_LogService_Purge_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "purge"}, ""))
+	pattern_LogService_DescribeCluster_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "cluster"}, ""))
 )
 
 var (
-	forward_LogService_CreateTopic_0     = runtime.ForwardResponseMessage
-	forward_LogService_DeleteTopic_0     = runtime.ForwardResponseMessage
-	forward_LogService_ListTopics_0      = runtime.ForwardResponseMessage
-	forward_LogService_DescribeTopic_0   = runtime.ForwardResponseMessage
-	forward_LogService_Produce_0         = runtime.ForwardResponseMessage
-	forward_LogService_InitProducer_0    = runtime.ForwardResponseMessage
-	forward_LogService_Fetch_0           = runtime.ForwardResponseMessage
-	forward_LogService_ListOffsets_0     = runtime.ForwardResponseMessage
-	forward_LogService_Purge_0           = runtime.ForwardResponseMessage
-	forward_LogService_DescribeCluster_0 = runtime.ForwardResponseMessage
+	forward_LogService_CreateTopic_0      = runtime.ForwardResponseMessage
+	forward_LogService_DeleteTopic_0      = runtime.ForwardResponseMessage
+	forward_LogService_CreatePartitions_0 = runtime.ForwardResponseMessage
+	forward_LogService_ListTopics_0       = runtime.ForwardResponseMessage
+	forward_LogService_DescribeTopic_0    = runtime.ForwardResponseMessage
+	forward_LogService_Produce_0          = runtime.ForwardResponseMessage
+	forward_LogService_InitProducer_0     = runtime.ForwardResponseMessage
+	forward_LogService_Fetch_0            = runtime.ForwardResponseMessage
+	forward_LogService_ListOffsets_0      = runtime.ForwardResponseMessage
+	forward_LogService_Purge_0            = runtime.ForwardResponseMessage
+	forward_LogService_DescribeCluster_0  = runtime.ForwardResponseMessage
 )

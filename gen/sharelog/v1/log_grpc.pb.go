@@ -19,16 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LogService_CreateTopic_FullMethodName     = "/sharelog.v1.LogService/CreateTopic"
-	LogService_DeleteTopic_FullMethodName     = "/sharelog.v1.LogService/DeleteTopic"
-	LogService_ListTopics_FullMethodName      = "/sharelog.v1.LogService/ListTopics"
-	LogService_DescribeTopic_FullMethodName   = "/sharelog.v1.LogService/DescribeTopic"
-	LogService_Produce_FullMethodName         = "/sharelog.v1.LogService/Produce"
-	LogService_InitProducer_FullMethodName    = "/sharelog.v1.LogService/InitProducer"
-	LogService_Fetch_FullMethodName           = "/sharelog.v1.LogService/Fetch"
-	LogService_ListOffsets_FullMethodName     = "/sharelog.v1.LogService/ListOffsets"
-	LogService_Purge_FullMethodName           = "/sharelog.v1.LogService/Purge"
-	LogService_DescribeCluster_FullMethodName = "/sharelog.v1.LogService/DescribeCluster"
+	LogService_CreateTopic_FullMethodName      = "/sharelog.v1.LogService/CreateTopic"
+	LogService_DeleteTopic_FullMethodName      = "/sharelog.v1.LogService/DeleteTopic"
+	LogService_CreatePartitions_FullMethodName = "/sharelog.v1.LogService/CreatePartitions"
+	LogService_ListTopics_FullMethodName       = "/sharelog.v1.LogService/ListTopics"
+	LogService_DescribeTopic_FullMethodName    = "/sharelog.v1.LogService/DescribeTopic"
+	LogService_Produce_FullMethodName          = "/sharelog.v1.LogService/Produce"
+	LogService_InitProducer_FullMethodName     = "/sharelog.v1.LogService/InitProducer"
+	LogService_Fetch_FullMethodName            = "/sharelog.v1.LogService/Fetch"
+	LogService_ListOffsets_FullMethodName      = "/sharelog.v1.LogService/ListOffsets"
+	LogService_Purge_FullMethodName            = "/sharelog.v1.LogService/Purge"
+	LogService_DescribeCluster_FullMethodName  = "/sharelog.v1.LogService/DescribeCluster"
 )
 
 // LogServiceClient is the client API for LogService service.
@@ -43,6 +44,12 @@ type LogServiceClient interface {
 	CreateTopic(ctx context.Context, in *CreateTopicRequest, opts ...grpc.CallOption) (*Topic, error)
 	// Deletes a topic, its data and its share-group state; open change streams end.
 	DeleteTopic(ctx context.Context, in *DeleteTopicRequest, opts ...grpc.CallOption) (*DeleteTopicResponse, error)
+	// Adds partitions to a topic: count is the new total, and partitions
+	// only grow (Kafka's CreatePartitions). The new partitions start empty
+	// at offset 0; keyed records are routed by the new count from then on;
+	// share groups and Kafka consumer groups see them at their next
+	// assignment. A count that does not grow the topic is INVALID_REQUEST.
+	CreatePartitions(ctx context.Context, in *CreatePartitionsRequest, opts ...grpc.CallOption) (*CreatePartitionsResponse, error)
 	// Lists every topic, sorted by name.
 	ListTopics(ctx context.Context, in *ListTopicsRequest, opts ...grpc.CallOption) (*ListTopicsResponse, error)
 	// Describes a topic and each of its partitions.
@@ -94,6 +101,16 @@ func (c *logServiceClient) DeleteTopic(ctx context.Context, in *DeleteTopicReque
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DeleteTopicResponse)
 	err := c.cc.Invoke(ctx, LogService_DeleteTopic_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *logServiceClient) CreatePartitions(ctx context.Context, in *CreatePartitionsRequest, opts ...grpc.CallOption) (*CreatePartitionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreatePartitionsResponse)
+	err := c.cc.Invoke(ctx, LogService_CreatePartitions_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +209,12 @@ type LogServiceServer interface {
 	CreateTopic(context.Context, *CreateTopicRequest) (*Topic, error)
 	// Deletes a topic, its data and its share-group state; open change streams end.
 	DeleteTopic(context.Context, *DeleteTopicRequest) (*DeleteTopicResponse, error)
+	// Adds partitions to a topic: count is the new total, and partitions
+	// only grow (Kafka's CreatePartitions). The new partitions start empty
+	// at offset 0; keyed records are routed by the new count from then on;
+	// share groups and Kafka consumer groups see them at their next
+	// assignment. A count that does not grow the topic is INVALID_REQUEST.
+	CreatePartitions(context.Context, *CreatePartitionsRequest) (*CreatePartitionsResponse, error)
 	// Lists every topic, sorted by name.
 	ListTopics(context.Context, *ListTopicsRequest) (*ListTopicsResponse, error)
 	// Describes a topic and each of its partitions.
@@ -234,6 +257,9 @@ func (UnimplementedLogServiceServer) CreateTopic(context.Context, *CreateTopicRe
 }
 func (UnimplementedLogServiceServer) DeleteTopic(context.Context, *DeleteTopicRequest) (*DeleteTopicResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteTopic not implemented")
+}
+func (UnimplementedLogServiceServer) CreatePartitions(context.Context, *CreatePartitionsRequest) (*CreatePartitionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreatePartitions not implemented")
 }
 func (UnimplementedLogServiceServer) ListTopics(context.Context, *ListTopicsRequest) (*ListTopicsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTopics not implemented")
@@ -312,6 +338,24 @@ func _LogService_DeleteTopic_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LogServiceServer).DeleteTopic(ctx, req.(*DeleteTopicRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LogService_CreatePartitions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreatePartitionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LogServiceServer).CreatePartitions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LogService_CreatePartitions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LogServiceServer).CreatePartitions(ctx, req.(*CreatePartitionsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -474,6 +518,10 @@ var LogService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteTopic",
 			Handler:    _LogService_DeleteTopic_Handler,
+		},
+		{
+			MethodName: "CreatePartitions",
+			Handler:    _LogService_CreatePartitions_Handler,
 		},
 		{
 			MethodName: "ListTopics",

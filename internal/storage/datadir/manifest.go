@@ -230,6 +230,23 @@ func (m *Manifest) PutTopic(t Topic) {
 	m.changedLocked()
 }
 
+// GrowTopic records that the topic with id id now has partitions
+// partitions (CreatePartitions): the new ones' high watermarks are 0. A
+// smaller count, or an id not recorded, changes nothing.
+func (m *Manifest) GrowTopic(id string, partitions int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.topics[id]
+	if !ok || partitions <= t.Partitions {
+		return
+	}
+	t.Partitions = partitions
+	for len(t.HighWatermarks) < int(partitions) {
+		t.HighWatermarks = append(t.HighWatermarks, 0)
+	}
+	m.changedLocked()
+}
+
 // RemoveTopic forgets a topic.
 func (m *Manifest) RemoveTopic(id string) {
 	m.mu.Lock()

@@ -38,6 +38,10 @@ func DecodeRecord(b []byte) (Record, error) {
 // the size limits) and returns its encoded size.
 func ValidateBatch(recs []Record) (int, error) { return validateBatch(recs) }
 
+// ValidateKeys refuses a keyless record for a topic whose cleanup policy
+// compacts (cfg's), as every store does.
+func ValidateKeys(cfg TopicConfig, recs []Record) error { return validateKeys(cfg, recs) }
+
 // ValidateReadLimits checks Read's limits.
 func ValidateReadLimits(maxRecords, maxBytes int) error {
 	return validateReadLimits(maxRecords, maxBytes)

@@ -9,7 +9,9 @@ import (
 
 // CatalogTopic is what a Catalog holds: a store's own topic (its
 // partitions, its files or streams), which knows its description. The
-// description of a topic never changes while it is in a catalog.
+// description of a topic value never changes: an alteration (AlterTopic)
+// puts a new value in its place (Replace), which may share the old one's
+// partitions.
 type CatalogTopic interface {
 	comparable
 	Info() TopicInfo
@@ -155,6 +157,22 @@ func (c *Catalog[T]) Update(name string, rev uint64, next func(cur T) T) (gone T
 		c.topics[name] = nt
 	}
 	return cur, true
+}
+
+// Replace puts next in the place of cur under name (an alteration of the
+// topic): ErrClosed, or ErrUnknownTopic when name no longer holds cur (the
+// topic was deleted meanwhile), and then nothing changes.
+func (c *Catalog[T]) Replace(name string, cur, next T) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	if t, ok := c.topics[name]; !ok || t != cur {
+		return TopicDeletedError(name)
+	}
+	c.topics[name] = next
+	return nil
 }
 
 // Lookup returns the topic named name: ErrClosed, or ErrUnknownTopic.

@@ -302,7 +302,8 @@ func (p *partition) clean(ctx context.Context) error {
 	p.dirtyRatio.Store(math.Float64bits(ratio))
 	now := p.st.opts.Now().UnixMilli()
 	tombsDue := now > p.cleaner.tombsDue
-	if (dirtyBytes == 0 || ratio <= p.cfg.MinCleanableDirtyRatio) && !tombsDue {
+	cfg := p.config().WithDefaults()
+	if (dirtyBytes == 0 || ratio <= cfg.MinCleanableDirtyRatio) && !tombsDue {
 		return nil
 	}
 
@@ -350,12 +351,12 @@ func (p *partition) clean(ctx context.Context) error {
 	dirtyEnd := ends[last-1]
 
 	// 3. Groups, cleaned and swapped in offset order.
-	horizon := now - p.cfg.DeleteRetentionMs
+	horizon := now - cfg.DeleteRetentionMs
 	removedAny := false
 	nextDue := int64(math.MaxInt64)
 	for i := 0; i < last; {
 		j, size := i+1, cand[i].size.Load()
-		for j < last && size+cand[j].size.Load() <= p.segBytes && ends[j]-cand[i].base <= math.MaxUint32 {
+		for j < last && size+cand[j].size.Load() <= cfg.SegmentBytes && ends[j]-cand[i].base <= math.MaxUint32 {
 			size += cand[j].size.Load()
 			j++
 		}
@@ -368,7 +369,7 @@ func (p *partition) clean(ctx context.Context) error {
 		}
 		removedAny = removedAny || removed
 		if keptTombsTs != math.MinInt64 {
-			nextDue = min(nextDue, keptTombsTs+p.cfg.DeleteRetentionMs)
+			nextDue = min(nextDue, keptTombsTs+cfg.DeleteRetentionMs)
 		}
 		i = j
 	}

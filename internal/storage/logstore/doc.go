@@ -27,7 +27,7 @@
 //	<dir>/clean-shutdown                      written by Close, removed by Open
 //	<dir>/quarantine/<UTC time>/<path>        what an Open could not explain (never deleted)
 //	<dir>/topics/<topic-id>.tmp/              a topic being created (removed at Open)
-//	<dir>/topics/<topic-id>/meta.json         name, id, partitions, config
+//	<dir>/topics/<topic-id>/meta.json         name, id, partitions, config, "compacted"
 //	<dir>/topics/<topic-id>/<p>/log-start-offset   decimal LSO (absent = 0)
 //	<dir>/topics/<topic-id>/<p>/checkpoint         recovery checkpoint (below)
 //	<dir>/topics/<topic-id>/<p>/cleaner-state      compaction: P and the first dirty offset
@@ -45,6 +45,13 @@
 // CRC32C of its entries, and one that is missing, fails its checksum or is
 // inconsistent is rebuilt from the log, so index files never need a
 // directory fsync.
+//
+// AlterTopic makes the new partition directories (fsyncing the topic
+// directory), then replaces meta.json; Open removes empty partition
+// directories beyond the count meta.json records (an interrupted
+// alteration, never acknowledged). meta.json's "compacted" says that the
+// cleanup policy included compact at some time: sealed segments may then
+// have offset gaps even after compaction was turned off.
 //
 // CreateTopic builds the topic under <id>.tmp (partition directories, then
 // meta.json) and renames it to <id> last. A topic directory without a valid
@@ -231,6 +238,10 @@
 // damaged stretches they found; index and key-index rebuilds step over
 // them the same way, so later records stay indexed.
 //
+// segment_ms: the append leader rolls a non-empty active segment before
+// its group when the segment was made (or found at Open) segment_ms ago
+// or more, by the store's clock.
+//
 // # Appends and group commit
 //
 // Appends to a partition queue up: each caller, under the partition's wmu,
@@ -305,7 +316,10 @@
 //     applies time retention: for topics with retention_ms >= 0 and a
 //     cleanup policy including delete, the LSO moves (through step 1) to the
 //     base of the first segment whose newest record is younger than
-//     now - retention_ms; only sealed segments expire.
+//     now - retention_ms; only sealed segments expire. Then size
+//     retention (retention_bytes > 0, same policies): the LSO moves past
+//     the oldest sealed segments while the partition, without the next
+//     one, would still hold at least retention_bytes.
 //  3. It then removes from the partition's list every segment whose
 //     successor's base is <= LSO (so never the active segment, and never
 //     the segment holding the LSO), renames its files to *.deleted and
@@ -378,6 +392,8 @@
 // In acquisition order (a lock may be taken while holding those above it,
 // never the reverse):
 //
+//	FileStore.alterMu   AlterTopic and DeleteTopic, one at a time (held during
+//	                    their I/O; never taken by a background task)
 //	FileStore.cleanMu   one cleaning pass at a time (held during its I/O)
 //	Catalog.mu          RW; FileStore.topics: the topic map, the names being
 //	                    created and the closed flag. Never held during I/O.

@@ -116,6 +116,9 @@ type FileStore struct {
 	lockFile  *os.File
 
 	topics *Catalog[*topic] // the topic map, the names being created, closed
+	// alterMu serialises AlterTopic and DeleteTopic (held during their
+	// I/O; above the catalog's lock).
+	alterMu sync.Mutex
 
 	wake chan struct{} // nudges the reclaimer (buffered 1)
 	keys keyRebuilder  // rebuilds missing key-index runs (keyindex_file.go)
@@ -147,15 +150,37 @@ const cleanShutdownFile = "clean-shutdown"
 
 var _ Store = (*FileStore)(nil)
 
-// topic is a topic's immutable description and its partitions.
+// topic is a topic's immutable description and its partitions. An
+// alteration (AlterTopic) installs a new value that shares the partitions
+// and conf.
 type topic struct {
 	info  TopicInfo
 	dir   string
 	parts []*partition
+	conf  *topicConf
 }
 
 // Info implements CatalogTopic.
 func (t *topic) Info() TopicInfo { return t.info }
+
+// topicConf is a topic's config as its partitions read it, shared by every
+// value of the topic (AlterTopic stores a new one).
+type topicConf struct {
+	cfg atomic.Pointer[TopicConfig]
+	// sparse: the topic compacts or has compacted (meta.json's
+	// "compacted"), so its sealed segments may have offset gaps.
+	sparse atomic.Bool
+}
+
+func newTopicConf(cfg TopicConfig, compacted bool) *topicConf {
+	c := &topicConf{}
+	c.cfg.Store(&cfg)
+	c.sparse.Store(compacted || cfg.Compacts())
+	return c
+}
+
+// config is the partition's topic config now.
+func (p *partition) config() TopicConfig { return *p.conf.cfg.Load() }
 
 // topicMeta is meta.json.
 type topicMeta struct {
@@ -164,15 +189,27 @@ type topicMeta struct {
 	ID         string     `json:"id"`
 	Partitions int32      `json:"partitions"`
 	Config     metaConfig `json:"config"`
+	// Compacted: the cleanup policy included compact at some time, so
+	// sealed segments may have offset gaps even if it no longer does.
+	Compacted bool `json:"compacted,omitempty"`
 }
 
+// metaConfig is TopicConfig in meta.json; the fields added later are
+// absent in older files and take their defaults (their zero values).
 type metaConfig struct {
 	SegmentBytes  int64  `json:"segment_bytes"`
 	RetentionMs   int64  `json:"retention_ms"`
 	CleanupPolicy string `json:"cleanup_policy"`
 	// Absent in topics created before compaction existed: the defaults.
-	DeleteRetentionMs      int64   `json:"delete_retention_ms,omitempty"`
-	MinCleanableDirtyRatio float64 `json:"min_cleanable_dirty_ratio,omitempty"`
+	DeleteRetentionMs      int64    `json:"delete_retention_ms,omitempty"`
+	MinCleanableDirtyRatio float64  `json:"min_cleanable_dirty_ratio,omitempty"`
+	RetentionBytes         int64    `json:"retention_bytes,omitempty"`
+	SegmentMs              int64    `json:"segment_ms,omitempty"`
+	MaxMessageBytes        int64    `json:"max_message_bytes,omitempty"`
+	CompressionType        string   `json:"compression_type,omitempty"`
+	MessageTimestampType   string   `json:"message_timestamp_type,omitempty"`
+	MinInsyncReplicas      int32    `json:"min_insync_replicas,omitempty"`
+	Overrides              []string `json:"overrides,omitempty"`
 }
 
 func (c metaConfig) topicConfig() TopicConfig { return TopicConfig(c) }
@@ -316,13 +353,12 @@ func (s *FileStore) partition(name string, part int32) (*partition, error) {
 
 func newPartition(s *FileStore, t *topic, id int32) *partition {
 	p := &partition{
-		st:       s,
-		topic:    t.info.Name,
-		id:       id,
-		dir:      filepath.Join(t.dir, strconv.Itoa(int(id))),
-		topicID:  t.info.ID,
-		segBytes: t.info.Config.SegmentBytes,
-		cfg:      t.info.Config,
+		st:      s,
+		topic:   t.info.Name,
+		id:      id,
+		dir:     filepath.Join(t.dir, strconv.Itoa(int(id))),
+		topicID: t.info.ID,
+		conf:    t.conf,
 	}
 	p.purgedTombs.Store(-1)
 	p.dirtyRatio.Store(math.Float64bits(-1)) // not measured yet
@@ -364,7 +400,7 @@ func (s *FileStore) CreateTopic(ctx context.Context, name string, partitions int
 }
 
 func (s *FileStore) createTopicFiles(info TopicInfo) (*topic, error) {
-	t := &topic{info: info, dir: filepath.Join(s.topicsDir, info.ID)}
+	t := &topic{info: info, dir: filepath.Join(s.topicsDir, info.ID), conf: newTopicConf(info.Config, false)}
 	// The topic is built under <id>.tmp and renamed into place once
 	// complete, so a topic directory is never legitimately without its
 	// meta.json or partitions: Open quarantines such a directory, and
@@ -379,10 +415,7 @@ func (s *FileStore) createTopicFiles(info TopicInfo) (*topic, error) {
 				return err
 			}
 		}
-		meta, err := json.MarshalIndent(topicMeta{
-			Version: metaVersion, Name: info.Name, ID: info.ID, Partitions: info.Partitions,
-			Config: metaConfig(info.Config),
-		}, "", "  ")
+		meta, err := encodeMeta(t)
 		if err != nil {
 			return err
 		}
@@ -422,6 +455,108 @@ func (s *FileStore) createTopicFiles(info TopicInfo) (*topic, error) {
 	return t, nil
 }
 
+// encodeMeta is t's meta.json.
+func encodeMeta(t *topic) ([]byte, error) {
+	return json.MarshalIndent(topicMeta{
+		Version: metaVersion, Name: t.info.Name, ID: t.info.ID, Partitions: t.info.Partitions,
+		Config: metaConfig(t.info.Config), Compacted: t.conf.sparse.Load() || t.info.Config.Compacts(),
+	}, "", "  ")
+}
+
+// AlterTopic implements Store. The new partitions' directories are made
+// first (their parent fsynced), then meta.json is replaced: a crash in
+// between leaves empty partition directories beyond the count meta.json
+// records, which Open removes (nothing in them was ever acknowledged).
+// The partitions read the new config at once: segment_bytes and
+// segment_ms from the next append, retention and compaction from the next
+// pass of the reclaimer and the cleaner.
+func (s *FileStore) AlterTopic(ctx context.Context, name string, fn func(cur TopicInfo) (TopicInfo, error)) (TopicInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return TopicInfo{}, err
+	}
+	s.alterMu.Lock()
+	defer s.alterMu.Unlock()
+	cur, err := s.topics.Lookup(name)
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	next, err := fn(cur.info)
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	if next, err = ValidateAlter(cur.info, next); err != nil {
+		return TopicInfo{}, err
+	}
+	nt := &topic{info: next, dir: cur.dir, parts: slices.Clone(cur.parts), conf: cur.conf}
+	compacted := cur.conf.sparse.Load() || next.Config.Compacts()
+	for i := cur.info.Partitions; i < next.Partitions; i++ {
+		if err := s.mkPartitionDir(filepath.Join(cur.dir, strconv.Itoa(int(i)))); err != nil {
+			return TopicInfo{}, fmt.Errorf("add partitions to topic %q: %w", name, err)
+		}
+	}
+	if next.Partitions > cur.info.Partitions && s.durable() {
+		if err := s.fs.syncDir(cur.dir); err != nil {
+			return TopicInfo{}, fmt.Errorf("add partitions to topic %q: %w", name, err)
+		}
+	}
+	meta, err := encodeMeta(nt) // compacted if cur was or nt is
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	if err := s.fs.writeFileAtomic(filepath.Join(cur.dir, metaFile), meta, dirSync(s.durable())); err != nil {
+		// The old meta.json stands (replaced atomically or not at all);
+		// the new partition directories are empty leftovers.
+		return TopicInfo{}, fmt.Errorf("alter topic %q: %w", name, err)
+	}
+	for i := cur.info.Partitions; i < next.Partitions; i++ {
+		p := newPartition(s, nt, i)
+		p.segs = []*segment{p.newSegment(0)} // its file is created by the first append
+		nt.parts = append(nt.parts, p)
+	}
+	if err := s.topics.Replace(name, cur, nt); err != nil {
+		nt.shutdownFrom(cur.info.Partitions, err)
+		return TopicInfo{}, err
+	}
+	if compacted {
+		cur.conf.sparse.Store(true)
+	}
+	cfg := next.Config
+	cur.conf.cfg.Store(&cfg)
+	if m := s.manifest(); m != nil {
+		m.GrowTopic(next.ID, next.Partitions) // written by the reclaimer, as for a new topic
+	}
+	for _, p := range cur.parts {
+		p.watch.notify()
+	}
+	s.wakeReclaimer() // retention may have changed
+	return next, nil
+}
+
+// mkPartitionDir makes a new partition's directory; one left empty by an
+// interrupted AlterTopic is taken as it is.
+func (s *FileStore) mkPartitionDir(dir string) error {
+	err := s.fs.mkdir(dir)
+	if err == nil || !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	entries, rerr := os.ReadDir(dir)
+	if rerr != nil {
+		return rerr
+	}
+	if len(entries) > 0 {
+		return fmt.Errorf("partition directory %s exists and is not empty", dir)
+	}
+	return nil
+}
+
+// shutdownFrom shuts the partitions from index from on down (the new ones
+// of an alteration that could not be installed).
+func (t *topic) shutdownFrom(from int32, err error) {
+	for _, p := range t.parts[from:] {
+		_ = p.shutdown(err, false)
+	}
+}
+
 // DeleteTopic implements Store: in-flight appends finish, then the directory
 // is renamed to <id>.deleted (durably, so a crash cannot bring the topic
 // back) and removed; watchers are woken.
@@ -429,6 +564,8 @@ func (s *FileStore) DeleteTopic(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	s.alterMu.Lock()
+	defer s.alterMu.Unlock()
 	// The manifest forgets the topic before its directory goes, so that a
 	// crash in between cannot make the next Open report it missing.
 	if m := s.manifest(); m != nil {

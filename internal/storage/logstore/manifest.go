@@ -88,6 +88,9 @@ func (s *FileStore) reconcileManifest(loaded map[string]bool, quarantined map[st
 			}
 			m.PutTopic(datadir.Topic{ID: t.info.ID, Name: t.info.Name, Partitions: t.info.Partitions})
 		}
+		// Partitions added just before a crash, before the manifest
+		// recorded them.
+		m.GrowTopic(t.info.ID, t.info.Partitions)
 	}
 	if !known {
 		return nil
@@ -120,7 +123,7 @@ func (s *FileStore) reconcileManifest(loaded map[string]bool, quarantined map[st
 		if err != nil {
 			return fmt.Errorf("data directory manifest: topic %q: %w", mt.Name, err)
 		}
-		t := &topic{info: TopicInfo{Name: mt.Name, ID: mt.ID, Partitions: mt.Partitions, Config: cfg}, dir: dir}
+		t := &topic{info: TopicInfo{Name: mt.Name, ID: mt.ID, Partitions: mt.Partitions, Config: cfg}, dir: dir, conf: newTopicConf(cfg, false)}
 		t.parts = make([]*partition, mt.Partitions)
 		err = fmt.Errorf("%s, but the data directory manifest %s records the topic (high watermarks %v); nothing is recreated empty, which would restart its offsets at 0",
 			problem, m.Path(), mt.HighWatermarks)

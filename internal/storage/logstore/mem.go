@@ -17,7 +17,8 @@ import (
 // Locks: the catalog's lock (topics), then memPartition.mu; notifier locks
 // are leaves.
 type MemStore struct {
-	topics *Catalog[*memTopic]
+	topics  *Catalog[*memTopic]
+	alterMu sync.Mutex // one AlterTopic at a time
 }
 
 var _ Store = (*MemStore)(nil)
@@ -33,7 +34,6 @@ func (t *memTopic) Info() TopicInfo { return t.info }
 type memPartition struct {
 	topic string
 	id    int32
-	cfg   TopicConfig
 
 	mu       sync.RWMutex
 	recs     []Record // offsets logStart..hw-1 (recs[i].Offset == logStart+i)
@@ -70,7 +70,7 @@ func (s *MemStore) CreateTopic(ctx context.Context, name string, partitions int3
 	t := &memTopic{info: info}
 	t.parts = make([]*memPartition, partitions)
 	for i := range t.parts {
-		t.parts[i] = &memPartition{topic: name, id: int32(i), cfg: info.Config, keys: newMemIndex()}
+		t.parts[i] = &memPartition{topic: name, id: int32(i), keys: newMemIndex()}
 	}
 	if err := s.topics.Install(t); err != nil {
 		t.shutdown(ErrClosed)
@@ -99,6 +99,39 @@ func (t *memTopic) shutdown(err error) {
 		p.mu.Unlock()
 		p.watch.shutdown(err)
 	}
+}
+
+// AlterTopic implements Store: new partitions are added empty and the
+// watchers of the others woken.
+func (s *MemStore) AlterTopic(ctx context.Context, name string, fn func(cur TopicInfo) (TopicInfo, error)) (TopicInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return TopicInfo{}, err
+	}
+	s.alterMu.Lock()
+	defer s.alterMu.Unlock()
+	cur, err := s.topics.Lookup(name)
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	next, err := fn(cur.info)
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	if next, err = ValidateAlter(cur.info, next); err != nil {
+		return TopicInfo{}, err
+	}
+	nt := &memTopic{info: next, parts: slices.Clone(cur.parts)}
+	for i := cur.info.Partitions; i < next.Partitions; i++ {
+		nt.parts = append(nt.parts, &memPartition{topic: name, id: i, keys: newMemIndex()})
+	}
+	if err := s.topics.Replace(name, cur, nt); err != nil {
+		(&memTopic{parts: nt.parts[cur.info.Partitions:]}).shutdown(err)
+		return TopicInfo{}, err
+	}
+	for _, p := range cur.parts {
+		p.watch.notify()
+	}
+	return next, nil
 }
 
 // Topics implements Store.
@@ -141,11 +174,12 @@ func (s *MemStore) Append(ctx context.Context, topic string, partition int32, re
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	p, err := s.partition(topic, partition)
+	t, err := s.topics.LookupPartition(topic, partition)
 	if err != nil {
 		return 0, err
 	}
-	if err := validateKeys(p.cfg, recs); err != nil {
+	p := t.parts[partition]
+	if err := validateKeys(t.info.Config, recs); err != nil {
 		return 0, err
 	}
 	// Copy outside the lock: the caller may reuse its buffers afterwards.

@@ -35,13 +35,12 @@ const maxSpareBuf = 8 << 20
 // segment.mu only briefly to publish. The high watermark and log start are
 // atomics so Bounds and the read fast path take no lock.
 type partition struct {
-	st       *FileStore
-	topic    string
-	topicID  string
-	id       int32
-	dir      string
-	segBytes int64
-	cfg      TopicConfig
+	st      *FileStore
+	topic   string
+	topicID string
+	id      int32
+	dir     string
+	conf    *topicConf // the topic's config, which AlterTopic changes
 
 	hw       atomic.Int64 // next offset; stored by the leader after its data is durable per the fsync mode
 	logStart atomic.Int64 // stored under lsMu after being persisted
@@ -127,7 +126,7 @@ func (p *partition) append(ctx context.Context, recs []Record) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := validateKeys(p.cfg, recs); err != nil {
+	if err := validateKeys(p.config(), recs); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -235,11 +234,15 @@ func (p *partition) commit(group []*appendReq, buf []byte, repair bool) (int, er
 	}
 	durable := p.st.durable()
 	active := p.active()
+	cfg := p.config()
+	// segment.ms: a non-empty active segment opened that long ago rolls
+	// before this group's first batch.
+	aged := p.st.opts.Now().UnixMilli()-active.opened >= cfg.WithDefaults().SegmentMs
 	pieceStart := 0
 	for i, r := range group {
 		// Roll before a batch that would overflow a non-empty segment; a
 		// batch never spans segments, so every segment ends on a batch end.
-		if used := active.wpos + int64(r.start-pieceStart); used > 0 && used+int64(r.end-r.start) > p.segBytes {
+		if used := active.wpos + int64(r.start-pieceStart); used > 0 && (used+int64(r.end-r.start) > cfg.SegmentBytes || i == 0 && aged) {
 			// The full segment is synced before it is sealed (fsync modes
 			// always and interval), so sealed segments are durable.
 			if err := p.writePiece(active, buf[pieceStart:r.start], durable); err != nil {

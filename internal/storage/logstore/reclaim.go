@@ -22,11 +22,16 @@ func (s *FileStore) reclaimLoop() {
 		now := s.opts.Now().UnixMilli()
 		for _, t := range s.liveTopics() {
 			cfg := t.info.Config
-			retain := cfg.RetentionMs >= 0 && cfg.CleanupPolicy != CleanupCompact
+			deletes := cfg.CleanupPolicy != CleanupCompact
+			retain := cfg.RetentionMs >= 0 && deletes
+			capped := cfg.RetentionBytes > 0 && deletes
 			for _, p := range t.parts {
 				p.probe() // a failing partition retries even without appends
 				if retain {
 					p.applyRetention(now - cfg.RetentionMs)
+				}
+				if capped {
+					p.applySizeRetention(cfg.RetentionBytes)
 				}
 				p.deleteSegments()
 			}
@@ -90,6 +95,45 @@ func (p *partition) applyRetention(cutoff int64) {
 		return
 	}
 	p.st.log.Info("logstore: retention moved the log start offset", "topic", p.topic, "partition", p.id, "log_start", to)
+}
+
+// applySizeRetention moves the log start offset past the leading sealed
+// segments that the partition can lose and still hold at least limit
+// bytes (Kafka's retention.bytes: a segment goes when the size without it
+// is still at or above the limit). The segments wholly below the log
+// start are not counted; the active segment is never released.
+func (p *partition) applySizeRetention(limit int64) {
+	ls := p.logStart.Load()
+	p.mu.RLock()
+	var size int64
+	first := 0
+	for i, s := range p.segs {
+		if i+1 < len(p.segs) && p.segs[i+1].base <= ls {
+			first = i + 1 // wholly below the log start
+			continue
+		}
+		size += s.size.Load()
+	}
+	to := int64(-1)
+	for i := first; i+1 < len(p.segs); i++ {
+		sz := p.segs[i].size.Load()
+		if size-sz < limit {
+			break
+		}
+		size -= sz
+		to = p.segs[i+1].base
+	}
+	p.mu.RUnlock()
+	if to <= ls {
+		return
+	}
+	if _, err := p.moveLogStart(to); err != nil {
+		if p.closedErr() == nil {
+			p.st.log.Error("logstore: size retention failed", "topic", p.topic, "partition", p.id, "err", err)
+		}
+		return
+	}
+	p.st.log.Info("logstore: size retention moved the log start offset", "topic", p.topic, "partition", p.id, "log_start", to, "retention_bytes", limit)
 }
 
 // deleteSegments removes segments whose successor starts at or below the

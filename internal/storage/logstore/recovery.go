@@ -108,6 +108,7 @@ func (s *FileStore) openTopic(m topicMeta, dir string) (*topic, error) {
 	t := &topic{
 		info: TopicInfo{Name: m.Name, ID: m.ID, Partitions: m.Partitions, Config: m.Config.topicConfig()},
 		dir:  dir,
+		conf: newTopicConf(m.Config.topicConfig(), m.Compacted),
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -122,6 +123,13 @@ func (s *FileStore) openTopic(m topicMeta, dir string) (*topic, error) {
 				return nil, err
 			}
 		case err == nil && e.IsDir() && n >= 0 && n < int(m.Partitions) && strconv.Itoa(n) == name:
+		case err == nil && e.IsDir() && n >= int(m.Partitions) && strconv.Itoa(n) == name && emptyDir(path):
+			// A partition of an AlterTopic interrupted before its
+			// meta.json was replaced: never acknowledged, holds nothing.
+			s.log.Info("logstore: removing the empty directory of a partition never added", "topic", m.Name, "dir", path)
+			if err := os.Remove(path); err != nil {
+				return nil, err
+			}
 		default:
 			s.quarantineOrKeep(path, fmt.Sprintf("unexpected entry in the directory of topic %q", m.Name))
 		}
@@ -334,7 +342,7 @@ func (p *partition) load() error {
 		if i == len(bases)-1 {
 			break
 		}
-		seg.sparse = p.cfg.Compacts() // possibly rewritten by compaction
+		seg.sparse = p.conf.sparse.Load() // possibly rewritten by compaction
 		next := bases[i+1]
 		path := seg.logPath()
 		e, listed := ck.find(b)
@@ -608,4 +616,10 @@ func (p *partition) recoverActive(seg *segment, minHW int64) error {
 		return fsutil.Fdatasync(f)
 	}
 	return nil
+}
+
+// emptyDir reports whether dir is a directory with nothing in it.
+func emptyDir(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	return err == nil && len(entries) == 0
 }

@@ -84,6 +84,9 @@ type segment struct {
 	// synced: the whole file is known fsynced (sealed in a durable mode,
 	// found synced in the checkpoint, or flushed by a clean Close).
 	synced atomic.Bool
+	// opened is when the segment was made, or found at Open (ms, the
+	// store's clock): segment.ms counts from it (partition.commit).
+	opened int64
 	// sparse: the segment was written (or, being a sealed segment of a
 	// compacted topic, may have been) by compaction, so its offsets may
 	// have gaps, also before its end. Set before the segment is listed and
@@ -125,7 +128,8 @@ type segment struct {
 // newSegment returns an empty segment of p at base; its file is created by
 // create (or found by Open).
 func (p *partition) newSegment(base int64) *segment {
-	s := &segment{base: base, dir: p.dir, fc: p.st.fds, fs: &p.st.fs, loaded: true, maxTs: math.MinInt64, end: base, nextIdxPos: indexInterval, mem: newMemIndex()}
+	s := &segment{base: base, dir: p.dir, fc: p.st.fds, fs: &p.st.fs, loaded: true, maxTs: math.MinInt64, end: base, nextIdxPos: indexInterval, mem: newMemIndex(),
+		opened: p.st.opts.Now().UnixMilli()}
 	s.refs.Store(1)
 	return s
 }

@@ -82,6 +82,29 @@ type TopicConfig struct {
 	// written since its last cleaning exceed this share of its sealed
 	// bytes; 0 means DefaultMinCleanableDirtyRatio (on a compacted topic).
 	MinCleanableDirtyRatio float64
+	// RetentionBytes is the size retention of each partition: the oldest
+	// sealed segments are released (the log start moves past them) while
+	// the partition would still hold more than this without them; 0
+	// means none (Kafka's -1). Applied with time retention, on topics
+	// whose cleanup policy includes delete.
+	RetentionBytes int64
+	// SegmentMs rolls the active segment at the first append after it
+	// has been open this long (ms), full or not; 0 means
+	// DefaultSegmentMs.
+	SegmentMs int64
+	// MaxMessageBytes, CompressionType, MessageTimestampType and
+	// MinInsyncReplicas are the broker's (internal/broker topicconfig.go):
+	// the store keeps them and checks their form. Unset (0 or "") they
+	// take their defaults where they are used (WithDefaults):
+	// DefaultMaxMessageBytes, CompressionProducer, TimestampCreateTime, 1.
+	MaxMessageBytes      int64
+	CompressionType      string
+	MessageTimestampType string
+	MinInsyncReplicas    int32
+	// Overrides names, sorted, the configs (by their Kafka names) that
+	// were set explicitly, at creation or by an alteration; the others
+	// hold their defaults. Kafka's DescribeConfigs tells them apart.
+	Overrides []string
 }
 
 // Compacts reports whether the cleanup policy includes compaction.
@@ -142,13 +165,25 @@ type Store interface {
 	// is >= ts, with that record's timestamp, or (-1, -1) if there is none.
 	OffsetForTimestamp(ctx context.Context, topic string, partition int32, ts int64) (offset, timestamp int64, err error)
 	// Watch returns a channel closed at the partition's next change: an append,
-	// a log start move, or the topic's deletion. Check Bounds after subscribing.
+	// a log start move, an alteration of the topic (AlterTopic) or its
+	// deletion. Check Bounds after subscribing.
 	Watch(topic string, partition int32) (<-chan struct{}, error)
 	// DeleteRecordsBefore moves the log start offset to offset (purge). An offset
 	// at or below the current log start is a no-op; above the high watermark is
 	// ErrOffsetOutOfRange. The new log start is durable before it returns
 	// (unless fsync is "never"). Returns the log start offset after the call.
 	DeleteRecordsBefore(ctx context.Context, topic string, partition int32, offset int64) (logStart int64, err error)
+	// AlterTopic changes a topic after its creation: fn gets its current
+	// description and returns the new one, with the same name and ID, at
+	// least as many partitions (at most MaxPartitions) and a config that
+	// NormalizeTopicConfig accepts (ValidateAlter; errors wrap
+	// ErrInvalidArgument). fn may be called more than once (a store
+	// retries it after a concurrent change) and must not call the store;
+	// its error is returned as is, and nothing changes. New partitions
+	// start empty at offset 0. The change is durable before it returns
+	// (unless fsync is "never"), and every watcher of the topic's
+	// partitions is woken: the description they depend on changed.
+	AlterTopic(ctx context.Context, name string, fn func(cur TopicInfo) (TopicInfo, error)) (TopicInfo, error)
 	// Close flushes and closes the store.
 	Close() error
 }

@@ -1,9 +1,12 @@
 package logstore
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Limits shared by every Store implementation in this package. The service
@@ -34,6 +37,37 @@ const (
 	// DefaultMinCleanableDirtyRatio replaces a zero
 	// TopicConfig.MinCleanableDirtyRatio (Kafka's min.cleanable.dirty.ratio).
 	DefaultMinCleanableDirtyRatio = 0.5
+	// DefaultSegmentMs replaces a zero TopicConfig.SegmentMs (seven days,
+	// as Kafka's segment.ms).
+	DefaultSegmentMs = 7 * 24 * 60 * 60 * 1000
+	// DefaultMaxMessageBytes replaces a zero TopicConfig.MaxMessageBytes:
+	// the largest record the log stores (MaxRecordBytes), so that the
+	// default refuses nothing the log would take. Kafka's default is
+	// 1048588.
+	DefaultMaxMessageBytes = MaxRecordBytes
+	// MaxMaxMessageBytes bounds TopicConfig.MaxMessageBytes (Kafka's int).
+	MaxMaxMessageBytes = 1<<31 - 1
+)
+
+// TopicConfig.CompressionType values: Kafka's compression.type.
+const (
+	CompressionProducer     = "producer"
+	CompressionUncompressed = "uncompressed"
+	CompressionGzip         = "gzip"
+	CompressionSnappy       = "snappy"
+	CompressionLz4          = "lz4"
+	CompressionZstd         = "zstd"
+)
+
+// CompressionTypes lists the accepted TopicConfig.CompressionType values.
+func CompressionTypes() []string {
+	return []string{CompressionProducer, CompressionUncompressed, CompressionGzip, CompressionSnappy, CompressionLz4, CompressionZstd}
+}
+
+// TopicConfig.MessageTimestampType values: Kafka's message.timestamp.type.
+const (
+	TimestampCreateTime    = "CreateTime"
+	TimestampLogAppendTime = "LogAppendTime"
 )
 
 // validTopicName reports why name is not a valid topic name, or "" if it is.
@@ -114,7 +148,78 @@ func NormalizeTopicConfig(cfg TopicConfig) (TopicConfig, error) {
 	if !(cfg.MinCleanableDirtyRatio >= 0 && cfg.MinCleanableDirtyRatio <= 1) {
 		return cfg, fmt.Errorf("%w: min_cleanable_dirty_ratio is %v, must be in (0, 1] (0 selects the default %v)", ErrInvalidArgument, cfg.MinCleanableDirtyRatio, DefaultMinCleanableDirtyRatio)
 	}
+	// The broker's settings stay 0 or "" when unset: they take their
+	// defaults where they are used (WithDefaults), so a topic follows a
+	// default it never overrode.
+	if cfg.RetentionBytes == -1 {
+		cfg.RetentionBytes = 0 // Kafka's spelling of "no limit"
+	}
+	if cfg.RetentionBytes < 0 {
+		return cfg, fmt.Errorf("%w: retention_bytes is %d, must be positive (0 or -1: no size limit)", ErrInvalidArgument, cfg.RetentionBytes)
+	}
+	if cfg.SegmentMs < 0 {
+		return cfg, fmt.Errorf("%w: segment_ms is %d, must be positive (0 selects the default %d)", ErrInvalidArgument, cfg.SegmentMs, DefaultSegmentMs)
+	}
+	if cfg.MaxMessageBytes < 0 || cfg.MaxMessageBytes > MaxMaxMessageBytes {
+		return cfg, fmt.Errorf("%w: max_message_bytes is %d, must be in [1, %d] (0 selects the default %d)", ErrInvalidArgument, cfg.MaxMessageBytes, MaxMaxMessageBytes, DefaultMaxMessageBytes)
+	}
+	if cfg.CompressionType != "" && !slices.Contains(CompressionTypes(), cfg.CompressionType) {
+		return cfg, fmt.Errorf("%w: compression_type %q, must be one of %s", ErrInvalidArgument, cfg.CompressionType, strings.Join(CompressionTypes(), ", "))
+	}
+	switch cfg.MessageTimestampType {
+	case "", TimestampCreateTime, TimestampLogAppendTime:
+	default:
+		return cfg, fmt.Errorf("%w: message_timestamp_type %q, must be %q or %q", ErrInvalidArgument, cfg.MessageTimestampType, TimestampCreateTime, TimestampLogAppendTime)
+	}
+	if cfg.MinInsyncReplicas < 0 {
+		return cfg, fmt.Errorf("%w: min_insync_replicas is %d, must be at least 1 (0 selects the default 1)", ErrInvalidArgument, cfg.MinInsyncReplicas)
+	}
+	if len(cfg.Overrides) > 0 {
+		o := slices.Clone(cfg.Overrides)
+		slices.Sort(o)
+		cfg.Overrides = slices.Compact(o)
+		if cfg.Overrides[0] == "" {
+			return cfg, fmt.Errorf("%w: an empty config name among the overrides", ErrInvalidArgument)
+		}
+	} else {
+		cfg.Overrides = nil
+	}
 	return cfg, nil
+}
+
+// WithDefaults is c with every setting left unset (0 or "") shown as the
+// default it takes: the compaction settings, SegmentMs and the broker's
+// settings. A topic's stored config keeps them unset.
+func (c TopicConfig) WithDefaults() TopicConfig {
+	c.DeleteRetentionMs = cmp.Or(c.DeleteRetentionMs, DefaultDeleteRetentionMs)
+	c.MinCleanableDirtyRatio = cmp.Or(c.MinCleanableDirtyRatio, DefaultMinCleanableDirtyRatio)
+	c.SegmentMs = cmp.Or(c.SegmentMs, DefaultSegmentMs)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, DefaultMaxMessageBytes)
+	c.CompressionType = cmp.Or(c.CompressionType, CompressionProducer)
+	c.MessageTimestampType = cmp.Or(c.MessageTimestampType, TimestampCreateTime)
+	c.MinInsyncReplicas = cmp.Or(c.MinInsyncReplicas, 1)
+	return c
+}
+
+// ValidateAlter checks an alteration of topic cur into next (AlterTopic)
+// and returns next with its config normalized: the same name and ID, no
+// fewer partitions, at most MaxPartitions, a valid config. Errors wrap
+// ErrInvalidArgument.
+func ValidateAlter(cur, next TopicInfo) (TopicInfo, error) {
+	switch {
+	case next.Name != cur.Name || next.ID != cur.ID:
+		return next, fmt.Errorf("%w: an alteration of topic %q (id %s) names topic %q (id %s)", ErrInvalidArgument, cur.Name, cur.ID, next.Name, next.ID)
+	case next.Partitions < cur.Partitions:
+		return next, fmt.Errorf("%w: topic %q has %d partitions; partitions can only be added, not %d", ErrInvalidArgument, cur.Name, cur.Partitions, next.Partitions)
+	case next.Partitions > MaxPartitions:
+		return next, fmt.Errorf("%w: partitions is %d, must be in [1, %d]", ErrInvalidArgument, next.Partitions, MaxPartitions)
+	}
+	cfg, err := NormalizeTopicConfig(next.Config)
+	if err != nil {
+		return next, err
+	}
+	next.Config = cfg
+	return next, nil
 }
 
 // validateKeys rejects keyless records for a compacted topic: compaction

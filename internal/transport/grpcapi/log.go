@@ -40,17 +40,58 @@ func (s *LogService) CreateTopic(ctx context.Context, req *sharelogv1.CreateTopi
 			return nil, err
 		}
 	}
-	var settings broker.TopicSettings
-	if c := req.GetConfig(); c != nil {
-		settings = broker.TopicSettings{SegmentBytes: c.SegmentBytes, RetentionMs: c.RetentionMs, CleanupPolicy: c.CleanupPolicy,
-			DeleteRetentionMs: c.DeleteRetentionMs, MinCleanableDirtyRatio: c.MinCleanableDirtyRatio}
-	}
-	t, err := s.log.CreateTopic(ctx, req.GetName(), req.GetPartitions(), settings)
+	t, err := s.log.CreateTopic(ctx, req.GetName(), req.GetPartitions(), SettingsFromProto(req.GetConfig()))
 	s.guard.Changed(ctx, "CreateTopic", authz.Topic, req.GetName(), err, slog.Int("partitions", int(req.GetPartitions())))
 	if err != nil {
 		return nil, err
 	}
 	return topicToProto(t), nil
+}
+
+// SettingsFromProto is a CreateTopic config as broker settings: every field
+// set is a setting (an override), the others take the server defaults.
+func SettingsFromProto(c *sharelogv1.TopicConfig) broker.TopicSettings {
+	if c == nil {
+		return broker.TopicSettings{}
+	}
+	return broker.TopicSettings{SegmentBytes: c.SegmentBytes, RetentionMs: c.RetentionMs, CleanupPolicy: c.CleanupPolicy,
+		DeleteRetentionMs: c.DeleteRetentionMs, MinCleanableDirtyRatio: c.MinCleanableDirtyRatio,
+		RetentionBytes: c.RetentionBytes, SegmentMs: c.SegmentMs, MaxMessageBytes: c.MaxMessageBytes,
+		CompressionType: c.CompressionType, MessageTimestampType: c.MessageTimestampType,
+		MinInsyncReplicas: c.MinInsyncReplicas}
+}
+
+// SettingsToProto is SettingsFromProto reversed: a creation passed on to
+// the controller.
+func SettingsToProto(s broker.TopicSettings) *sharelogv1.TopicConfig {
+	return &sharelogv1.TopicConfig{SegmentBytes: s.SegmentBytes, RetentionMs: s.RetentionMs, CleanupPolicy: s.CleanupPolicy,
+		DeleteRetentionMs: s.DeleteRetentionMs, MinCleanableDirtyRatio: s.MinCleanableDirtyRatio,
+		RetentionBytes: s.RetentionBytes, SegmentMs: s.SegmentMs, MaxMessageBytes: s.MaxMessageBytes,
+		CompressionType: s.CompressionType, MessageTimestampType: s.MessageTimestampType,
+		MinInsyncReplicas: s.MinInsyncReplicas}
+}
+
+// CreatePartitions needs ALTER on the topic, checked before its existence,
+// as Kafka's CreatePartitions.
+func (s *LogService) CreatePartitions(ctx context.Context, req *sharelogv1.CreatePartitionsRequest) (*sharelogv1.CreatePartitionsResponse, error) {
+	if err := s.guard.Require(ctx, authz.Alter, authz.Topic, req.GetTopic()); err != nil {
+		return nil, err
+	}
+	info, err := s.log.CreatePartitions(ctx, req.GetTopic(), req.GetCount(), req.GetValidateOnly())
+	if !req.GetValidateOnly() {
+		s.guard.Changed(ctx, "CreatePartitions", authz.Topic, req.GetTopic(), err, slog.Int("count", int(req.GetCount())))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if req.GetValidateOnly() {
+		return &sharelogv1.CreatePartitionsResponse{Topic: topicToProto(broker.Topic{Info: info})}, nil
+	}
+	t, err := s.log.DescribeTopic(ctx, req.GetTopic())
+	if err != nil {
+		return nil, err
+	}
+	return &sharelogv1.CreatePartitionsResponse{Topic: topicToProto(t)}, nil
 }
 
 // DeleteTopic needs DELETE on the topic, checked before its existence.
@@ -97,6 +138,10 @@ func topicToProto(t broker.Topic) *sharelogv1.Topic {
 	// The compaction settings of a topic that does not compact are stored
 	// unset; responses show the defaults they would take.
 	cfg := broker.EffectiveConfig(info.Config)
+	retentionBytes := cfg.RetentionBytes
+	if retentionBytes <= 0 {
+		retentionBytes = -1 // no size limit, as Kafka spells it
+	}
 	out := &sharelogv1.Topic{
 		Name:    info.Name,
 		TopicId: info.ID,
@@ -106,6 +151,13 @@ func topicToProto(t broker.Topic) *sharelogv1.Topic {
 			CleanupPolicy:          &cfg.CleanupPolicy,
 			DeleteRetentionMs:      &cfg.DeleteRetentionMs,
 			MinCleanableDirtyRatio: &cfg.MinCleanableDirtyRatio,
+			RetentionBytes:         &retentionBytes,
+			SegmentMs:              &cfg.SegmentMs,
+			MaxMessageBytes:        &cfg.MaxMessageBytes,
+			CompressionType:        &cfg.CompressionType,
+			MessageTimestampType:   &cfg.MessageTimestampType,
+			MinInsyncReplicas:      &cfg.MinInsyncReplicas,
+			Overrides:              cfg.Overrides,
 		},
 		PartitionCount: info.Partitions,
 		Partitions:     make([]*sharelogv1.TopicPartition, len(t.Partitions)),
@@ -136,7 +188,10 @@ func TopicFromProto(t *sharelogv1.Topic) broker.Topic {
 	out := broker.Topic{
 		Info: broker.TopicInfo{Name: t.GetName(), ID: t.GetTopicId(), Partitions: t.GetPartitionCount(), Config: broker.TopicConfig{
 			SegmentBytes: c.GetSegmentBytes(), RetentionMs: c.GetRetentionMs(), CleanupPolicy: c.GetCleanupPolicy(),
-			DeleteRetentionMs: c.GetDeleteRetentionMs(), MinCleanableDirtyRatio: c.GetMinCleanableDirtyRatio()}},
+			DeleteRetentionMs: c.GetDeleteRetentionMs(), MinCleanableDirtyRatio: c.GetMinCleanableDirtyRatio(),
+			RetentionBytes: max(c.GetRetentionBytes(), 0), SegmentMs: c.GetSegmentMs(), MaxMessageBytes: c.GetMaxMessageBytes(),
+			CompressionType: c.GetCompressionType(), MessageTimestampType: c.GetMessageTimestampType(),
+			MinInsyncReplicas: c.GetMinInsyncReplicas(), Overrides: c.GetOverrides()}},
 		Partitions: make([]broker.PartitionInfo, len(t.GetPartitions())),
 	}
 	for i, p := range t.GetPartitions() {

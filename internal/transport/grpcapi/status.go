@@ -72,6 +72,7 @@ var reasonStatus = map[apierr.Reason]ReasonStatus{
 	apierr.ResourceNotFound:           {codes.NotFound, http.StatusNotFound},
 	apierr.UnsupportedSaslMechanism:   {codes.InvalidArgument, http.StatusBadRequest},
 	apierr.UnacceptableCredential:     {codes.InvalidArgument, http.StatusBadRequest},
+	apierr.MessageTooLarge:            {codes.InvalidArgument, http.StatusBadRequest},
 }
 
 // StatusOf returns how reason r travels; ok is false for a reason outside

@@ -14,7 +14,11 @@ import (
 
 // handleProduce validates each partition's record batches and appends their
 // records with one broker.ProduceBatch (atomic, contiguous), or an
-// idempotent producer's batch with one broker.ProduceBatchIdempotent.
+// idempotent producer's batch with one broker.ProduceBatchIdempotent. A
+// batch larger, as sent, than the topic's max.message.bytes is
+// MESSAGE_TOO_LARGE; on a topic whose message.timestamp.type is
+// LogAppendTime every record gets the time of the request, which the
+// answer's LogAppendTime carries.
 // acks 1 and -1 both mean "durable per --fsync"; acks 0 sends no response.
 // In cluster mode a partition led elsewhere is NOT_LEADER_OR_FOLLOWER with
 // its current leader (KIP-951), and is not passed on; with acks 0 the
@@ -31,9 +35,13 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 		rt.Topic = t.Topic
 		// WRITE on the topic before any lookup: a denied topic answers
 		// TOPIC_AUTHORIZATION_FAILED on each partition, existing or not.
-		terr := writable.require(ctx, t.Topic)
-		if terr == nil && !isInternal(t.Topic) {
-			_, terr = l.topicForWrite(ctx, t.Topic)
+		terr := internalRefusal(t.Topic)
+		if terr == nil {
+			terr = writable.require(ctx, t.Topic)
+		}
+		var info broker.TopicInfo
+		if terr == nil {
+			info, terr = l.topicForWrite(ctx, t.Topic)
 		}
 		for _, p := range t.Partitions {
 			rp := kmsg.NewProduceResponseTopicPartition()
@@ -45,8 +53,6 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 				rp.ErrorCode = kerr.InvalidRequiredAcks.Code
 			case terr != nil:
 				err = terr
-			case isInternal(t.Topic):
-				rp.ErrorCode = errInternalWrite.Code
 			default:
 				var ld Leader
 				if ld, err = l.leads(ctx, t.Topic, p.Partition, -1); err != nil {
@@ -54,7 +60,10 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 					moved[ld.Node] = ld.Node >= 0
 					break
 				}
-				rp.BaseOffset, rp.LogStartOffset, err = l.produce(ctx, dec, t.Topic, p.Partition, p.Records, now)
+				rp.BaseOffset, rp.LogStartOffset, err = l.produce(ctx, dec, info, p.Partition, p.Records, now)
+				if err == nil && broker.LogAppendTime(info.Config) {
+					rp.LogAppendTime = now // every record's timestamp
+				}
 			}
 			if err != nil {
 				rp.ErrorCode = errorCode(err)
@@ -91,8 +100,9 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 	return resp, nil
 }
 
-func (l *Listener) produce(ctx context.Context, dec *batchDecoder, topic string, partition int32, raw []byte, now int64) (base, logStart int64, err error) {
-	recs, producer, err := dec.decodeProduce(raw, now)
+func (l *Listener) produce(ctx context.Context, dec *batchDecoder, info broker.TopicInfo, partition int32, raw []byte, now int64) (base, logStart int64, err error) {
+	topic := info.Name
+	recs, producer, err := dec.decodeProduceTo(raw, now, topic, &info.Config)
 	if err != nil {
 		return -1, -1, err
 	}

@@ -14,7 +14,8 @@ import (
 // handleFetch serves sessionless full fetches: each partition's records
 // from its fetch offset as uncompressed batches (one per idempotent
 // producer's run, with its producer id, epoch and base sequence, and one
-// per run without a producer; appendBatch), the high watermark, the
+// per run without a producer; appendBatch; on a LogAppendTime topic one
+// per append time, marked so), the high watermark, the
 // last stable offset (= high watermark: no transactions) and the log start.
 // The bounds are the broker's (broker.Log.ReadPartition: outside [log
 // start, high watermark] is OFFSET_OUT_OF_RANGE). The first partition with
@@ -42,8 +43,9 @@ func (l *Listener) handleFetch(ctx context.Context, _ *conn, kreq kmsg.Request) 
 	var parts []broker.TopicPartition
 	led := map[broker.TopicPartition]leadership{}
 	for _, t := range req.Topics {
-		if isInternal(t.Topic) {
-			continue // empty (fillFetch), never waited on
+		if err := internalRefusal(t.Topic); err != nil {
+			denied[t.Topic] = err
+			continue
 		}
 		if err := readable.require(ctx, t.Topic); err != nil {
 			denied[t.Topic] = err
@@ -93,24 +95,17 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 	for _, t := range req.Topics {
 		rt := kmsg.NewFetchResponseTopic()
 		rt.Topic = t.Topic
+		logAppend := false // the topic stamps its records' append time
+		if denied[t.Topic] == nil {
+			if info, err := l.logOf(ctx).TopicInfo(ctx, t.Topic); err == nil {
+				logAppend = broker.LogAppendTime(info.Config)
+			}
+		}
 		for _, p := range t.Partitions {
 			rp := kmsg.NewFetchResponseTopicPartition()
 			rp.Partition = p.Partition
 			// Empty, not null: librdkafka cannot parse a null record set.
 			rp.RecordBatches = []byte{}
-			if isInternal(t.Topic) {
-				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = 0, 0, 0
-				if err := l.internalReadErr(ctx, p.Partition); err != nil {
-					rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
-					rp.ErrorCode = errorCode(err)
-					failed = true
-				} else if p.FetchOffset != 0 {
-					rp.ErrorCode = kerr.OffsetOutOfRange.Code
-					failed = true
-				}
-				rt.Partitions = append(rt.Partitions, rp)
-				continue
-			}
 			if derr := denied[t.Topic]; derr != nil {
 				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
 				rp.ErrorCode = errorCode(derr)
@@ -140,7 +135,7 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 			if err != nil {
 				rp.ErrorCode = errorCode(err)
 			} else if len(res.Records) > 0 {
-				rp.RecordBatches = appendBatchAt(rp.RecordBatches, res.Records, ld.leader.Epoch)
+				rp.RecordBatches = appendTopicBatches(rp.RecordBatches, res.Records, ld.leader.Epoch, logAppend)
 				total += len(rp.RecordBatches)
 				budget -= len(rp.RecordBatches)
 			}

@@ -33,7 +33,10 @@ func (l *Listener) handleListOffsets(ctx context.Context, _ *conn, kreq kmsg.Req
 	for _, t := range req.Topics {
 		rt := kmsg.NewListOffsetsResponseTopic()
 		rt.Topic = t.Topic
-		terr := describable.require(ctx, t.Topic)
+		terr := internalRefusal(t.Topic)
+		if terr == nil {
+			terr = describable.require(ctx, t.Topic)
+		}
 		for _, p := range t.Partitions {
 			rp := kmsg.NewListOffsetsResponseTopicPartition()
 			rp.Partition = p.Partition
@@ -48,15 +51,6 @@ func (l *Listener) handleListOffsets(ctx context.Context, _ *conn, kreq kmsg.Req
 				spec = broker.MaxTimestamp
 			case ts >= 0:
 				spec = broker.ByTimestamp
-			}
-			if isInternal(t.Topic) {
-				if err := l.internalReadErr(ctx, p.Partition); err != nil {
-					rp.ErrorCode = errorCode(err)
-				} else if spec == broker.Earliest || spec == broker.Latest {
-					rp.Offset = 0
-				}
-				rt.Partitions = append(rt.Partitions, rp)
-				continue
 			}
 			var ld Leader
 			var lerr error

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 )
@@ -40,6 +41,7 @@ func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Reques
 	var errs []error
 	var names []*string
 	var ids [][16]byte
+	var internal []bool // infos[i] stands for the internal topic (internal_topic.go)
 	if req.Topics == nil {
 		all, err := l.logOf(ctx).Topics(ctx)
 		if err != nil {
@@ -49,10 +51,10 @@ func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Reques
 			if !l.allowed(ctx, authz.Describe, authz.Topic, t.Name) {
 				continue // a full listing leaves out what the caller may not DESCRIBE
 			}
-			infos, errs, names, ids = append(infos, t), append(errs, nil), append(names, nil), append(ids, [16]byte{})
+			infos, errs, names, ids, internal = append(infos, t), append(errs, nil), append(names, nil), append(ids, [16]byte{}), append(internal, false)
 		}
-		if l.allowed(ctx, authz.Describe, authz.Topic, InternalTopic) {
-			defer func() { resp.Topics = append(resp.Topics, l.internalMetadata()) }()
+		if l.mayDescribeInternal(ctx) {
+			infos, errs, names, ids, internal = append(infos, broker.TopicInfo{}), append(errs, nil), append(names, nil), append(ids, [16]byte{}), append(internal, true)
 		}
 	} else {
 		autoCreate := l.cfg.AutoCreateTopics && (req.GetVersion() < 4 || req.AllowAutoTopicCreation)
@@ -60,10 +62,11 @@ func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Reques
 		for _, t := range req.Topics {
 			var info broker.TopicInfo
 			var err error
+			isInternal := false
 			switch {
-			case (t.Topic != nil && isInternal(*t.Topic)) || (t.Topic == nil && t.TopicID == internalTopicID):
-				if err = describable.require(ctx, InternalTopic); err == nil {
-					info = broker.TopicInfo{Name: InternalTopic}
+			case t.Topic != nil && *t.Topic == consumerOffsetsTopic:
+				if isInternal = l.mayDescribeInternal(ctx); !isInternal {
+					err = apierr.New(apierr.TopicAuthorizationFailed, "not authorized to DESCRIBE the CLUSTER, which the internal topic %s needs", consumerOffsetsTopic)
 				}
 			case t.Topic != nil:
 				// DESCRIBE before the lookup: a named topic the caller may
@@ -85,10 +88,14 @@ func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Reques
 					}
 				}
 			}
-			infos, errs, names, ids = append(infos, info), append(errs, err), append(names, t.Topic), append(ids, t.TopicID)
+			infos, errs, names, ids, internal = append(infos, info), append(errs, err), append(names, t.Topic), append(ids, t.TopicID), append(internal, isInternal)
 		}
 	}
 	for i, info := range infos {
+		if internal[i] {
+			resp.Topics = append(resp.Topics, l.internalTopicMetadata(bs, *resp.ClusterID))
+			continue
+		}
 		rt := kmsg.NewMetadataResponseTopic()
 		if err := errs[i]; err != nil {
 			rt.Topic, rt.TopicID = names[i], ids[i]
@@ -100,10 +107,6 @@ func (l *Listener) handleMetadata(ctx context.Context, _ *conn, kreq kmsg.Reques
 				rt.ErrorCode = kerr.UnknownTopicID.Code
 			}
 			resp.Topics = append(resp.Topics, rt)
-			continue
-		}
-		if isInternal(info.Name) {
-			resp.Topics = append(resp.Topics, l.internalMetadata())
 			continue
 		}
 		name := info.Name

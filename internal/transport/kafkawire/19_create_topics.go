@@ -2,7 +2,6 @@ package kafkawire
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
@@ -16,6 +15,7 @@ import (
 // handleCreateTopics creates each topic through broker.Log.CreateTopic, so
 // that its subscribers hear of it, with the configs the broker parses
 // (broker.TopicSettings.SetConfig; any other config is INVALID_CONFIG).
+// The answer (v5+) lists every config of the new topic with its source.
 // NumPartitions -1 takes --kafka-default-partitions; the replication
 // factor must be -1 or 1 (a single node) and manual assignments are refused.
 func (l *Listener) handleCreateTopics(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
@@ -76,7 +76,7 @@ func (l *Listener) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTo
 	info := topic.Info
 	rt.TopicID = topicID(info.ID)
 	rt.NumPartitions, rt.ReplicationFactor = info.Partitions, 1
-	for _, kv := range topicConfigs(info.Config) {
+	for _, kv := range l.topicConfigs(ctx, info.Config) {
 		c := kmsg.NewCreateTopicsResponseTopicConfig()
 		c.Name, c.Value = kv.name, &kv.value
 		c.Source = kv.source
@@ -88,8 +88,8 @@ func (l *Listener) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTo
 // createTopicCode is Kafka's code of a refused topic creation: the broker's
 // faults (all INVALID_REQUEST) each have their own.
 func createTopicCode(err error) int16 {
-	if te, ok := errors.AsType[*broker.TopicError](err); ok {
-		switch te.Fault {
+	if fault, ok := broker.FaultOf(err); ok {
+		switch fault {
 		case broker.FaultName:
 			return kerr.InvalidTopicException.Code
 		case broker.FaultPartitions:
@@ -99,20 +99,4 @@ func createTopicCode(err error) int16 {
 		}
 	}
 	return errorCode(err)
-}
-
-type configKV struct {
-	name, value string
-	source      int8
-}
-
-// topicConfigs lists a topic's configs as DescribeConfigs/CreateTopics show
-// them (broker.ConfigEntries; source 1: DYNAMIC_TOPIC_CONFIG).
-func topicConfigs(c broker.TopicConfig) []configKV {
-	entries := broker.ConfigEntries(c)
-	out := make([]configKV, len(entries))
-	for i, e := range entries {
-		out[i] = configKV{e.Name, e.Value, 1}
-	}
-	return out
 }

@@ -10,10 +10,12 @@ import (
 	"github.com/sharelog/sharelog/internal/authz"
 )
 
-// handleDescribeConfigs describes TOPIC resources (broker.ConfigEntries:
-// cleanup.policy, delete.retention.ms, min.cleanable.dirty.ratio,
-// retention.ms, segment.bytes) and GROUP resources (the share.* configs,
-// effective values); ConfigNames filters when set.
+// handleDescribeConfigs describes TOPIC resources (every topic config of
+// broker.Log.ConfigEntries with its value as Kafka formats it, its source,
+// DYNAMIC_TOPIC_CONFIG when the topic set it, else DEFAULT_CONFIG, and
+// IsDefault for v0; none is read-only or sensitive; v1+ synonyms list the
+// config itself, v3+ its type and documentation) and GROUP resources (the
+// share.* configs, effective values); ConfigNames filters when set.
 func (l *Listener) handleDescribeConfigs(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.DescribeConfigsRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
@@ -32,7 +34,7 @@ func (l *Listener) handleDescribeConfigs(ctx context.Context, _ *conn, kreq kmsg
 				rr.ErrorCode, rr.ErrorMessage = l.requestError("describe configs", err)
 				break
 			}
-			kvs = topicConfigs(info.Config)
+			kvs = l.topicConfigs(ctx, info.Config)
 		case kmsg.ConfigResourceTypeGroupConfig:
 			if l.shareOf(ctx) == nil {
 				rr.ErrorCode = kerr.InvalidRequest.Code
@@ -59,6 +61,18 @@ func (l *Listener) handleDescribeConfigs(ctx context.Context, _ *conn, kreq kmsg
 			}
 			c := kmsg.NewDescribeConfigsResponseResourceConfig()
 			c.Name, c.Value, c.Source = kv.name, &kv.value, kmsg.ConfigSource(kv.source)
+			c.IsDefault = kv.source == sourceDefault
+			if req.IncludeSynonyms {
+				syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
+				syn.Name, syn.Value, syn.Source = kv.name, &kv.value, kmsg.ConfigSource(kv.source)
+				c.ConfigSynonyms = append(c.ConfigSynonyms, syn)
+			}
+			if kv.kind != 0 {
+				c.ConfigType = kmsg.ConfigType(kv.kind)
+			}
+			if req.IncludeDocumentation && kv.doc != "" {
+				c.Documentation = &kv.doc
+			}
 			rr.Configs = append(rr.Configs, c)
 		}
 		resp.Resources = append(resp.Resources, rr)

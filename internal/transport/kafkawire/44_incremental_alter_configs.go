@@ -8,14 +8,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharelog/sharelog/internal/authz"
+	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
 
-// handleIncrementalAlterConfigs sets share-group configs on GROUP resources
-// through the same setter as the gRPC UpdateShareGroupConfig: all SET
-// entries of a resource apply together or not at all. Only SET is served
-// (a group config cannot be reset to its default here), and TOPIC configs
-// are fixed at creation (the log store has no config update).
+// handleIncrementalAlterConfigs alters TOPIC configs through
+// broker.Log.AlterTopicConfigs (SET, DELETE back to the default, APPEND
+// and SUBTRACT on cleanup.policy; all of a resource's changes or none;
+// INVALID_CONFIG for an unknown name or a bad value; ALTER_CONFIGS on the
+// topic) and sets share-group configs on GROUP resources through the same
+// setter as the gRPC UpdateShareGroupConfig: all SET entries of a resource
+// apply together or not at all. Only SET is served for groups (a group
+// config cannot be reset to its default here).
 func (l *Listener) handleIncrementalAlterConfigs(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.IncrementalAlterConfigsRequest)
 	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
@@ -32,7 +36,20 @@ func (l *Listener) handleIncrementalAlterConfigs(ctx context.Context, _ *conn, k
 				rr.ErrorCode, rr.ErrorMessage = l.requestError("alter configs", err)
 				break
 			}
-			fail(kerr.InvalidRequest.Code, "topic configs are set at creation and cannot be altered")
+			changes := make([]broker.ConfigChange, len(r.Configs))
+			for i, e := range r.Configs {
+				changes[i] = broker.ConfigChange{Name: e.Name, Op: broker.ConfigOp(e.Op)}
+				if e.Value != nil {
+					changes[i].Value = *e.Value
+				}
+			}
+			_, err := l.logOf(ctx).AlterTopicConfigs(ctx, r.ResourceName, changes, req.ValidateOnly)
+			if !req.ValidateOnly {
+				l.cfg.Guard.Changed(ctx, "AlterTopicConfigs", authz.Topic, r.ResourceName, err)
+			}
+			if err != nil {
+				rr.ErrorCode, rr.ErrorMessage = topicAlterError(err)
+			}
 		case r.ResourceType != kmsg.ConfigResourceTypeGroupConfig || l.shareOf(ctx) == nil:
 			fail(kerr.InvalidRequest.Code, "only GROUP resources can be altered")
 		case l.requireGroup(ctx, authz.AlterConfigs, r.ResourceName) != nil:
@@ -75,4 +92,15 @@ func (l *Listener) handleIncrementalAlterConfigs(ctx context.Context, _ *conn, k
 		resp.Resources = append(resp.Resources, rr)
 	}
 	return resp, nil
+}
+
+// topicAlterError is the Kafka code and message of a refused alteration of
+// a topic: the broker's faults have Kafka's own codes (createTopicCode),
+// the rest their reason's.
+func topicAlterError(err error) (int16, *string) {
+	msg := err.Error()
+	if e := broker.ErrorOf(err); e != nil && e.Message != "" {
+		msg = e.Message
+	}
+	return createTopicCode(err), &msg
 }

@@ -151,7 +151,7 @@ func TestCreateDeleteTopics(t *testing.T) {
 		t.Fatalf("create twice: %+v", res)
 	}
 	bogus := "1"
-	res, _ = adm.CreateTopic(ctx, 1, 1, map[string]*string{"min.insync.replicas": &bogus}, "other")
+	res, _ = adm.CreateTopic(ctx, 1, 1, map[string]*string{"flush.ms": &bogus}, "other")
 	if !errors.Is(res.Err, kerr.InvalidConfig) {
 		t.Fatalf("unsupported config: %+v", res)
 	}

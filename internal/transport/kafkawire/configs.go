@@ -1,11 +1,43 @@
 package kafkawire
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
+	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
+
+// Kafka's config sources (DescribeConfigs v1+, CreateTopics v5+).
+const (
+	sourceDynamicTopic int8 = 1 // DYNAMIC_TOPIC_CONFIG: set on the topic
+	sourceDefault      int8 = 5 // DEFAULT_CONFIG
+	sourceGroup        int8 = 8 // GROUP_CONFIG
+)
+
+// configKV is one config as DescribeConfigs and CreateTopics show it.
+type configKV struct {
+	name, value string
+	source      int8
+	kind        int8   // Kafka's ConfigType (v3); 0: unknown
+	doc         string // its documentation (v3); "": none
+}
+
+// topicConfigs lists a topic's configs (broker.Log.ConfigEntries): every
+// one, set (DYNAMIC_TOPIC_CONFIG) or default (DEFAULT_CONFIG).
+func (l *Listener) topicConfigs(ctx context.Context, c broker.TopicConfig) []configKV {
+	entries := l.logOf(ctx).ConfigEntries(c)
+	out := make([]configKV, len(entries))
+	for i, e := range entries {
+		src := sourceDynamicTopic
+		if e.Default {
+			src = sourceDefault
+		}
+		out[i] = configKV{name: e.Name, value: e.Value, source: src, kind: int8(e.Kind), doc: e.Doc}
+	}
+	return out
+}
 
 // Share-group config names on GROUP resources, each one field of the
 // share-group config that the gRPC UpdateShareGroupConfig sets.
@@ -59,13 +91,12 @@ func groupConfigs(c sharegroup.GroupConfig) []configKV {
 	if c.AutoOffsetReset != nil {
 		s = *c.AutoOffsetReset
 	}
-	const group = 8 // GROUP_CONFIG
 	return []configKV{
-		{cfgShareAutoOffsetReset, s, group},
-		{cfgShareDeliveryCountLimit, i(c.DeliveryCountLimit), group},
-		{cfgShareHeartbeatIntervalMs, i(c.HeartbeatIntervalMs), group},
-		{cfgSharePartitionMaxRecordLocks, i(c.PartitionMaxRecordLocks), group},
-		{cfgShareRecordLockDurationMs, i(c.RecordLockDurationMs), group},
-		{cfgShareSessionTimeoutMs, i(c.SessionTimeoutMs), group},
+		{name: cfgShareAutoOffsetReset, value: s, source: sourceGroup},
+		{name: cfgShareDeliveryCountLimit, value: i(c.DeliveryCountLimit), source: sourceGroup},
+		{name: cfgShareHeartbeatIntervalMs, value: i(c.HeartbeatIntervalMs), source: sourceGroup},
+		{name: cfgSharePartitionMaxRecordLocks, value: i(c.PartitionMaxRecordLocks), source: sourceGroup},
+		{name: cfgShareRecordLockDurationMs, value: i(c.RecordLockDurationMs), source: sourceGroup},
+		{name: cfgShareSessionTimeoutMs, value: i(c.SessionTimeoutMs), source: sourceGroup},
 	}
 }

@@ -37,6 +37,8 @@ func (l *Listener) handlerTable() map[int16]handler {
 		20:             {1, 6, (*Listener).handleDeleteTopics},
 		21:             {0, 2, (*Listener).handleDeleteRecords},
 		32:             {1, 4, (*Listener).handleDescribeConfigs},
+		33:             {0, 2, (*Listener).handleAlterConfigs},
+		37:             {0, 3, (*Listener).handleCreatePartitions},
 		44:             {0, 1, (*Listener).handleIncrementalAlterConfigs},
 	}
 	if l.cfg.Cluster != nil || l.log.AllocatesProducerIDs() {

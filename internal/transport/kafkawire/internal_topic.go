@@ -3,55 +3,78 @@ package kafkawire
 import (
 	"context"
 
-	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/authz"
-	"github.com/sharelog/sharelog/internal/broker"
 )
 
-// The internal topic __consumer_offsets (docs/kafka.md "The internal
-// topic"): Kafka keeps committed offsets in it, and clients expect to see
-// it in Metadata, marked internal (regex subscriptions that skip internal
-// topics, KIP-848 regexes that do not). sharelog keeps committed offsets
-// in the consumer-group store, so the topic is listed with one partition,
-// led by the answering broker, and reads as empty; it cannot be written,
-// created or deleted. Fetch and ListOffsets of it need DESCRIBE on the
-// CLUSTER (Kafka's rule for internal topics' data is stricter still).
+// The internal topic __consumer_offsets (docs/kafka.md "The internal topic").
+// Kafka keeps committed offsets in it; sharelog keeps them in its own store
+// (docs/consumer-groups.md) and lists the topic in Metadata only, marked
+// internal, so that clients that skip internal topics (a regex
+// subscription) behave as against Kafka:
+//   - Metadata lists it, with one partition led by the controller, to a
+//     caller that may DESCRIBE the CLUSTER (everyone without ACLs): in a
+//     full listing, and when named (else TOPIC_AUTHORIZATION_FAILED);
+//   - Produce, Fetch and ListOffsets of it are TOPIC_AUTHORIZATION_FAILED
+//     for everyone: there is nothing to read or write;
+//   - the other APIs do not know it (UNKNOWN_TOPIC_OR_PARTITION), and no
+//     topic of that name can be created (names starting with "__" are
+//     reserved).
 
-// InternalTopic is the internal topic's name.
-const InternalTopic = broker.InternalTopic
+// consumerOffsetsTopic is the internal topic's name.
+const consumerOffsetsTopic = "__consumer_offsets"
 
-// internalTopicID is its fixed topic id.
-var internalTopicID = [16]byte{0x5e, 0x1a, 0x10, 0x90, 0x0c, 0x0f, 0x4e, 0x5e, 0x8f, 0x0e, 0x7a, 0x1c, 0x0a, 0x5e, 0x70, 0x01}
+// internalRefusal is the error of a Produce, Fetch or ListOffsets of the
+// internal topic (nil for any other topic).
+func internalRefusal(topic string) error {
+	if topic != consumerOffsetsTopic {
+		return nil
+	}
+	return apierr.New(apierr.TopicAuthorizationFailed,
+		"%s is an internal topic with no records here: committed offsets are read with OffsetFetch", consumerOffsetsTopic)
+}
 
-func isInternal(topic string) bool { return topic == InternalTopic }
+// mayDescribeInternal reports whether the caller is shown the internal
+// topic: DESCRIBE on the CLUSTER.
+func (l *Listener) mayDescribeInternal(ctx context.Context) bool {
+	return l.allowed(ctx, authz.Describe, authz.Cluster, authz.ClusterName)
+}
 
-// internalMetadata is the internal topic's Metadata entry.
-func (l *Listener) internalMetadata() kmsg.MetadataResponseTopic {
+// internalTopicMetadata is the internal topic's Metadata entry: one
+// partition, led by the controller (this broker without one), a stable
+// topic id derived from the cluster id.
+func (l *Listener) internalTopicMetadata(bs Brokers, clusterID string) kmsg.MetadataResponseTopic {
 	rt := kmsg.NewMetadataResponseTopic()
-	name := InternalTopic
-	rt.Topic, rt.TopicID, rt.IsInternal = &name, internalTopicID, true
+	name := consumerOffsetsTopic
+	rt.Topic = &name
+	rt.IsInternal = true
+	rt.TopicID = internalID(clusterID)
 	rp := kmsg.NewMetadataResponseTopicPartition()
-	self := l.self()
-	rp.Leader, rp.LeaderEpoch, rp.Replicas, rp.ISR = self, 0, []int32{self}, []int32{self}
+	rp.Partition = 0
+	node := bs.Controller
+	if _, live := brokerOf(bs, node); !live {
+		node = bs.Self
+	}
+	rp.Leader = node
+	rp.Replicas, rp.ISR = []int32{node}, []int32{node}
 	rt.Partitions = append(rt.Partitions, rp)
 	return rt
 }
 
-// internalReadErr is why the caller may not read the internal topic's
-// partition p (nil: it may, and it is empty).
-func (l *Listener) internalReadErr(ctx context.Context, p int32) error {
-	if l.cfg.Guard.Enforcing() && !l.allowed(ctx, authz.Describe, authz.Cluster, authz.ClusterName) {
-		return apierr.New(apierr.TopicAuthorizationFailed, "reading %s needs DESCRIBE on the cluster", InternalTopic)
+// internalTopicID is the internal topic's id as Metadata shows it, for
+// the consumer protocol's assignments (68_consumer_group_heartbeat.go):
+// KIP-848 regexes match internal topics, as in Kafka.
+func (l *Listener) internalTopicID(ctx context.Context) [16]byte {
+	id := l.clusterID
+	if bs := l.brokers(ctx); bs.ClusterID != "" {
+		id = bs.ClusterID
 	}
-	if p != 0 {
-		return apierr.New(apierr.UnknownTopicOrPartition, "%s has one partition", InternalTopic)
-	}
-	return nil
+	return internalID(id)
 }
 
-// errInternalWrite refuses a produce to the internal topic, as Kafka
-// (INVALID_TOPIC_EXCEPTION).
-var errInternalWrite = kerr.InvalidTopicException
+func internalID(clusterID string) [16]byte {
+	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("sharelog:"+clusterID+":"+consumerOffsetsTopic))
+}

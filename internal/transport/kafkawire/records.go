@@ -79,6 +79,16 @@ func (d *batchDecoder) decodeBatches(raw []byte, now int64) ([]broker.Record, er
 // request (Kafka allows one batch per partition from Produce v3 on; sharelog
 // keeps accepting several without a producer, each appended in order).
 func (d *batchDecoder) decodeProduce(raw []byte, now int64) ([]broker.Record, *broker.BatchProducer, error) {
+	return d.decodeProduceTo(raw, now, "", nil)
+}
+
+// decodeProduceTo is decodeProduce for a partition of topic, whose config
+// cfg (nil: none) rules its batches: a batch larger, as sent, than its
+// max.message.bytes is MESSAGE_TOO_LARGE (broker.CheckBatchSize), and with
+// message.timestamp.type LogAppendTime every record gets now
+// (broker.LogAppendTime).
+func (d *batchDecoder) decodeProduceTo(raw []byte, now int64, topic string, cfg *broker.TopicConfig) ([]broker.Record, *broker.BatchProducer, error) {
+	topicLogAppend := cfg != nil && broker.LogAppendTime(*cfg)
 	if len(raw) == 0 {
 		return nil, nil, fmt.Errorf("%w: no record batch", errCorruptBatch)
 	}
@@ -95,6 +105,11 @@ func (d *batchDecoder) decodeProduce(raw []byte, now int64) ([]broker.Record, *b
 		}
 		one := raw[:12+int(length)]
 		raw = raw[len(one):]
+		if cfg != nil {
+			if err := broker.CheckBatchSize(topic, *cfg, len(one)); err != nil {
+				return nil, nil, err
+			}
+		}
 		var b kmsg.RecordBatch
 		if err := b.ReadFrom(one); err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", errCorruptBatch, err)
@@ -128,7 +143,7 @@ func (d *batchDecoder) decodeProduce(raw []byte, now int64) ([]broker.Record, *b
 			return nil, nil, err
 		}
 		budget -= len(payload)
-		logAppend := b.Attributes&attrLogAppend != 0 || b.FirstTimestamp < 0
+		logAppend := topicLogAppend || b.Attributes&attrLogAppend != 0 || b.FirstTimestamp < 0
 		out, err = appendRecords(out, payload, b.NumRecords, b.FirstTimestamp, logAppend, now)
 		if err != nil {
 			return nil, nil, err
@@ -291,12 +306,21 @@ func appendBatch(dst []byte, recs []broker.Record) []byte {
 // leader that serves it (Fetch: a consumer validates its position with
 // that epoch after a change of leader, OffsetForLeaderEpoch).
 func appendBatchAt(dst []byte, recs []broker.Record, leaderEpoch int32) []byte {
+	return appendTopicBatches(dst, recs, leaderEpoch, false)
+}
+
+// appendTopicBatches is appendBatchAt for a topic whose records carry the
+// log append time when logAppend (message.timestamp.type LogAppendTime):
+// then each batch holds records of one timestamp and is marked
+// LogAppendTime, its MaxTimestamp that time, as Kafka's (a consumer gives
+// every record of such a batch the batch's MaxTimestamp).
+func appendTopicBatches(dst []byte, recs []broker.Record, leaderEpoch int32, logAppend bool) []byte {
 	for i := 0; i < len(recs); {
 		j := i + 1
-		for j < len(recs) && sameBatch(&recs[i], &recs[j]) {
+		for j < len(recs) && sameBatch(&recs[i], &recs[j]) && (!logAppend || recs[j].Timestamp == recs[i].Timestamp) {
 			j++
 		}
-		dst = appendOneBatch(dst, recs[i:j], leaderEpoch)
+		dst = appendOneBatch(dst, recs[i:j], leaderEpoch, logAppend)
 		i = j
 	}
 	return dst
@@ -321,7 +345,7 @@ func sameBatch(first, r *broker.Record) bool {
 }
 
 // appendOneBatch encodes recs as one batch, with recs[0]'s producer fields.
-func appendOneBatch(dst []byte, recs []broker.Record, leaderEpoch int32) []byte {
+func appendOneBatch(dst []byte, recs []broker.Record, leaderEpoch int32, logAppend bool) []byte {
 	pid, epoch, seq := int64(-1), int16(-1), int32(-1)
 	if recs[0].ProducerID != 0 {
 		pid, epoch, seq = recs[0].ProducerID, recs[0].ProducerEpoch, recs[0].Sequence
@@ -345,7 +369,11 @@ func appendOneBatch(dst []byte, recs []broker.Record, leaderEpoch int32) []byte 
 	dst = kbin.AppendInt32(dst, leaderEpoch)
 	dst = kbin.AppendInt8(dst, 2)  // magic
 	dst = kbin.AppendInt32(dst, 0) // crc, set below
-	dst = kbin.AppendInt16(dst, 0) // attributes: no codec, CreateTime
+	var attrs int16                // no codec, CreateTime
+	if logAppend {
+		attrs |= attrLogAppend
+	}
+	dst = kbin.AppendInt16(dst, attrs)
 	dst = kbin.AppendInt32(dst, int32(recs[len(recs)-1].Offset-base))
 	dst = kbin.AppendInt64(dst, firstTs)
 	dst = kbin.AppendInt64(dst, maxTs)

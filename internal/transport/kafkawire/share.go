@@ -111,9 +111,6 @@ func optString(s string) *string {
 // resolveTopicID returns the name of the topic with id; ok is false when
 // no topic has that id (now).
 func (l *Listener) resolveTopicID(ctx context.Context, id [16]byte) (string, bool) {
-	if id == internalTopicID {
-		return InternalTopic, true
-	}
 	if v, ok := l.idNames.Load(id); ok {
 		name := v.(string)
 		if info, err := l.logOf(ctx).TopicInfo(ctx, name); err == nil && topicID(info.ID) == id {
@@ -123,6 +120,9 @@ func (l *Listener) resolveTopicID(ctx context.Context, id [16]byte) (string, boo
 	}
 	info, err := l.topicByID(ctx, id)
 	if err != nil {
+		if id == l.internalTopicID(ctx) {
+			return consumerOffsetsTopic, true
+		}
 		return "", false
 	}
 	l.idNames.Store(id, info.Name)
@@ -131,8 +131,8 @@ func (l *Listener) resolveTopicID(ctx context.Context, id [16]byte) (string, boo
 
 // nameID returns the Kafka topic id of a topic name (zero if unknown).
 func (l *Listener) nameID(ctx context.Context, name string) [16]byte {
-	if isInternal(name) {
-		return internalTopicID
+	if name == consumerOffsetsTopic {
+		return l.internalTopicID(ctx)
 	}
 	info, err := l.logOf(ctx).TopicInfo(ctx, name)
 	if err != nil {

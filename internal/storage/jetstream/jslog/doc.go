@@ -27,6 +27,14 @@
 // Every instance follows the bucket, so topics created or deleted
 // elsewhere appear and disappear here too.
 //
+// AlterTopic (partitions added, configs changed) reads the entry, creates
+// the streams of the new partitions, then updates the entry conditionally
+// on the revision it read (read again after a concurrent change). Every
+// instance applies the new entry: the topic keeps its partitions, gains
+// the new ones, and their watchers are woken. A stream created for an
+// update that then failed stays, empty, and is taken as it is by the next
+// alteration that adds its partition.
+//
 // # Per-instance state
 //
 // An instance loads a partition on first use: its bounds from the stream
@@ -95,8 +103,10 @@
 //
 // # Not applied yet
 //
-// Time retention (RetentionMs) and compaction (cleanup.policy compact) are
-// recorded but not applied to streams, as in the memory store. Each
+// Time and size retention (RetentionMs, RetentionBytes), segment_ms and
+// compaction (cleanup.policy compact) are recorded but not applied to
+// streams, as in the memory store; a compacted topic refuses keyless
+// records all the same. Each
 // partition stream is one segment for SegmentEnd; RangeStats estimates
 // bytes from the average frame size this instance has seen;
 // OffsetForTimestamp scans the partition (JetStream's own timestamps are

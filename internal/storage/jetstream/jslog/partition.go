@@ -197,6 +197,11 @@ func (s *Store) Append(ctx context.Context, topic string, partition int32, recs 
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	if t, err := s.topics.Lookup(topic); err == nil {
+		if err := logstore.ValidateKeys(t.info.Config, recs); err != nil {
+			return 0, err
+		}
+	}
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
 	p, err := s.readyPartition(octx, topic, partition)

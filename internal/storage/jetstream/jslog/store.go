@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +67,9 @@ type Store struct {
 	// topics is the topic map; its Update keeps the highest metadata
 	// revision applied per topic name.
 	topics *logstore.Catalog[*topic]
+	// alterMu serialises this instance's AlterTopic calls (instances
+	// race through the entry's revision); held during their I/O.
+	alterMu sync.Mutex
 
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
@@ -92,6 +98,39 @@ type topicMeta struct {
 	SegmentBytes  int64  `json:"segment_bytes"`
 	RetentionMs   int64  `json:"retention_ms"`
 	CleanupPolicy string `json:"cleanup_policy"`
+	// Added later: absent in older entries, which then take the
+	// defaults (their zero values).
+	DeleteRetentionMs      int64    `json:"delete_retention_ms,omitempty"`
+	MinCleanableDirtyRatio float64  `json:"min_cleanable_dirty_ratio,omitempty"`
+	RetentionBytes         int64    `json:"retention_bytes,omitempty"`
+	SegmentMs              int64    `json:"segment_ms,omitempty"`
+	MaxMessageBytes        int64    `json:"max_message_bytes,omitempty"`
+	CompressionType        string   `json:"compression_type,omitempty"`
+	MessageTimestampType   string   `json:"message_timestamp_type,omitempty"`
+	MinInsyncReplicas      int32    `json:"min_insync_replicas,omitempty"`
+	Overrides              []string `json:"overrides,omitempty"`
+}
+
+// metaOf is info's metadata entry.
+func metaOf(info logstore.TopicInfo) topicMeta {
+	c := info.Config
+	return topicMeta{Name: info.Name, ID: info.ID, Partitions: info.Partitions,
+		SegmentBytes: c.SegmentBytes, RetentionMs: c.RetentionMs, CleanupPolicy: c.CleanupPolicy,
+		DeleteRetentionMs: c.DeleteRetentionMs, MinCleanableDirtyRatio: c.MinCleanableDirtyRatio,
+		RetentionBytes: c.RetentionBytes, SegmentMs: c.SegmentMs, MaxMessageBytes: c.MaxMessageBytes,
+		CompressionType: c.CompressionType, MessageTimestampType: c.MessageTimestampType,
+		MinInsyncReplicas: c.MinInsyncReplicas, Overrides: c.Overrides}
+}
+
+// info is the topic description m records.
+func (m topicMeta) info() logstore.TopicInfo {
+	return logstore.TopicInfo{Name: m.Name, ID: m.ID, Partitions: m.Partitions, Config: logstore.TopicConfig{
+		SegmentBytes: m.SegmentBytes, RetentionMs: m.RetentionMs, CleanupPolicy: m.CleanupPolicy,
+		DeleteRetentionMs: m.DeleteRetentionMs, MinCleanableDirtyRatio: m.MinCleanableDirtyRatio,
+		RetentionBytes: m.RetentionBytes, SegmentMs: m.SegmentMs, MaxMessageBytes: m.MaxMessageBytes,
+		CompressionType: m.CompressionType, MessageTimestampType: m.MessageTimestampType,
+		MinInsyncReplicas: m.MinInsyncReplicas, Overrides: m.Overrides,
+	}}
 }
 
 func metaKey(name string) string { return "topic." + sljs.HexKey(name) }
@@ -212,35 +251,70 @@ func (s *Store) applyMeta(e njs.KeyValueEntry) {
 	if !isTopic || err != nil {
 		return
 	}
-	gone, _ := s.topics.Update(name, e.Revision(), func(cur *topic) *topic {
-		if e.Operation() != njs.KeyValuePut { // deleted or purged
+	if e.Operation() != njs.KeyValuePut { // deleted or purged
+		s.applyTopic(name, e.Revision(), nil)
+		return
+	}
+	var m topicMeta
+	if err := json.Unmarshal(e.Value(), &m); err != nil || m.Name != name {
+		return // not ours to interpret; leave the topic as it was
+	}
+	s.applyTopic(name, e.Revision(), &m)
+}
+
+// applyTopic applies metadata revision rev of topic name: m, or its
+// deletion (nil), unless an equal or newer revision was applied already.
+// An entry of the same topic ID that changed (AlterTopic, here or
+// elsewhere) replaces the topic by one sharing its partitions, with the
+// new ones added, and wakes their watchers; another ID replaces it.
+func (s *Store) applyTopic(name string, rev uint64, m *topicMeta) {
+	var altered *topic
+	gone, _ := s.topics.Update(name, rev, func(cur *topic) *topic {
+		switch {
+		case m == nil:
 			return nil
+		case cur == nil || cur.info.ID != m.ID:
+			return s.newTopic(*m, rev, nil)
+		case m.Partitions < cur.info.Partitions:
+			return cur // partitions never go; not an entry this store wrote
 		}
-		var m topicMeta
-		if err := json.Unmarshal(e.Value(), &m); err != nil || m.Name != name {
-			// Not ours to interpret; leave the topic as it was.
+		info := m.info()
+		if cur.info.Partitions == info.Partitions && configEqual(cur.info.Config, info.Config) {
+			cur.rev = rev
 			return cur
 		}
-		if cur != nil && cur.info.ID == m.ID {
-			cur.rev = e.Revision()
-			return cur
-		}
-		return s.newTopic(m, e.Revision())
+		altered = cur
+		return s.newTopic(*m, rev, cur.parts)
 	})
-	if gone != nil {
+	switch {
+	case gone != nil && gone == altered:
+		for _, p := range gone.parts {
+			p.watch.Notify()
+		}
+	case gone != nil:
 		gone.shutdown(logstore.TopicDeletedError(name))
 	}
 }
 
-func (s *Store) newTopic(m topicMeta, rev uint64) *topic {
+// configEqual reports whether two configs are the same.
+func configEqual(a, b logstore.TopicConfig) bool {
+	if !slices.Equal(a.Overrides, b.Overrides) {
+		return false
+	}
+	a.Overrides, b.Overrides = nil, nil
+	return reflect.DeepEqual(a, b)
+}
+
+// newTopic is the topic m describes, with the partitions of keep (an
+// earlier description of the same topic ID) and new ones after them.
+func (s *Store) newTopic(m topicMeta, rev uint64, keep []*partition) *topic {
 	t := &topic{
-		info: logstore.TopicInfo{Name: m.Name, ID: m.ID, Partitions: m.Partitions, Config: logstore.TopicConfig{
-			SegmentBytes: m.SegmentBytes, RetentionMs: m.RetentionMs, CleanupPolicy: m.CleanupPolicy,
-		}},
+		info:  m.info(),
 		rev:   rev,
 		parts: make([]*partition, m.Partitions),
 	}
-	for i := range t.parts {
+	copy(t.parts, keep)
+	for i := len(keep); i < len(t.parts); i++ {
 		t.parts[i] = &partition{
 			s: s, topic: m.Name, id: int32(i),
 			stream:  sljs.StreamName(s.prefix, m.ID, int32(i)),
@@ -322,8 +396,7 @@ func (s *Store) CreateTopic(ctx context.Context, name string, partitions int32, 
 	case found == nil:
 		return logstore.TopicInfo{}, fmt.Errorf("topic %q: %w", name, logstore.ErrTopicExists)
 	}
-	m := topicMeta{Name: name, ID: info.ID, Partitions: partitions,
-		SegmentBytes: info.Config.SegmentBytes, RetentionMs: info.Config.RetentionMs, CleanupPolicy: info.Config.CleanupPolicy}
+	m := metaOf(info)
 	if err := s.eachPartition(octx, partitions, func(ctx context.Context, p int32) error {
 		cfg := s.streamConfig(m, p)
 		if err := sljs.Retry(ctx, func(ctx context.Context) error {
@@ -346,12 +419,92 @@ func (s *Store) CreateTopic(ctx context.Context, name string, partitions int32, 
 		}
 		return logstore.TopicInfo{}, sljs.Wrap(ctx, fmt.Sprintf("record topic %q", name), err, logstore.ErrStorage)
 	}
-	t := s.newTopic(m, rev)
+	t := s.newTopic(m, rev, nil)
 	gone, _ := s.topics.Update(name, rev, func(*topic) *topic { return t })
 	if gone != nil {
 		gone.shutdown(logstore.TopicDeletedError(name))
 	}
 	return t.info, nil
+}
+
+// alterAttempts bounds AlterTopic's retries after a concurrent change of
+// the topic's metadata entry by another instance.
+const alterAttempts = 10
+
+// AlterTopic implements logstore.Store over the metadata entry: it reads
+// the entry as the bucket has it, creates the streams of the partitions
+// fn adds, then updates the entry conditionally on the revision read (a
+// concurrent change makes it read and call fn again). Streams created for
+// an update that then failed stay, empty; the next alteration that adds
+// those partitions takes them as they are. Other instances apply the new
+// entry through their watch.
+func (s *Store) AlterTopic(ctx context.Context, name string, fn func(cur logstore.TopicInfo) (logstore.TopicInfo, error)) (logstore.TopicInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return logstore.TopicInfo{}, err
+	}
+	if _, err := s.topics.Lookup(name); err != nil {
+		return logstore.TopicInfo{}, err
+	}
+	s.alterMu.Lock()
+	defer s.alterMu.Unlock()
+	octx, cancel := s.opCtx(ctx)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		var e njs.KeyValueEntry
+		err := sljs.Retry(octx, func(ctx context.Context) (err error) {
+			e, err = s.kv.Get(ctx, metaKey(name))
+			return err
+		})
+		switch {
+		case errors.Is(err, njs.ErrKeyNotFound) || errors.Is(err, njs.ErrKeyDeleted):
+			return logstore.TopicInfo{}, logstore.TopicDeletedError(name)
+		case err != nil:
+			return logstore.TopicInfo{}, sljs.Wrap(ctx, fmt.Sprintf("look up topic %q", name), err, logstore.ErrStorage)
+		}
+		var m topicMeta
+		if err := json.Unmarshal(e.Value(), &m); err != nil || m.Name != name {
+			return logstore.TopicInfo{}, fmt.Errorf("the metadata entry of topic %q cannot be read (%v): %w", name, err, logstore.ErrCorrupt)
+		}
+		cur := m.info()
+		next, err := fn(cur)
+		if err != nil {
+			return logstore.TopicInfo{}, err
+		}
+		if next, err = logstore.ValidateAlter(cur, next); err != nil {
+			return logstore.TopicInfo{}, err
+		}
+		nm := metaOf(next)
+		if added := next.Partitions - cur.Partitions; added > 0 {
+			if err := s.eachPartition(octx, added, func(ctx context.Context, i int32) error {
+				cfg := s.streamConfig(nm, cur.Partitions+i)
+				if err := sljs.Retry(ctx, func(ctx context.Context) error {
+					_, err := s.js.CreateStream(ctx, cfg) // an existing stream of this config is answered as created
+					return err
+				}); err != nil {
+					return err
+				}
+				return sljs.WaitLeader(ctx, s.js, cfg.Name)
+			}); err != nil {
+				return logstore.TopicInfo{}, sljs.Wrap(ctx, fmt.Sprintf("create the new streams of topic %q", name), err, logstore.ErrStorage)
+			}
+		}
+		val, _ := json.Marshal(nm)
+		rev, err := s.kv.Update(octx, metaKey(name), val, e.Revision())
+		if err != nil {
+			if (errors.Is(err, njs.ErrKeyExists) || sljs.IsWrongLastSequence(err)) && attempt < alterAttempts {
+				// Changed meanwhile by another instance: read it again,
+				// after a pause that spreads the racers out.
+				select {
+				case <-octx.Done():
+				case <-time.After(time.Duration(attempt) * time.Duration(5+rand.IntN(20)) * time.Millisecond):
+				}
+				continue
+			}
+			return logstore.TopicInfo{}, sljs.Wrap(ctx, fmt.Sprintf("record the alteration of topic %q", name), err, logstore.ErrStorage)
+		}
+		s.applyTopic(name, rev, &nm)
+		return next, nil
+	}
 }
 
 func (s *Store) streamConfig(m topicMeta, p int32) njs.StreamConfig {

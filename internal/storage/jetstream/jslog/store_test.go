@@ -340,3 +340,60 @@ func TestTopicDoesNotFollow(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, parts, own)
 }
+
+// An alteration made through one instance reaches the other through the
+// metadata watch (new partitions it can write and read, the new config,
+// a wake-up of its watchers), and a store opened afterwards loads it: it is
+// in the metadata entry, not only in memory.
+func TestAlterTopicFollowedAndDurable(t *testing.T) {
+	t.Parallel()
+	a, b := pair(t)
+	info, err := a.CreateTopic(bg, "altered", 1, logstore.TopicConfig{RetentionMs: -1})
+	require.NoError(t, err)
+	_, err = a.Append(bg, "altered", 0, []logstore.Record{rec("a", "1")})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, err := b.TopicID("altered"); return err == nil }, waitTimeout, 5*time.Millisecond)
+	ch, err := b.Watch("altered", 0)
+	require.NoError(t, err)
+
+	_, err = a.AlterTopic(bg, "altered", func(cur logstore.TopicInfo) (logstore.TopicInfo, error) {
+		cur.Partitions = 3
+		cur.Config.MaxMessageBytes = 4096
+		cur.Config.DeleteRetentionMs = 1000
+		cur.Config.Overrides = []string{"max.message.bytes"}
+		return cur, nil
+	})
+	require.NoError(t, err)
+	waitClosed(t, ch, "the alteration made by another instance")
+	require.Eventually(t, func() bool {
+		got, err := b.TopicInfo(bg, "altered")
+		return err == nil && got.Partitions == 3
+	}, waitTimeout, 5*time.Millisecond)
+	got, err := b.TopicInfo(bg, "altered")
+	require.NoError(t, err)
+	assert.Equal(t, info.ID, got.ID)
+	assert.Equal(t, int64(4096), got.Config.MaxMessageBytes)
+	assert.Equal(t, int64(1000), got.Config.DeleteRetentionMs)
+	assert.Equal(t, []string{"max.message.bytes"}, got.Config.Overrides)
+
+	// The new partitions' streams exist: the other instance writes them.
+	base, err := b.Append(bg, "altered", 2, []logstore.Record{rec("k", "on 2")})
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), base)
+	st, err := a.js.Stream(bg, sljs.StreamName(a.prefix, info.ID, 2))
+	require.NoError(t, err)
+	assert.Equal(t, "2", st.CachedInfo().Config.Metadata["sharelog.partition"])
+
+	// The old partition kept its record, for both.
+	_, hw, err := b.Bounds("altered", 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), hw)
+
+	// A store opened now loads the altered topic from the bucket.
+	c := openStore(t, cluster.Connect(t), Options{Prefix: a.prefix})
+	loaded, parts, err := c.Topic(bg, "altered")
+	require.NoError(t, err)
+	assert.Equal(t, got, loaded)
+	require.Len(t, parts, 3)
+	assert.Equal(t, int64(1), parts[2].HighWatermark)
+}

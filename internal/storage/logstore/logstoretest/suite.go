@@ -60,6 +60,10 @@ func Run(t *testing.T, newStore func(t *testing.T) logstore.Store) {
 		{"UnknownTopicOrPartition", testUnknown},
 		{"ContextCanceled", testContextCanceled},
 		{"Closed", testClosed},
+		{"AlterTopicPartitions", testAlterTopicPartitions},
+		{"AlterTopicConfig", testAlterTopicConfig},
+		{"AlterTopicRefused", testAlterTopicRefused},
+		{"AlterTopicConcurrent", testAlterTopicConcurrent},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -794,4 +798,184 @@ func testClosed(t *testing.T, s logstore.Store) {
 		assert.True(t, errors.Is(calls[name], logstore.ErrClosed), "%s after Close: %v", name, calls[name])
 	}
 	assert.NoError(t, s.Close(), "a second Close is harmless")
+}
+
+// grow returns an AlterTopic function that sets the partition count to n.
+func grow(n int32) func(logstore.TopicInfo) (logstore.TopicInfo, error) {
+	return func(cur logstore.TopicInfo) (logstore.TopicInfo, error) {
+		cur.Partitions = n
+		return cur, nil
+	}
+}
+
+func testAlterTopicPartitions(t *testing.T, s logstore.Store) {
+	before := createTopic(t, s, "grow", 2)
+	appendRecs(t, s, "grow", 0, rec("a", "1", 1), rec("b", "2", 2))
+	ch0, err := s.Watch("grow", 0)
+	require.NoError(t, err)
+	ch1, err := s.Watch("grow", 1)
+	require.NoError(t, err)
+
+	info, err := s.AlterTopic(ctx, "grow", grow(5))
+	require.NoError(t, err)
+	assert.Equal(t, int32(5), info.Partitions)
+	assert.Equal(t, before.ID, info.ID, "the topic keeps its id")
+	assert.Equal(t, before.Config, info.Config)
+	requireClosed(t, ch0, "partitions added")
+	requireClosed(t, ch1, "partitions added")
+
+	got, parts, err := s.Topic(ctx, "grow")
+	require.NoError(t, err)
+	assert.Equal(t, info, got)
+	require.Len(t, parts, 5)
+	for _, p := range parts[2:] {
+		assert.Zero(t, p.LogStartOffset, "partition %d", p.Partition)
+		assert.Zero(t, p.HighWatermark, "partition %d", p.Partition)
+	}
+	ti, err := s.TopicInfo(ctx, "grow")
+	require.NoError(t, err)
+	assert.Equal(t, int32(5), ti.Partitions)
+	topics, err := s.Topics(ctx)
+	require.NoError(t, err)
+	require.Len(t, topics, 1)
+	assert.Equal(t, int32(5), topics[0].Partitions)
+
+	// The old partitions keep their records and take appends; the new
+	// ones start at 0.
+	assert.Equal(t, int64(2), appendRecs(t, s, "grow", 0, rec("c", "3", 3)))
+	assert.Len(t, readAll(t, s, "grow", 0, 0), 3)
+	for p := int32(2); p < 5; p++ {
+		ch, err := s.Watch("grow", p)
+		require.NoError(t, err)
+		assert.Equal(t, int64(0), appendRecs(t, s, "grow", p, rec("k", fmt.Sprint(p), 4)))
+		requireClosed(t, ch, "an append to a new partition")
+		recs := readAll(t, s, "grow", p, 0)
+		require.Len(t, recs, 1)
+		assert.Equal(t, fmt.Sprint(p), string(recs[0].Value))
+	}
+	_, err = s.Append(ctx, "grow", 5, []logstore.Record{rec("k", "v", 1)})
+	assert.ErrorIs(t, err, logstore.ErrUnknownTopic, "partition 5 is still beyond the count")
+
+	// Growing again, and an alteration that changes nothing.
+	info, err = s.AlterTopic(ctx, "grow", grow(6))
+	require.NoError(t, err)
+	assert.Equal(t, int32(6), info.Partitions)
+	info, err = s.AlterTopic(ctx, "grow", grow(6))
+	require.NoError(t, err)
+	assert.Equal(t, int32(6), info.Partitions)
+	assert.Len(t, readAll(t, s, "grow", 4, 0), 1)
+
+	// A deleted topic takes its new partitions with it.
+	require.NoError(t, s.DeleteTopic(ctx, "grow"))
+	_, _, err = s.Bounds("grow", 5)
+	assert.ErrorIs(t, err, logstore.ErrUnknownTopic)
+}
+
+func testAlterTopicConfig(t *testing.T, s logstore.Store) {
+	createTopic(t, s, "conf", 1)
+	appendRecs(t, s, "conf", 0, rec("a", "1", 1))
+	ch, err := s.Watch("conf", 0)
+	require.NoError(t, err)
+	info, err := s.AlterTopic(ctx, "conf", func(cur logstore.TopicInfo) (logstore.TopicInfo, error) {
+		cur.Config.RetentionMs = 3600000
+		cur.Config.RetentionBytes = 1 << 30
+		cur.Config.MaxMessageBytes = 2048
+		cur.Config.CompressionType = logstore.CompressionZstd
+		cur.Config.MessageTimestampType = logstore.TimestampLogAppendTime
+		cur.Config.SegmentMs = 60000
+		cur.Config.MinInsyncReplicas = 2
+		cur.Config.Overrides = []string{"retention.ms", "max.message.bytes", "retention.ms"}
+		return cur, nil
+	})
+	require.NoError(t, err)
+	requireClosed(t, ch, "a config change")
+	want := logstore.TopicConfig{SegmentBytes: info.Config.SegmentBytes, RetentionMs: 3600000, CleanupPolicy: logstore.CleanupDelete,
+		RetentionBytes: 1 << 30, MaxMessageBytes: 2048, CompressionType: logstore.CompressionZstd,
+		MessageTimestampType: logstore.TimestampLogAppendTime, SegmentMs: 60000, MinInsyncReplicas: 2,
+		Overrides: []string{"max.message.bytes", "retention.ms"}}
+	assert.Equal(t, want, info.Config, "normalized: overrides sorted, once each")
+	got, err := s.TopicInfo(ctx, "conf")
+	require.NoError(t, err)
+	assert.Equal(t, want, got.Config)
+	assert.Len(t, readAll(t, s, "conf", 0, 0), 1)
+
+	// Turning compaction on: keyless records are refused from then on.
+	_, err = s.AlterTopic(ctx, "conf", func(cur logstore.TopicInfo) (logstore.TopicInfo, error) {
+		cur.Config.CleanupPolicy = logstore.CleanupCompact
+		return cur, nil
+	})
+	require.NoError(t, err)
+	_, err = s.Append(ctx, "conf", 0, []logstore.Record{{Value: []byte("no key")}})
+	assert.ErrorIs(t, err, logstore.ErrInvalidArgument)
+	got, err = s.TopicInfo(ctx, "conf")
+	require.NoError(t, err)
+	assert.Equal(t, int64(logstore.DefaultDeleteRetentionMs), got.Config.DeleteRetentionMs, "compaction settings filled in")
+
+	// Back to delete: keyless records are taken again.
+	_, err = s.AlterTopic(ctx, "conf", func(cur logstore.TopicInfo) (logstore.TopicInfo, error) {
+		cur.Config.CleanupPolicy = logstore.CleanupDelete
+		return cur, nil
+	})
+	require.NoError(t, err)
+	_, err = s.Append(ctx, "conf", 0, []logstore.Record{{Value: []byte("no key")}})
+	assert.NoError(t, err)
+}
+
+func testAlterTopicRefused(t *testing.T, s logstore.Store) {
+	before := createTopic(t, s, "ref", 3)
+	appendRecs(t, s, "ref", 1, rec("a", "1", 1))
+	mine := errors.New("refused by fn")
+	cases := []struct {
+		name string
+		fn   func(logstore.TopicInfo) (logstore.TopicInfo, error)
+		want error
+	}{
+		{"fewer partitions", grow(2), logstore.ErrInvalidArgument},
+		{"too many partitions", grow(logstore.MaxPartitions + 1), logstore.ErrInvalidArgument},
+		{"other name", func(c logstore.TopicInfo) (logstore.TopicInfo, error) { c.Name = "other"; return c, nil }, logstore.ErrInvalidArgument},
+		{"other id", func(c logstore.TopicInfo) (logstore.TopicInfo, error) { c.ID = "x"; return c, nil }, logstore.ErrInvalidArgument},
+		{"bad config", func(c logstore.TopicInfo) (logstore.TopicInfo, error) {
+			c.Config.CompressionType = "brotli"
+			return c, nil
+		}, logstore.ErrInvalidArgument},
+		{"bad timestamp type", func(c logstore.TopicInfo) (logstore.TopicInfo, error) {
+			c.Config.MessageTimestampType = "logappendtime"
+			return c, nil
+		}, logstore.ErrInvalidArgument},
+		{"fn's error", func(logstore.TopicInfo) (logstore.TopicInfo, error) { return logstore.TopicInfo{}, mine }, mine},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.AlterTopic(ctx, "ref", tc.fn)
+			require.ErrorIs(t, err, tc.want)
+			got, _, err := s.Topic(ctx, "ref")
+			require.NoError(t, err)
+			assert.Equal(t, before, got, "nothing changed")
+			assert.Len(t, readAll(t, s, "ref", 1, 0), 1)
+		})
+	}
+	_, err := s.AlterTopic(ctx, "missing", grow(2))
+	assert.ErrorIs(t, err, logstore.ErrUnknownTopic)
+}
+
+// testAlterTopicConcurrent: alterations of one topic from many goroutines
+// are each applied to the result of the one before (none is lost).
+func testAlterTopicConcurrent(t *testing.T, s logstore.Store) {
+	createTopic(t, s, "conc", 1)
+	const n = 8
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			_, err := s.AlterTopic(ctx, "conc", func(cur logstore.TopicInfo) (logstore.TopicInfo, error) {
+				cur.Partitions++
+				return cur, nil
+			})
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	info, parts, err := s.Topic(ctx, "conc")
+	require.NoError(t, err)
+	assert.Equal(t, int32(1+n), info.Partitions)
+	assert.Len(t, parts, 1+n)
 }

@@ -26,13 +26,18 @@ const DefaultPartitionLimit = 100_000
 // copy (one partition, internal/sharegroup) goes to the store directly: it
 // counts toward the cap but is not refused by it.
 func (l *Log) reservePartitions(ctx context.Context, name string, n int32) (release func(), err error) {
-	limit := l.cfg.PartitionLimit
-	if limit <= 0 {
+	return l.reserveCap(n, func() error { return l.checkPartitionLimitLocked(ctx, name, n) })
+}
+
+// reserveCap reserves n partitions of Config.PartitionLimit if check,
+// run with l.capMu held, admits them; release gives them back.
+func (l *Log) reserveCap(n int32, check func() error) (release func(), err error) {
+	if l.cfg.PartitionLimit <= 0 {
 		return func() {}, nil
 	}
 	l.capMu.Lock()
 	defer l.capMu.Unlock()
-	if err := l.checkPartitionLimitLocked(ctx, name, n); err != nil {
+	if err := check(); err != nil {
 		return nil, err
 	}
 	l.capReserved += int64(n)

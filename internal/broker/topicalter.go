@@ -261,20 +261,7 @@ func (l *Log) ConfigValue(c TopicConfig, name string) string {
 // reserveGrowth admits n more partitions of an existing topic under
 // Config.PartitionLimit, as reservePartitions does for a new one.
 func (l *Log) reserveGrowth(ctx context.Context, name string, n int32) (release func(), err error) {
-	if l.cfg.PartitionLimit <= 0 {
-		return func() {}, nil
-	}
-	l.capMu.Lock()
-	defer l.capMu.Unlock()
-	if err := l.growthLimitLocked(ctx, name, n); err != nil {
-		return nil, err
-	}
-	l.capReserved += int64(n)
-	return func() {
-		l.capMu.Lock()
-		l.capReserved -= int64(n)
-		l.capMu.Unlock()
-	}, nil
+	return l.reserveCap(n, func() error { return l.growthLimitLocked(ctx, name, n) })
 }
 
 // checkGrowthLimit is reserveGrowth without the reservation.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -238,4 +239,37 @@ func TestShareGroupSeesAddedPartitions(t *testing.T) {
 		return len(got) > 0
 	}, 10*time.Second, 50*time.Millisecond)
 	assert.Equal(t, []string{"job"}, got)
+}
+
+// A Kafka consumer group's member is given the partitions added to its
+// topic: its client sees them at a metadata refresh and the group
+// rebalances, as against Kafka.
+func TestConsumerGroupSeesAddedPartitions(t *testing.T) {
+	c := startChild(t, t.TempDir(), "--fsync", "never", "--kafka-addr", "127.0.0.1:0", "--group-initial-rebalance-delay", "0")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	logc := sharelogv1.NewLogServiceClient(c.conn)
+	_, err := logc.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "cgrow", Partitions: 1})
+	require.NoError(t, err)
+	cons := kgoClient(t, c.kafkaAddr(t), kgo.ConsumerGroup("cg"), kgo.ConsumeTopics("cgrow"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.MetadataMaxAge(300*time.Millisecond), kgo.MetadataMinAge(100*time.Millisecond))
+	_, err = logc.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "cgrow", Partition: proto.Int32(0), Records: []*sharelogv1.Record{{Value: []byte("on 0")}}})
+	require.NoError(t, err)
+	seen := map[int32][]string{}
+	poll := func(want int32) {
+		t.Helper()
+		for len(seen[want]) == 0 {
+			fs := cons.PollFetches(ctx)
+			require.NoError(t, ctx.Err(), "no record of partition %d: %v", want, seen)
+			fs.EachRecord(func(r *kgo.Record) { seen[r.Partition] = append(seen[r.Partition], string(r.Value)) })
+		}
+	}
+	poll(0)
+
+	_, err = logc.CreatePartitions(ctx, &sharelogv1.CreatePartitionsRequest{Topic: "cgrow", Count: 3})
+	require.NoError(t, err)
+	_, err = logc.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "cgrow", Partition: proto.Int32(2), Records: []*sharelogv1.Record{{Value: []byte("on 2")}}})
+	require.NoError(t, err)
+	poll(2)
+	assert.Equal(t, map[int32][]string{0: {"on 0"}, 2: {"on 2"}}, seen)
 }

@@ -5,11 +5,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -174,4 +177,99 @@ func oneBigBatch(n int) []byte {
 	b.ProducerID, b.ProducerEpoch, b.FirstSequence = -1, -1, -1
 	b.Records = rec.AppendTo(nil)
 	return finishBatch(b)
+}
+
+// A share group's member is assigned the partitions added to its topic at
+// its next heartbeats, and can fetch a record from a new one.
+func TestShareGroupSeesAddedPartitions(t *testing.T) {
+	c := startChild(t, t.TempDir(), "--fsync", "never")
+	ctx := context.Background()
+	logc := sharelogv1.NewLogServiceClient(c.conn)
+	sg := sharelogv1.NewShareGroupServiceClient(c.conn)
+	_, err := logc.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "jobs", Partitions: 1})
+	require.NoError(t, err)
+	_, err = sg.UpdateShareGroupConfig(ctx, &sharelogv1.UpdateShareGroupConfigRequest{GroupId: "workers",
+		Config: &sharelogv1.ShareGroupConfig{AutoOffsetReset: proto.String("earliest")}})
+	require.NoError(t, err)
+	const member = "member-of-workers-000000000000000001"
+	hb, err := sg.ShareGroupHeartbeat(ctx, &sharelogv1.ShareGroupHeartbeatRequest{GroupId: "workers", MemberId: member, SubscribedTopicNames: []string{"jobs"}})
+	require.NoError(t, err)
+	epoch := hb.GetMemberEpoch()
+	var assigned []int32 // the last assignment a heartbeat carried
+	note := func(hb *sharelogv1.ShareGroupHeartbeatResponse) {
+		if hb.GetAssignment() == nil {
+			return // unchanged
+		}
+		assigned = nil
+		for _, tp := range hb.GetAssignment().GetTopicPartitions() {
+			assigned = append(assigned, tp.GetPartitions()...)
+		}
+		slices.Sort(assigned)
+	}
+	note(hb)
+	beat := func() {
+		hb, err := sg.ShareGroupHeartbeat(ctx, &sharelogv1.ShareGroupHeartbeatRequest{GroupId: "workers", MemberId: member, MemberEpoch: epoch})
+		require.NoError(t, err)
+		epoch = hb.GetMemberEpoch()
+		note(hb)
+	}
+	require.Eventually(t, func() bool { beat(); return slices.Equal([]int32{0}, assigned) }, 10*time.Second, 50*time.Millisecond)
+
+	_, err = logc.CreatePartitions(ctx, &sharelogv1.CreatePartitionsRequest{Topic: "jobs", Count: 3})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { beat(); return slices.Equal([]int32{0, 1, 2}, assigned) },
+		10*time.Second, 50*time.Millisecond, "the new partitions are assigned: %v", assigned)
+
+	_, err = logc.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "jobs", Partition: proto.Int32(2), Records: []*sharelogv1.Record{{Value: []byte("job")}}})
+	require.NoError(t, err)
+	var got []string
+	var sessionEpoch int32
+	require.Eventually(t, func() bool {
+		f, err := sg.ShareFetch(ctx, &sharelogv1.ShareFetchRequest{GroupId: "workers", MemberId: member, ShareSessionEpoch: sessionEpoch,
+			Topics: []*sharelogv1.ShareFetchTopic{{Topic: "jobs", Partitions: []*sharelogv1.ShareFetchPartition{{Partition: 0}, {Partition: 1}, {Partition: 2}}}}})
+		require.NoError(t, err)
+		sessionEpoch++
+		for _, tr := range f.GetResponses() {
+			for _, pr := range tr.GetPartitions() {
+				for _, r := range pr.GetRecords() {
+					got = append(got, string(r.GetValue()))
+				}
+			}
+		}
+		return len(got) > 0
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Equal(t, []string{"job"}, got)
+}
+
+// A Kafka consumer group's member is given the partitions added to its
+// topic: its client sees them at a metadata refresh and the group
+// rebalances, as against Kafka.
+func TestConsumerGroupSeesAddedPartitions(t *testing.T) {
+	c := startChild(t, t.TempDir(), "--fsync", "never", "--kafka-addr", "127.0.0.1:0", "--group-initial-rebalance-delay", "0")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	logc := sharelogv1.NewLogServiceClient(c.conn)
+	_, err := logc.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "cgrow", Partitions: 1})
+	require.NoError(t, err)
+	cons := kgoClient(t, c.kafkaAddr(t), kgo.ConsumerGroup("cg"), kgo.ConsumeTopics("cgrow"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.MetadataMaxAge(300*time.Millisecond), kgo.MetadataMinAge(100*time.Millisecond))
+	_, err = logc.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "cgrow", Partition: proto.Int32(0), Records: []*sharelogv1.Record{{Value: []byte("on 0")}}})
+	require.NoError(t, err)
+	seen := map[int32][]string{}
+	poll := func(want int32) {
+		t.Helper()
+		for len(seen[want]) == 0 {
+			fs := cons.PollFetches(ctx)
+			require.NoError(t, ctx.Err(), "no record of partition %d: %v", want, seen)
+			fs.EachRecord(func(r *kgo.Record) { seen[r.Partition] = append(seen[r.Partition], string(r.Value)) })
+		}
+	}
+	poll(0)
+
+	_, err = logc.CreatePartitions(ctx, &sharelogv1.CreatePartitionsRequest{Topic: "cgrow", Count: 3})
+	require.NoError(t, err)
+	_, err = logc.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "cgrow", Partition: proto.Int32(2), Records: []*sharelogv1.Record{{Value: []byte("on 2")}}})
+	require.NoError(t, err)
+	poll(2)
+	assert.Equal(t, map[int32][]string{0: {"on 0"}, 2: {"on 2"}}, seen)
 }

@@ -38,7 +38,7 @@ func openConsumerGroups(cfg Config, log *broker.Log, share *sharegroup.Manager, 
 		OffsetsRetention:      cfg.OffsetsRetention,
 		Partitions: func(ctx context.Context, topic string) (int32, error) {
 			if topic == broker.InternalTopic {
-				return 1, nil // listed, empty (docs/kafka.md "The internal topic")
+				return 1, nil // listed, empty (docs/kafka.md "Internal topic")
 			}
 			info, err := log.TopicInfo(ctx, topic)
 			if err != nil {

@@ -19,7 +19,13 @@
 //     append, if a [LongPolls] slot is free;
 //   - list offsets: earliest, latest, by timestamp and max timestamp;
 //   - topic creation's checks and configs ([Log.ValidateTopic],
-//     [TopicSettings.SetConfig], [ConfigEntries]) and [MaxPartitions];
+//     [TopicSettings.SetConfig], [Log.ConfigEntries]) and [MaxPartitions];
+//   - topic alterations (topicalter.go): partitions added
+//     ([Log.CreatePartitions], at the controller) and configs set, reset
+//     or replaced ([Log.AlterTopicConfigs], [Log.ReplaceTopicConfigs]),
+//     through the store's AlterTopic, so that every transport sees one
+//     config; max.message.bytes and message.timestamp.type on produce
+//     ([CheckBatchSize], [LogAppendTime]; docs/kafka.md "Topic configs");
 //   - purge: each partition judged alone (docs/purge.md);
 //   - routing by partition owner in a partitioned cluster (route.go): the
 //     partitions this instance serves are served here, under a hold that

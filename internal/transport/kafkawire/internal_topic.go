@@ -10,7 +10,7 @@ import (
 	"github.com/sharelog/sharelog/internal/authz"
 )
 
-// The internal topic __consumer_offsets (docs/kafka.md "The internal topic").
+// The internal topic __consumer_offsets (docs/kafka.md "Internal topic").
 // Kafka keeps committed offsets in it; sharelog keeps them in its own store
 // (docs/consumer-groups.md) and lists the topic in Metadata only, marked
 // internal, so that clients that skip internal topics (a regex

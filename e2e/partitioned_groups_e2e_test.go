@@ -181,12 +181,20 @@ func TestPartitionedShareGroupsSpread(t *testing.T) {
 		require.NotEqual(t, "nope", g.GetGroupId())
 	}
 	for _, in := range ins {
+		// /readyz counts what the instance holds, the view may be a
+		// moment ahead. The report names the last answer (a message
+		// given to require.Eventually would be evaluated before it ran).
+		var code int
 		var body string
-		require.Eventually(t, func() bool { // /readyz counts what the instance holds, the view may be a moment ahead
-			var code int
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			code, body = in.readyz(t)
-			return code == 200 && strings.Contains(body, "coordinating 2 share groups")
-		}, 5*time.Second, 20*time.Millisecond, "%s: %s", in.id, body)
+			if code == 200 && strings.Contains(body, "coordinating 2 share groups") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: /readyz answered %d %q, want 200 and 2 share groups", in.id, code, body)
+			}
+		}
 	}
 	terms := func(m map[string]*sharelogv1.GroupCoordinator) map[string]string {
 		out := map[string]string{}

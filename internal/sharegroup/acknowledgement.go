@@ -97,6 +97,9 @@ func (p *sharePartition) ack(s *session, batches []AckBatch) ackResult {
 		}
 		res.ticket = ticket
 	}
+	if st.waits {
+		p.armTimer(now)
+	}
 	if st.freed {
 		p.signal()
 	}
@@ -113,6 +116,8 @@ type ackState struct {
 	// deadLetter: records became ARCHIVING (their dead-letter copy is due
 	// once the entry is durable).
 	deadLetter bool
+	// waits: released records wait for their backoff (the timer is armed).
+	waits bool
 }
 
 // checkAck finds the first offset, in request order, that may not be
@@ -174,13 +179,20 @@ func (p *sharePartition) applyAck(a, z int64, t AckType, sid uint64, now int64, 
 				*r = archivedRun(r.first, r.last, r.count, cfg)
 				st.deadLetter = st.deadLetter || r.state == stArchiving
 			} else {
-				*r = availableRun(r.first, r.last, r.count)
+				*r = releasedRun(r.first, r.last, r.count, now, cfg)
+				if r.availAt != 0 {
+					p.nextAvail = min(p.nextAvail, r.availAt)
+					st.waits = true
+				}
 				st.freed = true
 			}
 		case AckRenew:
 			r.deadline = now + cfg.lockDur
 		}
 		st.undo = append(st.undo, undoRec{pre: pre, post: *r})
+		if p.keys != nil && t != AckRenew {
+			st.freed = true // the next record of a key may be acquirable now (keyorder.go)
+		}
 		if t != AckRenew {
 			st.delta = appendDur(st.delta, r.durable())
 		}
@@ -235,14 +247,17 @@ func (p *sharePartition) rollbackLocked(undo []undoRec, ended bool, now int64) {
 		switch {
 		case pre.state != stAcquired:
 		case ended:
-			pre = availableRun(pre.first, pre.last, pre.count-1)
+			pre = releasedRun(pre.first, pre.last, pre.count-1, now, cfg)
 		case pre.deadline <= now:
 			if pre.count >= cfg.limit {
 				pre = archivedRun(pre.first, pre.last, pre.count, cfg)
 				deadLetter = deadLetter || pre.state == stArchiving
 			} else {
-				pre = availableRun(pre.first, pre.last, pre.count)
+				pre = releasedRun(pre.first, pre.last, pre.count, now, cfg)
 			}
+		}
+		if pre.availAt != 0 {
+			p.nextAvail = min(p.nextAvail, pre.availAt)
 		}
 		return pre
 	}

@@ -31,12 +31,21 @@ const (
 	planArchive             // no record at the offset (compaction)
 	planLimit               // count at the limit (lowered): archived, or ARCHIVING with a dead-letter topic
 	planUnreadable          // the log cannot read these offsets: archived, logged, counted
+	planWait                // a record that waits (keyorder.go): AVAILABLE, in the window, not acquired
 )
 
 type planItem struct {
 	first, last int64
-	count       int16 // planTake: count before the acquisition
+	availAt     int64 // planWait: until when (0: until its key is free)
+	count       int16 // planTake, planWait: count before the acquisition
 	kind        planKind
+}
+
+// keyedOff is a keyed record a scan planned to take or to wait, for the
+// key index (keyorder.go).
+type keyedOff struct {
+	off int64
+	key string
 }
 
 // partFetch is one session partition's part of a fetch.
@@ -47,6 +56,7 @@ type partFetch struct {
 	records  []logstore.Record
 	acquired []AcquiredRange
 	plan     []planItem
+	keyed    []keyedOff
 }
 
 func (f *partFetch) fail(code apierr.Reason, msg string) {
@@ -121,6 +131,18 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 		}
 		now := m.now()
 		p.prepare(ls, now)
+		switch cfg := p.g.config(); {
+		case !cfg.orderKey:
+			p.keys = nil
+		case p.keys == nil:
+			if err := p.buildKeys(ctx); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				out.fail(storeCode(err))
+				return nil
+			}
+		}
 		if !dry {
 			// Register ownership before acquiring, atomically with the
 			// "not ended" check: a session end that follows will find
@@ -136,7 +158,7 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 			}
 		}
 		save := *bud
-		err = p.scan(ctx, hw, bud, dry, out)
+		err = p.scan(ctx, hw, now, bud, dry, out)
 		if err == nil {
 			if !dry {
 				p.commit(s.ID(), now, out)
@@ -161,11 +183,17 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 // record-lock limit L bounds only the new offsets (up to SPSO + L), as
 // Kafka's in-flight limit does: records already in flight stay acquirable
 // after L is lowered, so RELEASEd records above the new SPSO + L are
-// delivered again rather than stranded. mu is held; nothing changes yet.
-func (p *sharePartition) scan(ctx context.Context, hw int64, bud *budget, dry bool, out *partFetch) error {
+// delivered again rather than stranded. Records that wait (keyorder.go)
+// are passed over and widen that bound by their number, up to
+// waitingFactor x L. mu is held; nothing changes yet.
+func (p *sharePartition) scan(ctx context.Context, hw, now int64, bud *budget, dry bool, out *partFetch) error {
 	cfg := p.g.config()
-	lim := min(p.spso+cfg.maxLocks, hw)
-	out.plan = out.plan[:0]
+	sc := &scanState{now: now, hw: hw, wallMs: p.g.m.wallMs(), ord: p.keys, dry: dry, maxSkip: waitingFactor * cfg.maxLocks}
+	if sc.ord != nil {
+		sc.pending = map[string]int64{}
+		sc.ord.prune(p, 2*(cfg.maxLocks+sc.maxSkip)+1024)
+	}
+	out.plan, out.keyed = out.plan[:0], out.keyed[:0]
 	for i := 0; i < len(p.runs) && !bud.exhausted(); i++ {
 		r := p.runs[i]
 		if r.first >= hw {
@@ -175,6 +203,10 @@ func (p *sharePartition) scan(ctx context.Context, hw int64, bud *budget, dry bo
 			continue
 		}
 		hi := min(r.last, hw-1)
+		if r.availAt > now {
+			sc.skipped += hi - r.first + 1
+			continue
+		}
 		if r.count >= cfg.limit {
 			// Over the limit after it was lowered: archived by
 			// this scan, never delivered.
@@ -183,12 +215,35 @@ func (p *sharePartition) scan(ctx context.Context, hw int64, bud *budget, dry bo
 			}
 			continue
 		}
-		if err := p.take(ctx, r.first, hi, r.count, bud, dry, out); err != nil {
-			return err
+		if sc.ord == nil {
+			if err := p.take(ctx, r.first, hi, r.count, bud, dry, sc, false, out); err != nil {
+				return err
+			}
+			continue
+		}
+		// Pass over the records the index knows to wait, unread.
+		a := r.first
+		for off := r.first; off <= hi && !bud.exhausted(); off++ {
+			if !sc.waitingKnown(p, off) {
+				continue
+			}
+			sc.skipped++
+			if a < off {
+				if err := p.take(ctx, a, off-1, r.count, bud, dry, sc, false, out); err != nil {
+					return err
+				}
+			}
+			a = off + 1
+		}
+		if a <= hi && !bud.exhausted() {
+			if err := p.take(ctx, a, hi, r.count, bud, dry, sc, false, out); err != nil {
+				return err
+			}
 		}
 	}
+	lim := min(p.spso+cfg.maxLocks+min(sc.skipped, sc.maxSkip), hw)
 	if !bud.exhausted() && p.speo+1 < lim {
-		return p.take(ctx, p.speo+1, lim-1, 0, bud, dry, out)
+		return p.take(ctx, p.speo+1, lim-1, 0, bud, dry, sc, true, out)
 	}
 	return nil
 }
@@ -197,7 +252,9 @@ func (p *sharePartition) scan(ctx context.Context, hw int64, bud *budget, dry bo
 // offset without a record (compaction) is planned for archiving, and so is
 // an offset the log cannot read (a corrupt record): it is archived, logged
 // and counted rather than failing every acquisition of the group forever.
-func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *budget, dry bool, out *partFetch) error {
+// A record that waits (keyorder.go) is planned as waiting; with grow (the
+// new offsets) each one moves b one further, within hw and sc.maxSkip.
+func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *budget, dry bool, sc *scanState, grow bool, out *partFetch) error {
 	store := p.g.m.store
 	off := a
 	end := b // reads stop here: before an unreadable range seen ahead
@@ -248,6 +305,18 @@ func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *bud
 				}
 				off = rec.Offset
 			}
+			if wait, at := p.wait(rec, sc); wait {
+				sc.skipped++
+				p.noteKey(rec, sc, dry, out)
+				if !dry {
+					out.plan = append(out.plan, planItem{first: off, last: off, count: c, availAt: at, kind: planWait})
+				}
+				if grow && sc.skipped <= sc.maxSkip && b < sc.hw-1 {
+					b++ // a waiting record does not count toward the limit
+				}
+				off++
+				continue
+			}
 			sz := int64(rec.Size())
 			if !bud.first && sz > bud.bytes {
 				bud.stopped = true
@@ -257,8 +326,12 @@ func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *bud
 			bud.records--
 			bud.bytes -= sz
 			bud.mbytes += max(sz, 1)
+			p.noteKey(rec, sc, dry, out)
 			if !dry {
 				out.plan = appendPlan(out.plan, planItem{first: off, last: off, count: c, kind: planTake})
+				if taken != i {
+					recs[taken] = *rec // records waiting in between are left out
+				}
 			}
 			taken++
 			off++
@@ -293,6 +366,27 @@ func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *bud
 	return nil
 }
 
+// noteKey records, in an ORDERING_KEY group, that the scan saw rec's key
+// at rec's offset (taken or waiting): the first of a key in this scan is
+// pending, and the commit adds every one to the index. mu is held.
+func (p *sharePartition) noteKey(rec *logstore.Record, sc *scanState, dry bool, out *partFetch) {
+	if sc.ord == nil || rec.Key == nil {
+		return
+	}
+	if _, known := sc.ord.keyOf[rec.Offset]; known {
+		return
+	}
+	key := string(rec.Key)
+	if _, ok := sc.pending[key]; !ok {
+		if _, busy := sc.ord.head(p, key); !busy {
+			sc.pending[key] = rec.Offset
+		}
+	}
+	if !dry {
+		out.keyed = append(out.keyed, keyedOff{off: rec.Offset, key: key})
+	}
+}
+
 // appendPlan appends it, extending the previous item when it continues it.
 func appendPlan(plan []planItem, it planItem) []planItem {
 	if n := len(plan); n > 0 {
@@ -311,7 +405,12 @@ func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 	cfg := p.g.config()
 	deadline := now + cfg.lockDur
 	var archived []sharestate.Range
-	took, deadLetter := false, false
+	took, deadLetter, waits := false, false, false
+	if p.keys != nil {
+		for _, k := range out.keyed {
+			p.keys.add(k.key, k.off)
+		}
+	}
 	for _, it := range out.plan {
 		switch it.kind {
 		case planLimit:
@@ -328,6 +427,14 @@ func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 				m.log.Error("share group archived records the log cannot read (corrupt); they are never delivered",
 					"group", p.g.id, "topic", p.topic, "partition", p.part, "first_offset", it.first, "last_offset", it.last,
 					"offsets", unreadableMsg(it.first, it.last))
+			}
+		case planWait:
+			v := availableRun(it.first, it.last, it.count)
+			v.availAt = it.availAt
+			p.setRange(it.first, it.last, v)
+			if it.availAt != 0 {
+				p.nextAvail = min(p.nextAvail, it.availAt)
+				waits = true
 			}
 		case planTake:
 			p.setRange(it.first, it.last, run{state: stAcquired, count: it.count + 1, owner: sid, deadline: deadline})
@@ -351,6 +458,9 @@ func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 	}
 	if took && deadline < p.nextDeadline {
 		p.nextDeadline = deadline
+		p.armTimer(now)
+	}
+	if waits {
 		p.armTimer(now)
 	}
 }

@@ -140,6 +140,16 @@ type GroupConfig struct {
 	// DeadLetterTopic is where records archived by the delivery-count
 	// limit or by REJECT are copied first ("" = none; docs/dead-letter-topics.md).
 	DeadLetterTopic *string
+	// Ordering is "none" (the default) or "key": at most one record per
+	// key in flight per share-partition, each key's records in offset
+	// order (docs/queues.md "Key-ordered share groups").
+	Ordering *string
+	// The redelivery backoff (docs/queues.md "Redelivery backoff"): a
+	// released record with delivery count n is acquirable again only
+	// min(initial x multiplier^(n-1), max) ms later; initial 0 = off.
+	RedeliveryBackoffInitialMs  *int32
+	RedeliveryBackoffMaxMs      *int32
+	RedeliveryBackoffMultiplier *float64
 }
 
 // storageError is a request-level KAFKA_STORAGE_ERROR: the share state

@@ -108,6 +108,15 @@ const (
 	defaultGroupMaxSize = 200
 	// defaultDLQTopicPrefix is --dlq-topic-prefix's default.
 	defaultDLQTopicPrefix = "dlq."
+	// The redelivery backoff's bounds and defaults (docs/queues.md).
+	maxBackoffInitialMs      = 3600000  // 1 h
+	maxBackoffMaxMs          = 86400000 // 1 day
+	defaultBackoffMaxMs      = 60000
+	defaultBackoffMultiplier = 2.0
+	maxBackoffMultiplier     = 10.0
+	// Orderings.
+	OrderingNone = "none"
+	OrderingKey  = "key"
 )
 
 // normalize fills defaults and refuses values outside their bounds (the
@@ -296,6 +305,25 @@ type effConfig struct {
 	sessionMs   int32
 	heartbeatMs int32
 	deadLetter  string // dead-letter topic; "" = none
+	// orderKey: ORDERING_KEY (keyorder.go).
+	orderKey bool
+	// The redelivery backoff (backoff): initial 0 = off; ns.
+	backoffInit, backoffMax int64
+	backoffMult             float64
+}
+
+// backoff is how long a record released with delivery count n waits
+// before it is acquirable again: min(initial x multiplier^(n-1), max), in
+// ns; 0 when the group has no backoff or n < 1 (docs/queues.md).
+func (e *effConfig) backoff(n int16) int64 {
+	if e.backoffInit <= 0 || n < 1 {
+		return 0
+	}
+	d := float64(e.backoffInit) * math.Pow(e.backoffMult, float64(n-1))
+	if d >= float64(e.backoffMax) {
+		return e.backoffMax
+	}
+	return int64(d)
 }
 
 // effective merges a group's explicitly set fields with the defaults.
@@ -331,6 +359,18 @@ func (o *Options) effective(c *GroupConfig) *effConfig {
 	if c.DeadLetterTopic != nil {
 		e.deadLetter = *c.DeadLetterTopic
 	}
+	e.orderKey = c.Ordering != nil && *c.Ordering == OrderingKey
+	initMs, maxMs, mult := int32(0), int32(defaultBackoffMaxMs), defaultBackoffMultiplier
+	if c.RedeliveryBackoffInitialMs != nil {
+		initMs = *c.RedeliveryBackoffInitialMs
+	}
+	if c.RedeliveryBackoffMaxMs != nil {
+		maxMs = *c.RedeliveryBackoffMaxMs
+	}
+	if c.RedeliveryBackoffMultiplier != nil {
+		mult = *c.RedeliveryBackoffMultiplier
+	}
+	e.backoffInit, e.backoffMax, e.backoffMult = int64(initMs)*int64(time.Millisecond), int64(maxMs)*int64(time.Millisecond), mult
 	e.lockDur = int64(e.lockMs) * int64(time.Millisecond)
 	return e
 }
@@ -339,14 +379,23 @@ func (o *Options) effective(c *GroupConfig) *effConfig {
 func (e *effConfig) public() GroupConfig {
 	lock, limit, locks := e.lockMs, int32(e.limit), int32(e.maxLocks)
 	reset, st, hb, dlq := e.resetString, e.sessionMs, e.heartbeatMs, e.deadLetter
+	ord := OrderingNone
+	if e.orderKey {
+		ord = OrderingKey
+	}
+	bInit, bMax, bMult := int32(e.backoffInit/int64(time.Millisecond)), int32(e.backoffMax/int64(time.Millisecond)), e.backoffMult
 	return GroupConfig{
-		DeadLetterTopic:         &dlq,
-		RecordLockDurationMs:    &lock,
-		DeliveryCountLimit:      &limit,
-		PartitionMaxRecordLocks: &locks,
-		AutoOffsetReset:         &reset,
-		SessionTimeoutMs:        &st,
-		HeartbeatIntervalMs:     &hb,
+		Ordering:                    &ord,
+		RedeliveryBackoffInitialMs:  &bInit,
+		RedeliveryBackoffMaxMs:      &bMax,
+		RedeliveryBackoffMultiplier: &bMult,
+		DeadLetterTopic:             &dlq,
+		RecordLockDurationMs:        &lock,
+		DeliveryCountLimit:          &limit,
+		PartitionMaxRecordLocks:     &locks,
+		AutoOffsetReset:             &reset,
+		SessionTimeoutMs:            &st,
+		HeartbeatIntervalMs:         &hb,
 	}
 }
 
@@ -382,6 +431,18 @@ func (o *Options) validateUpdate(cur *effConfig, u *GroupConfig) error {
 		} else if o.DLQAutoCreateTopics && !strings.HasPrefix(*v, o.DLQTopicPrefix) {
 			bad("dead_letter_topic %q must start with %q: dead-letter topics are created automatically (--dlq-auto-create-topics), and only with that prefix (--dlq-topic-prefix)", *v, o.DLQTopicPrefix)
 		}
+	}
+	if v := u.Ordering; v != nil && *v != OrderingNone && *v != OrderingKey {
+		bad("ordering %q: must be %q or %q", *v, OrderingNone, OrderingKey)
+	}
+	if v := u.RedeliveryBackoffInitialMs; v != nil && (*v < 0 || *v > maxBackoffInitialMs) {
+		bad("redelivery_backoff_initial_ms %d is outside 0..%d", *v, maxBackoffInitialMs)
+	}
+	if v := u.RedeliveryBackoffMaxMs; v != nil && (*v < 1 || *v > maxBackoffMaxMs) {
+		bad("redelivery_backoff_max_ms %d is outside 1..%d", *v, maxBackoffMaxMs)
+	}
+	if v := u.RedeliveryBackoffMultiplier; v != nil && (math.IsNaN(*v) || *v < 1 || *v > maxBackoffMultiplier) {
+		bad("redelivery_backoff_multiplier %v is outside 1..%v", *v, maxBackoffMultiplier)
 	}
 	if u.SessionTimeoutMs != nil || u.HeartbeatIntervalMs != nil {
 		st, hb := cur.sessionMs, cur.heartbeatMs
@@ -421,6 +482,16 @@ func mergeConfig(old, u GroupConfig) GroupConfig {
 	if u.DeadLetterTopic != nil {
 		v := *u.DeadLetterTopic
 		old.DeadLetterTopic = &v
+	}
+	if u.Ordering != nil {
+		v := *u.Ordering
+		old.Ordering = &v
+	}
+	cp(&old.RedeliveryBackoffInitialMs, u.RedeliveryBackoffInitialMs)
+	cp(&old.RedeliveryBackoffMaxMs, u.RedeliveryBackoffMaxMs)
+	if u.RedeliveryBackoffMultiplier != nil {
+		v := *u.RedeliveryBackoffMultiplier
+		old.RedeliveryBackoffMultiplier = &v
 	}
 	return old
 }

@@ -30,6 +30,11 @@ func TestGroupConfig(t *testing.T) {
 		SessionTimeoutMs:        i32(45000),
 		HeartbeatIntervalMs:     i32(5000),
 		DeadLetterTopic:         str(""),
+		// docs/queues.md: off by default.
+		Ordering:                    str("none"),
+		RedeliveryBackoffInitialMs:  i32(0),
+		RedeliveryBackoffMaxMs:      i32(60000),
+		RedeliveryBackoffMultiplier: f64(2),
 	}
 	assert.Equal(t, want, c)
 	got, err := e.m.GetConfig(context.Background(), testGroup)
@@ -55,6 +60,12 @@ func TestGroupConfig(t *testing.T) {
 		{"heartbeat not below timeout", GroupConfig{HeartbeatIntervalMs: i32(45000)}},
 		{"one good, one bad", GroupConfig{RecordLockDurationMs: i32(2000), DeliveryCountLimit: i32(20)}},
 		{"dead-letter topic internal", GroupConfig{DeadLetterTopic: str("__dlq")}},
+		{"ordering unknown", GroupConfig{Ordering: str("fifo")}},
+		{"backoff initial negative", GroupConfig{RedeliveryBackoffInitialMs: i32(-1)}},
+		{"backoff initial above an hour", GroupConfig{RedeliveryBackoffInitialMs: i32(3600001)}},
+		{"backoff max 0", GroupConfig{RedeliveryBackoffMaxMs: i32(0)}},
+		{"backoff multiplier below 1", GroupConfig{RedeliveryBackoffMultiplier: f64(0.5)}},
+		{"backoff multiplier above 10", GroupConfig{RedeliveryBackoffMultiplier: f64(10.5)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := e.m.UpdateConfig(context.Background(), testGroup, tc.c)

@@ -180,7 +180,8 @@ func opt(v int32) *int32 {
 	}
 	return &v
 }
-func str(v string) *string { return &v }
+func str(v string) *string   { return &v }
+func f64(v float64) *float64 { return &v }
 func reqErr(err error) *apierr.Error {
 	var e *apierr.Error
 	if errors.As(err, &e) {
@@ -335,6 +336,9 @@ func (p *sharePartition) invariants() error {
 		}
 		if r.state != stAcquired && (r.owner != 0 || r.deadline != 0) || r.state.terminal() && r.count != 0 {
 			return fmt.Errorf("run %d not normalised: %+v", i, r)
+		}
+		if r.availAt != 0 && (r.state != stAvailable || r.availAt < p.nextAvail) {
+			return fmt.Errorf("run %d waits (%d) but is %s or before nextAvail %d", i, r.availAt, r.state, p.nextAvail)
 		}
 		if r.state == stAcquired && r.deadline < p.nextDeadline {
 			return fmt.Errorf("run %d deadline %d before nextDeadline %d", i, r.deadline, p.nextDeadline)

@@ -49,6 +49,9 @@ type Manager struct {
 	// unreadable counts offsets archived because the log could not read
 	// them (Stats().UnreadableArchived).
 	unreadable atomic.Uint64
+	// badDeliverAt counts acquisitions of records whose sharelog-deliver-at
+	// header is malformed (Stats().BadDeliverAt; docs/queues.md).
+	badDeliverAt atomic.Uint64
 
 	// dlq makes dead-letter copies (deadletter.go); dlqCopied and
 	// dlqSkipped count records copied and archived without a copy since
@@ -273,6 +276,9 @@ func (m *Manager) loadPartitions(g *group, rps []sharestate.PartitionState, info
 
 // restoreDurable sets a new share-partition's state from its recovered
 // durable state: what was ACQUIRED is AVAILABLE with its durable count.
+// A group with a redelivery backoff waits it again from now for every
+// AVAILABLE record delivered before (the release instants are not
+// durable; docs/queues.md).
 func (p *sharePartition) restoreDurable(rp *sharestate.PartitionState) {
 	p.offline = rp.Offline
 	if !rp.Initialized {
@@ -280,11 +286,20 @@ func (p *sharePartition) restoreDurable(rp *sharestate.PartitionState) {
 	}
 	p.status, p.spso, p.speo = spLive, rp.SPSO, rp.SPSO-1
 	p.runs = make([]run, 0, 2*len(rp.Ranges))
+	cfg, now := p.g.config(), p.g.m.now()
+	defer p.armTimer(now)
 	for _, r := range rp.Ranges {
 		if r.First > p.speo+1 {
 			p.runs = append(p.runs, availableRun(p.speo+1, r.First-1, 0))
 		}
-		p.runs = append(p.runs, run{first: r.First, last: r.Last, state: recState(r.State), count: r.Count})
+		v := run{first: r.First, last: r.Last, state: recState(r.State), count: r.Count}
+		if v.state == stAvailable {
+			v = releasedRun(v.first, v.last, v.count, now, cfg)
+			if v.availAt != 0 {
+				p.nextAvail = min(p.nextAvail, v.availAt)
+			}
+		}
+		p.runs = append(p.runs, v)
 		p.speo = r.Last
 		if r.State == sharestate.Archiving {
 			// Its copy may have been made before the crash: look first.
@@ -305,6 +320,9 @@ func (m *Manager) newGroup(id string) *group {
 }
 
 func (m *Manager) now() int64 { return int64(time.Since(m.base)) }
+
+// wallMs is the wall clock in ms since the epoch, for sharelog-deliver-at.
+func (m *Manager) wallMs() int64 { return time.Now().UnixMilli() }
 
 // enter registers a call (or timer callback) unless the manager is closed.
 func (m *Manager) enter() bool {

@@ -43,8 +43,15 @@ type sharePartition struct {
 	below        []run
 	logStart     int64 // highest log start offset applied
 	nextDeadline int64 // no ACQUIRED record has an earlier deadline; never if none
-	timer        *time.Timer
-	timerAt      int64 // when the armed timer fires; 0 if not armed
+	// nextAvail: no AVAILABLE record waits (availAt) past an earlier
+	// instant; never if none (docs/queues.md).
+	nextAvail int64
+	// keys is the index of the keys in flight of an ORDERING_KEY group
+	// (keyorder.go); nil when the group does not order by key or the index
+	// is to be rebuilt from the window.
+	keys    *keyIndex
+	timer   *time.Timer
+	timerAt int64 // when the armed timer fires; 0 if not armed
 	// lastTicket is the ticket of the partition's last share-state entry
 	// (written under mu; read atomically by Offline). If that entry was
 	// lost, the durable state is unknown until a full entry succeeds.
@@ -73,7 +80,7 @@ type sharePartition struct {
 }
 
 func newSharePartition(g *group, topic, topicID string, part int32) *sharePartition {
-	return &sharePartition{g: g, topic: topic, topicID: topicID, part: part, nextDeadline: never}
+	return &sharePartition{g: g, topic: topic, topicID: topicID, part: part, nextDeadline: never, nextAvail: never}
 }
 
 func (p *sharePartition) String() string {
@@ -180,6 +187,45 @@ func (p *sharePartition) prepare(ls, now int64) {
 	if now >= p.nextDeadline {
 		p.expire(now)
 	}
+	if now >= p.nextAvail {
+		p.passAvail(now)
+	}
+}
+
+// noteAvail records that an AVAILABLE record waits until at (a backoff,
+// a delayed record) and arms the timer for it. mu is held.
+func (p *sharePartition) noteAvail(at, now int64) {
+	if at <= 0 || at >= p.nextAvail {
+		return
+	}
+	p.nextAvail = at
+	p.armTimer(now)
+}
+
+// passAvail makes the AVAILABLE records whose wait is over acquirable
+// (their availAt cleared, the runs merged), wakes waiting fetches, and
+// re-arms the timer for the next wait. mu is held.
+func (p *sharePartition) passAvail(now int64) {
+	next := int64(never)
+	freed := false
+	for i := range p.runs {
+		r := &p.runs[i]
+		if r.availAt == 0 {
+			continue
+		}
+		if r.availAt <= now || r.state != stAvailable {
+			r.availAt = 0
+			freed = true
+			continue
+		}
+		next = min(next, r.availAt)
+	}
+	p.nextAvail = next
+	if freed {
+		p.mergeRuns(0, len(p.runs)-1)
+		p.signal()
+	}
+	p.armTimer(now)
 }
 
 // moveLogStart follows a log start move past SPSO: SPSO := log start; AVAILABLE and terminal records
@@ -229,8 +275,14 @@ func (p *sharePartition) expire(now int64) {
 			*r = archivedRun(r.first, r.last, r.count, cfg)
 			deadLetter = deadLetter || r.state == stArchiving
 		} else {
-			*r = availableRun(r.first, r.last, r.count)
+			*r = releasedRun(r.first, r.last, r.count, now, cfg)
+			if r.availAt != 0 {
+				p.nextAvail = min(p.nextAvail, r.availAt)
+			}
 			freed = true
+		}
+		if p.keys != nil && r.state != stAvailable {
+			freed = true // a key's record went terminal: its next may be acquirable
 		}
 		ds = appendDur(ds, r.durable())
 		changed = true
@@ -264,9 +316,10 @@ func (p *sharePartition) expire(now int64) {
 	p.armTimer(now)
 }
 
-// armTimer makes the timer fire at nextDeadline (or earlier). mu is held.
+// armTimer makes the timer fire at nextDeadline or nextAvail, whichever
+// comes first (or earlier). mu is held.
 func (p *sharePartition) armTimer(now int64) {
-	at := p.nextDeadline
+	at := min(p.nextDeadline, p.nextAvail)
 	if at == never || (p.timerAt != 0 && p.timerAt <= at) {
 		return
 	}
@@ -296,9 +349,11 @@ func (p *sharePartition) onTimer() {
 	now := m.now()
 	if now >= p.nextDeadline {
 		p.expire(now)
-	} else {
-		p.armTimer(now)
 	}
+	if now >= p.nextAvail {
+		p.passAvail(now)
+	}
+	p.armTimer(now)
 }
 
 // --- initialisation ------------------------------------------------------
@@ -340,6 +395,7 @@ func (p *sharePartition) initStart(ctx context.Context, ls, hw int64) (uint64, e
 		}
 	}
 	p.status, p.spso, p.speo, p.runs, p.below = spLive, spso, spso-1, nil, nil
+	p.keys, p.nextAvail = nil, never
 	p.logStart = max(p.logStart, ls)
 	return p.writeFull()
 }
@@ -362,10 +418,14 @@ func (p *sharePartition) releaseSession(sid uint64) {
 		p.expire(now)
 	}
 	freed := false
+	cfg, now := p.g.config(), m.now()
 	for i := range p.runs {
 		r := &p.runs[i]
 		if r.state == stAcquired && r.owner == sid {
-			*r = availableRun(r.first, r.last, r.count-1)
+			*r = releasedRun(r.first, r.last, r.count-1, now, cfg)
+			if r.availAt != 0 {
+				p.nextAvail = min(p.nextAvail, r.availAt)
+			}
 			freed = true
 		}
 	}
@@ -379,6 +439,7 @@ func (p *sharePartition) releaseSession(sid uint64) {
 	p.below = p.below[:w]
 	if freed {
 		p.mergeRuns(0, len(p.runs)-1)
+		p.armTimer(now)
 		p.signal()
 	}
 }
@@ -387,8 +448,8 @@ func (p *sharePartition) releaseSession(sid uint64) {
 // waiting fetches wake and see it gone. mu is held.
 func (p *sharePartition) dropLocked() {
 	p.status = spDropped
-	p.runs, p.below = nil, nil
-	p.nextDeadline = never
+	p.runs, p.below, p.keys = nil, nil, nil
+	p.nextDeadline, p.nextAvail = never, never
 	if p.timer != nil {
 		p.timer.Stop()
 	}

@@ -62,6 +62,9 @@ type Stats struct {
 	DeadLettered, DeadLetterSkipped uint64
 	// OfflineSharePartitions is len(Offline()).
 	OfflineSharePartitions int
+	// BadDeliverAt counts acquisitions of records whose sharelog-deliver-at
+	// header is not a decimal number of ms (delivered at once).
+	BadDeliverAt uint64
 }
 
 // Stats returns the manager's counters.
@@ -72,6 +75,7 @@ func (m *Manager) Stats() Stats {
 		DeadLettered:           m.dlqCopied.Load(),
 		DeadLetterSkipped:      m.dlqSkipped.Load(),
 		OfflineSharePartitions: len(m.Offline()),
+		BadDeliverAt:           m.badDeliverAt.Load(),
 	}
 }
 

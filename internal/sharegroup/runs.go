@@ -47,12 +47,16 @@ type run struct {
 	first, last int64
 	deadline    int64  // ACQUIRED: lock deadline on the manager's monotonic clock (ns)
 	owner       uint64 // ACQUIRED: owning session's ID; 0 otherwise
-	count       int16  // delivery count; 0 for terminal states
-	state       recState
+	// availAt: AVAILABLE, not acquirable before this instant on the
+	// manager's clock (ns): a redelivery backoff or a record's
+	// sharelog-deliver-at (docs/queues.md); 0 = at once. Not durable.
+	availAt int64
+	count   int16 // delivery count; 0 for terminal states
+	state   recState
 }
 
 func (r *run) same(o *run) bool {
-	return r.state == o.state && r.count == o.count && r.owner == o.owner && r.deadline == o.deadline
+	return r.state == o.state && r.count == o.count && r.owner == o.owner && r.deadline == o.deadline && r.availAt == o.availAt
 }
 
 // durable is the run's durable image: ACQUIRED is not persisted, so an
@@ -71,6 +75,18 @@ func (r *run) durable() sharestate.Range {
 
 func availableRun(first, last int64, count int16) run {
 	return run{first: first, last: last, count: count, state: stAvailable}
+}
+
+// releasedRun is what RELEASE, a lock's expiry or its session's end make
+// of [first, last] with delivery count n: AVAILABLE, after the group's
+// redelivery backoff for n when it has one (docs/queues.md). The caller
+// notes the instant (noteAvail).
+func releasedRun(first, last int64, n int16, now int64, cfg *effConfig) run {
+	r := availableRun(first, last, n)
+	if d := cfg.backoff(n); d > 0 {
+		r.availAt = now + d
+	}
+	return r
 }
 
 func terminalRun(first, last int64, st recState) run {

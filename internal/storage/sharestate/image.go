@@ -206,5 +206,14 @@ func cloneConfig(c GroupConfig) GroupConfig {
 		s := *c.DeadLetterTopic
 		out.DeadLetterTopic = &s
 	}
+	if c.Ordering != nil {
+		o := *c.Ordering
+		out.Ordering = &o
+	}
+	out.RedeliveryBackoffInitialMs, out.RedeliveryBackoffMaxMs = cp(c.RedeliveryBackoffInitialMs), cp(c.RedeliveryBackoffMaxMs)
+	if c.RedeliveryBackoffMultiplier != nil {
+		m := *c.RedeliveryBackoffMultiplier
+		out.RedeliveryBackoffMultiplier = &m
+	}
 	return out
 }

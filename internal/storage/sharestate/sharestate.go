@@ -155,6 +155,12 @@ type GroupConfig struct {
 	SessionTimeoutMs        *int32
 	HeartbeatIntervalMs     *int32
 	DeadLetterTopic         *string // "" = none
+	// Ordering is "none" or "key" (docs/queues.md).
+	Ordering *string
+	// The redelivery backoff (docs/queues.md).
+	RedeliveryBackoffInitialMs  *int32
+	RedeliveryBackoffMaxMs      *int32
+	RedeliveryBackoffMultiplier *float64
 }
 
 // PartitionKey names a share-partition: its group and its topic partition,

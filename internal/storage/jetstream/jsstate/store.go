@@ -494,5 +494,14 @@ func cloneConfig(c sharestate.GroupConfig) sharestate.GroupConfig {
 		x := *c.DeadLetterTopic
 		out.DeadLetterTopic = &x
 	}
+	if c.Ordering != nil {
+		o := *c.Ordering
+		out.Ordering = &o
+	}
+	out.RedeliveryBackoffInitialMs, out.RedeliveryBackoffMaxMs = i32(c.RedeliveryBackoffInitialMs), i32(c.RedeliveryBackoffMaxMs)
+	if c.RedeliveryBackoffMultiplier != nil {
+		m := *c.RedeliveryBackoffMultiplier
+		out.RedeliveryBackoffMultiplier = &m
+	}
 	return out
 }

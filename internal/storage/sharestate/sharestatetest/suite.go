@@ -188,6 +188,21 @@ func dump(st *sharestate.State) []string {
 		if c.HeartbeatIntervalMs != nil {
 			cfg += fmt.Sprintf(" heartbeat=%d", *c.HeartbeatIntervalMs)
 		}
+		if c.DeadLetterTopic != nil {
+			cfg += " dlq=" + *c.DeadLetterTopic
+		}
+		if c.Ordering != nil {
+			cfg += " ordering=" + *c.Ordering
+		}
+		if c.RedeliveryBackoffInitialMs != nil {
+			cfg += fmt.Sprintf(" backoff=%d", *c.RedeliveryBackoffInitialMs)
+		}
+		if c.RedeliveryBackoffMaxMs != nil {
+			cfg += fmt.Sprintf(" backoff-max=%d", *c.RedeliveryBackoffMaxMs)
+		}
+		if c.RedeliveryBackoffMultiplier != nil {
+			cfg += fmt.Sprintf(" backoff-x=%g", *c.RedeliveryBackoffMultiplier)
+		}
 		out = append(out, fmt.Sprintf("group %s epoch=%d%s", g.ID, g.GroupEpoch, cfg))
 		for _, p := range g.Partitions {
 			s := fmt.Sprintf("  %s/%d(%s)", p.Topic, p.Partition, p.TopicID)
@@ -263,10 +278,13 @@ func testRoundTrip(t *testing.T, m Medium) {
 	o.mustPut(sharestate.Entry{Kind: sharestate.KindGroupDelete, Group: "g2"})
 	g1.GroupEpoch = 4
 	g1.Config.DeliveryCountLimit = i32(7)
+	ord, mult := "key", 1.5
+	g1.Config.DeadLetterTopic, g1.Config.Ordering, g1.Config.RedeliveryBackoffInitialMs = str("dlq.g1"), &ord, i32(250)
+	g1.Config.RedeliveryBackoffMaxMs, g1.Config.RedeliveryBackoffMultiplier = i32(9000), &mult
 	o.mustPut(g1)
 	o.mustPut(group("g3", 1))
 	want := []string{
-		"group g1 epoch=4 lock=1000 limit=7 reset=earliest heartbeat=500",
+		"group g1 epoch=4 lock=1000 limit=7 reset=earliest heartbeat=500 dlq=dlq.g1 ordering=key backoff=250 backoff-max=9000 backoff-x=1.5",
 		"  t/0(id-t) spso=14 [20-25 ARCHIVED(0)] [40-40 AVAILABLE(4)]",
 		"  t/1(id-t) spso=5 [7-8 AVAILABLE(2)]",
 		"  u/0(id-u) uninitialised offline=lost in a test",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"unicode/utf8"
 
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
@@ -60,6 +61,10 @@ const (
 	cfgSessionTimeout
 	cfgHeartbeat
 	cfgDeadLetterTopic
+	cfgOrdering
+	cfgBackoffInitial
+	cfgBackoffMax
+	cfgBackoffMultiplier
 	cfgAll = 1<<iota - 1
 )
 
@@ -129,7 +134,8 @@ func appendGroupEntry(b []byte, group string, groupEpoch int32, c *sharestate.Gr
 	b = binary.AppendVarint(b, int64(groupEpoch))
 	var mask uint64
 	for i, set := range []bool{c.RecordLockDurationMs != nil, c.DeliveryCountLimit != nil, c.PartitionMaxRecordLocks != nil,
-		c.AutoOffsetReset != nil, c.SessionTimeoutMs != nil, c.HeartbeatIntervalMs != nil, c.DeadLetterTopic != nil} {
+		c.AutoOffsetReset != nil, c.SessionTimeoutMs != nil, c.HeartbeatIntervalMs != nil, c.DeadLetterTopic != nil,
+		c.Ordering != nil, c.RedeliveryBackoffInitialMs != nil, c.RedeliveryBackoffMaxMs != nil, c.RedeliveryBackoffMultiplier != nil} {
 		if set {
 			mask |= 1 << i
 		}
@@ -150,6 +156,17 @@ func appendGroupEntry(b []byte, group string, groupEpoch int32, c *sharestate.Gr
 	}
 	if c.DeadLetterTopic != nil {
 		b = appendString(b, *c.DeadLetterTopic)
+	}
+	if c.Ordering != nil {
+		b = appendString(b, *c.Ordering)
+	}
+	for _, v := range []*int32{c.RedeliveryBackoffInitialMs, c.RedeliveryBackoffMaxMs} {
+		if v != nil {
+			b = binary.AppendVarint(b, int64(*v))
+		}
+	}
+	if c.RedeliveryBackoffMultiplier != nil {
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(*c.RedeliveryBackoffMultiplier))
 	}
 	return frameEnd(b, start)
 }
@@ -274,6 +291,16 @@ func (d *decoder) int32v() int32 {
 	return int32(v)
 }
 
+func (d *decoder) uint64be() uint64 {
+	if d.err != nil || len(d.b) < 8 {
+		d.fail()
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
 func (d *decoder) byte1() byte {
 	if d.err != nil || len(d.b) < 1 {
 		d.fail()
@@ -377,6 +404,16 @@ func decodeEntry(p []byte) (entry, error) {
 		if mask&cfgDeadLetterTopic != 0 {
 			s := d.str(maxTopicLen)
 			e.Config.DeadLetterTopic = &s
+		}
+		if mask&cfgOrdering != 0 {
+			s := d.str(16)
+			e.Config.Ordering = &s
+		}
+		e.Config.RedeliveryBackoffInitialMs = get(cfgBackoffInitial)
+		e.Config.RedeliveryBackoffMaxMs = get(cfgBackoffMax)
+		if mask&cfgBackoffMultiplier != 0 {
+			v := math.Float64frombits(d.uint64be())
+			e.Config.RedeliveryBackoffMultiplier = &v
 		}
 	case entPartDelta, entPartFull:
 		if k.Partition < 0 {

@@ -49,7 +49,7 @@ consumers first (the server answers NON_EMPTY_GROUP otherwise).`,
   sharelogctl share-groups reset-offsets orders-workers --to-earliest --all-topics --execute
   sharelogctl share-groups delete orders-workers`,
 	}
-	cmd.AddCommand(a.sgListCmd(), a.sgDescribeCmd(), a.sgResetOffsetsCmd(), a.sgDeleteOffsetsCmd(), a.sgDeleteCmd())
+	cmd.AddCommand(a.sgListCmd(), a.sgDescribeCmd(), a.sgConfigCmd(), a.sgResetOffsetsCmd(), a.sgDeleteOffsetsCmd(), a.sgDeleteCmd())
 	return cmd
 }
 

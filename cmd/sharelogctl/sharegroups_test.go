@@ -388,3 +388,27 @@ func TestParseDateTime(t *testing.T) {
 		})
 	}
 }
+
+// config set and get, with the proto's names and Kafka's; the ordering
+// and backoff configs (docs/queues.md).
+func TestE2EShareGroupsConfig(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	ctl := s.ctl
+	res := ctl("", "share-groups", "config", "set", "jobs", "ordering=key", "share.redelivery.backoff.initial.ms=250", "redelivery_backoff_multiplier=1.5")
+	requireOK(t, res)
+	assert.Contains(t, res.stdout, "ordering                        key\n")
+	assert.Contains(t, res.stdout, "redelivery_backoff_initial_ms   250\n")
+	assert.Contains(t, res.stdout, "redelivery_backoff_max_ms       60000\n")
+	assert.Contains(t, res.stdout, "redelivery_backoff_multiplier   1.5\n")
+	res = ctl("", "share-groups", "config", "get", "jobs")
+	requireOK(t, res)
+	assert.Contains(t, res.stdout, "ordering                        key\n")
+	requireFailure(t, ctl("", "share-groups", "config", "set", "jobs", "redelivery_backoff_multiplier=20"), "INVALID_REQUEST")
+	res = ctl("", "share-groups", "config", "set", "jobs", "ordering=fifo")
+	assert.Equal(t, 1, res.code)
+	assert.Contains(t, res.stderr, `ordering: "fifo" is not none or key`)
+	requireFailure(t, ctl("", "share-groups", "config", "get", "nope"), "GROUP_ID_NOT_FOUND")
+	res = ctl("", "share-groups", "config", "get", "jobs")
+	assert.Contains(t, res.stdout, "redelivery_backoff_multiplier   1.5\n", "nothing changed by the refused updates")
+}

@@ -21,6 +21,9 @@ type InFlightRange struct {
 	DeliveryCount           int32
 	Owner                   string    // ACQUIRED: the member holding the records ("" if its session just ended)
 	LockDeadline            time.Time // ACQUIRED: when the lock expires; zero otherwise
+	// AvailableAt: AVAILABLE records waiting for their redelivery backoff
+	// or deliver-at time, when that passes; zero otherwise (docs/queues.md).
+	AvailableAt time.Time
 
 	ownerID uint64 // the owning session, resolved to Owner
 }
@@ -35,6 +38,10 @@ type PartitionState struct {
 	Truncated    bool // Ranges stopped at the bound
 	ErrorCode    apierr.Reason
 	ErrorMessage string
+	// KeyWaiting counts the records of an ORDERING_KEY group seen waiting
+	// behind an earlier record of their key; OldestKeyWaiting is the lowest
+	// (-1 if none).
+	KeyWaiting, OldestKeyWaiting int64
 }
 
 // TopicState is one topic of DescribePartitionState.
@@ -105,7 +112,7 @@ func (m *Manager) partitionState(ctx context.Context, groupID string, topics []T
 		}
 	}
 	unknown := func(p int32, msg string) PartitionState {
-		return PartitionState{Partition: p, StartOffset: -1, EndOffset: -1, Lag: -1, ErrorCode: apierr.UnknownTopicOrPartition, ErrorMessage: msg}
+		return PartitionState{Partition: p, StartOffset: -1, EndOffset: -1, Lag: -1, OldestKeyWaiting: -1, ErrorCode: apierr.UnknownTopicOrPartition, ErrorMessage: msg}
 	}
 	owners := map[uint64]bool{}
 	out := make([]TopicState, 0, len(topics))
@@ -138,7 +145,7 @@ func (m *Manager) partitionState(ctx context.Context, groupID string, topics []T
 				ts.Partitions = append(ts.Partitions, unknown(p, fmt.Sprintf("topic %q has no partition %d", t.Topic, p)))
 				continue
 			}
-			ps := PartitionState{Partition: p, StartOffset: -1, EndOffset: -1, Lag: -1}
+			ps := PartitionState{Partition: p, StartOffset: -1, EndOffset: -1, Lag: -1, OldestKeyWaiting: -1}
 			if o := m.away(ref.id, t.Topic, p); o != "" {
 				ps.ErrorCode, ps.ErrorMessage = apierr.NotOwner, notHere(o)
 			} else if sp := g.partition(ref.id, t.Topic, p, false); sp != nil {
@@ -178,6 +185,7 @@ func (p *sharePartition) state(ps *PartitionState, maxRanges int, owners map[uin
 		}
 	}
 	ps.StartOffset, ps.EndOffset, ps.Lag = p.spso, p.speo, max(hw-p.spso-terminal, 0)
+	ps.KeyWaiting, ps.OldestKeyWaiting = p.keyWaiting()
 	add := func(r *run) bool {
 		if len(ps.Ranges) == maxRanges {
 			ps.Truncated = true
@@ -188,6 +196,9 @@ func (p *sharePartition) state(ps *PartitionState, maxRanges int, owners map[uin
 			ir.ownerID = r.owner
 			ir.LockDeadline = wall.Add(time.Duration(r.deadline - now))
 			owners[r.owner] = true
+		}
+		if r.state == stAvailable && r.availAt > now {
+			ir.AvailableAt = wall.Add(time.Duration(r.availAt - now))
 		}
 		ps.Ranges = append(ps.Ranges, ir)
 		return true

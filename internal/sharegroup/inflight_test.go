@@ -62,7 +62,7 @@ func TestDescribePartitionState(t *testing.T) {
 			assert.True(t, r.LockDeadline.IsZero())
 		}
 	}
-	assert.Equal(t, PartitionState{Partition: 1, StartOffset: -1, EndOffset: -1, Lag: -1}, got[0].Partitions[1])
+	assert.Equal(t, PartitionState{Partition: 1, StartOffset: -1, EndOffset: -1, Lag: -1, OldestKeyWaiting: -1}, got[0].Partitions[1])
 	assert.Equal(t, apierr.UnknownTopicOrPartition, got[1].Partitions[0].ErrorCode)
 
 	// The bound: two ranges of three, flagged.

@@ -214,3 +214,23 @@ func (sc *scanState) waitingKnown(p *sharePartition, off int64) bool {
 	h, ok := sc.ord.head(p, key)
 	return ok && h != off
 }
+
+// keyWaiting counts the records the index knows to wait behind an earlier
+// record of their key, and returns the lowest (-1 if none). mu is held.
+func (p *sharePartition) keyWaiting() (n, oldest int64) {
+	oldest = -1
+	if p.keys == nil {
+		return 0, -1
+	}
+	for k := range p.keys.byKey {
+		if _, ok := p.keys.head(p, k); !ok {
+			continue
+		}
+		q := p.keys.byKey[k]
+		n += int64(len(q) - 1)
+		if len(q) > 1 && (oldest < 0 || q[1] < oldest) {
+			oldest = q[1]
+		}
+	}
+	return n, oldest
+}

@@ -465,3 +465,30 @@ func TestKeyOrderingHistory(t *testing.T) {
 	assert.GreaterOrEqual(t, n, total*9/10, "consumed")
 	t.Logf("%d of %d records accepted or rejected in order", n, total)
 }
+
+// DescribePartitionState shows the records waiting on a busy key and when
+// backed-off records become acquirable.
+func TestQueueStateShown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, nil)
+		e.topic("t", 1)
+		x := tp("t", 0)
+		e.update(GroupConfig{Ordering: str(OrderingKey), AutoOffsetReset: str("earliest"), RedeliveryBackoffInitialMs: i32(2000)})
+		e.produceKeyed("t", 0, "a", "a", "b", "a")
+		e.join("m", x)
+		assert.Equal(t, []int64{0, 2}, offsetsOf(got(e.fetch("m", FetchRequest{}), x)))
+		require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(2, 2, AckRelease))).Partitions[0].ErrorCode)
+		st, err := e.m.DescribePartitionState(context.Background(), testGroup, []TopicPartitions{{Topic: "t"}}, 0)
+		require.NoError(t, err)
+		ps := st[0].Partitions[0]
+		assert.Equal(t, int64(2), ps.KeyWaiting, "1 and 3 wait for 0")
+		assert.Equal(t, int64(1), ps.OldestKeyWaiting)
+		var avail time.Time
+		for _, r := range ps.Ranges {
+			if r.FirstOffset == 2 {
+				avail = r.AvailableAt
+			}
+		}
+		assert.Equal(t, time.Now().Add(2*time.Second), avail, "b's released record: after its backoff")
+	})
+}

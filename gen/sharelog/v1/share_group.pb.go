@@ -143,6 +143,59 @@ func (AcknowledgeType) EnumDescriptor() ([]byte, []int) {
 	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{1}
 }
 
+// A share group's delivery order (docs/queues.md).
+type Ordering int32
+
+const (
+	// No order (the default, as KIP-932).
+	Ordering_ORDERING_UNSPECIFIED Ordering = 0
+	// No order; what responses say when none was set.
+	Ordering_ORDERING_NONE Ordering = 1
+	// Per-key order with parallelism across keys.
+	Ordering_ORDERING_KEY Ordering = 2
+)
+
+// Enum value maps for Ordering.
+var (
+	Ordering_name = map[int32]string{
+		0: "ORDERING_UNSPECIFIED",
+		1: "ORDERING_NONE",
+		2: "ORDERING_KEY",
+	}
+	Ordering_value = map[string]int32{
+		"ORDERING_UNSPECIFIED": 0,
+		"ORDERING_NONE":        1,
+		"ORDERING_KEY":         2,
+	}
+)
+
+func (x Ordering) Enum() *Ordering {
+	p := new(Ordering)
+	*p = x
+	return p
+}
+
+func (x Ordering) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Ordering) Descriptor() protoreflect.EnumDescriptor {
+	return file_sharelog_v1_share_group_proto_enumTypes[2].Descriptor()
+}
+
+func (Ordering) Type() protoreflect.EnumType {
+	return &file_sharelog_v1_share_group_proto_enumTypes[2]
+}
+
+func (x Ordering) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Ordering.Descriptor instead.
+func (Ordering) EnumDescriptor() ([]byte, []int) {
+	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{2}
+}
+
 // State of a record range in a share-partition.
 type InFlightState int32
 
@@ -186,11 +239,11 @@ func (x InFlightState) String() string {
 }
 
 func (InFlightState) Descriptor() protoreflect.EnumDescriptor {
-	return file_sharelog_v1_share_group_proto_enumTypes[2].Descriptor()
+	return file_sharelog_v1_share_group_proto_enumTypes[3].Descriptor()
 }
 
 func (InFlightState) Type() protoreflect.EnumType {
-	return &file_sharelog_v1_share_group_proto_enumTypes[2]
+	return &file_sharelog_v1_share_group_proto_enumTypes[3]
 }
 
 func (x InFlightState) Number() protoreflect.EnumNumber {
@@ -199,7 +252,7 @@ func (x InFlightState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InFlightState.Descriptor instead.
 func (InFlightState) EnumDescriptor() ([]byte, []int) {
-	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{2}
+	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{3}
 }
 
 // Share-group configuration. In UpdateShareGroupConfig unset fields keep their
@@ -220,8 +273,20 @@ type ShareGroupConfig struct {
 	// (decimal strings). With --dlq-auto-create-topics the name must start with
 	// --dlq-topic-prefix (default "dlq."). See docs/dead-letter-topics.md.
 	DeadLetterTopic *string `protobuf:"bytes,7,opt,name=dead_letter_topic,json=deadLetterTopic,proto3,oneof" json:"dead_letter_topic,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// ORDERING_KEY: at most one record per key in flight per share-partition,
+	// each key's records delivered in offset order, different keys in parallel;
+	// keyless records are not ordered. See docs/queues.md.
+	Ordering *Ordering `protobuf:"varint,8,opt,name=ordering,proto3,enum=sharelog.v1.Ordering,oneof" json:"ordering,omitempty"`
+	// Redelivery backoff: a record released (RELEASE, lock expiry, session end)
+	// with delivery count n is acquirable again only after
+	// min(initial x multiplier^(n-1), max) ms. initial 0 (the default) = off;
+	// initial 0..3600000, max 1..86400000 (default 60000), multiplier 1..10
+	// (default 2). See docs/queues.md.
+	RedeliveryBackoffInitialMs  *int32   `protobuf:"varint,9,opt,name=redelivery_backoff_initial_ms,json=redeliveryBackoffInitialMs,proto3,oneof" json:"redelivery_backoff_initial_ms,omitempty"`
+	RedeliveryBackoffMaxMs      *int32   `protobuf:"varint,10,opt,name=redelivery_backoff_max_ms,json=redeliveryBackoffMaxMs,proto3,oneof" json:"redelivery_backoff_max_ms,omitempty"`
+	RedeliveryBackoffMultiplier *float64 `protobuf:"fixed64,11,opt,name=redelivery_backoff_multiplier,json=redeliveryBackoffMultiplier,proto3,oneof" json:"redelivery_backoff_multiplier,omitempty"`
+	unknownFields               protoimpl.UnknownFields
+	sizeCache                   protoimpl.SizeCache
 }
 
 func (x *ShareGroupConfig) Reset() {
@@ -301,6 +366,34 @@ func (x *ShareGroupConfig) GetDeadLetterTopic() string {
 		return *x.DeadLetterTopic
 	}
 	return ""
+}
+
+func (x *ShareGroupConfig) GetOrdering() Ordering {
+	if x != nil && x.Ordering != nil {
+		return *x.Ordering
+	}
+	return Ordering_ORDERING_UNSPECIFIED
+}
+
+func (x *ShareGroupConfig) GetRedeliveryBackoffInitialMs() int32 {
+	if x != nil && x.RedeliveryBackoffInitialMs != nil {
+		return *x.RedeliveryBackoffInitialMs
+	}
+	return 0
+}
+
+func (x *ShareGroupConfig) GetRedeliveryBackoffMaxMs() int32 {
+	if x != nil && x.RedeliveryBackoffMaxMs != nil {
+		return *x.RedeliveryBackoffMaxMs
+	}
+	return 0
+}
+
+func (x *ShareGroupConfig) GetRedeliveryBackoffMultiplier() float64 {
+	if x != nil && x.RedeliveryBackoffMultiplier != nil {
+		return *x.RedeliveryBackoffMultiplier
+	}
+	return 0
 }
 
 // Partitions of one topic.
@@ -2909,11 +3002,16 @@ type SharePartitionState struct {
 	// passed them while they were held).
 	Ranges []*InFlightRange `protobuf:"bytes,5,rep,name=ranges,proto3" json:"ranges,omitempty"`
 	// True when ranges stopped at max_ranges.
-	Truncated     bool      `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
-	ErrorCode     ErrorCode `protobuf:"varint,7,opt,name=error_code,json=errorCode,proto3,enum=sharelog.v1.ErrorCode" json:"error_code,omitempty"`
-	ErrorMessage  string    `protobuf:"bytes,8,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Truncated    bool      `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	ErrorCode    ErrorCode `protobuf:"varint,7,opt,name=error_code,json=errorCode,proto3,enum=sharelog.v1.ErrorCode" json:"error_code,omitempty"`
+	ErrorMessage string    `protobuf:"bytes,8,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	// ORDERING_KEY groups (docs/queues.md): the records seen waiting behind an
+	// earlier record of their key, and the lowest such offset (-1 if none).
+	// They hold start_offset back while they wait.
+	KeyWaiting             int64 `protobuf:"varint,9,opt,name=key_waiting,json=keyWaiting,proto3" json:"key_waiting,omitempty"`
+	OldestKeyWaitingOffset int64 `protobuf:"varint,10,opt,name=oldest_key_waiting_offset,json=oldestKeyWaitingOffset,proto3" json:"oldest_key_waiting_offset,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *SharePartitionState) Reset() {
@@ -3002,6 +3100,20 @@ func (x *SharePartitionState) GetErrorMessage() string {
 	return ""
 }
 
+func (x *SharePartitionState) GetKeyWaiting() int64 {
+	if x != nil {
+		return x.KeyWaiting
+	}
+	return 0
+}
+
+func (x *SharePartitionState) GetOldestKeyWaitingOffset() int64 {
+	if x != nil {
+		return x.OldestKeyWaitingOffset
+	}
+	return 0
+}
+
 type InFlightRange struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	FirstOffset int64                  `protobuf:"varint,1,opt,name=first_offset,json=firstOffset,proto3" json:"first_offset,omitempty"`
@@ -3013,8 +3125,12 @@ type InFlightRange struct {
 	OwnerMemberId string `protobuf:"bytes,5,opt,name=owner_member_id,json=ownerMemberId,proto3" json:"owner_member_id,omitempty"`
 	// ACQUIRED: when the lock expires, Unix milliseconds; 0 otherwise.
 	LockDeadlineUnixMs int64 `protobuf:"varint,6,opt,name=lock_deadline_unix_ms,json=lockDeadlineUnixMs,proto3" json:"lock_deadline_unix_ms,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// AVAILABLE records not acquirable yet: when their redelivery backoff or
+	// their sharelog-deliver-at time passes, Unix milliseconds; 0 = acquirable
+	// now (docs/queues.md).
+	AvailableAtUnixMs int64 `protobuf:"varint,7,opt,name=available_at_unix_ms,json=availableAtUnixMs,proto3" json:"available_at_unix_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *InFlightRange) Reset() {
@@ -3089,11 +3205,18 @@ func (x *InFlightRange) GetLockDeadlineUnixMs() int64 {
 	return 0
 }
 
+func (x *InFlightRange) GetAvailableAtUnixMs() int64 {
+	if x != nil {
+		return x.AvailableAtUnixMs
+	}
+	return 0
+}
+
 var File_sharelog_v1_share_group_proto protoreflect.FileDescriptor
 
 const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\n" +
-	"\x1dsharelog/v1/share_group.proto\x12\vsharelog.v1\x1a\x18sharelog/v1/common.proto\"\xc6\x04\n" +
+	"\x1dsharelog/v1/share_group.proto\x12\vsharelog.v1\x1a\x18sharelog/v1/common.proto\"\xbe\a\n" +
 	"\x10ShareGroupConfig\x12:\n" +
 	"\x17record_lock_duration_ms\x18\x01 \x01(\x05H\x00R\x14recordLockDurationMs\x88\x01\x01\x125\n" +
 	"\x14delivery_count_limit\x18\x02 \x01(\x05H\x01R\x12deliveryCountLimit\x88\x01\x01\x12@\n" +
@@ -3101,14 +3224,24 @@ const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\x11auto_offset_reset\x18\x04 \x01(\tH\x03R\x0fautoOffsetReset\x88\x01\x01\x121\n" +
 	"\x12session_timeout_ms\x18\x05 \x01(\x05H\x04R\x10sessionTimeoutMs\x88\x01\x01\x127\n" +
 	"\x15heartbeat_interval_ms\x18\x06 \x01(\x05H\x05R\x13heartbeatIntervalMs\x88\x01\x01\x12/\n" +
-	"\x11dead_letter_topic\x18\a \x01(\tH\x06R\x0fdeadLetterTopic\x88\x01\x01B\x1a\n" +
+	"\x11dead_letter_topic\x18\a \x01(\tH\x06R\x0fdeadLetterTopic\x88\x01\x01\x126\n" +
+	"\bordering\x18\b \x01(\x0e2\x15.sharelog.v1.OrderingH\aR\bordering\x88\x01\x01\x12F\n" +
+	"\x1dredelivery_backoff_initial_ms\x18\t \x01(\x05H\bR\x1aredeliveryBackoffInitialMs\x88\x01\x01\x12>\n" +
+	"\x19redelivery_backoff_max_ms\x18\n" +
+	" \x01(\x05H\tR\x16redeliveryBackoffMaxMs\x88\x01\x01\x12G\n" +
+	"\x1dredelivery_backoff_multiplier\x18\v \x01(\x01H\n" +
+	"R\x1bredeliveryBackoffMultiplier\x88\x01\x01B\x1a\n" +
 	"\x18_record_lock_duration_msB\x17\n" +
 	"\x15_delivery_count_limitB\x1d\n" +
 	"\x1b_partition_max_record_locksB\x14\n" +
 	"\x12_auto_offset_resetB\x15\n" +
 	"\x13_session_timeout_msB\x18\n" +
 	"\x16_heartbeat_interval_msB\x14\n" +
-	"\x12_dead_letter_topic\"G\n" +
+	"\x12_dead_letter_topicB\v\n" +
+	"\t_orderingB \n" +
+	"\x1e_redelivery_backoff_initial_msB\x1c\n" +
+	"\x1a_redelivery_backoff_max_msB \n" +
+	"\x1e_redelivery_backoff_multiplier\"G\n" +
 	"\x0fTopicPartitions\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
 	"\n" +
@@ -3312,7 +3445,7 @@ const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12@\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\v2 .sharelog.v1.SharePartitionStateR\n" +
-	"partitions\"\xb5\x02\n" +
+	"partitions\"\x91\x03\n" +
 	"\x13SharePartitionState\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12!\n" +
 	"\fstart_offset\x18\x02 \x01(\x03R\vstartOffset\x12\x1d\n" +
@@ -3323,7 +3456,11 @@ const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\ttruncated\x18\x06 \x01(\bR\ttruncated\x125\n" +
 	"\n" +
 	"error_code\x18\a \x01(\x0e2\x16.sharelog.v1.ErrorCodeR\terrorCode\x12#\n" +
-	"\rerror_message\x18\b \x01(\tR\ferrorMessage\"\x87\x02\n" +
+	"\rerror_message\x18\b \x01(\tR\ferrorMessage\x12\x1f\n" +
+	"\vkey_waiting\x18\t \x01(\x03R\n" +
+	"keyWaiting\x129\n" +
+	"\x19oldest_key_waiting_offset\x18\n" +
+	" \x01(\x03R\x16oldestKeyWaitingOffset\"\xb8\x02\n" +
 	"\rInFlightRange\x12!\n" +
 	"\ffirst_offset\x18\x01 \x01(\x03R\vfirstOffset\x12\x1f\n" +
 	"\vlast_offset\x18\x02 \x01(\x03R\n" +
@@ -3331,7 +3468,8 @@ const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\x05state\x18\x03 \x01(\x0e2\x1a.sharelog.v1.InFlightStateR\x05state\x12%\n" +
 	"\x0edelivery_count\x18\x04 \x01(\x05R\rdeliveryCount\x12&\n" +
 	"\x0fowner_member_id\x18\x05 \x01(\tR\rownerMemberId\x121\n" +
-	"\x15lock_deadline_unix_ms\x18\x06 \x01(\x03R\x12lockDeadlineUnixMs*\x8b\x01\n" +
+	"\x15lock_deadline_unix_ms\x18\x06 \x01(\x03R\x12lockDeadlineUnixMs\x12/\n" +
+	"\x14available_at_unix_ms\x18\a \x01(\x03R\x11availableAtUnixMs*\x8b\x01\n" +
 	"\x0fShareGroupState\x12!\n" +
 	"\x1dSHARE_GROUP_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17SHARE_GROUP_STATE_EMPTY\x10\x01\x12\x1c\n" +
@@ -3343,7 +3481,11 @@ const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\x18ACKNOWLEDGE_TYPE_RELEASE\x10\x02\x12\x1b\n" +
 	"\x17ACKNOWLEDGE_TYPE_REJECT\x10\x03\x12\x18\n" +
 	"\x14ACKNOWLEDGE_TYPE_GAP\x10\x04\x12\x1a\n" +
-	"\x16ACKNOWLEDGE_TYPE_RENEW\x10\x05*\xcc\x01\n" +
+	"\x16ACKNOWLEDGE_TYPE_RENEW\x10\x05*I\n" +
+	"\bOrdering\x12\x18\n" +
+	"\x14ORDERING_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rORDERING_NONE\x10\x01\x12\x10\n" +
+	"\fORDERING_KEY\x10\x02*\xcc\x01\n" +
 	"\rInFlightState\x12\x1f\n" +
 	"\x1bIN_FLIGHT_STATE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19IN_FLIGHT_STATE_AVAILABLE\x10\x01\x12\x1c\n" +
@@ -3379,136 +3521,138 @@ func file_sharelog_v1_share_group_proto_rawDescGZIP() []byte {
 	return file_sharelog_v1_share_group_proto_rawDescData
 }
 
-var file_sharelog_v1_share_group_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_sharelog_v1_share_group_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_sharelog_v1_share_group_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_sharelog_v1_share_group_proto_goTypes = []any{
 	(ShareGroupState)(0),                          // 0: sharelog.v1.ShareGroupState
 	(AcknowledgeType)(0),                          // 1: sharelog.v1.AcknowledgeType
-	(InFlightState)(0),                            // 2: sharelog.v1.InFlightState
-	(*ShareGroupConfig)(nil),                      // 3: sharelog.v1.ShareGroupConfig
-	(*TopicPartitions)(nil),                       // 4: sharelog.v1.TopicPartitions
-	(*Assignment)(nil),                            // 5: sharelog.v1.Assignment
-	(*ShareGroupHeartbeatRequest)(nil),            // 6: sharelog.v1.ShareGroupHeartbeatRequest
-	(*ShareGroupHeartbeatResponse)(nil),           // 7: sharelog.v1.ShareGroupHeartbeatResponse
-	(*AcknowledgementBatch)(nil),                  // 8: sharelog.v1.AcknowledgementBatch
-	(*ShareFetchRequest)(nil),                     // 9: sharelog.v1.ShareFetchRequest
-	(*ShareFetchTopic)(nil),                       // 10: sharelog.v1.ShareFetchTopic
-	(*ShareFetchPartition)(nil),                   // 11: sharelog.v1.ShareFetchPartition
-	(*ShareFetchResponse)(nil),                    // 12: sharelog.v1.ShareFetchResponse
-	(*ShareFetchTopicResponse)(nil),               // 13: sharelog.v1.ShareFetchTopicResponse
-	(*ShareFetchPartitionResponse)(nil),           // 14: sharelog.v1.ShareFetchPartitionResponse
-	(*AcquiredRecords)(nil),                       // 15: sharelog.v1.AcquiredRecords
-	(*ShareAcknowledgeRequest)(nil),               // 16: sharelog.v1.ShareAcknowledgeRequest
-	(*ShareAcknowledgeResponse)(nil),              // 17: sharelog.v1.ShareAcknowledgeResponse
-	(*ShareAcknowledgeTopicResponse)(nil),         // 18: sharelog.v1.ShareAcknowledgeTopicResponse
-	(*ShareAcknowledgePartitionResponse)(nil),     // 19: sharelog.v1.ShareAcknowledgePartitionResponse
-	(*ListShareGroupsRequest)(nil),                // 20: sharelog.v1.ListShareGroupsRequest
-	(*ListShareGroupsResponse)(nil),               // 21: sharelog.v1.ListShareGroupsResponse
-	(*ShareGroupListing)(nil),                     // 22: sharelog.v1.ShareGroupListing
-	(*DescribeShareGroupRequest)(nil),             // 23: sharelog.v1.DescribeShareGroupRequest
-	(*DescribeShareGroupResponse)(nil),            // 24: sharelog.v1.DescribeShareGroupResponse
-	(*ShareGroupMember)(nil),                      // 25: sharelog.v1.ShareGroupMember
-	(*DescribeShareGroupOffsetsRequest)(nil),      // 26: sharelog.v1.DescribeShareGroupOffsetsRequest
-	(*DescribeShareGroupOffsetsResponse)(nil),     // 27: sharelog.v1.DescribeShareGroupOffsetsResponse
-	(*ShareGroupOffsetsTopic)(nil),                // 28: sharelog.v1.ShareGroupOffsetsTopic
-	(*ShareGroupOffsetsPartition)(nil),            // 29: sharelog.v1.ShareGroupOffsetsPartition
-	(*AlterShareGroupOffsetsRequest)(nil),         // 30: sharelog.v1.AlterShareGroupOffsetsRequest
-	(*AlterShareGroupOffsetsTopic)(nil),           // 31: sharelog.v1.AlterShareGroupOffsetsTopic
-	(*AlterShareGroupOffsetsPartition)(nil),       // 32: sharelog.v1.AlterShareGroupOffsetsPartition
-	(*AlterShareGroupOffsetsResponse)(nil),        // 33: sharelog.v1.AlterShareGroupOffsetsResponse
-	(*AlterShareGroupOffsetsTopicResult)(nil),     // 34: sharelog.v1.AlterShareGroupOffsetsTopicResult
-	(*AlterShareGroupOffsetsPartitionResult)(nil), // 35: sharelog.v1.AlterShareGroupOffsetsPartitionResult
-	(*DeleteShareGroupOffsetsRequest)(nil),        // 36: sharelog.v1.DeleteShareGroupOffsetsRequest
-	(*DeleteShareGroupOffsetsResponse)(nil),       // 37: sharelog.v1.DeleteShareGroupOffsetsResponse
-	(*DeleteShareGroupOffsetsTopicResult)(nil),    // 38: sharelog.v1.DeleteShareGroupOffsetsTopicResult
-	(*DeleteShareGroupRequest)(nil),               // 39: sharelog.v1.DeleteShareGroupRequest
-	(*DeleteShareGroupResponse)(nil),              // 40: sharelog.v1.DeleteShareGroupResponse
-	(*GetShareGroupConfigRequest)(nil),            // 41: sharelog.v1.GetShareGroupConfigRequest
-	(*GetShareGroupConfigResponse)(nil),           // 42: sharelog.v1.GetShareGroupConfigResponse
-	(*UpdateShareGroupConfigRequest)(nil),         // 43: sharelog.v1.UpdateShareGroupConfigRequest
-	(*UpdateShareGroupConfigResponse)(nil),        // 44: sharelog.v1.UpdateShareGroupConfigResponse
-	(*DescribeSharePartitionStateRequest)(nil),    // 45: sharelog.v1.DescribeSharePartitionStateRequest
-	(*DescribeSharePartitionStateResponse)(nil),   // 46: sharelog.v1.DescribeSharePartitionStateResponse
-	(*SharePartitionStateTopic)(nil),              // 47: sharelog.v1.SharePartitionStateTopic
-	(*SharePartitionState)(nil),                   // 48: sharelog.v1.SharePartitionState
-	(*InFlightRange)(nil),                         // 49: sharelog.v1.InFlightRange
-	(ErrorCode)(0),                                // 50: sharelog.v1.ErrorCode
-	(*Record)(nil),                                // 51: sharelog.v1.Record
+	(Ordering)(0),                                 // 2: sharelog.v1.Ordering
+	(InFlightState)(0),                            // 3: sharelog.v1.InFlightState
+	(*ShareGroupConfig)(nil),                      // 4: sharelog.v1.ShareGroupConfig
+	(*TopicPartitions)(nil),                       // 5: sharelog.v1.TopicPartitions
+	(*Assignment)(nil),                            // 6: sharelog.v1.Assignment
+	(*ShareGroupHeartbeatRequest)(nil),            // 7: sharelog.v1.ShareGroupHeartbeatRequest
+	(*ShareGroupHeartbeatResponse)(nil),           // 8: sharelog.v1.ShareGroupHeartbeatResponse
+	(*AcknowledgementBatch)(nil),                  // 9: sharelog.v1.AcknowledgementBatch
+	(*ShareFetchRequest)(nil),                     // 10: sharelog.v1.ShareFetchRequest
+	(*ShareFetchTopic)(nil),                       // 11: sharelog.v1.ShareFetchTopic
+	(*ShareFetchPartition)(nil),                   // 12: sharelog.v1.ShareFetchPartition
+	(*ShareFetchResponse)(nil),                    // 13: sharelog.v1.ShareFetchResponse
+	(*ShareFetchTopicResponse)(nil),               // 14: sharelog.v1.ShareFetchTopicResponse
+	(*ShareFetchPartitionResponse)(nil),           // 15: sharelog.v1.ShareFetchPartitionResponse
+	(*AcquiredRecords)(nil),                       // 16: sharelog.v1.AcquiredRecords
+	(*ShareAcknowledgeRequest)(nil),               // 17: sharelog.v1.ShareAcknowledgeRequest
+	(*ShareAcknowledgeResponse)(nil),              // 18: sharelog.v1.ShareAcknowledgeResponse
+	(*ShareAcknowledgeTopicResponse)(nil),         // 19: sharelog.v1.ShareAcknowledgeTopicResponse
+	(*ShareAcknowledgePartitionResponse)(nil),     // 20: sharelog.v1.ShareAcknowledgePartitionResponse
+	(*ListShareGroupsRequest)(nil),                // 21: sharelog.v1.ListShareGroupsRequest
+	(*ListShareGroupsResponse)(nil),               // 22: sharelog.v1.ListShareGroupsResponse
+	(*ShareGroupListing)(nil),                     // 23: sharelog.v1.ShareGroupListing
+	(*DescribeShareGroupRequest)(nil),             // 24: sharelog.v1.DescribeShareGroupRequest
+	(*DescribeShareGroupResponse)(nil),            // 25: sharelog.v1.DescribeShareGroupResponse
+	(*ShareGroupMember)(nil),                      // 26: sharelog.v1.ShareGroupMember
+	(*DescribeShareGroupOffsetsRequest)(nil),      // 27: sharelog.v1.DescribeShareGroupOffsetsRequest
+	(*DescribeShareGroupOffsetsResponse)(nil),     // 28: sharelog.v1.DescribeShareGroupOffsetsResponse
+	(*ShareGroupOffsetsTopic)(nil),                // 29: sharelog.v1.ShareGroupOffsetsTopic
+	(*ShareGroupOffsetsPartition)(nil),            // 30: sharelog.v1.ShareGroupOffsetsPartition
+	(*AlterShareGroupOffsetsRequest)(nil),         // 31: sharelog.v1.AlterShareGroupOffsetsRequest
+	(*AlterShareGroupOffsetsTopic)(nil),           // 32: sharelog.v1.AlterShareGroupOffsetsTopic
+	(*AlterShareGroupOffsetsPartition)(nil),       // 33: sharelog.v1.AlterShareGroupOffsetsPartition
+	(*AlterShareGroupOffsetsResponse)(nil),        // 34: sharelog.v1.AlterShareGroupOffsetsResponse
+	(*AlterShareGroupOffsetsTopicResult)(nil),     // 35: sharelog.v1.AlterShareGroupOffsetsTopicResult
+	(*AlterShareGroupOffsetsPartitionResult)(nil), // 36: sharelog.v1.AlterShareGroupOffsetsPartitionResult
+	(*DeleteShareGroupOffsetsRequest)(nil),        // 37: sharelog.v1.DeleteShareGroupOffsetsRequest
+	(*DeleteShareGroupOffsetsResponse)(nil),       // 38: sharelog.v1.DeleteShareGroupOffsetsResponse
+	(*DeleteShareGroupOffsetsTopicResult)(nil),    // 39: sharelog.v1.DeleteShareGroupOffsetsTopicResult
+	(*DeleteShareGroupRequest)(nil),               // 40: sharelog.v1.DeleteShareGroupRequest
+	(*DeleteShareGroupResponse)(nil),              // 41: sharelog.v1.DeleteShareGroupResponse
+	(*GetShareGroupConfigRequest)(nil),            // 42: sharelog.v1.GetShareGroupConfigRequest
+	(*GetShareGroupConfigResponse)(nil),           // 43: sharelog.v1.GetShareGroupConfigResponse
+	(*UpdateShareGroupConfigRequest)(nil),         // 44: sharelog.v1.UpdateShareGroupConfigRequest
+	(*UpdateShareGroupConfigResponse)(nil),        // 45: sharelog.v1.UpdateShareGroupConfigResponse
+	(*DescribeSharePartitionStateRequest)(nil),    // 46: sharelog.v1.DescribeSharePartitionStateRequest
+	(*DescribeSharePartitionStateResponse)(nil),   // 47: sharelog.v1.DescribeSharePartitionStateResponse
+	(*SharePartitionStateTopic)(nil),              // 48: sharelog.v1.SharePartitionStateTopic
+	(*SharePartitionState)(nil),                   // 49: sharelog.v1.SharePartitionState
+	(*InFlightRange)(nil),                         // 50: sharelog.v1.InFlightRange
+	(ErrorCode)(0),                                // 51: sharelog.v1.ErrorCode
+	(*Record)(nil),                                // 52: sharelog.v1.Record
 }
 var file_sharelog_v1_share_group_proto_depIdxs = []int32{
-	4,  // 0: sharelog.v1.Assignment.topic_partitions:type_name -> sharelog.v1.TopicPartitions
-	5,  // 1: sharelog.v1.ShareGroupHeartbeatResponse.assignment:type_name -> sharelog.v1.Assignment
-	1,  // 2: sharelog.v1.AcknowledgementBatch.acknowledge_types:type_name -> sharelog.v1.AcknowledgeType
-	10, // 3: sharelog.v1.ShareFetchRequest.topics:type_name -> sharelog.v1.ShareFetchTopic
-	4,  // 4: sharelog.v1.ShareFetchRequest.forgotten_topics_data:type_name -> sharelog.v1.TopicPartitions
-	11, // 5: sharelog.v1.ShareFetchTopic.partitions:type_name -> sharelog.v1.ShareFetchPartition
-	8,  // 6: sharelog.v1.ShareFetchPartition.acknowledgement_batches:type_name -> sharelog.v1.AcknowledgementBatch
-	13, // 7: sharelog.v1.ShareFetchResponse.responses:type_name -> sharelog.v1.ShareFetchTopicResponse
-	14, // 8: sharelog.v1.ShareFetchTopicResponse.partitions:type_name -> sharelog.v1.ShareFetchPartitionResponse
-	50, // 9: sharelog.v1.ShareFetchPartitionResponse.error_code:type_name -> sharelog.v1.ErrorCode
-	50, // 10: sharelog.v1.ShareFetchPartitionResponse.acknowledge_error_code:type_name -> sharelog.v1.ErrorCode
-	51, // 11: sharelog.v1.ShareFetchPartitionResponse.records:type_name -> sharelog.v1.Record
-	15, // 12: sharelog.v1.ShareFetchPartitionResponse.acquired_records:type_name -> sharelog.v1.AcquiredRecords
-	10, // 13: sharelog.v1.ShareAcknowledgeRequest.topics:type_name -> sharelog.v1.ShareFetchTopic
-	18, // 14: sharelog.v1.ShareAcknowledgeResponse.responses:type_name -> sharelog.v1.ShareAcknowledgeTopicResponse
-	19, // 15: sharelog.v1.ShareAcknowledgeTopicResponse.partitions:type_name -> sharelog.v1.ShareAcknowledgePartitionResponse
-	50, // 16: sharelog.v1.ShareAcknowledgePartitionResponse.error_code:type_name -> sharelog.v1.ErrorCode
-	0,  // 17: sharelog.v1.ListShareGroupsRequest.state_filter:type_name -> sharelog.v1.ShareGroupState
-	22, // 18: sharelog.v1.ListShareGroupsResponse.groups:type_name -> sharelog.v1.ShareGroupListing
-	0,  // 19: sharelog.v1.ShareGroupListing.state:type_name -> sharelog.v1.ShareGroupState
-	0,  // 20: sharelog.v1.DescribeShareGroupResponse.state:type_name -> sharelog.v1.ShareGroupState
-	3,  // 21: sharelog.v1.DescribeShareGroupResponse.config:type_name -> sharelog.v1.ShareGroupConfig
-	25, // 22: sharelog.v1.DescribeShareGroupResponse.members:type_name -> sharelog.v1.ShareGroupMember
-	5,  // 23: sharelog.v1.ShareGroupMember.assignment:type_name -> sharelog.v1.Assignment
-	4,  // 24: sharelog.v1.DescribeShareGroupOffsetsRequest.topics:type_name -> sharelog.v1.TopicPartitions
-	28, // 25: sharelog.v1.DescribeShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.ShareGroupOffsetsTopic
-	29, // 26: sharelog.v1.ShareGroupOffsetsTopic.partitions:type_name -> sharelog.v1.ShareGroupOffsetsPartition
-	50, // 27: sharelog.v1.ShareGroupOffsetsPartition.error_code:type_name -> sharelog.v1.ErrorCode
-	31, // 28: sharelog.v1.AlterShareGroupOffsetsRequest.topics:type_name -> sharelog.v1.AlterShareGroupOffsetsTopic
-	32, // 29: sharelog.v1.AlterShareGroupOffsetsTopic.partitions:type_name -> sharelog.v1.AlterShareGroupOffsetsPartition
-	34, // 30: sharelog.v1.AlterShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.AlterShareGroupOffsetsTopicResult
-	35, // 31: sharelog.v1.AlterShareGroupOffsetsTopicResult.partitions:type_name -> sharelog.v1.AlterShareGroupOffsetsPartitionResult
-	50, // 32: sharelog.v1.AlterShareGroupOffsetsPartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
-	38, // 33: sharelog.v1.DeleteShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.DeleteShareGroupOffsetsTopicResult
-	50, // 34: sharelog.v1.DeleteShareGroupOffsetsTopicResult.error_code:type_name -> sharelog.v1.ErrorCode
-	3,  // 35: sharelog.v1.GetShareGroupConfigResponse.config:type_name -> sharelog.v1.ShareGroupConfig
-	3,  // 36: sharelog.v1.UpdateShareGroupConfigRequest.config:type_name -> sharelog.v1.ShareGroupConfig
-	3,  // 37: sharelog.v1.UpdateShareGroupConfigResponse.config:type_name -> sharelog.v1.ShareGroupConfig
-	4,  // 38: sharelog.v1.DescribeSharePartitionStateRequest.topics:type_name -> sharelog.v1.TopicPartitions
-	47, // 39: sharelog.v1.DescribeSharePartitionStateResponse.topics:type_name -> sharelog.v1.SharePartitionStateTopic
-	48, // 40: sharelog.v1.SharePartitionStateTopic.partitions:type_name -> sharelog.v1.SharePartitionState
-	49, // 41: sharelog.v1.SharePartitionState.ranges:type_name -> sharelog.v1.InFlightRange
-	50, // 42: sharelog.v1.SharePartitionState.error_code:type_name -> sharelog.v1.ErrorCode
-	2,  // 43: sharelog.v1.InFlightRange.state:type_name -> sharelog.v1.InFlightState
-	6,  // 44: sharelog.v1.ShareGroupService.ShareGroupHeartbeat:input_type -> sharelog.v1.ShareGroupHeartbeatRequest
-	9,  // 45: sharelog.v1.ShareGroupService.ShareFetch:input_type -> sharelog.v1.ShareFetchRequest
-	16, // 46: sharelog.v1.ShareGroupService.ShareAcknowledge:input_type -> sharelog.v1.ShareAcknowledgeRequest
-	20, // 47: sharelog.v1.ShareGroupService.ListShareGroups:input_type -> sharelog.v1.ListShareGroupsRequest
-	23, // 48: sharelog.v1.ShareGroupService.DescribeShareGroup:input_type -> sharelog.v1.DescribeShareGroupRequest
-	26, // 49: sharelog.v1.ShareGroupService.DescribeShareGroupOffsets:input_type -> sharelog.v1.DescribeShareGroupOffsetsRequest
-	30, // 50: sharelog.v1.ShareGroupService.AlterShareGroupOffsets:input_type -> sharelog.v1.AlterShareGroupOffsetsRequest
-	36, // 51: sharelog.v1.ShareGroupService.DeleteShareGroupOffsets:input_type -> sharelog.v1.DeleteShareGroupOffsetsRequest
-	39, // 52: sharelog.v1.ShareGroupService.DeleteShareGroup:input_type -> sharelog.v1.DeleteShareGroupRequest
-	41, // 53: sharelog.v1.ShareGroupService.GetShareGroupConfig:input_type -> sharelog.v1.GetShareGroupConfigRequest
-	43, // 54: sharelog.v1.ShareGroupService.UpdateShareGroupConfig:input_type -> sharelog.v1.UpdateShareGroupConfigRequest
-	45, // 55: sharelog.v1.ShareGroupService.DescribeSharePartitionState:input_type -> sharelog.v1.DescribeSharePartitionStateRequest
-	7,  // 56: sharelog.v1.ShareGroupService.ShareGroupHeartbeat:output_type -> sharelog.v1.ShareGroupHeartbeatResponse
-	12, // 57: sharelog.v1.ShareGroupService.ShareFetch:output_type -> sharelog.v1.ShareFetchResponse
-	17, // 58: sharelog.v1.ShareGroupService.ShareAcknowledge:output_type -> sharelog.v1.ShareAcknowledgeResponse
-	21, // 59: sharelog.v1.ShareGroupService.ListShareGroups:output_type -> sharelog.v1.ListShareGroupsResponse
-	24, // 60: sharelog.v1.ShareGroupService.DescribeShareGroup:output_type -> sharelog.v1.DescribeShareGroupResponse
-	27, // 61: sharelog.v1.ShareGroupService.DescribeShareGroupOffsets:output_type -> sharelog.v1.DescribeShareGroupOffsetsResponse
-	33, // 62: sharelog.v1.ShareGroupService.AlterShareGroupOffsets:output_type -> sharelog.v1.AlterShareGroupOffsetsResponse
-	37, // 63: sharelog.v1.ShareGroupService.DeleteShareGroupOffsets:output_type -> sharelog.v1.DeleteShareGroupOffsetsResponse
-	40, // 64: sharelog.v1.ShareGroupService.DeleteShareGroup:output_type -> sharelog.v1.DeleteShareGroupResponse
-	42, // 65: sharelog.v1.ShareGroupService.GetShareGroupConfig:output_type -> sharelog.v1.GetShareGroupConfigResponse
-	44, // 66: sharelog.v1.ShareGroupService.UpdateShareGroupConfig:output_type -> sharelog.v1.UpdateShareGroupConfigResponse
-	46, // 67: sharelog.v1.ShareGroupService.DescribeSharePartitionState:output_type -> sharelog.v1.DescribeSharePartitionStateResponse
-	56, // [56:68] is the sub-list for method output_type
-	44, // [44:56] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	2,  // 0: sharelog.v1.ShareGroupConfig.ordering:type_name -> sharelog.v1.Ordering
+	5,  // 1: sharelog.v1.Assignment.topic_partitions:type_name -> sharelog.v1.TopicPartitions
+	6,  // 2: sharelog.v1.ShareGroupHeartbeatResponse.assignment:type_name -> sharelog.v1.Assignment
+	1,  // 3: sharelog.v1.AcknowledgementBatch.acknowledge_types:type_name -> sharelog.v1.AcknowledgeType
+	11, // 4: sharelog.v1.ShareFetchRequest.topics:type_name -> sharelog.v1.ShareFetchTopic
+	5,  // 5: sharelog.v1.ShareFetchRequest.forgotten_topics_data:type_name -> sharelog.v1.TopicPartitions
+	12, // 6: sharelog.v1.ShareFetchTopic.partitions:type_name -> sharelog.v1.ShareFetchPartition
+	9,  // 7: sharelog.v1.ShareFetchPartition.acknowledgement_batches:type_name -> sharelog.v1.AcknowledgementBatch
+	14, // 8: sharelog.v1.ShareFetchResponse.responses:type_name -> sharelog.v1.ShareFetchTopicResponse
+	15, // 9: sharelog.v1.ShareFetchTopicResponse.partitions:type_name -> sharelog.v1.ShareFetchPartitionResponse
+	51, // 10: sharelog.v1.ShareFetchPartitionResponse.error_code:type_name -> sharelog.v1.ErrorCode
+	51, // 11: sharelog.v1.ShareFetchPartitionResponse.acknowledge_error_code:type_name -> sharelog.v1.ErrorCode
+	52, // 12: sharelog.v1.ShareFetchPartitionResponse.records:type_name -> sharelog.v1.Record
+	16, // 13: sharelog.v1.ShareFetchPartitionResponse.acquired_records:type_name -> sharelog.v1.AcquiredRecords
+	11, // 14: sharelog.v1.ShareAcknowledgeRequest.topics:type_name -> sharelog.v1.ShareFetchTopic
+	19, // 15: sharelog.v1.ShareAcknowledgeResponse.responses:type_name -> sharelog.v1.ShareAcknowledgeTopicResponse
+	20, // 16: sharelog.v1.ShareAcknowledgeTopicResponse.partitions:type_name -> sharelog.v1.ShareAcknowledgePartitionResponse
+	51, // 17: sharelog.v1.ShareAcknowledgePartitionResponse.error_code:type_name -> sharelog.v1.ErrorCode
+	0,  // 18: sharelog.v1.ListShareGroupsRequest.state_filter:type_name -> sharelog.v1.ShareGroupState
+	23, // 19: sharelog.v1.ListShareGroupsResponse.groups:type_name -> sharelog.v1.ShareGroupListing
+	0,  // 20: sharelog.v1.ShareGroupListing.state:type_name -> sharelog.v1.ShareGroupState
+	0,  // 21: sharelog.v1.DescribeShareGroupResponse.state:type_name -> sharelog.v1.ShareGroupState
+	4,  // 22: sharelog.v1.DescribeShareGroupResponse.config:type_name -> sharelog.v1.ShareGroupConfig
+	26, // 23: sharelog.v1.DescribeShareGroupResponse.members:type_name -> sharelog.v1.ShareGroupMember
+	6,  // 24: sharelog.v1.ShareGroupMember.assignment:type_name -> sharelog.v1.Assignment
+	5,  // 25: sharelog.v1.DescribeShareGroupOffsetsRequest.topics:type_name -> sharelog.v1.TopicPartitions
+	29, // 26: sharelog.v1.DescribeShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.ShareGroupOffsetsTopic
+	30, // 27: sharelog.v1.ShareGroupOffsetsTopic.partitions:type_name -> sharelog.v1.ShareGroupOffsetsPartition
+	51, // 28: sharelog.v1.ShareGroupOffsetsPartition.error_code:type_name -> sharelog.v1.ErrorCode
+	32, // 29: sharelog.v1.AlterShareGroupOffsetsRequest.topics:type_name -> sharelog.v1.AlterShareGroupOffsetsTopic
+	33, // 30: sharelog.v1.AlterShareGroupOffsetsTopic.partitions:type_name -> sharelog.v1.AlterShareGroupOffsetsPartition
+	35, // 31: sharelog.v1.AlterShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.AlterShareGroupOffsetsTopicResult
+	36, // 32: sharelog.v1.AlterShareGroupOffsetsTopicResult.partitions:type_name -> sharelog.v1.AlterShareGroupOffsetsPartitionResult
+	51, // 33: sharelog.v1.AlterShareGroupOffsetsPartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
+	39, // 34: sharelog.v1.DeleteShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.DeleteShareGroupOffsetsTopicResult
+	51, // 35: sharelog.v1.DeleteShareGroupOffsetsTopicResult.error_code:type_name -> sharelog.v1.ErrorCode
+	4,  // 36: sharelog.v1.GetShareGroupConfigResponse.config:type_name -> sharelog.v1.ShareGroupConfig
+	4,  // 37: sharelog.v1.UpdateShareGroupConfigRequest.config:type_name -> sharelog.v1.ShareGroupConfig
+	4,  // 38: sharelog.v1.UpdateShareGroupConfigResponse.config:type_name -> sharelog.v1.ShareGroupConfig
+	5,  // 39: sharelog.v1.DescribeSharePartitionStateRequest.topics:type_name -> sharelog.v1.TopicPartitions
+	48, // 40: sharelog.v1.DescribeSharePartitionStateResponse.topics:type_name -> sharelog.v1.SharePartitionStateTopic
+	49, // 41: sharelog.v1.SharePartitionStateTopic.partitions:type_name -> sharelog.v1.SharePartitionState
+	50, // 42: sharelog.v1.SharePartitionState.ranges:type_name -> sharelog.v1.InFlightRange
+	51, // 43: sharelog.v1.SharePartitionState.error_code:type_name -> sharelog.v1.ErrorCode
+	3,  // 44: sharelog.v1.InFlightRange.state:type_name -> sharelog.v1.InFlightState
+	7,  // 45: sharelog.v1.ShareGroupService.ShareGroupHeartbeat:input_type -> sharelog.v1.ShareGroupHeartbeatRequest
+	10, // 46: sharelog.v1.ShareGroupService.ShareFetch:input_type -> sharelog.v1.ShareFetchRequest
+	17, // 47: sharelog.v1.ShareGroupService.ShareAcknowledge:input_type -> sharelog.v1.ShareAcknowledgeRequest
+	21, // 48: sharelog.v1.ShareGroupService.ListShareGroups:input_type -> sharelog.v1.ListShareGroupsRequest
+	24, // 49: sharelog.v1.ShareGroupService.DescribeShareGroup:input_type -> sharelog.v1.DescribeShareGroupRequest
+	27, // 50: sharelog.v1.ShareGroupService.DescribeShareGroupOffsets:input_type -> sharelog.v1.DescribeShareGroupOffsetsRequest
+	31, // 51: sharelog.v1.ShareGroupService.AlterShareGroupOffsets:input_type -> sharelog.v1.AlterShareGroupOffsetsRequest
+	37, // 52: sharelog.v1.ShareGroupService.DeleteShareGroupOffsets:input_type -> sharelog.v1.DeleteShareGroupOffsetsRequest
+	40, // 53: sharelog.v1.ShareGroupService.DeleteShareGroup:input_type -> sharelog.v1.DeleteShareGroupRequest
+	42, // 54: sharelog.v1.ShareGroupService.GetShareGroupConfig:input_type -> sharelog.v1.GetShareGroupConfigRequest
+	44, // 55: sharelog.v1.ShareGroupService.UpdateShareGroupConfig:input_type -> sharelog.v1.UpdateShareGroupConfigRequest
+	46, // 56: sharelog.v1.ShareGroupService.DescribeSharePartitionState:input_type -> sharelog.v1.DescribeSharePartitionStateRequest
+	8,  // 57: sharelog.v1.ShareGroupService.ShareGroupHeartbeat:output_type -> sharelog.v1.ShareGroupHeartbeatResponse
+	13, // 58: sharelog.v1.ShareGroupService.ShareFetch:output_type -> sharelog.v1.ShareFetchResponse
+	18, // 59: sharelog.v1.ShareGroupService.ShareAcknowledge:output_type -> sharelog.v1.ShareAcknowledgeResponse
+	22, // 60: sharelog.v1.ShareGroupService.ListShareGroups:output_type -> sharelog.v1.ListShareGroupsResponse
+	25, // 61: sharelog.v1.ShareGroupService.DescribeShareGroup:output_type -> sharelog.v1.DescribeShareGroupResponse
+	28, // 62: sharelog.v1.ShareGroupService.DescribeShareGroupOffsets:output_type -> sharelog.v1.DescribeShareGroupOffsetsResponse
+	34, // 63: sharelog.v1.ShareGroupService.AlterShareGroupOffsets:output_type -> sharelog.v1.AlterShareGroupOffsetsResponse
+	38, // 64: sharelog.v1.ShareGroupService.DeleteShareGroupOffsets:output_type -> sharelog.v1.DeleteShareGroupOffsetsResponse
+	41, // 65: sharelog.v1.ShareGroupService.DeleteShareGroup:output_type -> sharelog.v1.DeleteShareGroupResponse
+	43, // 66: sharelog.v1.ShareGroupService.GetShareGroupConfig:output_type -> sharelog.v1.GetShareGroupConfigResponse
+	45, // 67: sharelog.v1.ShareGroupService.UpdateShareGroupConfig:output_type -> sharelog.v1.UpdateShareGroupConfigResponse
+	47, // 68: sharelog.v1.ShareGroupService.DescribeSharePartitionState:output_type -> sharelog.v1.DescribeSharePartitionStateResponse
+	57, // [57:69] is the sub-list for method output_type
+	45, // [45:57] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_sharelog_v1_share_group_proto_init() }
@@ -3526,7 +3670,7 @@ func file_sharelog_v1_share_group_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sharelog_v1_share_group_proto_rawDesc), len(file_sharelog_v1_share_group_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,

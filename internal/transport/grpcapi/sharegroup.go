@@ -296,7 +296,41 @@ func GroupConfigToProto(c sharegroup.GroupConfig) *sharelogv1.ShareGroupConfig {
 		SessionTimeoutMs:        c.SessionTimeoutMs,
 		HeartbeatIntervalMs:     c.HeartbeatIntervalMs,
 		DeadLetterTopic:         c.DeadLetterTopic,
+		Ordering:                orderingToProto(c.Ordering),
+
+		RedeliveryBackoffInitialMs:  c.RedeliveryBackoffInitialMs,
+		RedeliveryBackoffMaxMs:      c.RedeliveryBackoffMaxMs,
+		RedeliveryBackoffMultiplier: c.RedeliveryBackoffMultiplier,
 	}
+}
+
+func orderingToProto(o *string) *sharelogv1.Ordering {
+	if o == nil {
+		return nil
+	}
+	v := sharelogv1.Ordering_ORDERING_NONE
+	if *o == sharegroup.OrderingKey {
+		v = sharelogv1.Ordering_ORDERING_KEY
+	}
+	return &v
+}
+
+// orderingFromProto maps ORDERING_UNSPECIFIED and ORDERING_NONE to
+// "none"; an unknown number is passed on so the domain refuses it.
+func orderingFromProto(o *sharelogv1.Ordering) *string {
+	if o == nil {
+		return nil
+	}
+	var v string
+	switch *o {
+	case sharelogv1.Ordering_ORDERING_UNSPECIFIED, sharelogv1.Ordering_ORDERING_NONE:
+		v = sharegroup.OrderingNone
+	case sharelogv1.Ordering_ORDERING_KEY:
+		v = sharegroup.OrderingKey
+	default:
+		v = o.String()
+	}
+	return &v
 }
 
 // GroupConfigFromProto is the inverse of GroupConfigToProto; a nil config
@@ -313,6 +347,11 @@ func GroupConfigFromProto(c *sharelogv1.ShareGroupConfig) sharegroup.GroupConfig
 		SessionTimeoutMs:        c.SessionTimeoutMs,
 		HeartbeatIntervalMs:     c.HeartbeatIntervalMs,
 		DeadLetterTopic:         c.DeadLetterTopic,
+		Ordering:                orderingFromProto(c.Ordering),
+
+		RedeliveryBackoffInitialMs:  c.RedeliveryBackoffInitialMs,
+		RedeliveryBackoffMaxMs:      c.RedeliveryBackoffMaxMs,
+		RedeliveryBackoffMultiplier: c.RedeliveryBackoffMultiplier,
 	}
 }
 
@@ -763,6 +802,7 @@ func (s *ShareGroupService) partitionStateToProto(res []sharegroup.TopicState) *
 			op := &sharelogv1.SharePartitionState{
 				Partition: p.Partition, StartOffset: p.StartOffset, EndOffset: p.EndOffset, Lag: p.Lag,
 				Truncated: p.Truncated, ErrorCode: codeToProto(p.ErrorCode), ErrorMessage: p.ErrorMessage,
+				KeyWaiting: p.KeyWaiting, OldestKeyWaitingOffset: p.OldestKeyWaiting,
 			}
 			for _, r := range p.Ranges {
 				ir := &sharelogv1.InFlightRange{
@@ -772,6 +812,9 @@ func (s *ShareGroupService) partitionStateToProto(res []sharegroup.TopicState) *
 				}
 				if !r.LockDeadline.IsZero() {
 					ir.LockDeadlineUnixMs = r.LockDeadline.UnixMilli()
+				}
+				if !r.AvailableAt.IsZero() {
+					ir.AvailableAtUnixMs = r.AvailableAt.UnixMilli()
 				}
 				op.Ranges = append(op.Ranges, ir)
 			}

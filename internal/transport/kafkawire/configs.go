@@ -48,6 +48,11 @@ const (
 	cfgSharePartitionMaxRecordLocks = "share.partition.max.record.locks"
 	cfgShareSessionTimeoutMs        = "share.session.timeout.ms"
 	cfgShareHeartbeatIntervalMs     = "share.heartbeat.interval.ms"
+	// sharelog's own (docs/queues.md).
+	cfgShareOrdering                  = "share.ordering"
+	cfgShareRedeliveryBackoffInitial  = "share.redelivery.backoff.initial.ms"
+	cfgShareRedeliveryBackoffMax      = "share.redelivery.backoff.max.ms"
+	cfgShareRedeliveryBackoffMultiply = "share.redelivery.backoff.multiplier"
 )
 
 // setGroupConfig sets one named field of c from its Kafka string value.
@@ -75,6 +80,20 @@ func setGroupConfig(c *sharegroup.GroupConfig, name, value string) error {
 		return int32Field(&c.SessionTimeoutMs)
 	case cfgShareHeartbeatIntervalMs:
 		return int32Field(&c.HeartbeatIntervalMs)
+	case cfgShareOrdering:
+		c.Ordering = &value // the domain refuses what is not none or key
+		return nil
+	case cfgShareRedeliveryBackoffInitial:
+		return int32Field(&c.RedeliveryBackoffInitialMs)
+	case cfgShareRedeliveryBackoffMax:
+		return int32Field(&c.RedeliveryBackoffMaxMs)
+	case cfgShareRedeliveryBackoffMultiply:
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return fmt.Errorf("%s must be a number, got %q", name, value)
+		}
+		c.RedeliveryBackoffMultiplier = &v
+		return nil
 	}
 	return fmt.Errorf("group config %q is not supported", name)
 }
@@ -87,16 +106,26 @@ func groupConfigs(c sharegroup.GroupConfig) []configKV {
 		}
 		return strconv.Itoa(int(*p))
 	}
-	s := ""
+	s, ord, mult := "", "", ""
 	if c.AutoOffsetReset != nil {
 		s = *c.AutoOffsetReset
+	}
+	if c.Ordering != nil {
+		ord = *c.Ordering
+	}
+	if c.RedeliveryBackoffMultiplier != nil {
+		mult = strconv.FormatFloat(*c.RedeliveryBackoffMultiplier, 'g', -1, 64)
 	}
 	return []configKV{
 		{name: cfgShareAutoOffsetReset, value: s, source: sourceGroup},
 		{name: cfgShareDeliveryCountLimit, value: i(c.DeliveryCountLimit), source: sourceGroup},
 		{name: cfgShareHeartbeatIntervalMs, value: i(c.HeartbeatIntervalMs), source: sourceGroup},
+		{name: cfgShareOrdering, value: ord, source: sourceGroup},
 		{name: cfgSharePartitionMaxRecordLocks, value: i(c.PartitionMaxRecordLocks), source: sourceGroup},
 		{name: cfgShareRecordLockDurationMs, value: i(c.RecordLockDurationMs), source: sourceGroup},
+		{name: cfgShareRedeliveryBackoffInitial, value: i(c.RedeliveryBackoffInitialMs), source: sourceGroup},
+		{name: cfgShareRedeliveryBackoffMax, value: i(c.RedeliveryBackoffMaxMs), source: sourceGroup},
+		{name: cfgShareRedeliveryBackoffMultiply, value: mult, source: sourceGroup},
 		{name: cfgShareSessionTimeoutMs, value: i(c.SessionTimeoutMs), source: sourceGroup},
 	}
 }

@@ -31,7 +31,8 @@ import (
 //	sharelog_share_dead_letter_copies_total{group}
 //	sharelog_share_dead_letter_skipped_total{group}
 //	sharelog_share_members{group}, sharelog_share_sessions{group}
-//	sharelog_share_unreadable_archived_total, sharelog_share_state_write_failures_total
+//	sharelog_share_unreadable_archived_total, sharelog_share_state_write_failures_total,
+//	sharelog_share_bad_deliver_at_total
 //	sharelog_change_streams_open
 //	sharelog_compaction_{runs,records_removed,tombstones_removed}_total,
 //	sharelog_compaction_{read,written}_bytes_total,
@@ -104,6 +105,7 @@ func registerDomainMetrics(mp metric.MeterProvider, src func() domainSources) er
 	sessions := gauge("sharelog.share.sessions", "{session}", "Open share sessions of the group.")
 	unreadable := counter("sharelog.share.unreadable_archived", "{record}", "Offsets archived because the log could not read them.")
 	stateFails := counter("sharelog.share.state_write_failures", "{write}", "Failed share-state writes or fsyncs.")
+	badDeliverAt := counter("sharelog.share.bad_deliver_at", "{record}", "Acquisitions of records whose sharelog-deliver-at header is not a decimal number of ms (delivered at once; docs/queues.md).")
 	streamsOpen := gauge("sharelog.change_streams.open", "{stream}", "StreamChanges calls in progress.")
 	cRuns := counter("sharelog.compaction.runs", "{run}", "Cleaning passes that rewrote at least one segment.")
 	cRead := counter("sharelog.compaction.read", "By", "Segment bytes read by the cleaner.")
@@ -162,12 +164,13 @@ func registerDomainMetrics(mp metric.MeterProvider, src func() domainSources) er
 			st := s.share.Stats()
 			o.ObserveInt64(unreadable, int64(st.UnreadableArchived))
 			o.ObserveInt64(stateFails, int64(st.StateWriteFailures))
+			o.ObserveInt64(badDeliverAt, int64(st.BadDeliverAt))
 		}
 		if s.streams != nil {
 			o.ObserveInt64(streamsOpen, s.streams.Open())
 		}
 		return nil
 	}, logStart, highWM, spso, lag, acquired, expiries, acks, limitArch, dlqCopies, dlqSkipped, members, sessions,
-		unreadable, stateFails, streamsOpen, cRuns, cRead, cWritten, cRemoved, cTombs, dirty)
+		unreadable, stateFails, badDeliverAt, streamsOpen, cRuns, cRead, cWritten, cRemoved, cTombs, dirty)
 	return err
 }

@@ -12,6 +12,7 @@
 //	manager.go          Manager, groups, Open/load/Close, topic identity, config, snapshot
 //	partition.go        the share-partition: durable writes, time and the log, initialisation, session end
 //	acquisition.go      acquisition: scan, take, commit
+//	keyorder.go         key ordering's index, redelivery backoff and delayed delivery (docs/queues.md)
 //	acknowledgement.go  acknowledgement: check, apply, roll back
 //	runs.go             the range representation
 //	fetch.go            ShareFetch: sessionStep, steps 3–7, long-poll

@@ -8,6 +8,7 @@ import (
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/changestream"
+	"github.com/sharelog/sharelog/internal/consumergroup"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jslog"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
@@ -28,6 +29,9 @@ type backend struct {
 	logSvc  sharelogv1.LogServiceServer
 	shareSv sharelogv1.ShareGroupServiceServer
 	change  sharelogv1.ChangeStreamServiceServer
+	// groups is the consumer-group coordinator in cluster mode, with a
+	// Kafka listener (nil otherwise; the file mode's is Server.groups).
+	groups *consumergroup.Coordinator
 }
 
 // openBackend builds a backend over store (already traced), keys (its key
@@ -150,6 +154,11 @@ func jsProducers(ls *jslog.Store) producerStore {
 // state (not the log store, which the caller owns).
 func (b *backend) close(log *slog.Logger) error {
 	b.streams.Shutdown()
+	if b.groups != nil {
+		if err := b.groups.Close(); err != nil {
+			log.Warn("close consumer groups", "err", err)
+		}
+	}
 	if err := b.share.Close(); err != nil {
 		log.Warn("close share groups", "err", err)
 		return fmt.Errorf("close share groups: %w", err)

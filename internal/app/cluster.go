@@ -16,6 +16,7 @@ import (
 	"github.com/sharelog/sharelog/internal/ownership"
 	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jslog"
+	"github.com/sharelog/sharelog/internal/storage/jetstream/jsoffsets"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jsstate"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
@@ -347,6 +348,22 @@ func (n *clusterNode) openBackend(ctx context.Context, epoch uint64) (*activeBac
 		_ = ss.Close()
 		_ = ls.Close()
 		return nil, err
+	}
+	if n.s.cfg.KafkaAddr != "" {
+		// The consumer groups' committed offsets, read and fenced with
+		// this term (jsoffsets' doc.go "Fencing"): a write refused
+		// because a newer active instance wrote deposes this one, as a
+		// fenced append does.
+		gs, err := jsoffsets.Open(ctx, n.nc, jsoffsets.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, Epoch: epoch,
+			OnFenced: func(string) { fence() }, Logger: n.s.log})
+		if err == nil {
+			b.groups, err = openCoordinator(n.s.cfg, gs, b.logAPI, b.share, nil, n.s.log)
+		}
+		if err != nil {
+			_ = b.close(n.s.log)
+			_ = ls.Close()
+			return nil, fmt.Errorf("open the consumer groups' offsets: %w", err)
+		}
 	}
 	return &activeBackend{backend: b, epoch: epoch, store: ls}, nil
 }

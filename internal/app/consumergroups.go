@@ -17,11 +17,9 @@ import (
 // consumer groups in the data dir (docs/on-disk-layout.md).
 const ConsumerGroupsDir = "consumer-groups"
 
-// openConsumerGroups opens the classic consumer-group coordinator over the
-// file store of committed offsets (fsync as --fsync says), with the log's
-// topics for the partition checks and deletions, and the share groups'
-// ids refused to it (docs/consumer-groups.md). File-store mode only: in
-// cluster mode the Kafka listener, its only transport, is refused.
+// openConsumerGroups opens the classic consumer-group coordinator of the
+// file-store mode over the file store of committed offsets in the data dir
+// (fsync as --fsync says).
 func openConsumerGroups(cfg Config, log *broker.Log, share *sharegroup.Manager, logger *slog.Logger) (*consumergroup.Coordinator, error) {
 	mode, err := logstore.ParseFsyncMode(cfg.Fsync)
 	if err != nil {
@@ -31,6 +29,18 @@ func openConsumerGroups(cfg Config, log *broker.Log, share *sharegroup.Manager, 
 		Fsync: mode, FsyncInterval: cfg.FsyncInterval, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("open consumer-group offsets: %w", err)
+	}
+	return openCoordinator(cfg, st, log, share, nil, logger)
+}
+
+// openCoordinator opens a consumer-group coordinator over st (which it
+// owns, closed on failure too), with log's topics for the partition checks
+// and deletions, and the share groups' ids refused to it
+// (docs/consumer-groups.md). route, in partitioned mode, is which groups
+// this instance coordinates (nil: every one).
+func openCoordinator(cfg Config, st groupoffsets.Store, log *broker.Log, share *sharegroup.Manager, route *groupRoute, logger *slog.Logger) (*consumergroup.Coordinator, error) {
+	if route == nil {
+		route = &groupRoute{}
 	}
 	c, err := consumergroup.Open(consumergroup.Options{
 		Store:                 st,
@@ -62,6 +72,8 @@ func openConsumerGroups(cfg Config, log *broker.Log, share *sharegroup.Manager, 
 		ConsumerHeartbeatInterval: cfg.GroupConsumerHeartbeatInterval,
 		ConsumerSessionTimeout:    cfg.GroupConsumerSessionTimeout,
 		Taken:                     share.HasGroup,
+		Coordinates:               route.coordinates,
+		Serves:                    route.serves,
 		Logger:                    logger,
 	})
 	if err != nil {
@@ -74,4 +86,11 @@ func openConsumerGroups(cfg Config, log *broker.Log, share *sharegroup.Manager, 
 		}
 	})
 	return c, nil
+}
+
+// groupRoute is consumergroup.Options.Coordinates and Serves: the groups
+// an instance of the partitioned mode coordinates (groups.go).
+type groupRoute struct {
+	coordinates func(ctx context.Context, group string, create bool) error
+	serves      func(group string) bool
 }

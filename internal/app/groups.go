@@ -21,6 +21,7 @@ import (
 	"github.com/sharelog/sharelog/internal/cluster"
 	"github.com/sharelog/sharelog/internal/ownership"
 	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/storage/jetstream/jsoffsets"
 )
 
 // groupOf is the share group a lease item names, false for other items.
@@ -52,12 +53,34 @@ func (n *clusterNode) placeItems() ([]string, error) {
 		items = append(items, cluster.GroupItem(id))
 	}
 	n.followConfigs()
+	// Consumer groups share the group items (their ids are unique across
+	// both kinds): those with committed offsets in the offsets bucket.
+	if offs := n.offsetsStore(); offs != nil {
+		cids, err := offs.GroupIDs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range cids {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+				items = append(items, cluster.GroupItem(id))
+			}
+		}
+	}
 	for item := range its.Held() {
-		if id, ok := groupOf(item); ok && !slices.Contains(ids, id) && b.share.HasGroup(id) {
+		if id, ok := groupOf(item); ok && !slices.Contains(ids, id) &&
+			(b.share.HasGroup(id) || b.groups != nil && b.groups.Has(id)) {
 			items = append(items, item)
 		}
 	}
 	return items, nil
+}
+
+// offsetsStore is the consumer groups' offsets store, nil without one.
+func (n *clusterNode) offsetsStore() *jsoffsets.Store {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.part.offsets
 }
 
 // acquireItem and releaseItem are the lease hooks: partitions and groups.
@@ -94,6 +117,21 @@ func (n *clusterNode) acquireGroup(ctx context.Context, item, id string, epoch u
 		_ = state.DropGroup(id)
 		return err
 	}
+	if offs := n.offsetsStore(); offs != nil && b.groups != nil {
+		// A consumer group's committed offsets, fenced with this term
+		// (jsoffsets' doc.go "Fencing"); its members join again here.
+		actx, cancel := context.WithTimeout(ctx, n.s.cfg.Cluster.LeaseTTL/2)
+		g, ok, err := offs.Adopt(actx, id, epoch)
+		cancel()
+		if err != nil {
+			b.share.ReleaseGroup(id)
+			_ = state.DropGroup(id)
+			return fmt.Errorf("consumer group %q: %w", id, err)
+		}
+		if ok {
+			b.groups.AdoptGroup(g)
+		}
+	}
 	if gs == nil && b.share.HasGroup(id) {
 		// Created here by a session opening before it had a coordinator
 		// (owners.go): its group key is written now.
@@ -116,6 +154,14 @@ func (n *clusterNode) releaseGroup(item, id string, epoch uint64, handover bool)
 	n.mu.RUnlock()
 	if b != nil {
 		b.share.ReleaseGroup(id)
+		if b.groups != nil {
+			// Waiting joins and syncs answer NOT_COORDINATOR; the
+			// write running, if any, ends first.
+			b.groups.ReleaseGroup(id)
+		}
+	}
+	if offs := n.offsetsStore(); offs != nil {
+		offs.Drop(id)
 	}
 	if state != nil {
 		if err := state.DropGroup(id); err != nil && handover {
@@ -189,3 +235,65 @@ type noGroupHold struct{}
 
 func (noGroupHold) Term() context.Context { return context.Background() }
 func (noGroupHold) Release()              {}
+
+// consumerGroupCoordinates is consumergroup.Options.Coordinates in
+// partitioned mode: a consumer group is coordinated here while its gate
+// is open (its lease held, its offsets adopted); one coordinated
+// elsewhere, or being adopted here, is NOT_OWNER (the client's
+// NOT_COORDINATOR: it finds the coordinator again). A group nobody
+// coordinates is taken here by a call that may create it, or when it has
+// committed offsets; any other call is answered here, as for a group that
+// does not exist.
+func (n *clusterNode) consumerGroupCoordinates(ctx context.Context, id string, create bool) error {
+	item := cluster.GroupItem(id)
+	n.mu.RLock()
+	its, lease, self, offs := n.part.items, n.lease, n.self.ID, n.part.offsets
+	n.mu.RUnlock()
+	if its == nil || lease == nil || offs == nil {
+		return notOwnerErr("this instance has not joined the cluster yet; retry")
+	}
+	for range 2 {
+		if n.part.gates.Serves(item) {
+			return nil
+		}
+		owners, err := lease.LiveOwners(ctx)
+		if err != nil {
+			return ownerUnreachableErr("cannot read the group leases from NATS: " + err.Error())
+		}
+		if o, ok := owners[item]; ok {
+			if o.Owner.ID != self {
+				return notOwnerErr(fmt.Sprintf("consumer group %q is coordinated by instance %s", id, o.Owner.ID))
+			}
+			return notOwnerErr(fmt.Sprintf("consumer group %q is being adopted by this instance; retry", id))
+		}
+		if !create {
+			ids, err := offs.GroupIDs(ctx)
+			if err != nil {
+				return ownerUnreachableErr("cannot list the consumer groups in NATS: " + err.Error())
+			}
+			if !slices.Contains(ids, id) {
+				return nil
+			}
+		}
+		tctx, cancel := context.WithTimeout(ctx, n.s.cfg.Cluster.LeaseTTL/2)
+		its.Take(tctx, item)
+		cancel()
+	}
+	return notOwnerErr(fmt.Sprintf("consumer group %q is changing coordinator; retry", id))
+}
+
+// offsetsFenced: a write of a consumer group's offsets found the group
+// written by a newer term (another instance took it over): give the
+// lease up, as a fenced share-state write does.
+func (n *clusterNode) offsetsFenced(id string) {
+	item := cluster.GroupItem(id)
+	n.mu.RLock()
+	its := n.part.items
+	n.mu.RUnlock()
+	epoch, owned := n.part.gates.Term(item)
+	if its == nil || !owned {
+		return
+	}
+	n.s.log.Warn("a consumer group's offsets write was refused: another instance wrote them; giving the group up", "group", id)
+	its.Fenced(item, epoch)
+}

@@ -196,7 +196,7 @@ func (k *kafkaCluster) Domain() (kafkawire.Domain, func()) {
 		if err != nil {
 			return kafkawire.Domain{}, func() {}
 		}
-		return kafkawire.Domain{Log: b.logAPI, Share: b.share}, done
+		return kafkawire.Domain{Log: b.logAPI, Share: b.share, Groups: b.groups}, done
 	}
 	n.mu.RLock()
 	active, closing := n.active, n.closing
@@ -205,7 +205,7 @@ func (k *kafkaCluster) Domain() (kafkawire.Domain, func()) {
 	}
 	n.mu.RUnlock()
 	if active != nil && !closing {
-		return kafkawire.Domain{Log: active.logAPI, Share: active.share}, active.calls.Done
+		return kafkawire.Domain{Log: active.logAPI, Share: active.share, Groups: active.groups}, active.calls.Done
 	}
 	return kafkawire.Domain{Log: k.catalog.Load()}, func() {}
 }

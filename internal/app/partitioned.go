@@ -23,6 +23,7 @@ import (
 	"github.com/sharelog/sharelog/internal/ownership"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jslog"
+	"github.com/sharelog/sharelog/internal/storage/jetstream/jsoffsets"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jsstate"
 	"github.com/sharelog/sharelog/internal/telemetry"
 	"github.com/sharelog/sharelog/internal/transport/grpcapi"
@@ -32,9 +33,12 @@ import (
 type partitioned struct {
 	store *jslog.Store   // shared by the log backend and the coordinator's backend
 	state *jsstate.Store // scoped: the share groups this instance coordinates (groups.go)
-	logB  *backend       // serves LogService and ChangeStreamService calls
-	items *cluster.Items // this instance's partition leases
-	calls sync.WaitGroup // calls running on logB
+	// offsets: the committed offsets of the consumer groups this
+	// instance coordinates (scoped; with a Kafka listener only, else nil).
+	offsets *jsoffsets.Store
+	logB    *backend       // serves LogService and ChangeStreamService calls
+	items   *cluster.Items // this instance's partition leases
+	calls   sync.WaitGroup // calls running on logB
 	// gates: the partitions and groups this instance serves, opened and
 	// closed by their leases (acquireItem, releaseItem).
 	gates *ownership.Gates
@@ -86,8 +90,27 @@ func (n *clusterNode) openLogBackend(ctx context.Context, ls *jslog.Store) error
 	if err != nil {
 		return err
 	}
+	var offs *jsoffsets.Store
+	if n.s.cfg.KafkaAddr != "" {
+		// Consumer groups are coordinated like share groups: by the
+		// holder of the group's lease (groups.go).
+		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		offs, err = jsoffsets.Open(octx, n.nc, jsoffsets.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, Scoped: true,
+			OnFenced: n.offsetsFenced, Logger: n.s.log})
+		cancel()
+		if err == nil {
+			b.groups, err = openCoordinator(n.s.cfg, offs, b.logAPI, b.share, &groupRoute{
+				coordinates: n.consumerGroupCoordinates,
+				serves:      func(g string) bool { return n.part.gates.Serves(cluster.GroupItem(g)) },
+			}, n.s.log)
+		}
+		if err != nil {
+			_ = b.close(n.s.log)
+			return fmt.Errorf("open the consumer groups' offsets: %w", err)
+		}
+	}
 	n.mu.Lock()
-	n.part.store, n.part.logB, n.part.state = ls, b, ss
+	n.part.store, n.part.logB, n.part.state, n.part.offsets = ls, b, ss, offs
 	n.mu.Unlock()
 	return nil
 }
@@ -291,7 +314,7 @@ func (n *clusterNode) partitionedView(ctx context.Context, epoch uint64) (grpcap
 func (n *clusterNode) closePartitioned() {
 	n.mu.Lock()
 	b, store := n.part.logB, n.part.store
-	n.part.logB, n.part.store, n.part.state = nil, nil, nil
+	n.part.logB, n.part.store, n.part.state, n.part.offsets = nil, nil, nil, nil
 	n.mu.Unlock()
 	if b != nil {
 		b.streams.Shutdown()

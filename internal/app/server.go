@@ -328,15 +328,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	userSvc := grpcapi.NewUserService(s.users, s.guard)
 	s.health = health.NewServer()
 	if cfg.KafkaAddr != "" {
-		// Consumer groups keep their offsets in the data dir: file-store
-		// mode only. Cluster mode needs them in the cluster's KV; until
-		// then its listener serves none, and says so.
+		// Consumer groups keep their offsets in the data dir; in cluster
+		// mode each backend opens a coordinator over the cluster's KV
+		// (cluster.go, groups.go).
 		if s.fileBackend != nil {
 			if s.groups, err = openConsumerGroups(cfg, s.fileBackend.logAPI, s.share, log); err != nil {
 				return nil, err
 			}
-		} else {
-			log.Warn("the Kafka listener serves no consumer groups with --store jetstream yet: their committed offsets need the cluster's KV (docs/consumer-groups.md)")
 		}
 		kln, err := net.Listen("tcp", cfg.KafkaAddr)
 		if err != nil {

@@ -12,8 +12,8 @@ func itoaLen[M ~map[string]*member](m M) string { return strconv.Itoa(len(m)) }
 // Describe is DescribeGroups of one group: an unknown group is Dead with
 // no members, as Kafka answers. Metadata, assignments and the protocol are
 // given for a Stable group only.
-func (c *Coordinator) Describe(_ context.Context, group string) (GroupDescription, error) {
-	g, _, err := c.lockGroup(group, false)
+func (c *Coordinator) Describe(ctx context.Context, group string) (GroupDescription, error) {
+	g, _, err := c.lockGroup(ctx, group, false)
 	if err != nil {
 		return GroupDescription{}, err
 	}
@@ -72,7 +72,12 @@ func (c *Coordinator) Has(group string) bool {
 // Delete is DeleteGroups of one group: an empty group and its committed
 // offsets are removed (GROUP_ID_NOT_FOUND if unknown, NON_EMPTY_GROUP if it
 // has members).
-func (c *Coordinator) Delete(_ context.Context, group string) error {
+func (c *Coordinator) Delete(ctx context.Context, group string) error {
+	if c.o.Coordinates != nil {
+		if err := c.o.Coordinates(ctx, group, false); err != nil {
+			return err
+		}
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -142,7 +142,7 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, req ConsumerHeartbe
 	if err != nil {
 		return ConsumerHeartbeatResponse{}, err
 	}
-	g, created, err := c.lockGroup(req.Group, req.MemberEpoch == 0)
+	g, created, err := c.lockGroup(ctx, req.Group, req.MemberEpoch == 0)
 	if err != nil {
 		return ConsumerHeartbeatResponse{}, err
 	}
@@ -162,7 +162,7 @@ func (c *Coordinator) ConsumerHeartbeat(ctx context.Context, req ConsumerHeartbe
 // regex is in play (Options.Topics).
 func (c *Coordinator) consumerCounts(ctx context.Context, req ConsumerHeartbeatRequest, regex bool) (map[string]int32, error) {
 	names := append([]string(nil), req.SubscribedTopics...)
-	if g, _, err := c.lockGroup(req.Group, false); err != nil {
+	if g, _, err := c.lockGroup(ctx, req.Group, false); err != nil {
 		return nil, err
 	} else if g != nil {
 		if g.cs != nil {
@@ -668,8 +668,8 @@ func (g *group) consumerStateName() string {
 
 // ConsumerDescribe is ConsumerGroupDescribe of one group: GROUP_ID_NOT_FOUND
 // for a group that does not exist or is a classic one.
-func (c *Coordinator) ConsumerDescribe(_ context.Context, group string) (ConsumerGroupDescription, error) {
-	g, _, err := c.lockGroup(group, false)
+func (c *Coordinator) ConsumerDescribe(ctx context.Context, group string) (ConsumerGroupDescription, error) {
+	g, _, err := c.lockGroup(ctx, group, false)
 	if err != nil {
 		return ConsumerGroupDescription{}, err
 	}

@@ -65,8 +65,19 @@ type Options struct {
 	ConsumerHeartbeatInterval, ConsumerSessionTimeout time.Duration
 	// Taken reports whether a group id belongs to a group of another kind
 	// (a share group); such an id is refused here. nil = none.
-	Taken  func(group string) bool
-	Logger *slog.Logger
+	Taken func(group string) bool
+	// Coordinates, in a cluster where each instance coordinates some of
+	// the groups, is called with no lock held before a call about group:
+	// nil when this instance coordinates it (after taking it over, if
+	// nobody did and create is set or it has committed offsets: it calls
+	// AdoptGroup first), else an error (NOT_OWNER: the client finds the
+	// coordinator again). Serves is the same check without taking over,
+	// made under the group table's lock when a call creates a group, so
+	// that a group released meanwhile is not created again here. nil =
+	// every group is coordinated here.
+	Coordinates func(ctx context.Context, group string, create bool) error
+	Serves      func(group string) bool
+	Logger      *slog.Logger
 	// Now is the clock; nil = time.Now.
 	Now func() time.Time
 }
@@ -129,17 +140,7 @@ func Open(o Options) (*Coordinator, error) {
 		groups: map[string]*group{}, stop: make(chan struct{}), done: make(chan struct{})}
 	now := o.Now()
 	for _, lg := range loaded {
-		g := newGroup(lg.ID)
-		g.emptySince, g.protocolType, g.stored = lg.EmptySince, lg.ProtocolType, lg.Meta
-		if g.emptySince.IsZero() {
-			// It had members when the process ended: its retention
-			// starts now, as their sessions end here.
-			g.emptySince = now
-		}
-		for _, off := range lg.Offsets {
-			g.offsets[partKey{off.Topic, off.Partition}] = off
-		}
-		c.groups[lg.ID] = g
+		c.groups[lg.ID] = c.loaded(lg, now)
 	}
 	go c.retentionLoop()
 	return c, nil
@@ -164,25 +165,94 @@ func (c *Coordinator) Close() error {
 	gone := apierr.New(apierr.Unavailable, "the consumer-group coordinator is shutting down")
 	for _, g := range groups {
 		g.mu.Lock()
-		for _, m := range g.members {
-			g.replyJoin(m, JoinResponse{}, gone)
-			g.replySync(m, SyncResponse{}, gone)
-			m.stopTimer()
-		}
-		for _, p := range g.pending {
-			p.stopTimer()
-		}
-		g.stopTimers()
+		g.end(gone)
 		g.mu.Unlock()
 	}
 	return c.store.Close()
+}
+
+// end answers g's waiting joins and syncs with err and stops its timers
+// (g.mu held).
+func (g *group) end(err error) {
+	for _, m := range g.members {
+		g.replyJoin(m, JoinResponse{}, err)
+		g.replySync(m, SyncResponse{}, err)
+		m.stopTimer()
+	}
+	for _, p := range g.pending {
+		p.stopTimer()
+	}
+	g.stopTimers()
+}
+
+func errMoved(id string) error {
+	return apierr.New(apierr.NotOwner, "group %q is not coordinated by this instance now; find its coordinator again", id)
+}
+
+// AdoptGroup takes over lg, read from the store by a new coordinator
+// (Options.Coordinates): the group is Empty with its committed offsets,
+// as after a restart (members join again). A group of that id already
+// here is replaced, its waiting calls answered NOT_OWNER.
+func (c *Coordinator) AdoptGroup(lg groupoffsets.Group) {
+	g := c.loaded(lg, c.o.Now())
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	old := c.groups[lg.ID]
+	c.groups[lg.ID] = g
+	c.mu.Unlock()
+	if old != nil {
+		old.mu.Lock()
+		old.state = Dead
+		old.end(errMoved(lg.ID))
+		old.mu.Unlock()
+	}
+}
+
+// ReleaseGroup forgets the group, whose coordination moved to another
+// instance: its waiting calls answer NOT_OWNER, after the call writing
+// it, if any, has returned.
+func (c *Coordinator) ReleaseGroup(id string) {
+	c.mu.Lock()
+	g := c.groups[id]
+	delete(c.groups, id)
+	c.mu.Unlock()
+	if g != nil {
+		g.mu.Lock()
+		g.state = Dead
+		g.end(errMoved(id))
+		g.mu.Unlock()
+	}
+}
+
+// loaded is a group as the store holds it: Empty, with its offsets; one
+// that had members when written counts as empty from now.
+func (c *Coordinator) loaded(lg groupoffsets.Group, now time.Time) *group {
+	g := newGroup(lg.ID)
+	g.emptySince, g.protocolType, g.stored = lg.EmptySince, lg.ProtocolType, lg.Meta
+	if g.emptySince.IsZero() {
+		// It had members when the process ended: its retention
+		// starts now, as their sessions end here.
+		g.emptySince = now
+	}
+	for _, off := range lg.Offsets {
+		g.offsets[partKey{off.Topic, off.Partition}] = off
+	}
+	return g
 }
 
 var errClosed = apierr.New(apierr.Unavailable, "the consumer-group coordinator is closed")
 
 // lockGroup returns the group id locked (g.mu), creating it when create is
 // set; created says it was new. nil without error: no such group.
-func (c *Coordinator) lockGroup(id string, create bool) (g *group, created bool, err error) {
+func (c *Coordinator) lockGroup(ctx context.Context, id string, create bool) (g *group, created bool, err error) {
+	if c.o.Coordinates != nil {
+		if err := c.o.Coordinates(ctx, id, create); err != nil {
+			return nil, false, err
+		}
+	}
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -194,6 +264,10 @@ func (c *Coordinator) lockGroup(id string, create bool) (g *group, created bool,
 			if !create {
 				c.mu.Unlock()
 				return nil, false, nil
+			}
+			if c.o.Serves != nil && !c.o.Serves(id) {
+				c.mu.Unlock()
+				return nil, false, errMoved(id)
 			}
 			g, created = newGroup(id), true
 			c.groups[id] = g
@@ -345,6 +419,9 @@ func (c *Coordinator) TopicDeleted(topic string) {
 func (c *Coordinator) storageErr(group string, err error) error {
 	if apierr.ReasonOf(err) != "" {
 		return err
+	}
+	if errors.Is(err, groupoffsets.ErrFenced) {
+		return errMoved(group)
 	}
 	c.log.Error("write committed offsets", "group", group, "error", err)
 	return apierr.New(apierr.KafkaStorageError, "committed offsets of group %q could not be written", group)

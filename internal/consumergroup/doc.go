@@ -63,6 +63,17 @@
 // is Empty and its clients join again (their heartbeats answer
 // UNKNOWN_MEMBER_ID). Committed offsets are (groupoffsets.Store).
 //
+// # Cluster mode
+//
+// Where several instances each coordinate some groups (partitioned mode,
+// docs/consumer-groups.md "Cluster mode"), Options.Coordinates is asked
+// before every call about a group (it may take the group over, loading it
+// with AdoptGroup: Empty, with its committed offsets, as after a restart)
+// and Options.Serves before a call creates one; ReleaseGroup forgets a
+// group that moved, answering its waiting calls NOT_OWNER. A store write
+// refused with groupoffsets.ErrFenced (a newer coordinator wrote the
+// group) answers NOT_OWNER too: the client finds the coordinator again.
+//
 // # Offsets retention
 //
 // An empty group's offset expires Options.OffsetsRetention after the later

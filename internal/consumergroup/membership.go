@@ -28,7 +28,7 @@ func (c *Coordinator) Join(ctx context.Context, req JoinRequest) (JoinResponse, 
 	if c.o.Taken != nil && c.o.Taken(req.Group) {
 		return JoinResponse{}, apierr.New(apierr.GroupIDNotFound, "group %q is a group of another type", req.Group)
 	}
-	g, created, err := c.lockGroup(req.Group, true)
+	g, created, err := c.lockGroup(ctx, req.Group, true)
 	if err != nil {
 		return JoinResponse{}, err
 	}
@@ -421,7 +421,7 @@ func (c *Coordinator) Sync(ctx context.Context, req SyncRequest) (SyncResponse, 
 	if req.Group == "" {
 		return SyncResponse{}, apierr.New(apierr.InvalidGroupID, "the group id is empty")
 	}
-	g, _, err := c.lockGroup(req.Group, false)
+	g, _, err := c.lockGroup(ctx, req.Group, false)
 	if err != nil {
 		return SyncResponse{}, err
 	}
@@ -490,11 +490,11 @@ func (c *Coordinator) sync(g *group, req SyncRequest) (<-chan syncResult, SyncRe
 
 // Heartbeat is Heartbeat: it keeps the member's session and tells it of a
 // rebalance (REBALANCE_IN_PROGRESS: join again).
-func (c *Coordinator) Heartbeat(_ context.Context, req HeartbeatRequest) error {
+func (c *Coordinator) Heartbeat(ctx context.Context, req HeartbeatRequest) error {
 	if req.Group == "" {
 		return apierr.New(apierr.InvalidGroupID, "the group id is empty")
 	}
-	g, _, err := c.lockGroup(req.Group, false)
+	g, _, err := c.lockGroup(ctx, req.Group, false)
 	if err != nil {
 		return err
 	}
@@ -525,12 +525,12 @@ func (c *Coordinator) Heartbeat(_ context.Context, req HeartbeatRequest) error {
 
 // Leave is LeaveGroup: each member (by id, or by instance id) leaves, and
 // the group rebalances without it.
-func (c *Coordinator) Leave(_ context.Context, group string, members []LeavingMember) ([]LeaveResult, error) {
+func (c *Coordinator) Leave(ctx context.Context, group string, members []LeavingMember) ([]LeaveResult, error) {
 	if group == "" {
 		return nil, apierr.New(apierr.InvalidGroupID, "the group id is empty")
 	}
 	out := make([]LeaveResult, len(members))
-	g, _, err := c.lockGroup(group, false)
+	g, _, err := c.lockGroup(ctx, group, false)
 	if err != nil {
 		return nil, err
 	}

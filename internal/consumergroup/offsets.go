@@ -57,7 +57,7 @@ func (c *Coordinator) Commit(ctx context.Context, req CommitRequest) ([]TopicErr
 	if !simple && c.o.Taken != nil && c.o.Taken(req.Group) {
 		return nil, apierr.New(apierr.GroupIDNotFound, "group %q is a group of another type", req.Group)
 	}
-	g, created, err := c.lockGroup(req.Group, simple && (c.o.Taken == nil || !c.o.Taken(req.Group)))
+	g, created, err := c.lockGroup(ctx, req.Group, simple && (c.o.Taken == nil || !c.o.Taken(req.Group)))
 	if err != nil {
 		return nil, err
 	}
@@ -142,8 +142,8 @@ func (c *Coordinator) commit(g *group, req CommitRequest, counts map[string]int3
 // Fetch is OffsetFetch: the committed offsets of the partitions named, or
 // of every partition with one when topics is nil. A partition without a
 // committed offset (or an unknown group) answers offset -1.
-func (c *Coordinator) Fetch(_ context.Context, group string, topics []TopicPartitions) ([]TopicOffsets, error) {
-	g, _, err := c.lockGroup(group, false)
+func (c *Coordinator) Fetch(ctx context.Context, group string, topics []TopicPartitions) ([]TopicOffsets, error) {
+	g, _, err := c.lockGroup(ctx, group, false)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +193,7 @@ func (c *Coordinator) DeleteOffsets(ctx context.Context, group string, topics []
 	if err != nil {
 		return nil, err
 	}
-	g, _, err := c.lockGroup(group, false)
+	g, _, err := c.lockGroup(ctx, group, false)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ type Mem struct {
 	mu      sync.Mutex
 	im      *image
 	failing error
+	closed  bool
 }
 
 // NewMem returns an empty memory store.
@@ -28,7 +29,7 @@ var errMemClosed = errors.New("groupoffsets: store closed")
 func (m *Mem) write(e entry) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.im == nil {
+	if m.closed {
 		return errMemClosed
 	}
 	if m.failing != nil {
@@ -42,7 +43,7 @@ func (m *Mem) write(e entry) error {
 func (m *Mem) Load() ([]Group, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.im == nil {
+	if m.closed {
 		return nil, errMemClosed
 	}
 	return m.im.list(), nil
@@ -63,5 +64,10 @@ func (m *Mem) SetMeta(group string, meta Meta) error {
 	return m.write(entry{Kind: "s", Group: group, Meta: &meta})
 }
 
-// Close implements Store.
-func (m *Mem) Close() error { return nil }
+// Close implements Store: later calls fail.
+func (m *Mem) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	return nil
+}

@@ -1,6 +1,14 @@
 package groupoffsets
 
-import "time"
+import (
+	"errors"
+	"time"
+)
+
+// ErrFenced is a write refused because another coordinator of the group
+// wrote it since (cluster mode: this instance lost the group); it changed
+// nothing, and the caller is no longer the group's coordinator.
+var ErrFenced = errors.New("the group's committed offsets were written by a newer coordinator")
 
 // Offset is one committed offset of a group.
 type Offset struct {

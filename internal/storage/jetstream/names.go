@@ -52,6 +52,9 @@ func MetaBucket(prefix string) string { return prefix + "_META" }
 // ShareBucket is the KV bucket of share-state snapshots.
 func ShareBucket(prefix string) string { return prefix + "_SHARE" }
 
+// OffsetsBucket is the KV bucket of the consumer groups' committed offsets.
+func OffsetsBucket(prefix string) string { return prefix + "_OFFSETS" }
+
 // UsersBucket is the KV bucket of the Kafka listener's SCRAM credentials.
 func UsersBucket(prefix string) string { return prefix + "_USERS" }
 

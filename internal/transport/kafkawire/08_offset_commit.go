@@ -64,8 +64,11 @@ func (l *Listener) handleOffsetCommit(ctx context.Context, _ *conn, kreq kmsg.Re
 	}
 	var res []consumergroup.TopicErrors
 	if len(cr.Topics) > 0 {
-		var err error
-		if res, err = l.cfg.Groups.Commit(ctx, cr); err != nil {
+		gc, err := l.groupsOf(ctx)
+		if err == nil {
+			res, err = gc.Commit(ctx, cr)
+		}
+		if err != nil {
 			// The group's answer goes to the authorized topics; the
 			// refused ones keep their refusal, as in Kafka.
 			code, _ := l.requestError("offset commit", err)

@@ -101,7 +101,11 @@ func (l *Listener) fetchOffsets(ctx context.Context, gate topicGate, group strin
 			allowed = append(allowed, t)
 		}
 	}
-	res, err := l.cfg.Groups.Fetch(ctx, group, allowed)
+	gc, err := l.groupsOf(ctx)
+	var res []consumergroup.TopicOffsets
+	if err == nil {
+		res, err = gc.Fetch(ctx, group, allowed)
+	}
 	if err != nil {
 		code, _ := l.requestError("offset fetch", err)
 		return refused(topics, code), code

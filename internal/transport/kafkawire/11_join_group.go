@@ -36,7 +36,11 @@ func (l *Listener) handleJoinGroup(ctx context.Context, c *conn, kreq kmsg.Reque
 	for _, p := range req.Protocols {
 		jr.Protocols = append(jr.Protocols, consumergroup.Protocol{Name: p.Name, Metadata: p.Metadata})
 	}
-	r, err := l.cfg.Groups.Join(ctx, jr)
+	gc, err := l.groupsOf(ctx)
+	var r consumergroup.JoinResponse
+	if err == nil {
+		r, err = gc.Join(ctx, jr)
+	}
 	if err != nil {
 		code, _, cerr := l.groupErr(ctx, "join group", err)
 		if cerr != nil {

@@ -15,8 +15,12 @@ func (l *Listener) handleHeartbeat(ctx context.Context, _ *conn, kreq kmsg.Reque
 	req := kreq.(*kmsg.HeartbeatRequest)
 	resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
 	err := l.requireGroup(ctx, authz.Read, req.Group)
+	var gc *consumergroup.Coordinator
 	if err == nil {
-		err = l.cfg.Groups.Heartbeat(ctx, consumergroup.HeartbeatRequest{Group: req.Group, Generation: req.Generation,
+		gc, err = l.groupsOf(ctx)
+	}
+	if err == nil {
+		err = gc.Heartbeat(ctx, consumergroup.HeartbeatRequest{Group: req.Group, Generation: req.Generation,
 			MemberID: req.MemberID, InstanceID: req.InstanceID})
 	}
 	if err != nil {

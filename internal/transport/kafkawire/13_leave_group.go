@@ -32,7 +32,11 @@ func (l *Listener) handleLeaveGroup(ctx context.Context, _ *conn, kreq kmsg.Requ
 		}
 		members = append(members, lm)
 	}
-	res, err := l.cfg.Groups.Leave(ctx, req.Group, members)
+	gc, err := l.groupsOf(ctx)
+	var res []consumergroup.LeaveResult
+	if err == nil {
+		res, err = gc.Leave(ctx, req.Group, members)
+	}
 	if err != nil {
 		resp.ErrorCode, _ = l.requestError("leave group", err)
 		return resp, nil

@@ -23,7 +23,11 @@ func (l *Listener) handleSyncGroup(ctx context.Context, _ *conn, kreq kmsg.Reque
 	for _, a := range req.GroupAssignment {
 		sr.Assignments = append(sr.Assignments, consumergroup.Assignment{MemberID: a.MemberID, Assignment: a.MemberAssignment})
 	}
-	r, err := l.cfg.Groups.Sync(ctx, sr)
+	gc, err := l.groupsOf(ctx)
+	var r consumergroup.SyncResponse
+	if err == nil {
+		r, err = gc.Sync(ctx, sr)
+	}
 	if err != nil {
 		code, _, cerr := l.groupErr(ctx, "sync group", err)
 		if cerr != nil {

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharelog/sharelog/internal/authz"
+	"github.com/sharelog/sharelog/internal/consumergroup"
 )
 
 func init() { groupHandlers[15] = handler{0, 5, (*Listener).handleDescribeGroups} }
@@ -25,7 +26,11 @@ func (l *Listener) handleDescribeGroups(ctx context.Context, _ *conn, kreq kmsg.
 			resp.Groups = append(resp.Groups, rg)
 			continue
 		}
-		d, err := l.cfg.Groups.Describe(ctx, id)
+		gc, err := l.groupsOf(ctx)
+		var d consumergroup.GroupDescription
+		if err == nil {
+			d, err = gc.Describe(ctx, id)
+		}
 		if err != nil {
 			rg.ErrorCode, _ = l.requestError("describe groups", err)
 			rg.State = "Dead"

@@ -32,8 +32,8 @@ func (l *Listener) handleListGroups(ctx context.Context, _ *conn, kreq kmsg.Requ
 		rg.Group, rg.ProtocolType, rg.GroupState, rg.GroupType = id, protocolType, state, typ
 		resp.Groups = append(resp.Groups, rg)
 	}
-	if l.cfg.Groups != nil {
-		groups, err := l.cfg.Groups.List(ctx)
+	if gc, err := l.groupsOf(ctx); err == nil {
+		groups, err := gc.List(ctx)
 		if err != nil {
 			resp.ErrorCode, _ = l.requestError("list groups", err)
 			return resp, nil

@@ -35,8 +35,8 @@ func (l *Listener) handleDeleteGroups(ctx context.Context, _ *conn, kreq kmsg.Re
 }
 
 func (l *Listener) deleteGroup(ctx context.Context, id string) error {
-	if l.cfg.Groups != nil && l.cfg.Groups.Has(id) {
-		return l.cfg.Groups.Delete(ctx, id)
+	if gc, err := l.groupsOf(ctx); err == nil && gc.Has(id) {
+		return gc.Delete(ctx, id)
 	}
 	if sh := l.shareOf(ctx); sh != nil && sh.HasGroup(id) {
 		return sh.DeleteGroup(ctx, id)

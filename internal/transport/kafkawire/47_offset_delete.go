@@ -35,7 +35,11 @@ func (l *Listener) handleOffsetDelete(ctx context.Context, _ *conn, kreq kmsg.Re
 		}
 		topics = append(topics, tp)
 	}
-	res, err := l.cfg.Groups.DeleteOffsets(ctx, req.Group, topics)
+	gc, err := l.groupsOf(ctx)
+	var res []consumergroup.TopicErrors
+	if err == nil {
+		res, err = gc.DeleteOffsets(ctx, req.Group, topics)
+	}
 	l.cfg.Guard.Changed(ctx, "OffsetDelete", authz.Group, req.Group, err)
 	if err != nil {
 		resp.ErrorCode, _ = l.requestError("offset delete", err)

@@ -66,7 +66,11 @@ func (l *Listener) handleConsumerGroupHeartbeat(ctx context.Context, c *conn, kr
 			hr.Owned = append(hr.Owned, consumergroup.TopicPartitions{Topic: name, Partitions: t.Partitions})
 		}
 	}
-	out, err := l.cfg.Groups.ConsumerHeartbeat(ctx, hr)
+	gc, err := l.groupsOf(ctx)
+	var out consumergroup.ConsumerHeartbeatResponse
+	if err == nil {
+		out, err = gc.ConsumerHeartbeat(ctx, hr)
+	}
 	if err != nil {
 		code, msg, cerr := l.groupErr(ctx, "consumer group heartbeat", err)
 		if cerr != nil {

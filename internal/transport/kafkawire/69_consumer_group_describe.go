@@ -32,7 +32,11 @@ func (l *Listener) handleConsumerGroupDescribe(ctx context.Context, _ *conn, kre
 			resp.Groups = append(resp.Groups, rg)
 			continue
 		}
-		d, err := l.cfg.Groups.ConsumerDescribe(ctx, id)
+		gc, err := l.groupsOf(ctx)
+		var d consumergroup.ConsumerGroupDescription
+		if err == nil {
+			d, err = gc.ConsumerDescribe(ctx, id)
+		}
 		if err != nil {
 			rg.ErrorCode, rg.ErrorMessage = l.requestError("consumer group describe", err)
 			resp.Groups = append(resp.Groups, rg)

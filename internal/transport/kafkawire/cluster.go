@@ -18,6 +18,7 @@ import (
 
 	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/broker"
+	"github.com/sharelog/sharelog/internal/consumergroup"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 )
 
@@ -70,11 +71,13 @@ type Leader struct {
 	Epoch int32
 }
 
-// Domain is the log domain and share-group manager of this instance's
-// backend; Share is nil where share groups are not served (a standby).
+// Domain is the log domain, share-group manager and consumer-group
+// coordinator of this instance's backend; Share and Groups are nil where
+// share or consumer groups are not served (a standby).
 type Domain struct {
-	Log   *broker.Log
-	Share *sharegroup.Manager
+	Log    *broker.Log
+	Share  *sharegroup.Manager
+	Groups *consumergroup.Coordinator
 }
 
 // domainKey carries a call's Domain in its context.
@@ -95,6 +98,23 @@ func (l *Listener) shareOf(ctx context.Context) *sharegroup.Manager {
 	}
 	return l.cfg.Share
 }
+
+// groupsOf is the consumer-group coordinator of ctx's call, or
+// errNoCoordinator where this instance serves none (a standby, or one
+// whose backend is not open): NOT_COORDINATOR, on which the client looks
+// the coordinator up again.
+func (l *Listener) groupsOf(ctx context.Context) (*consumergroup.Coordinator, error) {
+	c := l.cfg.Groups
+	if d, ok := ctx.Value(domainKey{}).(Domain); ok {
+		c = d.Groups
+	}
+	if c == nil {
+		return nil, errNoCoordinator
+	}
+	return c, nil
+}
+
+var errNoCoordinator = apierr.New(apierr.NotOwner, "this broker coordinates no consumer groups right now; find the coordinator again")
 
 // withDomain resolves the call's domain in cluster mode; release ends it.
 func (l *Listener) withDomain(ctx context.Context) (context.Context, func(), error) {

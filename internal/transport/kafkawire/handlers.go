@@ -62,7 +62,7 @@ func (l *Listener) handlerTable() map[int16]handler {
 			t[k] = h
 		}
 	}
-	if l.cfg.Groups != nil {
+	if l.cfg.Groups != nil || l.cfg.Cluster != nil {
 		for k, h := range groupHandlers {
 			t[k] = h
 		}

@@ -46,10 +46,12 @@ func TestShareConsumerKeyOrdering(t *testing.T) {
 		defer mu.Unlock()
 		return len(done[0]) + len(done[1])
 	}
-	consume := func(ctx context.Context, c *kgo.Client, seed uint64) {
+	// poll ends the loop; acks are flushed with the test's ctx, so that a
+	// consumer told to stop still knows which of its acks were applied.
+	consume := func(ctx, poll context.Context, c *kgo.Client, seed uint64) {
 		rnd := rand.New(rand.NewPCG(seed, 1))
-		for ctx.Err() == nil {
-			fs := c.PollFetches(ctx)
+		for poll.Err() == nil {
+			fs := c.PollFetches(poll)
 			recs := fs.Records()
 			if len(recs) == 0 {
 				continue
@@ -74,7 +76,8 @@ func TestShareConsumerKeyOrdering(t *testing.T) {
 			}
 			if err := c.FlushAcks(ctx); err != nil {
 				mu.Unlock()
-				continue // closing: these acks may not have been applied
+				t.Errorf("flush acks: %v", err) // their outcome is unknown: the count would be wrong
+				return
 			}
 			for _, r := range acceptedNow {
 				k := pk{r.Partition, keyAt[r.Partition][r.Offset]}
@@ -89,33 +92,38 @@ func TestShareConsumerKeyOrdering(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var wg sync.WaitGroup
-	start := func(seed uint64) (*kgo.Client, context.CancelFunc) {
+	// start runs a consumer; the func it returns stops it: its loop ends
+	// (its last acks flushed), then the client closes (its session ends).
+	start := func(seed uint64) func() {
 		c := f.client(kgo.ShareGroup("g"), kgo.ConsumeTopics("q"))
-		cctx, ccancel := context.WithCancel(ctx)
-		wg.Go(func() { consume(cctx, c, seed) })
-		return c, ccancel
+		poll, cancelPoll := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			consume(ctx, poll, c, seed)
+		}()
+		return func() {
+			cancelPoll()
+			<-done
+			c.Close()
+		}
 	}
 	var stops []func()
 	for i := range 4 {
-		c, stop := start(uint64(i))
-		stops = append(stops, func() { stop(); c.Close() })
+		stops = append(stops, start(uint64(i)))
 	}
 	for count() < n/3 && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
-	// One consumer goes away with what it holds (the checker's held
-	// entries of its last poll are gone: it flushed or never acked).
+	// One consumer goes away with what it holds and another joins.
 	stops[0]()
-	c, stop := start(99)
-	stops[0] = func() { stop(); c.Close() }
+	stops[0] = start(99)
 	for count() < n && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, s := range stops {
 		s()
 	}
-	wg.Wait()
 	if len(violations) > 0 {
 		t.Fatalf("%d violations, first: %v", len(violations), violations[:min(5, len(violations))])
 	}

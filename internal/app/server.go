@@ -327,15 +327,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	// Served by every instance alike, never forwarded (users.go).
 	userSvc := grpcapi.NewUserService(s.users, s.guard)
 	s.health = health.NewServer()
+	// Consumer groups keep their offsets in the data dir: file-store mode
+	// only, with or without the Kafka listener (gRPC/REST consumers commit
+	// offsets too). Cluster mode needs them in the cluster's KV; until then
+	// it serves none, and says so (docs/consumer-groups.md).
+	var cgSvc *grpcapi.ConsumerGroupService
+	if s.fileBackend != nil {
+		if s.groups, err = openConsumerGroups(cfg, s.fileBackend.logAPI, s.share, log); err != nil {
+			return nil, err
+		}
+		cgSvc = grpcapi.NewConsumerGroupService(s.groups, "", s.guard)
+	} else {
+		cgSvc = grpcapi.NewConsumerGroupService(nil, consumerGroupsUnserved, s.guard)
+	}
 	if cfg.KafkaAddr != "" {
-		// Consumer groups keep their offsets in the data dir: file-store
-		// mode only. Cluster mode needs them in the cluster's KV; until
-		// then its listener serves none, and says so.
-		if s.fileBackend != nil {
-			if s.groups, err = openConsumerGroups(cfg, s.fileBackend.logAPI, s.share, log); err != nil {
-				return nil, err
-			}
-		} else {
+		if s.fileBackend == nil {
 			log.Warn("the Kafka listener serves no consumer groups with --store jetstream yet: their committed offsets need the cluster's KV (docs/consumer-groups.md)")
 		}
 		kln, err := net.Listen("tcp", cfg.KafkaAddr)
@@ -432,6 +438,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		sharelogv1.RegisterChangeStreamServiceServer(gs, changeSvc)
 		sharelogv1.RegisterAclServiceServer(gs, aclSvc)
 		sharelogv1.RegisterUserServiceServer(gs, userSvc)
+		sharelogv1.RegisterConsumerGroupServiceServer(gs, cgSvc)
 		healthpb.RegisterHealthServer(gs, s.health)
 		reflection.Register(gs)
 		return gs

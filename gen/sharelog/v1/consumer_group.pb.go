@@ -1244,7 +1244,7 @@ type AlterOffsetsTopic struct {
 	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
 	// Unset = every partition of the topic.
 	Partitions []int32     `protobuf:"varint,2,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
-	Reset_     OffsetReset `protobuf:"varint,3,opt,name=reset,proto3,enum=sharelog.v1.OffsetReset" json:"reset,omitempty"`
+	ResetTo    OffsetReset `protobuf:"varint,3,opt,name=reset_to,json=resetTo,proto3,enum=sharelog.v1.OffsetReset" json:"reset_to,omitempty"`
 	// For OFFSET_RESET_TIMESTAMP: Unix milliseconds, not negative.
 	TimestampMs int64 `protobuf:"varint,4,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
 	// For OFFSET_RESET_OFFSET.
@@ -1299,9 +1299,9 @@ func (x *AlterOffsetsTopic) GetPartitions() []int32 {
 	return nil
 }
 
-func (x *AlterOffsetsTopic) GetReset_() OffsetReset {
+func (x *AlterOffsetsTopic) GetResetTo() OffsetReset {
 	if x != nil {
-		return x.Reset_
+		return x.ResetTo
 	}
 	return OffsetReset_OFFSET_RESET_UNSPECIFIED
 }
@@ -1685,13 +1685,13 @@ const file_sharelog_v1_consumer_group_proto_rawDesc = "" +
 	"\x13AlterOffsetsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x126\n" +
 	"\x06topics\x18\x02 \x03(\v2\x1e.sharelog.v1.AlterOffsetsTopicR\x06topics\x12\x17\n" +
-	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\xcf\x01\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\xd4\x01\n" +
 	"\x11AlterOffsetsTopic\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\x05R\n" +
-	"partitions\x12.\n" +
-	"\x05reset\x18\x03 \x01(\x0e2\x18.sharelog.v1.OffsetResetR\x05reset\x12!\n" +
+	"partitions\x123\n" +
+	"\breset_to\x18\x03 \x01(\x0e2\x18.sharelog.v1.OffsetResetR\aresetTo\x12!\n" +
 	"\ftimestamp_ms\x18\x04 \x01(\x03R\vtimestampMs\x12\x16\n" +
 	"\x06offset\x18\x05 \x01(\x03R\x06offset\x12\x19\n" +
 	"\bshift_by\x18\x06 \x01(\x03R\ashiftBy\"m\n" +
@@ -1791,7 +1791,7 @@ var file_sharelog_v1_consumer_group_proto_depIdxs = []int32{
 	17, // 12: sharelog.v1.ConsumerGroupTopicResult.partitions:type_name -> sharelog.v1.ConsumerGroupPartitionResult
 	26, // 13: sharelog.v1.ConsumerGroupPartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
 	19, // 14: sharelog.v1.AlterOffsetsRequest.topics:type_name -> sharelog.v1.AlterOffsetsTopic
-	1,  // 15: sharelog.v1.AlterOffsetsTopic.reset:type_name -> sharelog.v1.OffsetReset
+	1,  // 15: sharelog.v1.AlterOffsetsTopic.reset_to:type_name -> sharelog.v1.OffsetReset
 	21, // 16: sharelog.v1.AlterOffsetsResponse.topics:type_name -> sharelog.v1.AlterOffsetsTopicResult
 	22, // 17: sharelog.v1.AlterOffsetsTopicResult.partitions:type_name -> sharelog.v1.AlterOffsetsPartitionResult
 	26, // 18: sharelog.v1.AlterOffsetsPartitionResult.error_code:type_name -> sharelog.v1.ErrorCode

@@ -171,7 +171,9 @@ func TestConsumerGroupService(t *testing.T) {
 }
 
 // Without --kafka-addr the coordinator is served all the same: a gRPC
-// consumer commits and reads its offsets.
+// consumer commits and reads its offsets, and the metrics show them
+// (sharelog_consumer_group_committed_offset and _lag; no lag series for a
+// partition without a commit).
 func TestConsumerGroupServiceWithoutKafkaListener(t *testing.T) {
 	st := newStack(t, app.Options{})
 	ctx := context.Background()
@@ -181,12 +183,20 @@ func TestConsumerGroupServiceWithoutKafkaListener(t *testing.T) {
 	_, err = cg.CommitOffsets(ctx, &sharelogv1.CommitOffsetsRequest{Group: "mine", Topics: []*sharelogv1.CommitOffsetsTopic{{Topic: "t",
 		Partitions: []*sharelogv1.CommitOffsetsPartition{{Partition: 0, Offset: 0}}}}})
 	require.NoError(t, err)
+	at := map[string]string{"group": "mine", "topic": "t", "partition": "0"}
+	fams := scrapeMetrics(t, st)
+	requireSeries(t, fams, "sharelog_consumer_group_committed_offset", at, 0)
+	requireSeries(t, fams, "sharelog_consumer_group_lag", at, 0)
+	requireSeries(t, fams, "sharelog_consumer_group_members", map[string]string{"group": "mine"}, 0)
+	_, err = st.log.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Records: []*sharelogv1.Record{{Value: []byte("a")}, {Value: []byte("b")}}})
+	require.NoError(t, err)
+	requireSeries(t, scrapeMetrics(t, st), "sharelog_consumer_group_lag", at, 2)
 	off, err := cg.FetchOffsets(ctx, &sharelogv1.FetchOffsetsRequest{Group: "mine"})
 	require.NoError(t, err)
 	require.Len(t, off.GetTopics(), 1)
 	p := off.GetTopics()[0].GetPartitions()[0]
 	assert.Equal(t, int64(0), p.GetCommittedOffset())
-	assert.Equal(t, int64(0), p.GetLogEndOffset())
+	assert.Equal(t, int64(2), p.GetLogEndOffset())
 	require.NotNil(t, p.Lag)
-	assert.Equal(t, int64(0), p.GetLag())
+	assert.Equal(t, int64(2), p.GetLag())
 }

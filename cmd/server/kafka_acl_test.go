@@ -83,6 +83,7 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 	logc := sharelogv1.NewLogServiceClient(c.conn)
 	aclc := sharelogv1.NewAclServiceClient(c.conn)
 	sgc := sharelogv1.NewShareGroupServiceClient(c.conn)
+	cgc := sharelogv1.NewConsumerGroupServiceClient(c.conn)
 	for _, name := range []string{"t", "victim", "grow"} {
 		_, err := logc.CreateTopic(admin, &sharelogv1.CreateTopicRequest{Name: name, Partitions: 1})
 		require.NoError(t, err)
@@ -576,8 +577,14 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 				return resp.Topics[0].Partitions[0].ErrorCode
 			}},
 		{name: "OffsetCommit", needs: []kperm{{group, "cg", read}, {topic, "t", read}}, deniedBy: []int16{groupDenied, topicDenied}, state: cgOffsets,
+			grpc: func(ctx context.Context) (proto.Message, error) {
+				return cgc.CommitOffsets(ctx, &sharelogv1.CommitOffsetsRequest{Group: "cg", Topics: []*sharelogv1.CommitOffsetsTopic{{Topic: "t",
+					Partitions: []*sharelogv1.CommitOffsetsPartition{{Partition: 0, Offset: 1}}}}})
+			},
 			call: func(k *kafkaConn) int16 { return commitAs(k, "cg", 8) }},
-		{name: "OffsetFetch", needs: []kperm{{group, "cg", desc}, {topic, "t", desc}}, deniedBy: []int16{groupDenied, topicDenied}, state: none, call: func(k *kafkaConn) int16 {
+		{name: "OffsetFetch", needs: []kperm{{group, "cg", desc}, {topic, "t", desc}}, deniedBy: []int16{groupDenied, topicDenied}, state: none, grpc: func(ctx context.Context) (proto.Message, error) {
+			return cgc.FetchOffsets(ctx, &sharelogv1.FetchOffsetsRequest{Group: "cg", Topics: []string{"t"}})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrOffsetFetchRequest()
 			req.Version = 8
 			g := kmsg.NewOffsetFetchRequestGroup()
@@ -665,12 +672,16 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req.Version, req.CoordinatorType, req.CoordinatorKey = 3, 0, "cg"
 			return k.do(req).(*kmsg.FindCoordinatorResponse).ErrorCode
 		}},
-		{name: "DescribeGroups", needs: []kperm{{group, "cg", desc}}, denied: groupDenied, state: none, call: func(k *kafkaConn) int16 {
+		{name: "DescribeGroups", needs: []kperm{{group, "cg", desc}}, denied: groupDenied, state: none, grpc: func(ctx context.Context) (proto.Message, error) {
+			return cgc.DescribeConsumerGroup(ctx, &sharelogv1.DescribeConsumerGroupRequest{Group: "cg"})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrDescribeGroupsRequest()
 			req.Version, req.Groups = 5, []string{"cg"}
 			return k.do(req).(*kmsg.DescribeGroupsResponse).Groups[0].ErrorCode
 		}},
-		{name: "DeleteGroups", needs: []kperm{{group, "cg-del", del}}, denied: groupDenied, state: listedGroups, call: func(k *kafkaConn) int16 {
+		{name: "DeleteGroups", needs: []kperm{{group, "cg-del", del}}, denied: groupDenied, state: listedGroups, grpc: func(ctx context.Context) (proto.Message, error) {
+			return cgc.DeleteConsumerGroup(ctx, &sharelogv1.DeleteConsumerGroupRequest{Group: "cg-del"})
+		}, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrDeleteGroupsRequest()
 			req.Version, req.Groups = 2, []string{"cg-del"}
 			return k.do(req).(*kmsg.DeleteGroupsResponse).Groups[0].ErrorCode

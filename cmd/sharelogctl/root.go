@@ -136,6 +136,7 @@ sharelogctl exit with status 1. A server that cannot be reached within --timeout
 		a.consumeCmd(),
 		a.purgeCmd(),
 		a.shareGroupsCmd(),
+		a.consumerGroupsCmd(),
 		a.streamCmd(),
 		a.aclsCmd(),
 		a.usersCmd(),

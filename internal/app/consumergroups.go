@@ -17,9 +17,17 @@ import (
 // consumer groups in the data dir (docs/on-disk-layout.md).
 const ConsumerGroupsDir = "consumer-groups"
 
-// openConsumerGroups opens the classic consumer-group coordinator of the
-// file-store mode over the file store of committed offsets in the data dir
-// (fsync as --fsync says).
+// consumerGroupsUnserved is ConsumerGroupService's FAILED_PRECONDITION in
+// cluster mode.
+const consumerGroupsUnserved = "ConsumerGroupService is not served in cluster mode (--store jetstream) yet; " +
+	"Kafka clients' consumer groups are, through --kafka-addr (docs/consumer-groups.md)"
+
+// openConsumerGroups opens the classic consumer-group coordinator over the
+// file store of committed offsets (fsync as --fsync says), with the log's
+// topics for the partition checks and deletions, and the share groups'
+// ids refused to it (docs/consumer-groups.md). File-store mode: in
+// cluster mode each backend opens its own (groups.go) and
+// ConsumerGroupService answers consumerGroupsUnserved.
 func openConsumerGroups(cfg Config, log *broker.Log, share *sharegroup.Manager, logger *slog.Logger) (*consumergroup.Coordinator, error) {
 	mode, err := logstore.ParseFsyncMode(cfg.Fsync)
 	if err != nil {
@@ -68,6 +76,21 @@ func openCoordinator(cfg Config, st groupoffsets.Store, log *broker.Log, share *
 			// Kafka's regexes match internal topics too.
 			out[broker.InternalTopic] = 1
 			return out, nil
+		},
+		ListOffsets: func(ctx context.Context, topic string, partition int32, q consumergroup.OffsetQuery, ts int64) (int64, error) {
+			spec := map[consumergroup.OffsetQuery]broker.OffsetSpec{consumergroup.OffsetEarliest: broker.Earliest,
+				consumergroup.OffsetLatest: broker.Latest, consumergroup.OffsetByTimestamp: broker.ByTimestamp}[q]
+			if topic == broker.InternalTopic { // listed, empty (docs/kafka.md "Internal topic")
+				if q == consumergroup.OffsetByTimestamp {
+					return -1, nil
+				}
+				return 0, nil
+			}
+			off, _, err := log.ListOffsets(ctx, topic, partition, spec, ts)
+			if err != nil {
+				return 0, broker.ErrorOf(err)
+			}
+			return off, nil
 		},
 		ConsumerHeartbeatInterval: cfg.GroupConsumerHeartbeatInterval,
 		ConsumerSessionTimeout:    cfg.GroupConsumerSessionTimeout,

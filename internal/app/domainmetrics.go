@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sharelog/sharelog/internal/changestream"
+	"github.com/sharelog/sharelog/internal/consumergroup"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
@@ -33,6 +34,9 @@ import (
 //	sharelog_share_members{group}, sharelog_share_sessions{group}
 //	sharelog_share_unreadable_archived_total, sharelog_share_state_write_failures_total,
 //	sharelog_share_bad_deliver_at_total
+//	sharelog_consumer_group_committed_offset{group,topic,partition}
+//	sharelog_consumer_group_lag{group,topic,partition}
+//	sharelog_consumer_group_members{group}
 //	sharelog_change_streams_open
 //	sharelog_compaction_{runs,records_removed,tombstones_removed}_total,
 //	sharelog_compaction_{read,written}_bytes_total,
@@ -44,6 +48,7 @@ type domainSources struct {
 	store   *logstore.FileStore
 	share   *sharegroup.Manager
 	streams *changestream.Manager
+	groups  *consumergroup.Coordinator // Kafka consumer groups (file store only, for now)
 }
 
 // domainSources is what the domain metrics read now: the file store's
@@ -52,7 +57,7 @@ type domainSources struct {
 // instance's own, with the share groups it coordinates).
 func (s *Server) domainSources() domainSources {
 	if s.cluster == nil {
-		return domainSources{store: s.store, share: s.share, streams: s.streams}
+		return domainSources{store: s.store, share: s.share, streams: s.streams, groups: s.groups}
 	}
 	n := s.cluster
 	n.mu.RLock()
@@ -106,6 +111,9 @@ func registerDomainMetrics(mp metric.MeterProvider, src func() domainSources) er
 	unreadable := counter("sharelog.share.unreadable_archived", "{record}", "Offsets archived because the log could not read them.")
 	stateFails := counter("sharelog.share.state_write_failures", "{write}", "Failed share-state writes or fsyncs.")
 	badDeliverAt := counter("sharelog.share.bad_deliver_at", "{record}", "Acquisitions of records whose sharelog-deliver-at header is not a decimal number of ms (delivered at once; docs/queues.md).")
+	cgOffset := gauge("sharelog.consumer_group.committed_offset", "{offset}", "Committed offset of a consumer group on a partition (the next offset it reads).")
+	cgLag := gauge("sharelog.consumer_group.lag", "{record}", "High watermark minus the committed offset, at least 0 (no series without a commit).")
+	cgMembers := gauge("sharelog.consumer_group.members", "{member}", "Members of the consumer group (either protocol).")
 	streamsOpen := gauge("sharelog.change_streams.open", "{stream}", "StreamChanges calls in progress.")
 	cRuns := counter("sharelog.compaction.runs", "{run}", "Cleaning passes that rewrote at least one segment.")
 	cRead := counter("sharelog.compaction.read", "By", "Segment bytes read by the cleaner.")
@@ -120,7 +128,7 @@ func registerDomainMetrics(mp metric.MeterProvider, src func() domainSources) er
 	if err != nil {
 		return err
 	}
-	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		s := src()
 		if s.store != nil {
 			for _, w := range s.store.Watermarks() {
@@ -169,8 +177,31 @@ func registerDomainMetrics(mp metric.MeterProvider, src func() domainSources) er
 		if s.streams != nil {
 			o.ObserveInt64(streamsOpen, s.streams.Open())
 		}
+		if s.groups != nil {
+			observeConsumerGroups(ctx, o, s.groups, cgOffset, cgLag, cgMembers)
+		}
 		return nil
 	}, logStart, highWM, spso, lag, acquired, expiries, acks, limitArch, dlqCopies, dlqSkipped, members, sessions,
-		unreadable, stateFails, badDeliverAt, streamsOpen, cRuns, cRead, cWritten, cRemoved, cTombs, dirty)
+		unreadable, stateFails, badDeliverAt, streamsOpen, cgOffset, cgLag, cgMembers, cRuns, cRead, cWritten, cRemoved, cTombs, dirty)
 	return err
+}
+
+// observeConsumerGroups reads every consumer group's members and committed
+// offsets with their lag (docs/metrics.md "Consumer groups").
+func observeConsumerGroups(ctx context.Context, o metric.Observer, c *consumergroup.Coordinator, offset, lag, members metric.Int64ObservableGauge) {
+	if groups, err := c.List(ctx); err == nil {
+		for _, g := range groups {
+			o.ObserveInt64(members, int64(g.Members), metric.WithAttributes(attribute.String("group", g.Group)))
+		}
+	}
+	for _, g := range c.AllOffsetsWithLag(ctx) {
+		for _, p := range g.Offsets {
+			at := metric.WithAttributes(attribute.String("group", g.Group), attribute.String("topic", p.Topic),
+				attribute.String("partition", strconv.Itoa(int(p.Partition))))
+			o.ObserveInt64(offset, p.Offset, at)
+			if p.Lag >= 0 {
+				o.ObserveInt64(lag, p.Lag, at)
+			}
+		}
+	}
 }

@@ -327,15 +327,22 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	// Served by every instance alike, never forwarded (users.go).
 	userSvc := grpcapi.NewUserService(s.users, s.guard)
 	s.health = health.NewServer()
-	if cfg.KafkaAddr != "" {
-		// Consumer groups keep their offsets in the data dir; in cluster
-		// mode each backend opens a coordinator over the cluster's KV
-		// (cluster.go, groups.go).
-		if s.fileBackend != nil {
-			if s.groups, err = openConsumerGroups(cfg, s.fileBackend.logAPI, s.share, log); err != nil {
-				return nil, err
-			}
+	// Consumer groups keep their offsets in the data dir in file-store
+	// mode, with or without the Kafka listener (gRPC/REST consumers commit
+	// offsets too). In cluster mode each backend opens a coordinator over
+	// the cluster's KV for the Kafka listener (cluster.go, groups.go);
+	// ConsumerGroupService is not routed to them yet and says so
+	// (docs/consumer-groups.md).
+	var cgSvc *grpcapi.ConsumerGroupService
+	if s.fileBackend != nil {
+		if s.groups, err = openConsumerGroups(cfg, s.fileBackend.logAPI, s.share, log); err != nil {
+			return nil, err
 		}
+		cgSvc = grpcapi.NewConsumerGroupService(s.groups, "", s.guard)
+	} else {
+		cgSvc = grpcapi.NewConsumerGroupService(nil, consumerGroupsUnserved, s.guard)
+	}
+	if cfg.KafkaAddr != "" {
 		kln, err := net.Listen("tcp", cfg.KafkaAddr)
 		if err != nil {
 			return nil, fmt.Errorf("listen on --kafka-addr %s: %w", cfg.KafkaAddr, err)
@@ -430,6 +437,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		sharelogv1.RegisterChangeStreamServiceServer(gs, changeSvc)
 		sharelogv1.RegisterAclServiceServer(gs, aclSvc)
 		sharelogv1.RegisterUserServiceServer(gs, userSvc)
+		sharelogv1.RegisterConsumerGroupServiceServer(gs, cgSvc)
 		healthpb.RegisterHealthServer(gs, s.health)
 		reflection.Register(gs)
 		return gs

@@ -51,9 +51,10 @@ func (c *Coordinator) List(_ context.Context) ([]GroupListing, error) {
 	for _, g := range c.snapshotGroups() {
 		g.mu.Lock()
 		if g.state != Dead {
-			l := GroupListing{Group: g.id, ProtocolType: g.protocolType, State: g.state, Type: "classic", StateName: g.state.String()}
+			l := GroupListing{Group: g.id, ProtocolType: g.protocolType, State: g.state, Type: "classic", StateName: g.state.String(),
+				Members: len(g.members)}
 			if g.cs != nil {
-				l.Type, l.StateName = "consumer", g.consumerStateName()
+				l.Type, l.StateName, l.Members = "consumer", g.consumerStateName(), len(g.cs.members)
 			}
 			out = append(out, l)
 		}

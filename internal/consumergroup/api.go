@@ -216,6 +216,7 @@ type GroupListing struct {
 	State        State  // of the classic state machine
 	Type         string // "classic" or "consumer" (KIP-848)
 	StateName    string // Kafka's name of the state of its type
+	Members      int    // of either protocol
 }
 
 // ConsumerHeartbeatRequest is a ConsumerGroupHeartbeat (KIP-848). A nil

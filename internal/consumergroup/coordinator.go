@@ -58,6 +58,13 @@ type Options struct {
 	// consumer protocol's regex subscriptions; nil = a regex matches
 	// nothing. It is called with no lock of this package held.
 	Topics func(ctx context.Context) (map[string]int32, error)
+	// ListOffsets resolves an offset of a partition (OffsetEarliest,
+	// OffsetLatest, or OffsetByTimestamp at ts: -1 when no record is at or
+	// after it), with the reason UNKNOWN_TOPIC_OR_PARTITION for a partition
+	// that does not exist: the log bounds of AlterOffsets and the log end
+	// offsets of OffsetsWithLag. nil = AlterOffsets is UNAVAILABLE and no
+	// lag is known. It is called with no lock of this package held.
+	ListOffsets func(ctx context.Context, topic string, partition int32, q OffsetQuery, ts int64) (int64, error)
 	// ConsumerHeartbeatInterval and ConsumerSessionTimeout are the
 	// consumer protocol's (KIP-848) heartbeat interval told to members
 	// and the session after which a silent member is removed; 0 = the

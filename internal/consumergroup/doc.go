@@ -17,6 +17,9 @@
 //	membership.go   Join, Sync, Heartbeat, Leave; the rebalance and its timers
 //	offsets.go      Commit, Fetch, DeleteOffsets
 //	admin.go        Describe, List, Delete
+//	overview.go     Overview (either protocol, assignments decoded), OffsetsWithLag, AllOffsetsWithLag:
+//	                the view of ConsumerGroupService, the CLI, the console and the metrics
+//	reset.go        AlterOffsets: kafka-consumer-groups.sh --reset-offsets on an inactive group
 //	consumer.go     the KIP-848 consumer protocol: ConsumerHeartbeat, ConsumerDescribe
 //	assign.go       its server-side assignors, uniform and range
 //
@@ -95,6 +98,9 @@
 // JoinGroup and SyncGroup wait for their answer with no lock held, on a
 // buffered channel the rebalance fills. Store writes happen under the
 // group's lock, so a group's entries are written in the order applied.
-// The topic lookups of OffsetCommit and OffsetDelete (Options.Partitions)
-// run before any lock is taken.
+// The topic lookups of OffsetCommit, OffsetDelete and AlterOffsets
+// (Options.Partitions) and the log look-ups of AlterOffsets and
+// OffsetsWithLag (Options.ListOffsets) run with no lock of the package
+// held: AlterOffsets checks the group is inactive before and again after
+// them.
 package consumergroup

@@ -34,6 +34,8 @@ const (
 	ErrorCode_ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION ErrorCode = 3
 	ErrorCode_ERROR_CODE_NOT_LEADER_OR_FOLLOWER     ErrorCode = 6
 	ErrorCode_ERROR_CODE_REQUEST_TIMED_OUT          ErrorCode = 7
+	// A committed offset's metadata is longer than the server keeps (4096 bytes).
+	ErrorCode_ERROR_CODE_OFFSET_METADATA_TOO_LARGE ErrorCode = 12
 	// The caller lacks the permission this topic needs for the operation (or,
 	// for a topic it may not DESCRIBE, whether or not the topic exists).
 	ErrorCode_ERROR_CODE_TOPIC_AUTHORIZATION_FAILED ErrorCode = 29
@@ -65,6 +67,7 @@ var (
 		3:   "ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION",
 		6:   "ERROR_CODE_NOT_LEADER_OR_FOLLOWER",
 		7:   "ERROR_CODE_REQUEST_TIMED_OUT",
+		12:  "ERROR_CODE_OFFSET_METADATA_TOO_LARGE",
 		29:  "ERROR_CODE_TOPIC_AUTHORIZATION_FAILED",
 		30:  "ERROR_CODE_GROUP_AUTHORIZATION_FAILED",
 		31:  "ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED",
@@ -84,6 +87,7 @@ var (
 		"ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION":   3,
 		"ERROR_CODE_NOT_LEADER_OR_FOLLOWER":       6,
 		"ERROR_CODE_REQUEST_TIMED_OUT":            7,
+		"ERROR_CODE_OFFSET_METADATA_TOO_LARGE":    12,
 		"ERROR_CODE_TOPIC_AUTHORIZATION_FAILED":   29,
 		"ERROR_CODE_GROUP_AUTHORIZATION_FAILED":   30,
 		"ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED": 31,
@@ -274,7 +278,7 @@ const file_sharelog_v1_common_proto_rawDesc = "" +
 	"\x06_value\"6\n" +
 	"\fRecordHeader\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value*\x87\x05\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value*\xb1\x05\n" +
 	"\tErrorCode\x12\x13\n" +
 	"\x0fERROR_CODE_NONE\x10\x00\x12,\n" +
 	"\x1fERROR_CODE_UNKNOWN_SERVER_ERROR\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x12\"\n" +
@@ -282,7 +286,8 @@ const file_sharelog_v1_common_proto_rawDesc = "" +
 	"\x1aERROR_CODE_CORRUPT_MESSAGE\x10\x02\x12)\n" +
 	"%ERROR_CODE_UNKNOWN_TOPIC_OR_PARTITION\x10\x03\x12%\n" +
 	"!ERROR_CODE_NOT_LEADER_OR_FOLLOWER\x10\x06\x12 \n" +
-	"\x1cERROR_CODE_REQUEST_TIMED_OUT\x10\a\x12)\n" +
+	"\x1cERROR_CODE_REQUEST_TIMED_OUT\x10\a\x12(\n" +
+	"$ERROR_CODE_OFFSET_METADATA_TOO_LARGE\x10\f\x12)\n" +
 	"%ERROR_CODE_TOPIC_AUTHORIZATION_FAILED\x10\x1d\x12)\n" +
 	"%ERROR_CODE_GROUP_AUTHORIZATION_FAILED\x10\x1e\x12+\n" +
 	"'ERROR_CODE_CLUSTER_AUTHORIZATION_FAILED\x10\x1f\x12\x1e\n" +

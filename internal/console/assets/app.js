@@ -4,6 +4,7 @@ import * as api from './api.js';
 import { topicsPage, topicPage } from './topics.js';
 import { recordsPage } from './records.js';
 import { groupsPage, groupPage } from './groups.js';
+import { consumerGroupsPage, consumerGroupPage } from './consumergroups.js';
 import { changesPage } from './changes.js';
 import { setStatus, takeFlash } from './ui.js';
 
@@ -39,6 +40,8 @@ const routes = [
   [/^#\/records(?:\?(.*))?$/, (m) => recordsPage(new URLSearchParams(m[1] || '')), 'records'],
   [/^#\/groups\/(.+)$/, (m) => groupPage(decodeURIComponent(m[1])), 'groups'],
   [/^#\/groups$/, () => groupsPage(), 'groups'],
+  [/^#\/consumer-groups\/(.+)$/, (m) => consumerGroupPage(decodeURIComponent(m[1])), 'consumer-groups'],
+  [/^#\/consumer-groups$/, () => consumerGroupsPage(), 'consumer-groups'],
   [/^#\/changes(?:\?(.*))?$/, (m) => changesPage(new URLSearchParams(m[1] || '')), 'changes'],
 ];
 

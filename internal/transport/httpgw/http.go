@@ -128,6 +128,7 @@ func NewHandler(ctx context.Context, conn *grpc.ClientConn, d Deps) (http.Handle
 		sharelogv1.RegisterChangeStreamServiceHandler,
 		sharelogv1.RegisterAclServiceHandler,
 		sharelogv1.RegisterUserServiceHandler,
+		sharelogv1.RegisterConsumerGroupServiceHandler,
 	} {
 		if err := register(ctx, gw, conn); err != nil {
 			return nil, fmt.Errorf("register gateway: %w", err)

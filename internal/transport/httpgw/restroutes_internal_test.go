@@ -26,6 +26,12 @@ func TestRESTRouteTable(t *testing.T) {
 		{http.MethodPost, "/v1/share-groups/g:fetch", "/v1/share-groups/{groupId}:fetch"},
 		{http.MethodPost, "/v1/share-groups/g/offsets:alter", "/v1/share-groups/{groupId}/offsets:alter"},
 		{http.MethodGet, "/v1/share-groups/g", "/v1/share-groups/{groupId}"},
+		{http.MethodGet, "/v1/consumer-groups", "/v1/consumer-groups"},
+		{http.MethodGet, "/v1/consumer-groups/g", "/v1/consumer-groups/{group}"},
+		{http.MethodDelete, "/v1/consumer-groups/g", "/v1/consumer-groups/{group}"},
+		{http.MethodGet, "/v1/consumer-groups/g/offsets", "/v1/consumer-groups/{group}/offsets"},
+		{http.MethodPost, "/v1/consumer-groups/g/offsets:commit", "/v1/consumer-groups/{group}/offsets:commit"},
+		{http.MethodPost, "/v1/consumer-groups/g/offsets:alter", "/v1/consumer-groups/{group}/offsets:alter"},
 	}
 	for _, c := range cases {
 		r := rt.find(c.method, c.path)
@@ -44,6 +50,13 @@ func TestRESTRouteTable(t *testing.T) {
 	assert.Empty(t, fetch.unknownQuery(http.MethodGet, url.Values{"offset": {"1"}, "max_wait_ms": {"5"}, "maxBytes": {"9"}}))
 	assert.Equal(t, "ofset", fetch.unknownQuery(http.MethodGet, url.Values{"offset": {"1"}, "ofset": {"1"}}))
 	assert.Equal(t, "maxwaitms", fetch.unknownQuery(http.MethodGet, url.Values{"maxwaitms": {"1"}}))
+
+	assert.Equal(t, []string{"DELETE", "GET"}, rt.allowed("/v1/consumer-groups/g"))
+	assert.Equal(t, []string{"POST"}, rt.allowed("/v1/consumer-groups/g/offsets:alter"))
+	offsets := rt.find(http.MethodGet, "/v1/consumer-groups/g/offsets")
+	assert.Empty(t, offsets.unknownQuery(http.MethodGet, url.Values{"topics": {"a", "b"}}))
+	list := rt.find(http.MethodGet, "/v1/consumer-groups")
+	assert.Empty(t, list.unknownQuery(http.MethodGet, url.Values{"state": {"Stable"}, "type": {"CONSUMER_GROUP_TYPE_CLASSIC"}}))
 }
 
 func TestJSONFieldPath(t *testing.T) {

@@ -137,3 +137,31 @@ func WaitLeader(ctx context.Context, js njs.JetStream, stream string) error {
 		}
 	}
 }
+
+// OpenKV creates the KV bucket (one value per key, file storage, replicas
+// replicas) or opens it when it exists, retrying what Retry retries, and
+// waits until its stream has a leader. The stores of the share state, the
+// committed offsets and the SCRAM credentials open theirs with it.
+func OpenKV(ctx context.Context, js njs.JetStream, bucket, description string, replicas int) (njs.KeyValue, error) {
+	var kv njs.KeyValue
+	err := Retry(ctx, func(ctx context.Context) (err error) {
+		kv, err = js.CreateKeyValue(ctx, njs.KeyValueConfig{
+			Bucket:      bucket,
+			Description: description,
+			History:     1,
+			Storage:     njs.FileStorage,
+			Replicas:    replicas,
+		})
+		return err
+	})
+	if errors.Is(err, njs.ErrBucketExists) {
+		err = Retry(ctx, func(ctx context.Context) (err error) {
+			kv, err = js.KeyValue(ctx, bucket)
+			return err
+		})
+	}
+	if err == nil {
+		err = WaitLeader(ctx, js, "KV_"+bucket)
+	}
+	return kv, err
+}

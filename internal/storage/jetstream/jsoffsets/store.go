@@ -143,26 +143,7 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	octx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	bucket := sljs.OffsetsBucket(o.Prefix)
-	var kv njs.KeyValue
-	err = sljs.Retry(octx, func(ctx context.Context) (err error) {
-		kv, err = js.CreateKeyValue(ctx, njs.KeyValueConfig{
-			Bucket:      bucket,
-			Description: "sharelog consumer groups' committed offsets",
-			History:     1,
-			Storage:     njs.FileStorage,
-			Replicas:    o.Replicas,
-		})
-		return err
-	})
-	if errors.Is(err, njs.ErrBucketExists) {
-		err = sljs.Retry(octx, func(ctx context.Context) (err error) {
-			kv, err = js.KeyValue(ctx, bucket)
-			return err
-		})
-	}
-	if err == nil {
-		err = sljs.WaitLeader(octx, js, "KV_"+bucket)
-	}
+	kv, err := sljs.OpenKV(octx, js, bucket, "sharelog consumer groups' committed offsets", o.Replicas)
 	if err != nil {
 		return nil, sljs.Wrap(ctx, "open the offsets bucket "+bucket, err, ErrStorage)
 	}

@@ -189,26 +189,7 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	ctx, cancel := withTimeout(ctx, o.Timeout)
 	defer cancel()
 	bucket := sljs.ShareBucket(o.Prefix)
-	var kv njs.KeyValue
-	err = sljs.Retry(ctx, func(ctx context.Context) (err error) {
-		kv, err = js.CreateKeyValue(ctx, njs.KeyValueConfig{
-			Bucket:      bucket,
-			Description: "sharelog share-group state snapshots",
-			History:     1,
-			Storage:     njs.FileStorage,
-			Replicas:    o.Replicas,
-		})
-		return err
-	})
-	if errors.Is(err, njs.ErrBucketExists) {
-		err = sljs.Retry(ctx, func(ctx context.Context) (err error) {
-			kv, err = js.KeyValue(ctx, bucket)
-			return err
-		})
-	}
-	if err == nil {
-		err = sljs.WaitLeader(ctx, js, "KV_"+bucket)
-	}
+	kv, err := sljs.OpenKV(ctx, js, bucket, "sharelog share-group state snapshots", o.Replicas)
 	if err != nil {
 		return nil, sljs.Wrap(ctx, "open the share state bucket "+bucket, err, ErrStorage)
 	}

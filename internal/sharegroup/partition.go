@@ -192,16 +192,6 @@ func (p *sharePartition) prepare(ls, now int64) {
 	}
 }
 
-// noteAvail records that an AVAILABLE record waits until at (a backoff,
-// a delayed record) and arms the timer for it. mu is held.
-func (p *sharePartition) noteAvail(at, now int64) {
-	if at <= 0 || at >= p.nextAvail {
-		return
-	}
-	p.nextAvail = at
-	p.armTimer(now)
-}
-
 // passAvail makes the AVAILABLE records whose wait is over acquirable
 // (their availAt cleared, the runs merged), wakes waiting fetches, and
 // re-arms the timer for the next wait. mu is held.

@@ -80,7 +80,7 @@ func availableRun(first, last int64, count int16) run {
 // releasedRun is what RELEASE, a lock's expiry or its session's end make
 // of [first, last] with delivery count n: AVAILABLE, after the group's
 // redelivery backoff for n when it has one (docs/queues.md). The caller
-// notes the instant (noteAvail).
+// keeps nextAvail (the timer) up to date.
 func releasedRun(first, last int64, n int16, now int64, cfg *effConfig) run {
 	r := availableRun(first, last, n)
 	if d := cfg.backoff(n); d > 0 {

@@ -180,7 +180,7 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 	if n.part == nil {
 		close(itemsDone)
 	} else {
-		items := lease.Items(self, cluster.ItemHooks{Acquired: n.acquireItem, Release: n.releaseItem})
+		items := lease.Items(self, cluster.ItemHooks{Acquired: n.acquireItem, Release: n.releaseItem, Keep: n.keepItem})
 		n.mu.Lock()
 		n.part.items = items
 		n.mu.Unlock()

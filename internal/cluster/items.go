@@ -83,6 +83,11 @@ type ItemHooks struct {
 	// returns. handover is false when the lease was lost (taken, or not
 	// renewed in time): stop serving at once; fencing refuses any write.
 	Release func(item string, epoch uint64, handover bool)
+	// Keep, when set, may keep an item the placement moved away (not one
+	// that is no item any more, nor at ReleaseAll): a consumer group with
+	// members, whose membership the next owner would not have. The
+	// placement's target owner waits for it, as for any held item.
+	Keep func(item string) bool
 }
 
 type heldItem struct {
@@ -283,7 +288,10 @@ func (it *Items) step(ctx context.Context, items []string, mark uint64) error {
 	recent := it.takenAfter(mark)
 	for _, item := range slices.Sorted(maps.Keys(it.Held())) {
 		owner, listed := target[item]
-		if owner != it.self.ID && (listed || !recent[item]) {
+		switch {
+		case owner == it.self.ID, !listed && recent[item]:
+		case listed && it.hooks.Keep != nil && it.hooks.Keep(item):
+		default:
 			away = append(away, item)
 		}
 	}

@@ -428,3 +428,32 @@ func TestItemsTakenAfterTheListAreKept(t *testing.T) {
 	require.False(t, ok, "missing from a list made after the take: handed over")
 	require.Len(t, a.releasedSnapshot()[x], 1)
 }
+
+// Keep holds an item the placement moved away (a consumer group with
+// members) until it says otherwise; then the step hands it over.
+func TestItemsKeep(t *testing.T) {
+	ctx := context.Background()
+	prefix := testCluster.Prefix()
+	a := newItemNode(t, prefix, "a")
+	b := newItemNode(t, prefix, "b")
+	own, x := GroupItem("a0"), GroupItem("x")
+	settle(t, []string{own}, a)
+	require.NoError(t, b.l.Heartbeat(ctx, b.m))
+	require.Eventually(t, func() bool {
+		ms, err := a.l.LiveMembers(ctx)
+		return err == nil && slices.ContainsFunc(ms, func(m Member) bool { return m.ID == "b" })
+	}, 5*time.Second, 20*time.Millisecond, "a sees b live")
+	var keep sync.Map
+	keep.Store(x, true)
+	a.it.hooks.Keep = func(item string) bool { v, _ := keep.Load(item); return v == true }
+	require.True(t, a.it.Take(ctx, x))
+	a.step(t, []string{own, x}) // the placement gives x to b
+	_, ok := a.it.Owns(x)
+	require.True(t, ok, "kept")
+	require.Empty(t, a.releasedSnapshot()[x])
+	keep.Store(x, false)
+	a.step(t, []string{own, x})
+	_, ok = a.it.Owns(x)
+	require.False(t, ok, "handed over once not kept")
+	require.Len(t, a.releasedSnapshot()[x], 1)
+}

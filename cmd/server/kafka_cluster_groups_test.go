@@ -2,7 +2,8 @@ package main
 
 import (
 	"context"
-	"os"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,17 +130,9 @@ func TestKafkaActiveStandbyConsumerGroupFailover(t *testing.T) {
 // the coordinator of some is SIGKILLed; FindCoordinator then names a live
 // instance for each, which loaded the group's committed offsets from the
 // cluster's KV (none went backwards), and each group resumes exactly
-// from them.
-//
-// Run by `make soak` (SHARELOG_SOAK=1), not by `make test`: it fails in
-// about one run of three (an idle group that has offsets is at times
-// coordinated by nobody after its coordinator's SIGKILL, so instances
-// name different coordinators until a client's call takes it); the
-// cause is not found yet.
+// from them. DeleteGroups at an instance that does not coordinate a
+// group answers NOT_COORDINATOR.
 func TestKafkaPartitionedConsumerGroupsFailover(t *testing.T) {
-	if os.Getenv("SHARELOG_SOAK") == "" {
-		t.Skip("set SHARELOG_SOAK=1 (make soak): known to fail now and then, see the comment")
-	}
 	js := startJS(t)
 	prefix := js.Prefix()
 	members := map[string]*kafkaMember{}
@@ -147,6 +140,14 @@ func TestKafkaPartitionedConsumerGroupsFailover(t *testing.T) {
 		members[id] = startKafkaMember(t, js.URL(), prefix, id, "--cluster-mode", "partitioned", "--group-initial-rebalance-delay", "100ms")
 		members[id].waitReadyz(t, "cluster: partitioned", 15*time.Second)
 	}
+	all := maps.Clone(members)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for id, m := range all {
+				t.Logf("last log lines of %s:\n%s", id, strings.Join(m.logs.Tail(200), "\n"))
+			}
+		}
+	})
 	k := dialKafka(t, members["a"].kafka)
 	require.Eventually(t, func() bool {
 		req := kmsg.NewPtrCreateTopicsRequest()
@@ -170,13 +171,19 @@ func TestKafkaPartitionedConsumerGroupsFailover(t *testing.T) {
 		consumeFrom(t, []string{members[order[i%3]].kafka}, g, "pg", 30)
 		commits[g] = committed(t, members[order[i%3]].kafka, g)
 	}
-	coordinator := func(at, group string) string {
+	// tryCoordinator is the instance FindCoordinator at names for group,
+	// "" while at answers COORDINATOR_NOT_AVAILABLE (it is loading the
+	// group: a client retries).
+	tryCoordinator := func(at, group string) string {
 		ids := brokerIDs(kafkaMetadata(t, members[at].kafka))
 		fc := kmsg.NewPtrFindCoordinatorRequest()
 		fc.Version = 4
 		fc.CoordinatorKeys = []string{group}
 		co := dialKafka(t, members[at].kafka).do(fc).(*kmsg.FindCoordinatorResponse).Coordinators[0]
-		require.Zero(t, co.ErrorCode, "FindCoordinator %s at %s", group, at)
+		if co.ErrorCode == kerr.CoordinatorNotAvailable.Code {
+			return ""
+		}
+		assert.Zero(t, co.ErrorCode, "FindCoordinator %s at %s", group, at)
 		for addr, node := range ids {
 			if node == co.NodeID {
 				for id, m := range members {
@@ -186,8 +193,16 @@ func TestKafkaPartitionedConsumerGroupsFailover(t *testing.T) {
 				}
 			}
 		}
-		t.Fatalf("group %s: coordinator node %d is no member", group, co.NodeID)
+		assert.Failf(t, "FindCoordinator names no member", "group %s at %s: node %d", group, at, co.NodeID)
 		return ""
+	}
+	coordinator := func(at, group string) string {
+		var c string
+		require.Eventually(t, func() bool {
+			c = tryCoordinator(at, group)
+			return c != ""
+		}, 10*time.Second, 100*time.Millisecond, "FindCoordinator %s at %s", group, at)
+		return c
 	}
 	byMember := map[string][]string{}
 	for _, g := range groups {
@@ -197,12 +212,27 @@ func TestKafkaPartitionedConsumerGroupsFailover(t *testing.T) {
 		var c string
 		require.Eventually(t, func() bool {
 			_, _ = tryCommitted(members["a"].kafka, g)
-			c = coordinator("a", g)
-			return c == coordinator("b", g) && c == coordinator("c", g)
+			c = tryCoordinator("a", g)
+			return c != "" && c == tryCoordinator("b", g) && c == tryCoordinator("c", g)
 		}, 20*time.Second, 100*time.Millisecond, "the instances agree on %s's coordinator", g)
 		byMember[c] = append(byMember[c], g)
 	}
 	require.GreaterOrEqual(t, len(byMember), 2, "the groups spread: %v", byMember)
+	// DeleteGroups at an instance that does not coordinate the group:
+	// NOT_COORDINATOR (the client finds the coordinator again), not the
+	// share groups' GROUP_ID_NOT_FOUND.
+	for c, gs := range byMember {
+		for id, m := range members {
+			if id == c {
+				continue
+			}
+			dg := kmsg.NewPtrDeleteGroupsRequest()
+			dg.Version = 2
+			dg.Groups = []string{gs[0]}
+			code := dialKafka(t, m.kafka).do(dg).(*kmsg.DeleteGroupsResponse).Groups[0].ErrorCode
+			assert.Equal(t, kerr.NotCoordinator.Code, code, "DeleteGroups %s (coordinated by %s) at %s", gs[0], c, id)
+		}
+	}
 	victim := ""
 	for id, gs := range byMember {
 		if victim == "" || len(gs) > len(byMember[victim]) {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/changestream"
 	"github.com/sharelog/sharelog/internal/consumergroup"
@@ -32,6 +33,17 @@ type backend struct {
 	// groups is the consumer-group coordinator in cluster mode, with a
 	// Kafka listener (nil otherwise; the file mode's is Server.groups).
 	groups *consumergroup.Coordinator
+	// cgSvc is ConsumerGroupService over groups in cluster mode (set by
+	// withGroups; without groups it answers FAILED_PRECONDITION).
+	cgSvc sharelogv1.ConsumerGroupServiceServer
+}
+
+// withGroups makes c this backend's consumer-group coordinator, served by
+// its ConsumerGroupService (the cluster routing calls it: forward.go,
+// partitioned.go).
+func (b *backend) withGroups(c *consumergroup.Coordinator, guard *authz.Guard) {
+	b.groups = c
+	b.cgSvc = grpcapi.NewConsumerGroupService(c, "", guard)
 }
 
 // openBackend builds a backend over store (already traced), keys (its key
@@ -123,6 +135,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		return nil, err
 	}
 	b.change = grpcapi.NewChangeStreamService(b.streams, s.guard)
+	b.cgSvc = grpcapi.NewConsumerGroupService(nil, consumerGroupsUnserved, s.guard)
 	return b, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sharelog/sharelog/internal/cluster"
+	"github.com/sharelog/sharelog/internal/consumergroup"
 	"github.com/sharelog/sharelog/internal/ownership"
 	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jslog"
@@ -179,7 +180,7 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 	if n.part == nil {
 		close(itemsDone)
 	} else {
-		items := lease.Items(self, cluster.ItemHooks{Acquired: n.acquireItem, Release: n.releaseItem})
+		items := lease.Items(self, cluster.ItemHooks{Acquired: n.acquireItem, Release: n.releaseItem, Keep: n.keepItem})
 		n.mu.Lock()
 		n.part.items = items
 		n.mu.Unlock()
@@ -357,7 +358,10 @@ func (n *clusterNode) openBackend(ctx context.Context, epoch uint64) (*activeBac
 		gs, err := jsoffsets.Open(ctx, n.nc, jsoffsets.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, Epoch: epoch,
 			OnFenced: func(string) { fence() }, Logger: n.s.log})
 		if err == nil {
-			b.groups, err = openCoordinator(n.s.cfg, gs, b.logAPI, b.share, nil, n.s.log)
+			var cg *consumergroup.Coordinator
+			if cg, err = openCoordinator(n.s.cfg, gs, b.logAPI, b.share, nil, n.s.log); err == nil {
+				b.withGroups(cg, n.s.guard)
+			}
 		}
 		if err != nil {
 			_ = b.close(n.s.log)

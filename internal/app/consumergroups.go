@@ -18,16 +18,16 @@ import (
 const ConsumerGroupsDir = "consumer-groups"
 
 // consumerGroupsUnserved is ConsumerGroupService's FAILED_PRECONDITION in
-// cluster mode.
-const consumerGroupsUnserved = "ConsumerGroupService is not served in cluster mode (--store jetstream) yet; " +
-	"Kafka clients' consumer groups are, through --kafka-addr (docs/consumer-groups.md)"
+// cluster mode without a Kafka listener: the consumer groups' offsets
+// bucket is opened with --kafka-addr only.
+const consumerGroupsUnserved = "in cluster mode (--store jetstream) consumer groups are served with --kafka-addr only (docs/consumer-groups.md)"
 
 // openConsumerGroups opens the classic consumer-group coordinator over the
 // file store of committed offsets (fsync as --fsync says), with the log's
 // topics for the partition checks and deletions, and the share groups'
 // ids refused to it (docs/consumer-groups.md). File-store mode: in
-// cluster mode each backend opens its own (groups.go) and
-// ConsumerGroupService answers consumerGroupsUnserved.
+// cluster mode each backend opens its own (cluster.go, partitioned.go),
+// whose ConsumerGroupService the cluster routing calls.
 func openConsumerGroups(cfg Config, log *broker.Log, share *sharegroup.Manager, logger *slog.Logger) (*consumergroup.Coordinator, error) {
 	mode, err := logstore.ParseFsyncMode(cfg.Fsync)
 	if err != nil {
@@ -86,7 +86,9 @@ func openCoordinator(cfg Config, st groupoffsets.Store, log *broker.Log, share *
 				}
 				return 0, nil
 			}
-			off, _, err := log.ListOffsets(ctx, topic, partition, spec, ts)
+			// The coordinator's own look-ups, of a call forwarded to it
+			// (cgroute.go) too.
+			off, _, err := log.ListOffsets(broker.OwnLookups(ctx), topic, partition, spec, ts)
 			if err != nil {
 				return 0, broker.ErrorOf(err)
 			}

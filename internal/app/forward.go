@@ -47,7 +47,7 @@ type method struct {
 var methods = func() map[string]method {
 	m := map[string]method{}
 	for _, sd := range []grpc.ServiceDesc{sharelogv1.LogService_ServiceDesc, sharelogv1.ShareGroupService_ServiceDesc,
-		sharelogv1.ChangeStreamService_ServiceDesc} {
+		sharelogv1.ChangeStreamService_ServiceDesc, sharelogv1.ConsumerGroupService_ServiceDesc} {
 		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(sd.ServiceName))
 		if err != nil {
 			panic(fmt.Sprintf("service %s is not registered: %v", sd.ServiceName, err))
@@ -85,6 +85,8 @@ func implOf(b *backend, svc string) any {
 		return b.logSvc
 	case sharelogv1.ShareGroupService_ServiceDesc.ServiceName:
 		return b.shareSv
+	case sharelogv1.ConsumerGroupService_ServiceDesc.ServiceName:
+		return b.cgSvc
 	}
 	return b.change
 }

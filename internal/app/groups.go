@@ -99,6 +99,22 @@ func (n *clusterNode) releaseItem(item string, epoch uint64, handover bool) {
 	n.releasePartition(item, epoch, handover)
 }
 
+// keepItem is the lease hook that keeps a consumer group with members
+// here though the placement moved it: its members are not persisted, and
+// at the next coordinator they would find no group (a commit of theirs
+// answered GROUP_ID_NOT_FOUND) until they joined again. It moves once
+// they have left.
+func (n *clusterNode) keepItem(item string) bool {
+	id, ok := groupOf(item)
+	if !ok {
+		return false
+	}
+	n.mu.RLock()
+	b := n.part.logB
+	n.mu.RUnlock()
+	return b != nil && b.groups != nil && b.groups.HasMembers(id)
+}
+
 // acquireGroup adopts the group's durable state, then serves its calls.
 func (n *clusterNode) acquireGroup(ctx context.Context, item, id string, epoch uint64) error {
 	n.mu.RLock()

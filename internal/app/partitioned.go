@@ -20,6 +20,7 @@ import (
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/cluster"
+	"github.com/sharelog/sharelog/internal/consumergroup"
 	"github.com/sharelog/sharelog/internal/ownership"
 	"github.com/sharelog/sharelog/internal/sharegroup"
 	"github.com/sharelog/sharelog/internal/storage/jetstream/jslog"
@@ -99,10 +100,14 @@ func (n *clusterNode) openLogBackend(ctx context.Context, ls *jslog.Store) error
 			OnFenced: n.offsetsFenced, Logger: n.s.log})
 		cancel()
 		if err == nil {
-			b.groups, err = openCoordinator(n.s.cfg, offs, b.logAPI, b.share, &groupRoute{
+			var cg *consumergroup.Coordinator
+			cg, err = openCoordinator(n.s.cfg, offs, b.logAPI, b.share, &groupRoute{
 				coordinates: n.consumerGroupCoordinates,
 				serves:      func(g string) bool { return n.part.gates.Serves(cluster.GroupItem(g)) },
 			}, n.s.log)
+			if err == nil {
+				b.withGroups(cg, n.s.guard)
+			}
 		}
 		if err != nil {
 			_ = b.close(n.s.log)
@@ -209,6 +214,8 @@ func (n *clusterNode) serveLocal(ctx context.Context, m method, req any) (any, e
 //     (sharegroup.Coordinators and Peers, groups.go, grouppeers.go); an
 //     admin call a coordinator sends owned-only is answered for the
 //     partitions owned here (owners.go);
+//   - ConsumerGroupService calls go to the group's coordinator, and
+//     ListConsumerGroups to every instance (cgroute.go);
 //   - DescribeCluster goes to the holder of the phase-1 lease (the
 //     phase-1 path);
 //   - every other LogService call is served here: the log domain asks
@@ -239,6 +246,9 @@ func (n *clusterNode) punary(ctx context.Context, req any, info *grpc.UnaryServe
 			}
 		}
 		return n.serveLocal(ctx, m, req)
+	}
+	if m.service == sharelogv1.ConsumerGroupService_ServiceDesc.ServiceName {
+		return n.consumerGroupCall(ctx, m, info, req) // cgroute.go
 	}
 	switch req.(type) {
 	case *sharelogv1.DescribeClusterRequest:

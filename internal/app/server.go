@@ -330,9 +330,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	// Consumer groups keep their offsets in the data dir in file-store
 	// mode, with or without the Kafka listener (gRPC/REST consumers commit
 	// offsets too). In cluster mode each backend opens a coordinator over
-	// the cluster's KV for the Kafka listener (cluster.go, groups.go);
-	// ConsumerGroupService is not routed to them yet and says so
-	// (docs/consumer-groups.md).
+	// the cluster's KV with the Kafka listener (cluster.go, partitioned.go)
+	// and its own ConsumerGroupService, which the cluster routing calls
+	// (forward.go, cgroute.go): the one registered here is never called.
 	var cgSvc *grpcapi.ConsumerGroupService
 	if s.fileBackend != nil {
 		if s.groups, err = openConsumerGroups(cfg, s.fileBackend.logAPI, s.share, log); err != nil {

@@ -96,6 +96,18 @@ func WithForwardedBy(ctx context.Context, by string) context.Context {
 	return context.WithValue(ctx, forwardedKey{}, by)
 }
 
+// OwnLookups is ctx for the look-ups a domain makes on its own behalf
+// while serving a call forwarded to it (a consumer group's coordinator
+// reading the log end offsets for the lag): they are not the forwarded
+// call travelling on, and reach the partitions' owners (one hop from
+// here).
+func OwnLookups(ctx context.Context) context.Context {
+	if ForwardedBy(ctx) == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, forwardedKey{}, "")
+}
+
 // ForwardedBy is the instance that forwarded ctx's call, "" for a call
 // that came from a client.
 func ForwardedBy(ctx context.Context) string {

@@ -83,12 +83,28 @@ type ItemHooks struct {
 	// returns. handover is false when the lease was lost (taken, or not
 	// renewed in time): stop serving at once; fencing refuses any write.
 	Release func(item string, epoch uint64, handover bool)
+	// Keep, when set, may keep an item the placement moved away (not one
+	// that is no item any more, nor at ReleaseAll): a consumer group with
+	// members, whose membership the next owner would not have. The
+	// placement's target owner waits for it, as for any held item.
+	Keep func(item string) bool
 }
 
 type heldItem struct {
 	epoch   uint64 // the revision the term began at
 	rev     uint64 // the current revision
 	renewed time.Time
+	// acquiring: the Acquired hook of this term is running. The item is
+	// not handed over meanwhile (the next step does it), and a term lost
+	// meanwhile (expired, taken, fenced) is released by the take once the
+	// hook returned (settle): a Release running beside Acquired would
+	// find nothing served yet, and the hook would then serve an item
+	// whose lease is gone, never released.
+	acquiring bool
+	// seq orders the takes (Items.seq when taken): a step hands over an
+	// item missing from its list only if it was taken before the list
+	// was made.
+	seq uint64
 }
 
 // Items holds this instance's per-item leases (phase 2). Step moves it
@@ -101,6 +117,7 @@ type Items struct {
 	takeMu sync.Mutex // serialises Take
 	mu     sync.Mutex
 	held   map[string]*heldItem
+	seq    uint64               // the takes so far
 	owners map[string]ItemOwner // as the last Step read them
 }
 
@@ -159,7 +176,9 @@ func (it *Items) Fenced(item string, epoch uint64) {
 	delete(it.held, item)
 	it.mu.Unlock()
 	it.l.o.Logger.Warn("a write was fenced: another instance owns the item", "item", item, "epoch", epoch)
-	it.hooks.Release(item, epoch, false)
+	if !h.acquiring {
+		it.hooks.Release(item, epoch, false)
+	}
 }
 
 // Owners reads every item lease: item → owner and epoch.
@@ -198,6 +217,34 @@ func (l *Lease) Owners(ctx context.Context) (map[string]ItemOwner, map[string]ui
 // placement moved away, and take the free items the placement gives this
 // instance. items is every item there is (partitions and groups).
 func (it *Items) Step(ctx context.Context, items []string) error {
+	return it.step(ctx, items, it.mark())
+}
+
+// mark is the takes so far: items taken after it may be missing from a
+// list of items made after it.
+func (it *Items) mark() uint64 {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.seq
+}
+
+// takenAfter lists the held items taken after mark.
+func (it *Items) takenAfter(mark uint64) map[string]bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	out := map[string]bool{}
+	for item, h := range it.held {
+		if h.seq > mark {
+			out[item] = true
+		}
+	}
+	return out
+}
+
+// step is Step with items listed after mark: an item taken since (a call
+// took a group nobody coordinated while the list was read) and missing
+// from it is not "no item any more"; the next list has it.
+func (it *Items) step(ctx context.Context, items []string, mark uint64) error {
 	it.expire()
 	it.renewAll(ctx)
 
@@ -235,10 +282,16 @@ func (it *Items) Step(ctx context.Context, items []string) error {
 	}
 	target := placeByKind(items, live, current)
 
-	// Hand over what the placement moved away, and what is no item any more.
+	// Hand over what the placement moved away, and what is no item any
+	// more.
 	var away, free []string
+	recent := it.takenAfter(mark)
 	for _, item := range slices.Sorted(maps.Keys(it.Held())) {
-		if target[item] != it.self.ID {
+		owner, listed := target[item]
+		switch {
+		case owner == it.self.ID, !listed && recent[item]:
+		case listed && it.hooks.Keep != nil && it.hooks.Keep(item):
+		default:
 			away = append(away, item)
 		}
 	}
@@ -297,18 +350,22 @@ func (it *Items) expire() {
 	limit := it.l.o.TTL - it.l.margin()
 	var lost []string
 	var epochs []uint64
+	var acquiring []bool
 	it.mu.Lock()
 	for item, h := range it.held {
 		if now.Sub(h.renewed) >= limit {
 			lost = append(lost, item)
 			epochs = append(epochs, h.epoch)
+			acquiring = append(acquiring, h.acquiring)
 			delete(it.held, item)
 		}
 	}
 	it.mu.Unlock()
 	for i, item := range lost {
 		it.l.o.Logger.Warn("item lease not renewed in time: stop serving it", "item", item, "epoch", epochs[i])
-		it.hooks.Release(item, epochs[i], false)
+		if !acquiring[i] {
+			it.hooks.Release(item, epochs[i], false)
+		}
 	}
 }
 
@@ -364,7 +421,9 @@ func (it *Items) renew(ctx context.Context, item string, epoch, rev uint64) {
 		delete(it.held, item)
 		it.mu.Unlock()
 		it.l.o.Logger.Warn("item lease taken by another instance", "item", item, "epoch", epoch)
-		it.hooks.Release(item, epoch, false)
+		if !h.acquiring {
+			it.hooks.Release(item, epoch, false)
+		}
 	default:
 		it.mu.Unlock()
 		it.l.o.Logger.Debug("item lease renewal failed", "item", item, "err", err)
@@ -376,9 +435,10 @@ func (it *Items) renew(ctx context.Context, item string, epoch, rev uint64) {
 // fails the step only renews (an empty list would hand everything over).
 func (it *Items) Run(ctx context.Context, items func() ([]string, error)) {
 	for {
+		mark := it.mark()
 		all, err := items()
 		if err == nil {
-			err = it.Step(ctx, all)
+			err = it.step(ctx, all, mark)
 		} else {
 			it.expire()
 			it.renewAll(ctx)
@@ -403,9 +463,9 @@ func (it *Items) Run(ctx context.Context, items func() ([]string, error)) {
 func (it *Items) handover(ctx context.Context, item string) {
 	it.mu.Lock()
 	h := it.held[item]
-	if h == nil {
+	if h == nil || h.acquiring {
 		it.mu.Unlock()
-		return
+		return // an item being acquired is handed over by a later step
 	}
 	delete(it.held, item)
 	it.mu.Unlock()
@@ -444,12 +504,34 @@ func (it *Items) take(ctx context.Context, item string) {
 		return
 	}
 	it.mu.Lock()
-	it.held[item] = &heldItem{epoch: rev, rev: rev, renewed: sent}
+	it.seq++
+	it.held[item] = &heldItem{epoch: rev, rev: rev, renewed: sent, acquiring: true, seq: it.seq}
 	it.mu.Unlock()
-	if err := it.hooks.Acquired(ctx, item, rev); err != nil {
+	err = it.hooks.Acquired(ctx, item, rev)
+	if !it.settle(item, rev) {
+		// The term ended while the hook ran (its lease expired, was
+		// taken or fenced): stop what the hook started.
+		it.l.o.Logger.Warn("item lease lost while it was being acquired: stop serving it", "item", item, "epoch", rev)
+		it.hooks.Release(item, rev, false)
+		return
+	}
+	if err != nil {
 		it.l.o.Logger.Error("cannot serve an acquired item; giving it back", "item", item, "err", err)
 		it.handover(ctx, item)
 	}
+}
+
+// settle ends the acquisition of item's term begun at epoch: false when
+// that term is no longer held.
+func (it *Items) settle(item string, epoch uint64) bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	h := it.held[item]
+	if h == nil || h.epoch != epoch {
+		return false
+	}
+	h.acquiring = false
+	return true
 }
 
 // ReleaseAll hands over every held item (a clean stop), so the others

@@ -342,3 +342,118 @@ func TestItemsRunRenewsManyItems(t *testing.T) {
 		}
 	}
 }
+
+// A Take whose Acquired hook is still running when a step moves the item
+// away, or when its term is lost: the step leaves the item alone (its
+// lease is not deleted under a hook about to serve it), and a term lost
+// meanwhile is released once the hook has returned, not before it
+// (where the Release would find nothing served yet and the hook would
+// then serve an item whose lease is gone).
+func TestItemsTakeBesideAStepOrALoss(t *testing.T) {
+	ctx := context.Background()
+	prefix := testCluster.Prefix()
+	a := newItemNode(t, prefix, "a")
+	b := newItemNode(t, prefix, "b")
+	own := GroupItem("a0")
+	settle(t, []string{own}, a)
+	require.NoError(t, b.l.Heartbeat(ctx, b.m))
+	require.Eventually(t, func() bool {
+		ms, err := a.l.LiveMembers(ctx)
+		return err == nil && slices.ContainsFunc(ms, func(m Member) bool { return m.ID == "b" })
+	}, 5*time.Second, 20*time.Millisecond, "a sees b live")
+
+	x, y := GroupItem("x"), GroupItem("y")
+	entered, proceed := map[string]chan struct{}{x: make(chan struct{}), y: make(chan struct{})},
+		map[string]chan struct{}{x: make(chan struct{}), y: make(chan struct{})}
+	acquired := a.it.hooks.Acquired
+	a.it.hooks.Acquired = func(ctx context.Context, item string, epoch uint64) error {
+		if ch, ok := entered[item]; ok {
+			close(ch)
+			<-proceed[item]
+		}
+		return acquired(ctx, item, epoch)
+	}
+	take := func(item string) chan bool {
+		done := make(chan bool, 1)
+		go func() { done <- a.it.Take(ctx, item) }()
+		<-entered[item]
+		return done
+	}
+
+	// The placement gives x to b (a holds a0 and x, its quota is one).
+	done := take(x)
+	ex, ok := a.it.Owns(x)
+	require.True(t, ok)
+	a.step(t, []string{own, x})
+	owners, _, err := a.l.Owners(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "a", owners[x].Owner.ID, "the lease of an item being acquired is kept")
+	require.Empty(t, a.releasedSnapshot()[x])
+	close(proceed[x])
+	require.True(t, <-done)
+	a.step(t, []string{own, x}) // now handed over
+	_, ok = a.it.Owns(x)
+	require.False(t, ok)
+	require.Equal(t, []string{fmt.Sprintf("%d/true", ex)}, a.releasedSnapshot()[x])
+
+	// y's term is lost (fenced) while its hook runs: released after it.
+	done = take(y)
+	ey, ok := a.it.Owns(y)
+	require.True(t, ok)
+	a.it.Fenced(y, ey)
+	require.Empty(t, a.releasedSnapshot()[y], "no release beside the running hook")
+	close(proceed[y])
+	require.False(t, <-done, "the take ends without the item")
+	require.Equal(t, []string{fmt.Sprintf("%d/false", ey)}, a.releasedSnapshot()[y])
+	require.Equal(t, []uint64{ey}, a.acquiredSnapshot()[y])
+}
+
+// An item taken (by a call) after the step's list of items was made is
+// missing from that list: the step keeps it; a step whose list was made
+// after the take hands it over as no item any more.
+func TestItemsTakenAfterTheListAreKept(t *testing.T) {
+	ctx := context.Background()
+	prefix := testCluster.Prefix()
+	a := newItemNode(t, prefix, "a")
+	own, x := GroupItem("a0"), GroupItem("x")
+	settle(t, []string{own}, a)
+	mark := a.it.mark()
+	require.True(t, a.it.Take(ctx, x))
+	require.NoError(t, a.it.step(ctx, []string{own}, mark))
+	_, ok := a.it.Owns(x)
+	require.True(t, ok, "taken after the list: kept")
+	require.Empty(t, a.releasedSnapshot()[x])
+	a.step(t, []string{own})
+	_, ok = a.it.Owns(x)
+	require.False(t, ok, "missing from a list made after the take: handed over")
+	require.Len(t, a.releasedSnapshot()[x], 1)
+}
+
+// Keep holds an item the placement moved away (a consumer group with
+// members) until it says otherwise; then the step hands it over.
+func TestItemsKeep(t *testing.T) {
+	ctx := context.Background()
+	prefix := testCluster.Prefix()
+	a := newItemNode(t, prefix, "a")
+	b := newItemNode(t, prefix, "b")
+	own, x := GroupItem("a0"), GroupItem("x")
+	settle(t, []string{own}, a)
+	require.NoError(t, b.l.Heartbeat(ctx, b.m))
+	require.Eventually(t, func() bool {
+		ms, err := a.l.LiveMembers(ctx)
+		return err == nil && slices.ContainsFunc(ms, func(m Member) bool { return m.ID == "b" })
+	}, 5*time.Second, 20*time.Millisecond, "a sees b live")
+	var keep sync.Map
+	keep.Store(x, true)
+	a.it.hooks.Keep = func(item string) bool { v, _ := keep.Load(item); return v == true }
+	require.True(t, a.it.Take(ctx, x))
+	a.step(t, []string{own, x}) // the placement gives x to b
+	_, ok := a.it.Owns(x)
+	require.True(t, ok, "kept")
+	require.Empty(t, a.releasedSnapshot()[x])
+	keep.Store(x, false)
+	a.step(t, []string{own, x})
+	_, ok = a.it.Owns(x)
+	require.False(t, ok, "handed over once not kept")
+	require.Len(t, a.releasedSnapshot()[x], 1)
+}

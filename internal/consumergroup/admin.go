@@ -63,6 +63,20 @@ func (c *Coordinator) List(_ context.Context) ([]GroupListing, error) {
 	return out, nil
 }
 
+// HasMembers reports whether a group of this coordinator has members
+// (joined, joining, or of the consumer protocol).
+func (c *Coordinator) HasMembers(group string) bool {
+	c.mu.Lock()
+	g := c.groups[group]
+	c.mu.Unlock()
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.members) > 0 || len(g.pending) > 0 || g.consumerMode()
+}
+
 // Has reports whether a group of this coordinator exists.
 func (c *Coordinator) Has(group string) bool {
 	c.mu.Lock()

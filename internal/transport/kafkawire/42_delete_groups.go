@@ -5,7 +5,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/authz"
 )
 
@@ -35,11 +34,18 @@ func (l *Listener) handleDeleteGroups(ctx context.Context, _ *conn, kreq kmsg.Re
 }
 
 func (l *Listener) deleteGroup(ctx context.Context, id string) error {
-	if gc, err := l.groupsOf(ctx); err == nil && gc.Has(id) {
+	gc, err := l.groupsOf(ctx)
+	if err == nil && gc.Has(id) {
 		return gc.Delete(ctx, id)
 	}
 	if sh := l.shareOf(ctx); sh != nil && sh.HasGroup(id) {
 		return sh.DeleteGroup(ctx, id)
 	}
-	return apierr.New(apierr.GroupIDNotFound, "group %q does not exist", id)
+	if err != nil {
+		return err // no consumer groups here (a standby): NOT_COORDINATOR
+	}
+	// Not a consumer group held here: in partitioned mode Delete answers
+	// NOT_COORDINATOR for one coordinated elsewhere (and takes one with
+	// offsets that nobody coordinates); GROUP_ID_NOT_FOUND when none has it.
+	return gc.Delete(ctx, id)
 }

@@ -52,6 +52,7 @@ type sizes struct {
 	c3Dur          time.Duration
 	c4Recs         int64
 	c4Lock         time.Duration
+	c6Recs         int64 // C6: records per part (backoff, deliver-at)
 	d1Total        int64
 	d1Purge        int64
 	d1Base         time.Duration
@@ -82,7 +83,7 @@ type sizes struct {
 var quickSizes = sizes{
 	reps: 2, p1Single: 8000, p1Batched: 200_000, p1Cap: 5 * time.Second, p2Records: 60_000, p2Cap: 4 * time.Second,
 	g1Calls1: 1500, g1Calls100: 300,
-	prefill: 100_000, s2Records: 1_000_000, s2FirstRunOnly: true, s2OrderedOnce: true, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second,
+	prefill: 100_000, s2Records: 1_000_000, s2FirstRunOnly: true, s2OrderedOnce: true, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second, c6Recs: 1000,
 	d1Total: 120_000, d1Purge: 100_000, d1Base: 1500 * time.Millisecond, s3Dur: 5 * time.Second,
 	k1Calls: 500, k2Recs: 100_000, k3Calls: 300, k4Recs: 200_000,
 	xRecords: 30_000, xCap: 60 * time.Second, xLeaseTTL: 2 * time.Second, xBefore: 2 * time.Second, xAfter: 2 * time.Second, x4Records: 30_000,
@@ -92,7 +93,7 @@ var quickSizes = sizes{
 var fullSizes = sizes{
 	reps: 3, p1Single: 40_000, p1Batched: 1_000_000, p1Cap: 20 * time.Second, p2Records: 300_000, p2Cap: 15 * time.Second,
 	g1Calls1: 5000, g1Calls100: 2000,
-	prefill: 1_000_000, c1Cap: 180 * time.Second, c2Acks: 2000, c3Dur: 10 * time.Second, c4Recs: 50_000, c4Lock: time.Second,
+	prefill: 1_000_000, c1Cap: 180 * time.Second, c2Acks: 2000, c3Dur: 10 * time.Second, c4Recs: 50_000, c4Lock: time.Second, c6Recs: 4000,
 	d1Total: 1_200_000, d1Purge: 1_000_000, d1Base: 3 * time.Second, s3Dur: 60 * time.Second,
 	k1Calls: 2000, k2Recs: 400_000, k3Calls: 1000, k4Recs: 1_000_000,
 	xRecords: 200_000, xCap: 180 * time.Second, xLeaseTTL: 5 * time.Second, xBefore: 5 * time.Second, xAfter: 5 * time.Second, x4Records: 240_000,

@@ -52,6 +52,7 @@ type sizes struct {
 	c3Dur          time.Duration
 	c4Recs         int64
 	c4Lock         time.Duration
+	c6Recs         int64 // C6: records per part (backoff, deliver-at)
 	d1Total        int64
 	d1Purge        int64
 	d1Base         time.Duration
@@ -82,7 +83,7 @@ type sizes struct {
 var quickSizes = sizes{
 	reps: 2, p1Single: 8000, p1Batched: 200_000, p1Cap: 5 * time.Second, p2Records: 60_000, p2Cap: 4 * time.Second,
 	g1Calls1: 1500, g1Calls100: 300,
-	prefill: 100_000, s2Records: 1_000_000, s2FirstRunOnly: true, s2OrderedOnce: true, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second,
+	prefill: 100_000, s2Records: 1_000_000, s2FirstRunOnly: true, s2OrderedOnce: true, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second, c6Recs: 1000,
 	d1Total: 120_000, d1Purge: 100_000, d1Base: 1500 * time.Millisecond, s3Dur: 5 * time.Second,
 	k1Calls: 500, k2Recs: 100_000, k3Calls: 300, k4Recs: 200_000,
 	xRecords: 30_000, xCap: 60 * time.Second, xLeaseTTL: 2 * time.Second, xBefore: 2 * time.Second, xAfter: 2 * time.Second, x4Records: 30_000,
@@ -92,7 +93,7 @@ var quickSizes = sizes{
 var fullSizes = sizes{
 	reps: 3, p1Single: 40_000, p1Batched: 1_000_000, p1Cap: 20 * time.Second, p2Records: 300_000, p2Cap: 15 * time.Second,
 	g1Calls1: 5000, g1Calls100: 2000,
-	prefill: 1_000_000, c1Cap: 180 * time.Second, c2Acks: 2000, c3Dur: 10 * time.Second, c4Recs: 50_000, c4Lock: time.Second,
+	prefill: 1_000_000, c1Cap: 180 * time.Second, c2Acks: 2000, c3Dur: 10 * time.Second, c4Recs: 50_000, c4Lock: time.Second, c6Recs: 4000,
 	d1Total: 1_200_000, d1Purge: 1_000_000, d1Base: 3 * time.Second, s3Dur: 60 * time.Second,
 	k1Calls: 2000, k2Recs: 400_000, k3Calls: 1000, k4Recs: 1_000_000,
 	xRecords: 200_000, xCap: 180 * time.Second, xLeaseTTL: 5 * time.Second, xBefore: 5 * time.Second, xAfter: 5 * time.Second, x4Records: 240_000,
@@ -562,6 +563,7 @@ func methods(e *env) []string {
 		fmt.Sprintf("Cluster rows (X1–X4): each run starts a %d-node NATS cluster (child processes on loopback, routes between them, `sync_interval: always`) and sharelog instances with `--store jetstream --nats-replicas %d --lease-ttl %v` on it (one active, the others standbys). X1 and X2 measure both sides on that cluster in one run, alternating the order between runs; the peer's streams are R%d. X3 SIGKILLs the active instance under load; its value is the time to the first Produce started after the kill that succeeded (through a standby), and it FAILS on any acknowledged record or ACCEPT lost. X4 runs sets of 1, 2 and 3 instances with `--cluster-mode partitioned --lease-ttl %v` one after the other on one NATS cluster, each with the same load (%d records over %d partitions, one producer per partition calling the partition's owner), then has one share group consume every record (one consumer per partition, its share session at the partition's owner); its bar is the sharelog CPU per produced record with 3 instances over that with 1 (the consume phase's ratio is information).", clusterNodes, clusterReplicas, e.sz.xLeaseTTL, clusterReplicas, x4LeaseTTL, e.sz.x4Records, x4Partitions),
 		fmt.Sprintf("Bars that refer to machine limits use the start-of-run values: null gRPC p50 %.3f ms, fsync p99 %.3f ms, sequential write %.1f MiB/s, group-commit reference p99 %s.", e.nullP50, e.fsyncP99, e.seqWrite, commitRefText(e.commitP99)),
 		"Version-2 rows: P2's ack p99 is judged against 2 × the p99 of appending exactly one group commit's bytes (producers × 100 records × 1 KiB of value) to a file on the data directories' file system and calling fdatasync, plus 1 ms (the v1 4 KiB-fsync ratio stays as information). P1b (batch 1000, 4 producers, fsync never) and P2b (durable, batch 100, 16 producers) are record-value bytes per second (1 KiB × acknowledged records; keys, framing and indexes not counted) over the sequential write bandwidth: 1 MiB writes then one fdatasync, on the same file system. CPU rows: the server CPU-s per 1M records of every P, C and S throughput row with a JetStream peer (and S3), ours/peer ≤ 0.5. D1's one-record purges run after the large purge's measurement window, under the same produce load. S2 in -quick runs on a 1M-record partition of its own, in the first run of ours only, with one ordered scan per prefix.",
+		"Queue rows (C5, C6; docs/queues.md): C5 runs C3's loop (consumer i on partition i mod 4, one sleep per batch) on an ORDERING_KEY group of 1,000 keys, fetching a consumer's share of its partition's keys (15) with the ACCEPTs carried by the next ShareFetch, and checks per key that no two records are ever held at once (held from the answer that delivered a record until its acknowledgement is sent) and that ACCEPTed offsets increase; C6 measures receipt time minus the record's instant (RELEASE sent + backoff, or the sharelog-deliver-at time) with sessions waiting in long polls, and fails on a record delivered before it.",
 		"Server CPU profile: `BENCH_SERVER_CPUPROFILE=<dir> go run ./cmd/bench -only <ID>` builds `./cmd/sharelog-prof` (the same server with a CPU profile written on shutdown) instead of `cmd/server`; inspect with `go tool pprof <dir>/<file>.pprof`.",
 	}
 }

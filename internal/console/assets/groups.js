@@ -2,7 +2,7 @@
 // records, configuration, offset reset, and lag/throughput charts.
 import * as api from './api.js';
 import uPlot from './vendor/uPlot.esm.js';
-import { h, table, field, setStatus, confirmDialog, badge, n } from './ui.js';
+import { h, table, field, setStatus, confirmDialog, badge, n, fmtTime } from './ui.js';
 
 const POLL_MS = 2000;
 const HISTORY = 300; // samples kept per group (10 minutes at 2 s)
@@ -100,14 +100,18 @@ export function groupPage(group) {
         const s = stateByKey[t.topic + '/' + p.partition] || {};
         const err = p.errorCode && p.errorCode !== 'ERROR_CODE_NONE' ? `${p.errorCode} ${p.errorMessage || ''}` : '';
         const speo = n(p.startOffset) < 0 || s.endOffset === undefined ? '–' : n(s.endOffset) < n(s.startOffset) ? 'none' : s.endOffset;
+        // ORDERING_KEY groups (docs/queues.md): records waiting behind an
+        // earlier record of their key hold the SPSO back.
+        const waiting = s.keyWaiting === undefined ? '' : n(s.keyWaiting) > 0 ? `${s.keyWaiting} (oldest ${s.oldestKeyWaitingOffset})` : '0';
         rows.push([t.topic, p.partition, n(p.startOffset) < 0 ? '–' : p.startOffset, speo,
-          n(p.lag) < 0 ? '–' : p.lag, err]);
+          n(p.lag) < 0 ? '–' : p.lag, waiting, err]);
         if (n(p.lag) > 0) lag += n(p.lag);
         if (n(p.startOffset) > 0) settled += n(p.startOffset);
       }
     }
-    parts.replaceChildren(table('Share-partitions', ['Topic', 'Partition', 'SPSO', 'SPEO', 'Lag', 'Error'], rows, [1, 2, 3, 4]),
-      h('p', { class: 'muted' }, 'SPSO: first offset not yet settled; SPEO: last offset with state (none: every offset from SPSO on is available); –: not initialised yet.'));
+    parts.replaceChildren(table('Share-partitions', ['Topic', 'Partition', 'SPSO', 'SPEO', 'Lag', 'Waiting on a key', 'Error'], rows, [1, 2, 3, 4]),
+      h('p', { class: 'muted' }, 'SPSO: first offset not yet settled; SPEO: last offset with state (none: every offset from SPSO on is available); –: not initialised yet. ' +
+        'Waiting on a key (key-ordered groups): records seen waiting behind an earlier record of their key, and the lowest of them; they hold the SPSO back.'));
     // in-flight ranges
     const now = Date.now();
     const ir = [];
@@ -118,12 +122,16 @@ export function groupPage(group) {
         for (const r of p.ranges || []) {
           const s = stateName(r.state);
           const left = n(r.lockDeadlineUnixMs) ? Math.max(0, (n(r.lockDeadlineUnixMs) - now) / 1000).toFixed(1) + ' s' : '';
+          // AVAILABLE records waiting for their redelivery backoff or their
+          // sharelog-deliver-at time (docs/queues.md).
+          const at = n(r.availableAtUnixMs);
+          const avail = at ? h('span', { title: fmtTime(at) }, at > now ? 'in ' + ((at - now) / 1000).toFixed(1) + ' s' : 'now') : '';
           ir.push([t.topic, p.partition, r.firstOffset === r.lastOffset ? r.firstOffset : `${r.firstOffset}–${r.lastOffset}`,
-            badge(s), r.deliveryCount, r.ownerMemberId ? h('code', {}, r.ownerMemberId) : '', left]);
+            badge(s), r.deliveryCount, r.ownerMemberId ? h('code', {}, r.ownerMemberId) : '', left, avail]);
         }
       }
     }
-    inflight.replaceChildren(table('Records with state, from each SPSO', ['Topic', 'Partition', 'Offsets', 'State', 'Deliveries', 'Held by', 'Lock expires in'], ir, [1, 4]),
+    inflight.replaceChildren(table('Records with state, from each SPSO', ['Topic', 'Partition', 'Offsets', 'State', 'Deliveries', 'Held by', 'Lock expires in', 'Available'], ir, [1, 4]),
       truncated ? h('p', { class: 'muted' }, 'Some partitions have more ranges than shown (the server returns at most 100 per partition).') : '');
     // history: settled = sum of SPSOs, so its rate is records settled per second
     const t = now / 1000;
@@ -140,17 +148,28 @@ export function groupPage(group) {
     const fields = [['recordLockDurationMs', 'Record lock duration (ms)', 'number'], ['deliveryCountLimit', 'Delivery count limit', 'number'],
       ['partitionMaxRecordLocks', 'Max record locks per partition', 'number'], ['autoOffsetReset', 'Auto offset reset', 'text'],
       ['sessionTimeoutMs', 'Session timeout (ms)', 'number'], ['heartbeatIntervalMs', 'Heartbeat interval (ms)', 'number'],
-      ['deadLetterTopic', 'Dead-letter topic', 'text']];
+      ['deadLetterTopic', 'Dead-letter topic', 'text'],
+      // docs/queues.md: key ordering and redelivery backoff.
+      ['ordering', 'Ordering', 'select', [['ORDERING_NONE', 'none'], ['ORDERING_KEY', 'key']]],
+      ['redeliveryBackoffInitialMs', 'Redelivery backoff, initial (ms; 0 = off)', 'number'],
+      ['redeliveryBackoffMaxMs', 'Redelivery backoff, max (ms)', 'number'],
+      ['redeliveryBackoffMultiplier', 'Redelivery backoff multiplier', 'number', null, 'any']];
     const inputs = {};
+    const input = ([k, , type, opts, step]) => {
+      if (type !== 'select') return h('input', { name: k, type, step, value: c?.[k] ?? '' });
+      const sel = h('select', { name: k }, opts.map(([v, label]) => h('option', { value: v }, label)));
+      sel.value = c?.[k] ?? opts[0][0];
+      return sel;
+    };
     const form = h('form', { class: 'inline', id: 'group-config', 'aria-label': 'Group configuration' },
-      fields.map(([k, label, type]) => field(label, inputs[k] = h('input', { name: k, type, value: c?.[k] ?? '' }))),
+      fields.map((f) => field(f[1], inputs[f[0]] = input(f))),
       h('button', { type: 'submit', class: 'primary' }, 'Save changes'));
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
       const upd = {};
-      for (const [k, , type] of fields) {
+      for (const [k, , type, opts] of fields) {
         const v = inputs[k].value;
-        if (String(c?.[k] ?? '') === v) continue;
+        if (String(c?.[k] ?? (opts ? opts[0][0] : '')) === v) continue;
         upd[k] = type === 'number' ? Number(v) : v;
       }
       if (!Object.keys(upd).length) { setStatus('Nothing changed.'); return; }

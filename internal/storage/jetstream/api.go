@@ -165,3 +165,22 @@ func OpenKV(ctx context.Context, js njs.JetStream, bucket, description string, r
 	}
 	return kv, err
 }
+
+// BucketDefaults fills a KV store's options as every store of this
+// module does: the default prefix (then checked), 3 replicas, a 10 s
+// timeout per call.
+func BucketDefaults(prefix *string, replicas *int, timeout *time.Duration) error {
+	if *prefix == "" {
+		*prefix = DefaultPrefix
+	}
+	if err := CheckPrefix(*prefix); err != nil {
+		return err
+	}
+	if *replicas == 0 {
+		*replicas = 3
+	}
+	if *timeout <= 0 {
+		*timeout = 10 * time.Second
+	}
+	return nil
+}

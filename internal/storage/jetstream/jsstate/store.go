@@ -167,17 +167,8 @@ type lostRange struct {
 // Open opens the store on the bucket <prefix>_SHARE (created if absent)
 // and recovers the state its snapshots hold.
 func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
-	if o.Prefix == "" {
-		o.Prefix = sljs.DefaultPrefix
-	}
-	if err := sljs.CheckPrefix(o.Prefix); err != nil {
+	if err := sljs.BucketDefaults(&o.Prefix, &o.Replicas, &o.Timeout); err != nil {
 		return nil, err
-	}
-	if o.Replicas == 0 {
-		o.Replicas = 3
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 10 * time.Second
 	}
 	if o.PartitionOwners && !o.Scoped {
 		return nil, errors.New("share state store: Options.PartitionOwners needs Options.Scoped")

@@ -47,17 +47,8 @@ var _ scramcreds.Store = (*Store)(nil)
 // Open creates the bucket if needed (or opens it as the operator left it)
 // and waits for its leader.
 func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
-	if o.Prefix == "" {
-		o.Prefix = sljs.DefaultPrefix
-	}
-	if err := sljs.CheckPrefix(o.Prefix); err != nil {
+	if err := sljs.BucketDefaults(&o.Prefix, &o.Replicas, &o.Timeout); err != nil {
 		return nil, err
-	}
-	if o.Replicas == 0 {
-		o.Replicas = 3
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 10 * time.Second
 	}
 	js, err := njs.New(nc)
 	if err != nil {

@@ -2,8 +2,10 @@
 // the names of streams, subjects and buckets, the classification of
 // JetStream errors, and the few raw API requests the nats.go client does
 // not offer in the form sharelog needs. The backends are in jslog (the
-// partitioned log), jsstate (share-group state) and jsusers (the SCRAM
-// credentials of the Kafka listener); jstest starts a real
+// partitioned log), jsstate (share-group state), jsoffsets (consumer
+// groups' committed offsets) and jsusers (the SCRAM credentials of the
+// Kafka listener), the three KV stores opening their buckets with
+// BucketDefaults and OpenKV; jstest starts a real
 // cluster for tests. docs/cluster.md is the operators' view.
 //
 // # Names
@@ -15,6 +17,7 @@
 //	subject  <prefix>.<topicID>.<partition>   the stream's only subject
 //	bucket   <prefix>_META                    topic metadata (KV)
 //	bucket   <prefix>_SHARE                   share-state snapshots (KV)
+//	bucket   <prefix>_OFFSETS                 committed offsets (KV, jsoffsets)
 //	bucket   <prefix>_USERS                   SCRAM credentials (KV, jsusers)
 //
 // The topic ID (a UUID, new for every creation) in the stream name makes a

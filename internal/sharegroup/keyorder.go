@@ -146,9 +146,9 @@ func (p *sharePartition) buildKeys(ctx context.Context) error {
 }
 
 // deliverAt returns the record's sharelog-deliver-at time (ms since the
-// epoch); false when it has none. A malformed value counts as none
-// (delivered at once) and is counted (bad).
-func deliverAt(rec *logstore.Record, bad func()) (int64, bool) {
+// epoch); ok false when it has none, and malformed when its value is not
+// a non-negative decimal number (delivered at once, counted by the caller).
+func deliverAt(rec *logstore.Record) (at int64, ok, malformed bool) {
 	for i := range rec.Headers {
 		h := &rec.Headers[i]
 		if h.Key != deliverAtHeader {
@@ -156,12 +156,11 @@ func deliverAt(rec *logstore.Record, bad func()) (int64, bool) {
 		}
 		v, err := strconv.ParseInt(string(h.Value), 10, 64)
 		if err != nil || v < 0 {
-			bad()
-			return 0, false
+			return 0, false, true
 		}
-		return v, true
+		return v, true, false
 	}
-	return 0, false
+	return 0, false, false
 }
 
 // scanState is what one scan knows besides the budget: the clock, the
@@ -180,12 +179,11 @@ type scanState struct {
 // wait reports whether rec must wait rather than be acquired, and until
 // when (0: until its key is free). mu is held.
 func (p *sharePartition) wait(rec *logstore.Record, sc *scanState) (bool, int64) {
-	bad := func() {
-		if !sc.dry {
-			p.g.m.badDeliverAt.Add(1)
-		}
+	at, ok, malformed := deliverAt(rec)
+	if malformed && !sc.dry {
+		p.g.m.badDeliverAt.Add(1)
 	}
-	if at, ok := deliverAt(rec, bad); ok && at > sc.wallMs {
+	if ok && at > sc.wallMs {
 		return true, sc.now + (at-sc.wallMs)*1e6
 	}
 	if sc.ord == nil || rec.Key == nil {

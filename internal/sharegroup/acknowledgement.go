@@ -192,6 +192,9 @@ func (p *sharePartition) applyAck(a, z int64, t AckType, sid uint64, now int64, 
 		st.undo = append(st.undo, undoRec{pre: pre, post: *r})
 		if p.keys != nil && t != AckRenew {
 			st.freed = true // the next record of a key may be acquirable now (keyorder.go)
+			if r.state != stAvailable {
+				p.keys.terminated(r.first, r.last)
+			}
 		}
 		if t != AckRenew {
 			st.delta = appendDur(st.delta, r.durable())
@@ -242,6 +245,7 @@ func (p *sharePartition) rollback(undo []undoRec, s *session) {
 
 func (p *sharePartition) rollbackLocked(undo []undoRec, ended bool, now int64) {
 	cfg := p.g.config()
+	p.keysSweep() // what is restored may archive records (keyorder.go)
 	deadLetter := false
 	restore := func(pre run) run {
 		switch {

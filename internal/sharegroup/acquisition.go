@@ -133,7 +133,10 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 		p.prepare(ls, now)
 		switch cfg := p.g.config(); {
 		case !cfg.orderKey:
-			p.keys = nil
+			if p.keys != nil {
+				p.clearKeyWait()
+				p.keys = nil
+			}
 		case p.keys == nil:
 			if err := p.buildKeys(ctx); err != nil {
 				if ctx.Err() != nil {
@@ -185,13 +188,15 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 // after L is lowered, so RELEASEd records above the new SPSO + L are
 // delivered again rather than stranded. Records that wait (keyorder.go)
 // are passed over and widen that bound by their number, up to
-// waitingFactor x L. mu is held; nothing changes yet.
+// waitingFactor x L. mu is held; nothing durable changes yet (wakeKeys
+// only clears memory marks).
 func (p *sharePartition) scan(ctx context.Context, hw, now int64, bud *budget, dry bool, out *partFetch) error {
 	cfg := p.g.config()
 	sc := &scanState{now: now, hw: hw, wallMs: p.g.m.wallMs(), ord: p.keys, dry: dry, maxSkip: waitingFactor * cfg.maxLocks}
 	if sc.ord != nil {
 		sc.pending = map[string]int64{}
 		sc.ord.prune(p, 2*(cfg.maxLocks+sc.maxSkip)+1024)
+		p.wakeKeys()
 	}
 	out.plan, out.keyed = out.plan[:0], out.keyed[:0]
 	for i := 0; i < len(p.runs) && !bud.exhausted(); i++ {
@@ -215,30 +220,13 @@ func (p *sharePartition) scan(ctx context.Context, hw, now int64, bud *budget, d
 			}
 			continue
 		}
-		if sc.ord == nil {
-			if err := p.take(ctx, r.first, hi, r.count, bud, dry, sc, false, out); err != nil {
-				return err
-			}
+		if sc.ord != nil && r.keyWait {
+			// Known to wait for their keys (keyorder.go): passed over unread.
+			sc.skipped += hi - r.first + 1
 			continue
 		}
-		// Pass over the records the index knows to wait, unread.
-		a := r.first
-		for off := r.first; off <= hi && !bud.exhausted(); off++ {
-			if !sc.waitingKnown(p, off) {
-				continue
-			}
-			sc.skipped++
-			if a < off {
-				if err := p.take(ctx, a, off-1, r.count, bud, dry, sc, false, out); err != nil {
-					return err
-				}
-			}
-			a = off + 1
-		}
-		if a <= hi && !bud.exhausted() {
-			if err := p.take(ctx, a, hi, r.count, bud, dry, sc, false, out); err != nil {
-				return err
-			}
+		if err := p.take(ctx, r.first, hi, r.count, bud, dry, sc, false, out); err != nil {
+			return err
 		}
 	}
 	lim := min(p.spso+cfg.maxLocks+min(sc.skipped, sc.maxSkip), hw)
@@ -406,9 +394,12 @@ func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 	deadline := now + cfg.lockDur
 	var archived []sharestate.Range
 	took, deadLetter, waits := false, false, false
-	if p.keys != nil {
+	if x := p.keys; x != nil {
 		for _, k := range out.keyed {
-			p.keys.add(k.key, k.off)
+			x.add(k.key, k.off)
+			if len(x.byKey[k.key]) > 1 {
+				x.waitKeys[k.key] = struct{}{}
+			}
 		}
 	}
 	for _, it := range out.plan {
@@ -431,6 +422,7 @@ func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 		case planWait:
 			v := availableRun(it.first, it.last, it.count)
 			v.availAt = it.availAt
+			v.keyWait = it.availAt == 0 && p.keys != nil // waits for its key
 			p.setRange(it.first, it.last, v)
 			if it.availAt != 0 {
 				p.nextAvail = min(p.nextAvail, it.availAt)
@@ -448,6 +440,7 @@ func (p *sharePartition) commit(sid uint64, now int64, out *partFetch) {
 		}
 	}
 	if len(archived) > 0 {
+		p.keysSweep() // an archived record may have been its key's head
 		if p.advance() {
 			p.signal()
 		}

@@ -20,6 +20,15 @@ import (
 // head's offset), so no acknowledgement path needs to know the index; the
 // paths that make records terminal only wake waiting fetches.
 //
+// A record found waiting for its key is marked in its run (keyWait), and
+// acquisition passes marked runs over without reading them or looking
+// each offset up. The keys with a marked record are the index's waitKeys;
+// every scan first looks at the heads of the keys whose records were
+// acknowledged since the last scan (or, after expiry, the limit or a log
+// start move, of every waiting key) and clears the mark of a head whose
+// predecessors went terminal (wakeKeys). So a scan costs the runs of the
+// window plus the keys just freed, not the waiting records.
+//
 // The index is memory only: it is built from the window [SPSO, SPEO] the
 // first time a scan needs it (after a restart, a load or a config change
 // to ORDERING_KEY), reading the window's non-terminal records in offset
@@ -44,10 +53,40 @@ const waitingFactor = 10
 type keyIndex struct {
 	byKey map[string][]int64 // a key's seen, non-terminal offsets, ascending
 	keyOf map[int64]string   // offset -> key, for the offsets in byKey
+	// waitKeys holds every key that may have a keyWait record: each key
+	// with two offsets or more when it was last added to or woken.
+	waitKeys map[string]struct{}
+	// woken: keys whose records an acknowledgement made terminal since the
+	// last scan, the only ones the next scan wakes; sweep: some other path
+	// made records terminal (expiry, the limit, a log start move), so the
+	// next scan wakes every waiting key. Every sweepEvery-th scan sweeps
+	// anyway.
+	woken []string
+	sweep bool
+	scans uint32
+}
+
+// sweepEvery bounds how many scans may pass between two wakes of every
+// waiting key (a safety net: each path that makes records terminal either
+// names its keys or asks for a sweep).
+const sweepEvery = 32
+
+// terminated notes that [a, b] became terminal by an acknowledgement: the
+// next scan wakes their keys (a long range asks for a sweep). mu is held.
+func (x *keyIndex) terminated(a, b int64) {
+	if b-a >= 256 {
+		x.sweep = true
+		return
+	}
+	for off := a; off <= b; off++ {
+		if k, ok := x.keyOf[off]; ok {
+			x.woken = append(x.woken, k)
+		}
+	}
 }
 
 func newKeyIndex() *keyIndex {
-	return &keyIndex{byKey: map[string][]int64{}, keyOf: map[int64]string{}}
+	return &keyIndex{byKey: map[string][]int64{}, keyOf: map[int64]string{}, waitKeys: map[string]struct{}{}}
 }
 
 // offTerminal reports whether off is terminal for ordering: below SPSO
@@ -111,6 +150,7 @@ func (x *keyIndex) prune(p *sharePartition, bound int64) {
 // buildKeys makes the index from the window's non-terminal keyed records,
 // in offset order. mu is held.
 func (p *sharePartition) buildKeys(ctx context.Context) error {
+	p.clearKeyWait()
 	x := newKeyIndex()
 	store := p.g.m.store
 	for i := 0; i < len(p.runs); i++ {
@@ -141,8 +181,77 @@ func (p *sharePartition) buildKeys(ctx context.Context) error {
 			off = recs[len(recs)-1].Offset + 1
 		}
 	}
+	for k, q := range x.byKey {
+		if len(q) > 1 {
+			x.waitKeys[k] = struct{}{}
+		}
+	}
 	p.keys = x
 	return nil
+}
+
+// clearKeyWait drops every keyWait mark: the index they belong to is
+// being rebuilt or dropped. mu is held.
+func (p *sharePartition) clearKeyWait() {
+	marked := false
+	for i := range p.runs {
+		if p.runs[i].keyWait {
+			p.runs[i].keyWait, marked = false, true
+		}
+	}
+	if marked {
+		p.mergeRuns(0, len(p.runs)-1)
+	}
+}
+
+// wakeKeys clears the keyWait mark of every waiting key's head: a record
+// marked while an earlier one of its key was in flight becomes acquirable
+// once that one is terminal. Keys left with one offset or none leave
+// waitKeys. mu is held.
+func (p *sharePartition) wakeKeys() {
+	x := p.keys
+	x.scans++
+	if x.sweep || x.scans%sweepEvery == 0 {
+		x.sweep, x.woken = false, x.woken[:0]
+		for k := range x.waitKeys {
+			p.wakeKey(k)
+		}
+		return
+	}
+	for _, k := range x.woken {
+		if _, ok := x.waitKeys[k]; ok {
+			p.wakeKey(k)
+		}
+	}
+	x.woken = x.woken[:0]
+}
+
+// wakeKey clears the keyWait mark of k's head, and drops k from waitKeys
+// when it has one offset or none. mu is held.
+func (p *sharePartition) wakeKey(k string) {
+	x := p.keys
+	h, ok := x.head(p, k)
+	if !ok {
+		delete(x.waitKeys, k)
+		return
+	}
+	if i := findRun(p.runs, h); i < len(p.runs) && p.runs[i].keyWait {
+		v := p.runs[i]
+		v.keyWait = false
+		p.setRange(h, h, v)
+	}
+	if len(x.byKey[k]) < 2 {
+		delete(x.waitKeys, k)
+	}
+}
+
+// keysSweep asks the next scan of an ORDERING_KEY partition to wake every
+// waiting key: records became terminal on a path that does not name them.
+// mu is held.
+func (p *sharePartition) keysSweep() {
+	if p.keys != nil {
+		p.keys.sweep = true
+	}
 }
 
 // deliverAt returns the record's sharelog-deliver-at time (ms since the
@@ -197,20 +306,6 @@ func (p *sharePartition) wait(rec *logstore.Record, sc *scanState) (bool, int64)
 		return first != rec.Offset, 0
 	}
 	return false, 0
-}
-
-// waitingKnown reports whether off is a record the index knows to wait
-// for its key (not its key's head), without reading it. mu is held.
-func (sc *scanState) waitingKnown(p *sharePartition, off int64) bool {
-	if sc.ord == nil {
-		return false
-	}
-	key, ok := sc.ord.keyOf[off]
-	if !ok {
-		return false
-	}
-	h, ok := sc.ord.head(p, key)
-	return ok && h != off
 }
 
 // keyWaiting counts the records the index knows to wait behind an earlier

@@ -236,6 +236,7 @@ func (p *sharePartition) moveLogStart(ls int64) {
 		k++
 	}
 	p.runs = p.runs[k:]
+	p.keysSweep() // heads below the new log start are terminal
 	p.spso = ls
 	p.speo = max(p.speo, ls-1)
 	p.advance()
@@ -273,6 +274,7 @@ func (p *sharePartition) expire(now int64) {
 		}
 		if p.keys != nil && r.state != stAvailable {
 			freed = true // a key's record went terminal: its next may be acquirable
+			p.keysSweep()
 		}
 		ds = appendDur(ds, r.durable())
 		changed = true

@@ -114,6 +114,40 @@ func TestKeyOrderingArchiveFreesKey(t *testing.T) {
 	assert.Equal(t, []int64{1}, offsetsOf(got(e.fetch("m", FetchRequest{}), x)), "0 archived at the limit")
 }
 
+// A waiting record becomes acquirable on every path that makes its key's
+// head terminal, at the next fetch: an acknowledgement names the key, the
+// others (lock expiry at the limit, a log start move) make the scan wake
+// every waiting key.
+func TestKeyOrderingWakePaths(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, nil)
+		e.topic("t", 1)
+		x := tp("t", 0)
+		e.update(GroupConfig{Ordering: str(OrderingKey), AutoOffsetReset: str("earliest"), DeliveryCountLimit: i32(2), RecordLockDurationMs: i32(1000)})
+		//               0    1    2    3    4    5
+		e.produceKeyed("t", 0, "a", "a", "a", "b", "b", "c")
+		e.join("m", x)
+		assert.Equal(t, []int64{0, 3, 5}, offsetsOf(got(e.fetch("m", FetchRequest{}), x)))
+		assert.Empty(t, got(e.fetch("m", FetchRequest{}), x), "1, 2 and 4 wait")
+
+		// ACCEPT: c's head is named; a and b still wait.
+		require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(5, 5, AckAccept))).Partitions[0].ErrorCode)
+		assert.Empty(t, got(e.fetch("m", FetchRequest{}), x))
+
+		// A purge past a's head and its next: 2 is a's head.
+		_, err := e.store.DeleteRecordsBefore(context.Background(), "t", 0, 2)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{2}, offsetsOf(got(e.fetch("m", FetchRequest{}), x)), "after the log start move")
+
+		// The locks of 2 and 3 expire twice: the second time to ARCHIVED
+		// (the limit is 2), and 4 goes.
+		time.Sleep(1100 * time.Millisecond)
+		assert.Equal(t, []AcquiredRange{rng(2, 3, 2)}, got(e.fetch("m", FetchRequest{}), x), "expired, AVAILABLE: still the heads")
+		time.Sleep(1100 * time.Millisecond)
+		assert.Equal(t, []int64{4}, offsetsOf(got(e.fetch("m", FetchRequest{}), x)), "after expiry to ARCHIVED")
+	})
+}
+
 // The waiting records do not count toward the record-lock limit, and the
 // index is rebuilt from the window after a restart (acquired records are
 // AVAILABLE again, the first of each key its head).

@@ -53,10 +53,14 @@ type run struct {
 	availAt int64
 	count   int16 // delivery count; 0 for terminal states
 	state   recState
+	// keyWait: AVAILABLE records of an ORDERING_KEY group known to wait
+	// behind an earlier record of their key (keyorder.go), passed over by
+	// acquisition unread until wakeKeys clears the flag. Not durable.
+	keyWait bool
 }
 
 func (r *run) same(o *run) bool {
-	return r.state == o.state && r.count == o.count && r.owner == o.owner && r.deadline == o.deadline && r.availAt == o.availAt
+	return r.state == o.state && r.count == o.count && r.owner == o.owner && r.deadline == o.deadline && r.availAt == o.availAt && r.keyWait == o.keyWait
 }
 
 // durable is the run's durable image: ACQUIRED is not persisted, so an

@@ -186,9 +186,10 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 // record-lock limit L bounds only the new offsets (up to SPSO + L), as
 // Kafka's in-flight limit does: records already in flight stay acquirable
 // after L is lowered, so RELEASEd records above the new SPSO + L are
-// delivered again rather than stranded. Records that wait (keyorder.go)
-// are passed over and widen that bound by their number, up to
-// waitingFactor x L. mu is held; nothing durable changes yet (wakeKeys
+// delivered again rather than stranded. Records that wait (a backoff, a
+// deliver-at time) are passed over and widen that bound by their number,
+// up to waitingFactor x L; an ORDERING_KEY group charges L with acquired
+// records only (takeNewOrdered). mu is held; nothing durable changes yet (wakeKeys
 // only clears memory marks).
 func (p *sharePartition) scan(ctx context.Context, hw, now int64, bud *budget, dry bool, out *partFetch) error {
 	cfg := p.g.config()
@@ -199,6 +200,7 @@ func (p *sharePartition) scan(ctx context.Context, hw, now int64, bud *budget, d
 		p.wakeKeys()
 	}
 	out.plan, out.keyed = out.plan[:0], out.keyed[:0]
+	start := bud.records
 	for i := 0; i < len(p.runs) && !bud.exhausted(); i++ {
 		r := p.runs[i]
 		if r.first >= hw {
@@ -229,11 +231,46 @@ func (p *sharePartition) scan(ctx context.Context, hw, now int64, bud *budget, d
 			return err
 		}
 	}
+	if sc.ord != nil {
+		return p.takeNewOrdered(ctx, hw, start, bud, dry, sc, out)
+	}
 	lim := min(p.spso+cfg.maxLocks+min(sc.skipped, sc.maxSkip), hw)
 	if !bud.exhausted() && p.speo+1 < lim {
 		return p.take(ctx, p.speo+1, lim-1, 0, bud, dry, sc, true, out)
 	}
 	return nil
+}
+
+// takeNewOrdered takes new offsets (after SPEO) for an ORDERING_KEY
+// group, where the record-lock limit L counts only acquired records
+// (docs/queues.md "The window"): records waiting for their keys and the
+// terminal records past SPSO are not charged, so a key that holds the SPSO
+// back does not starve the others. The window still ends (waitingFactor+1)
+// x L offsets past SPSO, which bounds the memory a busy key can make the
+// share-partition hold. start is the budget's record count before this
+// scan. mu is held.
+func (p *sharePartition) takeNewOrdered(ctx context.Context, hw int64, start int, bud *budget, dry bool, sc *scanState, out *partFetch) error {
+	cfg := p.g.config()
+	lim := min(p.spso+(waitingFactor+1)*cfg.maxLocks, hw)
+	if bud.exhausted() || p.speo+1 >= lim {
+		return nil
+	}
+	var held int64
+	for i := range p.runs {
+		if r := &p.runs[i]; r.state == stAcquired {
+			held += r.last - r.first + 1
+		}
+	}
+	room := cfg.maxLocks - held - int64(start-bud.records)
+	if room <= 0 {
+		return nil
+	}
+	save := bud.records
+	bud.records = int(min(int64(save), room))
+	clamp := bud.records
+	err := p.take(ctx, p.speo+1, lim-1, 0, bud, dry, sc, false, out)
+	bud.records = save - (clamp - bud.records)
+	return err
 }
 
 // take plans the acquisition of AVAILABLE offsets [a, b] of count c. An

@@ -114,6 +114,44 @@ func TestKeyOrderingArchiveFreesKey(t *testing.T) {
 	assert.Equal(t, []int64{1}, offsetsOf(got(e.fetch("m", FetchRequest{}), x)), "0 archived at the limit")
 }
 
+// In an ORDERING_KEY group the record-lock limit counts only acquired
+// records: a held record at SPSO does not stop new offsets past SPSO + L
+// once the records after it are acknowledged. The window still ends
+// (waitingFactor+1) x L offsets past SPSO.
+func TestKeyOrderingLimitCountsAcquired(t *testing.T) {
+	e := newEnv(t, nil)
+	e.topic("t", 1)
+	x := tp("t", 0)
+	const L = 100
+	e.update(GroupConfig{Ordering: str(OrderingKey), AutoOffsetReset: str("earliest"), PartitionMaxRecordLocks: i32(L)})
+	keys := make([]string, (waitingFactor+2)*L)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+	}
+	e.produceKeyed("t", 0, keys...)
+	e.join("m", x)
+	assert.Equal(t, []AcquiredRange{rng(0, L-1, 1)}, got(e.fetch("m", FetchRequest{}), x), "L acquired")
+	// Keep 0 held (the SPSO stays 0) and ACCEPT everything else as it comes.
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(1, L-1, AckAccept))).Partitions[0].ErrorCode)
+	assert.Equal(t, []AcquiredRange{rng(L, 2*L-2, 1)}, got(e.fetch("m", FetchRequest{}), x), "L-1 more: 0 is still acquired")
+	first, last := int64(L), int64(2*L-2)
+	for {
+		require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(first, last, AckAccept))).Partitions[0].ErrorCode)
+		rs := got(e.fetch("m", FetchRequest{}), x)
+		if len(rs) == 0 {
+			break
+		}
+		require.Len(t, rs, 1)
+		require.Equal(t, last+1, rs[0].FirstOffset)
+		require.LessOrEqual(t, rs[0].LastOffset-rs[0].FirstOffset, int64(L-2), "L-1 at a time at most")
+		first, last = rs[0].FirstOffset, rs[0].LastOffset
+	}
+	assert.Equal(t, int64((waitingFactor+1)*L-1), last, "the window ends (waitingFactor+1) x L past the SPSO")
+	// ACCEPT 0: the SPSO moves and the rest comes.
+	require.Equal(t, apierr.None, e.ack("m", ackEntry(x, batch(0, 0, AckAccept))).Partitions[0].ErrorCode)
+	assert.Equal(t, []AcquiredRange{rng(last+1, last+L, 1)}, got(e.fetch("m", FetchRequest{}), x))
+}
+
 // A waiting record becomes acquirable on every path that makes its key's
 // head terminal, at the next fetch: an acknowledgement names the key, the
 // others (lock expiry at the limit, a log start move) make the scan wake

@@ -94,3 +94,15 @@ func TestLossAndKeys(t *testing.T) {
 		"offset 1: key \"x\", produced \"b\"", "offset 9: delivered, never produced",
 		"offset 0: delivered 1 times", "offset 2: never delivered")
 }
+
+// An ACCEPT whose outcome never came (its consumer was killed) may have
+// settled its record: not a loss, counted apart; a RELEASE would not have.
+func TestUncertainSettlement(t *testing.T) {
+	var h History
+	deliver(&h, "a", 0, 1, 0, 1, Accept, Pending)
+	deliver(&h, "b", 1, 1, 2, 3, Release, Unknown)
+	r := check(t, &h, map[int64]string{0: "a", 1: "b"}, "offset 1: delivered 1 times")
+	if r.Uncertain != 1 || r.Unproven != 2 {
+		t.Fatalf("report %v", r)
+	}
+}

@@ -25,15 +25,18 @@ var keyOrderingNone = flag.Bool("keyorder.none", false, "run the key-ordering hi
 
 // A key-ordered share group (docs/queues.md) through the real gRPC server
 // and this client: eight consumers in explicit mode with random RELEASEs
-// and REJECTs, one of them closed midway and replaced, and the server
-// restarted (same data dir and address) while they consume. The history
+// and REJECTs, one of them closed midway and replaced, the server
+// restarted (same data dir and address) while they consume, and then one
+// consumer crashed (no Close: its records come back when their locks
+// expire). The history
 // checker (internal/testsupport/keyhistory) proves per key: no two records
 // locked at once (a lock of the old server ends when its stop begins),
 // the applied ACCEPTs in offset order over the whole run, and every record
 // accepted, rejected or archived; the server's start offsets reach the end.
 func TestKeyOrderingHistory(t *testing.T) {
 	e := newEnv(t)
-	const parts, keys, perPart, limit = 2, 30, 500, 5
+	// lockMs bounds how long the crashed consumer's records stay locked.
+	const parts, keys, perPart, limit, lockMs = 2, 30, 500, 5, 2000
 	e.createTopic("ordered", parts)
 	produced := map[string]map[int64]string{}
 	rnd := rand.New(rand.NewPCG(3, 4))
@@ -55,7 +58,7 @@ func TestKeyOrderingHistory(t *testing.T) {
 	}
 	_, err := e.groups.UpdateShareGroupConfig(context.Background(), &sharelogv1.UpdateShareGroupConfigRequest{GroupId: "ordered-workers",
 		Config: &sharelogv1.ShareGroupConfig{Ordering: &ord, AutoOffsetReset: proto.String("earliest"), DeliveryCountLimit: proto.Int32(limit),
-			SessionTimeoutMs: proto.Int32(2000), HeartbeatIntervalMs: proto.Int32(200)}})
+			RecordLockDurationMs: proto.Int32(lockMs), SessionTimeoutMs: proto.Int32(2000), HeartbeatIntervalMs: proto.Int32(200)}})
 	require.NoError(t, err)
 
 	var h keyhistory.History
@@ -63,7 +66,7 @@ func TestKeyOrderingHistory(t *testing.T) {
 	// run consumes until stop is closed, then closes the consumer (every
 	// record it got is acknowledged at once, so Close only sends the last
 	// acknowledgements).
-	run := func(member string, seed uint64, stop <-chan struct{}) error {
+	run := func(member string, seed uint64, stop, crash <-chan struct{}) error {
 		var mu sync.Mutex
 		pending := map[recordKey]int{} // record -> the delivery whose acknowledgement awaits its outcome
 		hook := func(r AckResult) {
@@ -71,8 +74,10 @@ func TestKeyOrderingHistory(t *testing.T) {
 			switch {
 			case errors.Is(r.Err, ErrAckOutcomeUnknown):
 				o = keyhistory.Unknown
+			case errors.Is(r.Err, ErrSessionEnded):
+				o = keyhistory.Refused // the restart ended the session that held it
 			case r.Err != nil:
-				o = keyhistory.Refused
+				o = keyhistory.Lost // refused by the server: the lock expired
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -99,7 +104,11 @@ func TestKeyOrderingHistory(t *testing.T) {
 			return err
 		}
 		r := rand.New(rand.NewPCG(seed, 9))
+		crashed := false
 		defer func() {
+			if crashed {
+				return
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_ = c.Close(ctx) // sends the last acknowledgements
@@ -107,6 +116,12 @@ func TestKeyOrderingHistory(t *testing.T) {
 		for {
 			select {
 			case <-stop:
+				return nil
+			case <-crash:
+				// As if the process died: its last acknowledgements are
+				// never sent, its records come back when their locks expire.
+				c.abandon()
+				crashed = true
 				return nil
 			default:
 			}
@@ -139,13 +154,17 @@ func TestKeyOrderingHistory(t *testing.T) {
 				// it leaves with the next Poll (or Close).
 				h.Let(ids[i], a)
 				if err := c.Acknowledge(rec, typ); err != nil {
-					if !errors.Is(err, ErrSessionEnded) { // the restart ended the session that held it
+					o := keyhistory.Refused // the restart ended the session that held it
+					switch {
+					case errors.Is(err, ErrLockExpired):
+						o = keyhistory.Lost
+					case !errors.Is(err, ErrSessionEnded):
 						return fmt.Errorf("acknowledge %d: %w", rec.Offset, err)
 					}
 					mu.Lock()
 					delete(pending, rk)
 					mu.Unlock()
-					h.Outcome(ids[i], keyhistory.Refused)
+					h.Outcome(ids[i], o)
 				}
 			}
 		}
@@ -158,25 +177,29 @@ func TestKeyOrderingHistory(t *testing.T) {
 		require.Eventually(t, func() bool { return settled.Load() >= int64(want) }, 15*time.Second, 5*time.Millisecond,
 			"records accepted or rejected (%d of %d wanted)", settled.Load(), want)
 	}
-	stops := make([]chan struct{}, consumers+1)
+	stops, crashes := make([]chan struct{}, consumers+1), make([]chan struct{}, consumers+1)
 	errs := make([]error, consumers+1)
 	var wg sync.WaitGroup
+	for i := range consumers + 1 {
+		stops[i], crashes[i] = make(chan struct{}), make(chan struct{})
+	}
 	for i := range consumers {
-		stops[i] = make(chan struct{})
-		wg.Go(func() { errs[i] = run(fmt.Sprintf("c%d", i), uint64(i+1), stops[i]) })
+		wg.Go(func() { errs[i] = run(fmt.Sprintf("c%d", i), uint64(i+1), stops[i], crashes[i]) })
 	}
 	waitSettled(total / 4)
 	// Consumer 0 is closed (its session ends; what it held goes back) and
 	// a new one takes its place.
 	close(stops[0])
-	stops[consumers] = make(chan struct{})
-	wg.Go(func() { errs[consumers] = run("c-replacement", 100, stops[consumers]) })
+	wg.Go(func() { errs[consumers] = run("c-replacement", 100, stops[consumers], crashes[consumers]) })
 	waitSettled(total / 2)
 	// The server restarts under the running consumers.
 	h.Stopping()
 	began := time.Now()
 	e.restart()
 	t.Logf("restart at %d of %d records settled: %v from the stop to the new server answering", settled.Load(), total, time.Since(began).Round(time.Millisecond))
+	// Consumer 1 crashes: what it holds comes back after the lock duration.
+	waitSettled(total * 3 / 4)
+	close(crashes[1])
 	startOffsets := func() (sum int64) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -193,14 +216,14 @@ func TestKeyOrderingHistory(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return startOffsets() == int64(total) }, 15*time.Second, 20*time.Millisecond,
 		"the share-partition start offsets reach the end of the log (%d of %d)", startOffsets(), total)
-	for i := 1; i <= consumers; i++ {
+	for i := 2; i <= consumers; i++ {
 		close(stops[i])
 	}
 	wg.Wait()
 	require.NoError(t, errors.Join(errs...))
 
 	r := h.Check(produced, limit)
-	t.Logf("%d records, %d consumers (one replaced), one restart: %v", total, consumers+1, r)
+	t.Logf("%d records, %d consumers (one replaced, one crashed), one restart: %v", total, consumers+1, r)
 	if len(r.Violations) > 0 {
 		t.Errorf("%d violations, first: %q", len(r.Violations), r.Violations[:min(5, len(r.Violations))])
 	}

@@ -71,8 +71,10 @@ func TestRestartVoidsLocks(t *testing.T) {
 	deliver(&h, "a", 0, 2, 30, 40, Accept, Applied) // the new server's lock
 	deliver(&h, "b", 1, 1, 25, 60, Accept, Refused) // after the stop began: proves nothing
 	deliver(&h, "b", 1, 2, 35, 45, Accept, Applied)
-	r := check(t, &h, map[int64]string{0: "a", 1: "b"})
-	if r.Voided != 1 || r.Unproven != 1 || r.Checked != 3 {
+	deliver(&h, "c", 2, 1, 0, 30, Accept, Lost) // its lock expired at some point: proves nothing
+	deliver(&h, "c", 2, 2, 10, 15, Accept, Applied)
+	r := check(t, &h, map[int64]string{0: "a", 1: "b", 2: "c"})
+	if r.Voided != 1 || r.Unproven != 2 || r.Checked != 4 {
 		t.Fatalf("report %v", r)
 	}
 

@@ -109,7 +109,9 @@ func setGroupConfig(t *testing.T, cl *kgo.Client, group string, kv ...string) {
 // (ShareAckCallback), so each consumer flushes its acknowledgements after
 // every poll: a record's acknowledgement counts as applied when every
 // result of its partition in that flush is a success, refused when every
-// one failed, unknown otherwise.
+// one failed, unknown otherwise. The group's locks (30 s, the default)
+// outlast the test, so a refused acknowledgement's lock ended with the
+// old server.
 func TestKafkaShareConsumerKeyOrdering(t *testing.T) {
 	s := newRestartable(t)
 	conn := testsupport.Dial(t, s.cfg.GRPCAddr, testsupport.FastReconnect())

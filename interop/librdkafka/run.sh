@@ -10,10 +10,24 @@
 # downloads or extra libraries (TLS, SASL/GSSAPI, HTTP/OIDC, zstd, zlib);
 # the share consumer needs none of them on a plaintext loopback listener.
 #
+# Two runs against one server:
+#  1. share_consumer.c: one consumer, explicit acks, a RELEASE redelivered,
+#     every record accepted;
+#  2. ordered_consumer.c: a key-ordered share group (share.ordering=key,
+#     docs/queues.md), keyed records over two partitions, three consumers in
+#     parallel processes with random RELEASEs and REJECTs, one of them killed
+#     (SIGKILL) midway and replaced; keycheck (the Go tests' history checker,
+#     internal/testsupport/keyhistory) checks their timestamped history: per
+#     key no two records locked at once, the applied ACCEPTs in offset order,
+#     every record accepted, rejected or archived.
+#
 # Environment: INTEROP_BUILD_DIR (default interop/librdkafka/.build, kept
 # between runs), CKJS_VERSION (default 1.10.1, which bundles librdkafka
-# 2.15.1), RECORDS (default 50), RDKAFKA_DEBUG (librdkafka debug contexts,
-# e.g. protocol,cgrp; the consumer's stderr is kept in consumer.err).
+# 2.15.1), RECORDS (default 50), ORDERED_KEYS and ORDERED_PER_KEY (default
+# 20 and 100), ORDERING (default key; none runs the second group without
+# ordering, to see keycheck fail), RDKAFKA_DEBUG (librdkafka debug contexts,
+# e.g. protocol,cgrp; the consumers' stderr is kept in consumer.err and
+# ordered-N.err).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,6 +35,9 @@ root=$(cd "$here/../.." && pwd)
 build=${INTEROP_BUILD_DIR:-$here/.build}
 ckjs=${CKJS_VERSION:-1.10.1}
 records=${RECORDS:-50}
+okeys=${ORDERED_KEYS:-20}
+operkey=${ORDERED_PER_KEY:-100}
+ordering=${ORDERING:-key}
 mkdir -p "$build"
 build=$(cd "$build" && pwd)
 rdk=$build/librdkafka-ckjs-$ckjs
@@ -47,18 +64,24 @@ log "librdkafka $(printf '%d.%d.%d' $((ver >> 24 & 255)) $((ver >> 16 & 255)) $(
 
 mkdir -p "$build/include/librdkafka"
 cp "$rdk/src/rdkafka.h" "$build/include/librdkafka/"
-cc -O2 -Wall -Werror -o "$build/share_consumer" "$here/share_consumer.c" \
-	-I"$build/include" -L"$rdk/src" -lrdkafka -Wl,-rpath,"$rdk/src"
-(cd "$root" && go build -o "$build/sharelog" ./cmd/server && go build -o "$build/sharelogctl" ./cmd/sharelogctl)
+for prog in share_consumer ordered_consumer; do
+	cc -O2 -Wall -Werror -o "$build/$prog" "$here/$prog.c" \
+		-I"$build/include" -L"$rdk/src" -lrdkafka -Wl,-rpath,"$rdk/src"
+done
+(cd "$root" && go build -o "$build/sharelog" ./cmd/server && go build -o "$build/sharelogctl" ./cmd/sharelogctl &&
+	go build -o "$build/keycheck" ./interop/librdkafka/keycheck)
 
 data=$(mktemp -d)
 srvlog=$build/server.log
 srv=
+consumers=()
 cleanup() {
+	for pid in "${consumers[@]}"; do kill "$pid" 2>/dev/null || true; done
 	if [[ -n $srv ]]; then kill "$srv" 2>/dev/null && wait "$srv" 2>/dev/null || true; fi
 	rm -rf "$data"
 }
 trap cleanup EXIT
+: >"$srvlog" # truncated here, not in the background job: the wait below must not read the last run's log
 "$build/sharelog" --data-dir "$data" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
 	--kafka-addr 127.0.0.1:0 --log-format json --log-level info 2>"$srvlog" &
 srv=$!
@@ -93,3 +116,60 @@ if [[ $start != "$records" ]]; then
 	exit 1
 fi
 log "PASS: librdkafka share consumer received, released, re-received and accepted all $records records; start offset $start"
+
+# 2. A key-ordered share group: three consumers, one killed and replaced.
+otopic=interop-ordered
+ogroup=interop-ordered-g
+ototal=$((okeys * operkey))
+ctl topics create "$otopic" --partitions 2 >/dev/null
+for i in $(seq 0 $((ototal - 1))); do printf 'k%d\tv%d\n' $((i % okeys)) "$i"; done | ctl produce "$otopic" >/dev/null
+# A short lock and session, so that the killed consumer's records and
+# partitions come back within seconds.
+ctl share-groups config set "$ogroup" ordering="$ordering" auto_offset_reset=earliest delivery_count_limit=5 \
+	record_lock_duration_ms=2000 session_timeout_ms=6000 heartbeat_interval_ms=1000 >/dev/null
+for p in 0 1; do ctl fetch "$otopic" --partition "$p" | awk -F'\t' -v p="$p" '{print p "\t" $1 "\t" $2}'; done >"$build/ordered.produced"
+if [[ $(wc -l <"$build/ordered.produced") != "$ototal" ]]; then
+	log "FAIL: fetched $(wc -l <"$build/ordered.produced") of the $ototal records produced"
+	exit 1
+fi
+rm -f "$build"/ordered-*.out "$build"/ordered-*.err
+startc() { # startc N: consumer N, its output in ordered-N.out
+	"$build/ordered_consumer" "$kafka" "$ogroup" "$otopic" "$1" >"$build/ordered-$1.out" 2>"$build/ordered-$1.err" &
+	consumers[$1]=$!
+}
+# settled: the sum of the group's share-partition start offsets.
+settled() { ctl -o json share-groups describe "$ogroup" | jq '[.. | objects | select(has("startOffset")) | .startOffset | tonumber] | add // 0'; }
+waitsettled() { # waitsettled N: until the start offsets add up to N (90 s at most)
+	for _ in $(seq 900); do
+		[[ $(settled) -ge $1 ]] && return 0
+		for c in "${!consumers[@]}"; do
+			kill -0 "${consumers[$c]}" 2>/dev/null || { log "FAIL: consumer $c exited"; tail -5 "$build/ordered-$c.err" >&2; exit 1; }
+		done
+		sleep 0.1
+	done
+	log "FAIL: start offsets at $(settled) of $1 after 90 s"
+	exit 1
+}
+log "ordered share group ($ordering): $ototal records ($okeys keys x $operkey) on 2 partitions, 3 consumers, random RELEASE/REJECT"
+began=$(date +%s.%N)
+for c in 1 2 3; do startc "$c"; done
+waitsettled $((ototal / 3))
+log "killing consumer 1 (SIGKILL) at start offsets $(settled) of $ototal; consumer 4 replaces it"
+{ kill -KILL "${consumers[1]}" && wait "${consumers[1]}"; } 2>/dev/null || true
+unset 'consumers[1]'
+startc 4
+waitsettled "$ototal"
+log "all $ototal records settled after $(printf '%.1f' "$(echo "$(date +%s.%N) - $began" | bc)") s; stopping the consumers"
+for c in "${!consumers[@]}"; do kill -TERM "${consumers[$c]}"; done
+for c in "${!consumers[@]}"; do
+	wait "${consumers[$c]}" || { rc=$?; log "FAIL: consumer $c exited $rc"; tail -5 "$build/ordered-$c.err" >&2; exit 1; }
+	unset "consumers[$c]"
+done
+for c in 1 2 3 4; do
+	printf '  consumer %d: %d deliveries, %d results\n' "$c" "$(grep -c '^got' "$build/ordered-$c.out")" "$(grep -c '^result' "$build/ordered-$c.out")" >&2
+done
+if ! "$build/keycheck" -topic "$otopic" -produced "$build/ordered.produced" -limit 5 "$build"/ordered-{1,2,3,4}.out; then
+	log "FAIL: the ordered group's history has violations (ordering=$ordering)"
+	exit 1
+fi
+log "PASS: librdkafka share consumers in a key-ordered group: no key locked twice at once, accepted offsets per key increasing, every record settled"

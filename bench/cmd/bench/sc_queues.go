@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -26,32 +28,53 @@ const (
 	c5ValueSize  = 100
 )
 
-// c5Config is the consumers' fetch size. With ORDERING_KEY a partition
-// has at most one record per key in flight: 250 keys over 16 consumers
-// is 15 records each. A consumer that asks for more takes keys the others
-// then wait for (the informational row shows what C3's 100 gives).
+// c5Config is how the consumers fetch. With ORDERING_KEY a partition has
+// at most one record per key in flight: 250 keys over 16 consumers is 15
+// records each (hold). A consumer that holds more takes keys the others
+// then wait for (the informational row with C3's 100 shows what it costs).
+//
+// The judged row is a consumer that fetches ahead, as Kafka's share
+// consumers do: it holds at most 15 records and asks for more, carrying
+// the ACCEPTs of what it has finished, while it works what it has, so its
+// worker does not wait for a round trip. The batch rows are C3's loop
+// (fetch, work the batch, ACCEPT with the next fetch): their ratio
+// includes one round trip per batch.
 type c5Config struct {
-	fetch  int
+	hold   int
+	ahead  bool
 	judged bool
 }
 
 var c5Configs = []c5Config{
-	{fetch: c5Keys / c5Partitions / (c5Consumers / c5Partitions), judged: true},
-	{fetch: c3MaxRecords},
+	{hold: c5Keys / c5Partitions / (c5Consumers / c5Partitions), ahead: true, judged: true},
+	{hold: c5Keys / c5Partitions / (c5Consumers / c5Partitions)},
+	{hold: c3MaxRecords},
 }
 
-func (c c5Config) key() string { return fmt.Sprintf("c5-fetch%d", c.fetch) }
+func (c c5Config) key() string {
+	if c.ahead {
+		return fmt.Sprintf("c5-ahead%d", c.hold)
+	}
+	return fmt.Sprintf("c5-fetch%d", c.hold)
+}
+
+func (c c5Config) String() string {
+	if c.ahead {
+		return fmt.Sprintf("at most %d held, fetching while it works", c.hold)
+	}
+	return fmt.Sprintf("batches of %d, ACCEPTs with the next fetch", c.hold)
+}
 
 func c5Group() group {
 	g := group{name: "C5 key-ordered share group", ids: []string{"C5"}, max: 15 * time.Minute}
 	for _, c := range c5Configs {
 		r := rowSpec{key: c.key(), id: "C5",
-			name: fmt.Sprintf("ORDERING_KEY, %d keys, 4 partitions, %d consumers, 1 ms per record, fetch %d", c5Keys, c5Consumers, c.fetch),
+			name: fmt.Sprintf("ORDERING_KEY, %d keys, 4 partitions, %d consumers, 1 ms per record, %v", c5Keys, c5Consumers, c),
 			unit: "rec/s", dir: report.Custom, ratioLabel: "of consumers×1000/ms"}
 		if c.judged {
 			r.bar = report.AtLeastBar(0.90, "≥ 90% of consumers × 1000 / ms, zero order violations")
 		} else {
-			r.name += " (C3's fetch size: information)"
+			r.name += " (information)"
 		}
 		g.rows = append(g.rows, r)
 	}
@@ -102,9 +125,9 @@ func c5Ours(ctx context.Context, e *env, rep int, o *runOut) error {
 			mm := newMeas(rate)
 			mm.ratio = rate / theory
 			mm.cpu, mm.rss = ph.cpuPerM(res.processed), ph.rssMiB
-			mm.note = fmt.Sprintf("%d records processed in %v (theory %.0f/s), %.1f records per ShareFetch (max %d, ACCEPTs carried by the next ShareFetch); "+
+			mm.note = fmt.Sprintf("%d records processed in %v (theory %.0f/s), %.1f records per ShareFetch (%v); "+
 				"checked: per key never two records held at once and accepted offsets increasing (%d keys, %d accepts), no offset acquired twice without a RELEASE",
-				res.processed, e.sz.c3Dur, theory, float64(res.records)/float64(max(1, res.fetches)), cfg.fetch, res.keys, res.accepts)
+				res.processed, e.sz.c3Dur, theory, float64(res.records)/float64(max(1, res.fetches)), cfg, res.keys, res.accepts)
 			o.set(cfg.key(), mm)
 			return nil
 		})
@@ -204,11 +227,84 @@ type c5Result struct {
 	keys                                         int
 }
 
-// c5Run is C3's loop (consumer i on partition i mod 4, one sleep per batch
-// to the end of its processing, the batch's unprocessed records RELEASEd
-// when the window ends) on an ORDERING_KEY group, with the ACCEPTs of a
-// batch carried by the consumer's next ShareFetch (one round trip per
-// batch: a fetch of 15 records is 15 ms of work), and the key checker.
+// c5State is what C5's consumers share: the checks of every delivery
+// and the counters.
+type c5State struct {
+	trackers                                         []*verify.Tracker
+	released                                         []*offsetSet
+	chk                                              *keyChecker
+	processed, maxOff, fetches, records, redelivered atomic.Int64
+}
+
+// deliver checks one ShareFetch answer (no offset acquired twice without
+// a RELEASE, no redelivery of a record never RELEASEd, the key checker)
+// and returns its record count.
+func (st *c5State) deliver(acq []acquired) (int, error) {
+	st.fetches.Add(1)
+	st.chk.acquire(acq)
+	n := 0
+	for _, a := range acq {
+		if a.deliveryCnt != 1 && !st.released[a.partition].has(a.first) {
+			st.redelivered.Add(a.n())
+		}
+		for off := a.first; off <= a.last; off++ {
+			if !st.trackers[a.partition].Deliver(off) && !st.released[a.partition].has(off) {
+				return 0, fmt.Errorf("partition %d offset %d acquired twice without a RELEASE", a.partition, off)
+			}
+			for {
+				m := st.maxOff.Load()
+				if off <= m || st.maxOff.CompareAndSwap(m, off) {
+					break
+				}
+			}
+		}
+		n += int(a.n())
+	}
+	st.records.Add(int64(n))
+	return n, nil
+}
+
+// finish acknowledges what a consumer holds when the window ends: the
+// worked records ACCEPTed, the rest RELEASEd, after the key checker lets
+// go of them.
+func (st *c5State) finish(ctx context.Context, s *shareSession, worked, rest []acquired) error {
+	st.chk.settle(worked, len(worked))
+	st.chk.settle(rest, 0)
+	type rec struct {
+		a  acquired
+		ok bool
+	}
+	var all []rec
+	for _, a := range worked {
+		all = append(all, rec{a, true})
+	}
+	for _, a := range rest {
+		all = append(all, rec{a, false})
+		for off := a.first; off <= a.last; off++ {
+			st.released[a.partition].add(off)
+		}
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	slices.SortFunc(all, func(x, y rec) int { return cmpAcquired(x.a, y.a) }) // acknowledgement batches ascend
+	acq := make([]acquired, 0, len(all))
+	var types []sharelogv1.AcknowledgeType
+	for _, r := range all {
+		acq = append(acq, r.a)
+		t := sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_RELEASE
+		if r.ok {
+			t = sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_ACCEPT
+		}
+		for range r.a.n() {
+			types = append(types, t)
+		}
+	}
+	return s.ack(ctx, perOffsetBatches(acq, types))
+}
+
+// c5Run runs C5's consumers (consumer i on partition i mod 4) for dur on
+// an ORDERING_KEY group, with the key checker, in cfg's way.
 func c5Run(ctx context.Context, addr, group string, cfg c5Config, perPart int64, dur time.Duration) (*c5Result, error) {
 	clients, closeAll, err := dialN(addr, c5Consumers)
 	if err != nil {
@@ -219,92 +315,23 @@ func c5Run(ctx context.Context, addr, group string, cfg c5Config, perPart int64,
 	if err := configureGroup(ctx, clients[0], group, &sharelogv1.ShareGroupConfig{AutoOffsetReset: ptr("earliest"), Ordering: &ord}); err != nil {
 		return nil, err
 	}
-	trackers := make([]*verify.Tracker, c5Partitions)
-	released := make([]*offsetSet, c5Partitions)
-	for i := range trackers {
-		trackers[i] = verify.NewTracker(0, perPart)
-		released[i] = &offsetSet{m: map[int64]bool{}}
+	st := &c5State{trackers: make([]*verify.Tracker, c5Partitions), released: make([]*offsetSet, c5Partitions), chk: newKeyChecker()}
+	for i := range st.trackers {
+		st.trackers[i] = verify.NewTracker(0, perPart)
+		st.released[i] = &offsetSet{m: map[int64]bool{}}
 	}
-	chk := newKeyChecker()
-	var processed, maxOff, fetches, records, redelivered atomic.Int64
 	errs := make([]error, c5Consumers)
-	per := time.Duration(c5ProcMs) * time.Millisecond
 	end := time.Now().Add(dur)
 	var wg sync.WaitGroup
 	for w := range c5Consumers {
 		wg.Go(func() {
-			part := int32(w % c5Partitions)
-			s := &shareSession{c: clients[w], group: group, member: fmt.Sprintf("%s-m%d", group, w), topic: "c5", partitions: []int32{part}}
+			s := &shareSession{c: clients[w], group: group, member: fmt.Sprintf("%s-m%d", group, w), topic: "c5",
+				partitions: []int32{int32(w % c5Partitions)}}
 			defer s.close(ctx)
-			var pending map[int32][]*sharelogv1.AcknowledgementBatch
-			defer func() {
-				if len(pending) > 0 && errs[w] == nil {
-					errs[w] = s.ack(ctx, pending)
-				}
-			}()
-			for time.Now().Before(end) {
-				wait := int32(min(100, max(1, time.Until(end).Milliseconds())))
-				acq, err := s.fetch(ctx, int32(cfg.fetch), wait, pending)
-				pending = nil
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				fetches.Add(1)
-				chk.acquire(acq)
-				t0 := time.Now()
-				var n int
-				for _, a := range acq {
-					if a.deliveryCnt != 1 && !released[a.partition].has(a.first) {
-						redelivered.Add(a.n())
-					}
-					for off := a.first; off <= a.last; off++ {
-						if !trackers[a.partition].Deliver(off) && !released[a.partition].has(off) {
-							errs[w] = fmt.Errorf("partition %d offset %d acquired twice without a RELEASE", a.partition, off)
-							return
-						}
-						for {
-							m := maxOff.Load()
-							if off <= m || maxOff.CompareAndSwap(m, off) {
-								break
-							}
-						}
-					}
-					n += int(a.n())
-				}
-				if n == 0 {
-					continue
-				}
-				records.Add(int64(n))
-				finish := t0.Add(time.Duration(n) * per)
-				done := n
-				if finish.After(end) {
-					done = int(max(0, end.Sub(t0)/per))
-					finish = t0.Add(time.Duration(done) * per)
-				}
-				time.Sleep(time.Until(finish))
-				processed.Add(int64(done))
-				chk.settle(acq, done)
-				if done == n {
-					pending = acceptAll(acq)
-					continue
-				}
-				types := make([]sharelogv1.AcknowledgeType, n)
-				i := 0
-				for _, a := range acq {
-					for off := a.first; off <= a.last; off++ {
-						types[i] = sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_ACCEPT
-						if i >= done {
-							types[i] = sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_RELEASE
-							released[a.partition].add(off)
-						}
-						i++
-					}
-				}
-				if err := s.ack(ctx, perOffsetBatches(acq, types)); err != nil {
-					errs[w] = err
-				}
-				return // the window ended inside this batch
+			if cfg.ahead {
+				errs[w] = st.consumeAhead(ctx, s, cfg.hold, end)
+			} else {
+				errs[w] = st.consumeBatches(ctx, s, cfg.hold, end)
 			}
 		})
 	}
@@ -312,23 +339,179 @@ func c5Run(ctx context.Context, addr, group string, cfg c5Config, perPart int64,
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if r := redelivered.Load(); r > 0 {
+	if r := st.redelivered.Load(); r > 0 {
 		return nil, fmt.Errorf("%d records with delivery_count > 1 that were never RELEASEd", r)
 	}
-	for i, t := range trackers {
+	for i, t := range st.trackers {
 		if r := t.Result(); r.OutOfRange != 0 {
 			return nil, fmt.Errorf("partition %d: %d deliveries out of range", i, r.OutOfRange)
 		}
 	}
-	keys, accepts, err := chk.result()
+	keys, accepts, err := st.chk.result()
 	if err != nil {
 		return nil, err
 	}
-	if accepts != processed.Load() {
-		return nil, fmt.Errorf("checker saw %d accepts, %d records processed", accepts, processed.Load())
+	if accepts != st.processed.Load() {
+		return nil, fmt.Errorf("checker saw %d accepts, %d records processed", accepts, st.processed.Load())
 	}
-	return &c5Result{processed: processed.Load(), maxOff: maxOff.Load(), fetches: fetches.Load(), records: records.Load(),
+	return &c5Result{processed: st.processed.Load(), maxOff: st.maxOff.Load(), fetches: st.fetches.Load(), records: st.records.Load(),
 		accepts: accepts, keys: keys}, nil
+}
+
+// one returns acq split into one acquired per record.
+func one(acq []acquired) []acquired {
+	var out []acquired
+	for _, a := range acq {
+		for i, k := range a.keys {
+			off := a.first + int64(i)
+			out = append(out, acquired{partition: a.partition, first: off, last: off, deliveryCnt: a.deliveryCnt, keys: [][]byte{k}})
+		}
+	}
+	return out
+}
+
+// consumeBatches is C3's loop: fetch up to hold records, sleep to the end
+// of their processing, ACCEPT them with the next fetch (one round trip per
+// batch); the records unprocessed when the window ends are RELEASEd.
+func (st *c5State) consumeBatches(ctx context.Context, s *shareSession, hold int, end time.Time) error {
+	per := time.Duration(c5ProcMs) * time.Millisecond
+	var pending map[int32][]*sharelogv1.AcknowledgementBatch
+	for time.Now().Before(end) {
+		wait := int32(min(100, max(1, time.Until(end).Milliseconds())))
+		acq, err := s.fetch(ctx, int32(hold), wait, pending)
+		pending = nil
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		n, err := st.deliver(acq)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			continue
+		}
+		finish := t0.Add(time.Duration(n) * per)
+		done := n
+		if finish.After(end) {
+			done = int(max(0, end.Sub(t0)/per))
+			finish = t0.Add(time.Duration(done) * per)
+		}
+		time.Sleep(time.Until(finish))
+		st.processed.Add(int64(done))
+		if done < n { // the window ended inside this batch
+			recs := one(acq)
+			return st.finish(ctx, s, recs[:done], recs[done:])
+		}
+		st.chk.settle(acq, done)
+		pending = acceptAll(acq)
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	return s.ack(ctx, pending)
+}
+
+// consumeAhead is a consumer that fetches ahead: a worker takes what has
+// arrived and works it (1 ms a record, on a schedule so that sleep
+// overshoot does not add up) while the fetcher already asks for the next
+// records, carrying the ACCEPTs of what the worker finished, so the worker
+// does not wait for a round trip; the consumer never holds more than hold.
+// Records not worked when the window ends are RELEASEd.
+func (st *c5State) consumeAhead(ctx context.Context, s *shareSession, hold int, end time.Time) error {
+	per := time.Duration(c5ProcMs) * time.Millisecond
+	var (
+		mu          sync.Mutex
+		cond        = sync.NewCond(&mu)
+		queue, done []acquired // one record each: arrived, not started; worked, not yet ACCEPTed
+		busy        int        // records the worker is working
+		stop        bool
+	)
+	worker := make(chan struct{})
+	go func() {
+		defer close(worker)
+		next := time.Now()
+		for {
+			mu.Lock()
+			for len(queue) == 0 && !stop {
+				cond.Wait()
+			}
+			if stop {
+				mu.Unlock()
+				return
+			}
+			work := queue
+			queue, busy = nil, len(work)
+			mu.Unlock()
+			cond.Broadcast()
+			if now := time.Now(); next.Before(now) {
+				next = now
+			}
+			n := len(work)
+			if left := end.Sub(next); left < time.Duration(n)*per {
+				n = int(max(0, left/per))
+			}
+			next = next.Add(time.Duration(n) * per)
+			time.Sleep(time.Until(next))
+			st.processed.Add(int64(n))
+			mu.Lock()
+			done, busy = append(done, work[:n]...), 0
+			if n < len(work) { // the window ended
+				queue, stop = append(work[n:], queue...), true
+			}
+			mu.Unlock()
+			cond.Broadcast()
+		}
+	}()
+	var err error
+	for err == nil {
+		mu.Lock()
+		for len(queue) > 0 && !stop {
+			cond.Wait()
+		}
+		if stop || !time.Now().Before(end) {
+			mu.Unlock()
+			break
+		}
+		acks := done
+		done = nil
+		held := busy
+		mu.Unlock()
+		st.chk.settle(acks, len(acks))
+		slices.SortFunc(acks, cmpAcquired) // acknowledgement batches ascend
+		wait := max(1, time.Until(end).Milliseconds())
+		if held > 0 {
+			wait = min(wait, int64(held)*c5ProcMs) // come back with the worker's ACCEPTs
+		}
+		var acq []acquired
+		// Half the keys for the batch being worked, half for the next.
+		ask := min(hold-held, (hold+1)/2)
+		acq, err = s.fetch(ctx, int32(ask), int32(min(100, wait)), acceptAll(acks))
+		if err != nil {
+			break
+		}
+		if _, err = st.deliver(acq); err != nil {
+			break
+		}
+		mu.Lock()
+		queue = append(queue, one(acq)...)
+		mu.Unlock()
+		cond.Broadcast()
+	}
+	mu.Lock()
+	stop = true
+	mu.Unlock()
+	cond.Broadcast()
+	<-worker
+	if err != nil {
+		return err
+	}
+	return st.finish(ctx, s, done, queue)
+}
+
+// cmpAcquired orders acquired ranges by partition, then offset.
+func cmpAcquired(a, b acquired) int {
+	return cmp.Or(cmp.Compare(a.partition, b.partition), cmp.Compare(a.first, b.first))
 }
 
 // ---- C6: redelivery backoff and delayed delivery accuracy ----

@@ -182,6 +182,11 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Lease, error) {
 		}
 		return err
 	})
+	if err == nil {
+		// A bucket just created answers once its replicas have elected a
+		// leader; a read before that finds no responder.
+		err = sljs.WaitLeader(ctx, js, "KV_"+l.bucket)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open the lease bucket %s: %w", l.bucket, err)
 	}

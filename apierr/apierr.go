@@ -125,6 +125,31 @@ const (
 	// MessageTooLarge: a record (gRPC, REST) or record batch (Kafka)
 	// larger than its topic's max.message.bytes; nothing was appended.
 	MessageTooLarge Reason = "MESSAGE_TOO_LARGE"
+
+	// Kafka transactions (the Kafka listener's transaction coordinator;
+	// docs/kafka.md "Transactions").
+
+	// InvalidTxnState: the call does not fit the transaction's state (a
+	// produce to a partition not added to it, an EndTxn with no
+	// transaction, a commit while an abort is in progress).
+	InvalidTxnState Reason = "INVALID_TXN_STATE"
+	// InvalidProducerIDMapping: the producer id is not the transactional
+	// id's.
+	InvalidProducerIDMapping Reason = "INVALID_PRODUCER_ID_MAPPING"
+	// InvalidTransactionTimeout: a transaction timeout above
+	// --transaction-max-timeout, or not positive.
+	InvalidTransactionTimeout Reason = "INVALID_TRANSACTION_TIMEOUT"
+	// ConcurrentTransactions: the transactional id's previous transaction
+	// is still being completed; retry.
+	ConcurrentTransactions Reason = "CONCURRENT_TRANSACTIONS"
+	// TransactionalIDAuthorizationFailed: the caller lacks the ACL on the
+	// transactional id.
+	TransactionalIDAuthorizationFailed Reason = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+	// UnstableOffsetCommit: a committed offset a transaction has not
+	// settled yet (an OffsetFetch that requires stable offsets); retry.
+	UnstableOffsetCommit Reason = "UNSTABLE_OFFSET_COMMIT"
+	// TransactionalIDNotFound: DescribeTransactions of an unknown id.
+	TransactionalIDNotFound Reason = "TRANSACTIONAL_ID_NOT_FOUND"
 )
 
 // Reasons lists every reason, in the order of the constants.
@@ -143,6 +168,8 @@ func Reasons() []Reason {
 		FencedInstanceID, GroupSubscribedToTopic,
 		ResourceNotFound, UnsupportedSaslMechanism, UnacceptableCredential,
 		MessageTooLarge,
+		InvalidTxnState, InvalidProducerIDMapping, InvalidTransactionTimeout, ConcurrentTransactions,
+		TransactionalIDAuthorizationFailed, UnstableOffsetCommit, TransactionalIDNotFound,
 	}
 }
 
@@ -207,6 +234,14 @@ var kafkaCodes = map[Reason]int16{
 	UnsupportedSaslMechanism:   33,
 	UnacceptableCredential:     93,
 	MessageTooLarge:            10,
+
+	InvalidTxnState:                    48,
+	InvalidProducerIDMapping:           49,
+	InvalidTransactionTimeout:          50,
+	ConcurrentTransactions:             51,
+	TransactionalIDAuthorizationFailed: 53,
+	UnstableOffsetCommit:               88,
+	TransactionalIDNotFound:            105,
 }
 
 // KafkaCode is the Kafka protocol's numeric error code of r (the value of

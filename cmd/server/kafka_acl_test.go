@@ -165,6 +165,7 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 		topic   = sharelogv1.ResourceType_RESOURCE_TYPE_TOPIC
 		group   = sharelogv1.ResourceType_RESOURCE_TYPE_GROUP
 		cluster = sharelogv1.ResourceType_RESOURCE_TYPE_CLUSTER
+		txnID   = sharelogv1.ResourceType_RESOURCE_TYPE_TRANSACTIONAL_ID
 		alter   = sharelogv1.AclOperation_ACL_OPERATION_ALTER
 		read    = sharelogv1.AclOperation_ACL_OPERATION_READ
 		write   = sharelogv1.AclOperation_ACL_OPERATION_WRITE
@@ -207,7 +208,7 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 		}
 	}
 	var growTo int32 // CreatePartitions' new count: one more than now
-	const topicDenied, groupDenied, clusterDenied = 29, 30, 31
+	const topicDenied, groupDenied, clusterDenied, txnDenied = 29, 30, 31, 53
 	otherBindings := func(t *testing.T) any {
 		d, err := aclc.DescribeAcls(admin, &sharelogv1.DescribeAclsRequest{Filter: &sharelogv1.AclBindingFilter{Principal: "User:other"}})
 		require.NoError(t, err)
@@ -666,6 +667,32 @@ func TestKafkaAuthorizationMatrix(t *testing.T) {
 			req := kmsg.NewPtrFindCoordinatorRequest()
 			req.Version, req.CoordinatorType, req.CoordinatorKeys = 4, 0, []string{"cg"}
 			return k.do(req).(*kmsg.FindCoordinatorResponse).Coordinators[0].ErrorCode
+		}},
+		// Transactions (docs/kafka.md "Transactions"): TRANSACTIONAL_ID
+		// resources, as Kafka's; no gRPC counterpart.
+		{name: "FindCoordinator transaction", needs: []kperm{{txnID, "tx", desc}}, denied: txnDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrFindCoordinatorRequest()
+			req.Version, req.CoordinatorType, req.CoordinatorKeys = 4, 1, []string{"tx"}
+			return k.do(req).(*kmsg.FindCoordinatorResponse).Coordinators[0].ErrorCode
+		}},
+		{name: "InitProducerID transactional", needs: []kperm{{txnID, "tx", write}}, denied: txnDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrInitProducerIDRequest()
+			txn := "tx"
+			req.Version, req.TransactionalID, req.TransactionTimeoutMillis, req.ProducerID, req.ProducerEpoch = 4, &txn, 60000, -1, -1
+			resp := k.do(req).(*kmsg.InitProducerIDResponse)
+			if resp.ErrorCode == 0 && resp.ProducerID <= 0 {
+				return -1 // no id: not a success
+			}
+			return resp.ErrorCode
+		}},
+		{name: "DescribeTransactions", needs: []kperm{{txnID, "tx", desc}}, denied: txnDenied, state: none, call: func(k *kafkaConn) int16 {
+			req := kmsg.NewPtrDescribeTransactionsRequest()
+			req.TransactionalIDs = []string{"tx"}
+			code := k.do(req).(*kmsg.DescribeTransactionsResponse).TransactionStates[0].ErrorCode
+			if code == 105 {
+				return 0 // allowed: the id is unknown until InitProducerID made it
+			}
+			return code
 		}},
 		{name: "FindCoordinator v3", needs: []kperm{{group, "cg", desc}}, denied: groupDenied, state: none, call: func(k *kafkaConn) int16 {
 			req := kmsg.NewPtrFindCoordinatorRequest()

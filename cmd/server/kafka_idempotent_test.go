@@ -130,7 +130,8 @@ func kbinVarint(b []byte) (int32, int) {
 // of the server; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is
 // INVALID_PRODUCER_EPOCH, a new epoch must start at sequence 0;
 // InitProducerID with an id and epoch answers a new id, as Kafka's without
-// a transactional id; Fetch answers the producer fields per batch.
+// a transactional id (which the transaction coordinator answers); Fetch
+// answers the producer fields per batch.
 func TestKafkaIdempotentProduceRules(t *testing.T) {
 	dir := t.TempDir()
 	c := startChild(t, dir, "--kafka-addr", "127.0.0.1:0")
@@ -188,8 +189,17 @@ func TestKafkaIdempotentProduceRules(t *testing.T) {
 		assert.Greater(t, r.ProducerID, pid2, "v%d: ids are never answered twice", v)
 		pid2 = max(pid2, r.ProducerID)
 	}
+	// A transactional id is the transaction coordinator's (docs/kafka.md
+	// "Transactions"): its own new producer id at epoch 0, then the next
+	// epoch of the same id.
 	txn := "tx"
-	assert.Equal(t, kerr.InvalidRequest.Code, k.initProducerID(4, &txn, -1, -1).ErrorCode, "a transactional id: not served")
+	tx := k.initProducerID(4, &txn, -1, -1)
+	require.Zero(t, tx.ErrorCode, "a transactional id: %v", kerr.ErrorForCode(tx.ErrorCode))
+	assert.Greater(t, tx.ProducerID, pid2, "a transactional id gets a new id")
+	assert.Zero(t, tx.ProducerEpoch)
+	tx2 := k.initProducerID(4, &txn, -1, -1)
+	require.Zero(t, tx2.ErrorCode)
+	assert.Equal(t, [2]int64{tx.ProducerID, 1}, [2]int64{tx2.ProducerID, int64(tx2.ProducerEpoch)}, "the same transactional id: its id, the next epoch")
 
 	wantBatches := []fetchedBatch{
 		{base: 0, pid: pid, epoch: 0, seq: 0, values: []string{"a0", "a1", "a2", "a3", "a4"}},

@@ -207,6 +207,7 @@ func newFlagSet(cfg *app.Config, lc *logConfig, stderr io.Writer) (*flag.FlagSet
 		return nil
 	})
 	fs.DurationVar(&cfg.KafkaRequestTimeout, "kafka-request-timeout", cfg.KafkaRequestTimeout, "close a Kafka connection whose request's bytes do not all arrive within this, from its first byte")
+	fs.DurationVar(&cfg.TransactionMaxTimeout, "transaction-max-timeout", cfg.TransactionMaxTimeout, "the longest transaction.timeout.ms a Kafka transactional producer may ask for, as Kafka's transaction.max.timeout.ms; a transaction open longer than its timeout is aborted by the coordinator (docs/kafka.md \"Transactions\")")
 	fs.DurationVar(&cfg.GroupInitialRebalanceDelay, "group-initial-rebalance-delay", cfg.GroupInitialRebalanceDelay, "how long the first rebalance of an empty consumer group waits for more members, as Kafka's group.initial.rebalance.delay.ms (0 = none)")
 	fs.DurationVar(&cfg.GroupConsumerHeartbeatInterval, "group-consumer-heartbeat-interval", cfg.GroupConsumerHeartbeatInterval, "the heartbeat interval the coordinator tells consumer-protocol (KIP-848) group members, as Kafka's group.consumer.heartbeat.interval.ms")
 	fs.DurationVar(&cfg.GroupConsumerSessionTimeout, "group-consumer-session-timeout", cfg.GroupConsumerSessionTimeout, "how long a consumer-protocol (KIP-848) group member may go without a heartbeat before it is removed, as Kafka's group.consumer.session.timeout.ms")

@@ -17,6 +17,7 @@ type aclFlags struct {
 	operations  []string
 	topics      []string
 	groups      []string
+	txnIDs      []string
 	cluster     bool
 	patternType string
 }
@@ -33,6 +34,7 @@ func (f *aclFlags) register(cmd *cobra.Command, list bool) {
 	}
 	fl.StringArrayVar(&f.topics, "topic", nil, "topic name (or prefix with --resource-pattern-type prefixed, or * for every topic); repeatable")
 	fl.StringArrayVar(&f.groups, "group", nil, "share group id (or prefix, or *); repeatable")
+	fl.StringArrayVar(&f.txnIDs, "transactional-id", nil, "Kafka transactional id (or prefix, or *); repeatable")
 	fl.BoolVar(&f.cluster, "cluster", false, "the cluster resource")
 	fl.StringVar(&f.patternType, "resource-pattern-type", "literal", "literal or prefixed; listing and removing also take any and match")
 }
@@ -49,6 +51,9 @@ func (f *aclFlags) resources() []aclResource {
 	}
 	for _, g := range f.groups {
 		out = append(out, aclResource{sharelogv1.ResourceType_RESOURCE_TYPE_GROUP, g})
+	}
+	for _, id := range f.txnIDs {
+		out = append(out, aclResource{sharelogv1.ResourceType_RESOURCE_TYPE_TRANSACTIONAL_ID, id})
 	}
 	if f.cluster {
 		out = append(out, aclResource{sharelogv1.ResourceType_RESOURCE_TYPE_CLUSTER, clusterResourceName})

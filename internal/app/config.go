@@ -130,6 +130,10 @@ type Config struct {
 	// committed offsets are kept (Kafka's offsets.retention.minutes).
 	GroupInitialRebalanceDelay time.Duration
 	OffsetsRetention           time.Duration
+	// TransactionMaxTimeout caps a Kafka transactional producer's
+	// transaction.timeout.ms, as Kafka's transaction.max.timeout.ms
+	// (docs/kafka.md "Transactions").
+	TransactionMaxTimeout time.Duration
 	// The consumer protocol (KIP-848; docs/consumer-groups.md): the
 	// heartbeat interval told to members and the session after which a
 	// silent member is removed (Kafka's group.consumer.heartbeat.interval.ms
@@ -190,6 +194,7 @@ func DefaultConfig() Config {
 		KafkaIdleTimeout:               10 * time.Minute,
 		KafkaSASLSessionLifetime:       time.Hour,
 		GroupInitialRebalanceDelay:     3 * time.Second,
+		TransactionMaxTimeout:          15 * time.Minute,
 		GroupConsumerHeartbeatInterval: 5 * time.Second,
 		GroupConsumerSessionTimeout:    45 * time.Second,
 		OffsetsRetention:               7 * 24 * time.Hour,
@@ -358,6 +363,9 @@ func (c Config) Validate() error {
 	if c.GroupConsumerHeartbeatInterval < 100*time.Millisecond || c.GroupConsumerSessionTimeout < 2*c.GroupConsumerHeartbeatInterval {
 		bad("--group-consumer-heartbeat-interval must be at least 100ms and --group-consumer-session-timeout at least twice it, got %s and %s",
 			c.GroupConsumerHeartbeatInterval, c.GroupConsumerSessionTimeout)
+	}
+	if c.TransactionMaxTimeout < time.Second || c.TransactionMaxTimeout > 24*time.Hour {
+		bad("--transaction-max-timeout must be between 1s and 24h, got %s", c.TransactionMaxTimeout)
 	}
 	if c.GroupInitialRebalanceDelay < 0 || c.GroupInitialRebalanceDelay > 5*time.Minute {
 		bad("--group-initial-rebalance-delay must be between 0 and 5m, got %s", c.GroupInitialRebalanceDelay)

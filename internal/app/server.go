@@ -84,6 +84,7 @@ import (
 	"github.com/sharelog/sharelog/internal/transport/grpcapi"
 	"github.com/sharelog/sharelog/internal/transport/httpgw"
 	"github.com/sharelog/sharelog/internal/transport/kafkawire"
+	"github.com/sharelog/sharelog/internal/txn"
 	"github.com/sharelog/sharelog/internal/users"
 )
 
@@ -150,6 +151,7 @@ type Server struct {
 	tickets      *budget.Tickets // the REST gateway's hand-over of its requests' budget
 	kafka        *kafkawire.Listener
 	groups       *consumergroup.Coordinator // classic consumer groups (with the Kafka listener)
+	txn          *txn.Coordinator           // Kafka transactions (file-store mode, with the Kafka listener)
 	fileBackend  *backend                   // the file store's backend (nil in cluster mode)
 	readiness    []ReadinessCheck
 	lastNotReady string         // reasons last logged; refreshHealth's goroutine only
@@ -357,6 +359,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 			TLS: tlsCfg, Auth: auth, SASLSessionLifetime: cfg.KafkaSASLSessionLifetime,
 			SASLMechanisms: cfg.kafkaSASLMechanisms(), Users: s.users,
 			Guard: s.guard, ACL: s.acl, DLQAutoCreate: cfg.DLQAutoCreateTopics,
+		}
+		if s.fileBackend != nil && s.groups != nil {
+			if s.txn, err = openTransactions(cfg, s.fileBackend.logAPI, s.groups, log); err != nil {
+				kln.Close()
+				return nil, err
+			}
+			kcfg.Txn = s.txn
 		}
 		var logAPI *broker.Log
 		if s.cluster != nil {
@@ -639,6 +648,10 @@ func (s *Server) teardown(ctx context.Context) error {
 		if err := s.kafka.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close kafka listener: %w", err))
 		}
+	}
+	// After the listener, before the groups its commits write to.
+	if s.txn != nil {
+		s.txn.Close()
 	}
 	// After the listener, whose JoinGroup and SyncGroup calls wait in it.
 	if s.groups != nil {

@@ -82,7 +82,8 @@ var layers = []struct {
 	{"wiring", []string{"internal/app", "cmd/server"}},
 	{"client", []string{"client/", "cmd/sharelogctl"}},
 	{"domain", []string{"apierr", "internal/broker", "internal/sharegroup", "internal/consumergroup", "internal/changestream",
-		"internal/sessioncache", "internal/authz", "internal/principal", "internal/budget", "internal/cluster", "internal/ownership", "internal/users"}},
+		"internal/sessioncache", "internal/authz", "internal/principal", "internal/budget", "internal/cluster", "internal/ownership", "internal/users",
+		"internal/txn"}},
 }
 
 // goPackage is what `go list` says of one package (its non-test files).

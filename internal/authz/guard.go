@@ -88,6 +88,8 @@ func (g *Guard) denied(ctx context.Context, op Operation, rt ResourceType, name 
 		return apierr.New(apierr.TopicAuthorizationFailed, "not authorized to %s topic %q", op, name)
 	case Group:
 		return apierr.New(apierr.GroupAuthorizationFailed, "not authorized to %s group %q", op, name)
+	case TransactionalID:
+		return apierr.New(apierr.TransactionalIDAuthorizationFailed, "not authorized to %s transactional id %q", op, name)
 	}
 	return apierr.New(apierr.ClusterAuthorizationFailed, "not authorized to %s the cluster", op)
 }

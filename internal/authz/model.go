@@ -25,10 +25,13 @@ const (
 	Topic
 	Group
 	Cluster
+	// TransactionalID is a Kafka transactional id (docs/kafka.md
+	// "Transactions"), as Kafka's TRANSACTIONAL_ID resource.
+	TransactionalID
 	numResourceTypes
 )
 
-var resourceTypeNames = [...]string{"ANY", "TOPIC", "GROUP", "CLUSTER"}
+var resourceTypeNames = [...]string{"ANY", "TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID"}
 
 func (t ResourceType) String() string {
 	if t < numResourceTypes {

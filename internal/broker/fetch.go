@@ -24,13 +24,19 @@ type TopicPartition struct {
 // The answer carries the bounds whenever they could be read, with
 // OFFSET_OUT_OF_RANGE too (Kafka reports them with the error); -1 when not.
 func (l *Log) ReadPartition(ctx context.Context, topic string, partition int32, offset int64, maxRecords, maxBytes int) (Fetched, error) {
-	return l.readPartition(ctx, topic, partition, offset, maxRecords, func() (int, error) { return maxBytes, nil })
+	return l.readPartition(ctx, topic, partition, offset, maxRecords, func() (int, error) { return maxBytes, nil }, true)
 }
 
 // readPartition is ReadPartition whose byte limit is asked of limit when
 // there is something to read (so that a fetch at the high watermark
 // reserves nothing of the response budget); limit's error is the answer.
-func (l *Log) readPartition(ctx context.Context, topic string, partition int32, offset int64, maxRecords int, limit func() (int, error)) (Fetched, error) {
+//
+// Without markers, transaction markers (Record.Control, transactions.go)
+// are left out, as offset gaps: a read that finds only markers reads on
+// after them, and answers no records only when they reach the high
+// watermark. The Kafka listener keeps them (its clients skip control
+// batches themselves).
+func (l *Log) readPartition(ctx context.Context, topic string, partition int32, offset int64, maxRecords int, limit func() (int, error), markers bool) (Fetched, error) {
 	logStart, hw, err := l.store.Bounds(topic, partition)
 	if err != nil {
 		return Fetched{HighWatermark: -1, LogStartOffset: -1}, partitionErr(err, topic, partition)
@@ -50,6 +56,14 @@ func (l *Log) readPartition(ctx context.Context, topic string, partition int32, 
 		return out, nil
 	}
 	recs, err := l.store.Read(ctx, topic, partition, offset, maxRecords, maxBytes)
+	for !markers && err == nil && len(recs) > 0 {
+		last := recs[len(recs)-1].Offset
+		recs = dropMarkers(recs)
+		if len(recs) > 0 || last+1 >= hw {
+			break
+		}
+		recs, err = l.store.Read(ctx, topic, partition, last+1, maxRecords, maxBytes)
+	}
 	if err != nil {
 		// A read that raced with a purge: the error carries the
 		// current log start offset.
@@ -146,4 +160,15 @@ func (l *Log) watch(parts []TopicPartition) (wake <-chan struct{}, stop func()) 
 			close(done)
 		}
 	}
+}
+
+// dropMarkers removes the transaction markers of recs, in place.
+func dropMarkers(recs []Record) []Record {
+	out := recs[:0]
+	for i := range recs {
+		if !recs[i].Control {
+			out = append(out, recs[i])
+		}
+	}
+	return out
 }

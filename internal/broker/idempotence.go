@@ -88,6 +88,13 @@ type producerState struct {
 	scanned   int64 // offsets below this were read into producers
 	resync    bool  // an append's outcome is unknown: re-read the store's end first
 	producers map[int64]*producerEntry
+	// The partition's transactions (transactions.go): txnNext is the
+	// offset after the last one applied to them, open the first offset of
+	// each producer's open transaction, aborted the aborted transactions
+	// in marker order.
+	txnNext int64
+	open    map[int64]int64
+	aborted []AbortedTxn
 }
 
 type partitionKey struct {
@@ -110,7 +117,18 @@ func (st *producerState) apply(r *logstore.Record) {
 	if r.ProducerID == 0 {
 		return
 	}
+	st.applyTxn(r)
 	e := st.producers[r.ProducerID]
+	if r.Control {
+		// A marker numbers nothing; a newer epoch's fences the older.
+		switch {
+		case e == nil:
+			st.producers[r.ProducerID] = &producerEntry{epoch: r.ProducerEpoch}
+		case r.ProducerEpoch > e.epoch:
+			e.epoch, e.runs = r.ProducerEpoch, nil
+		}
+		return
+	}
 	switch {
 	case e == nil:
 		e = &producerEntry{epoch: r.ProducerEpoch}
@@ -166,7 +184,12 @@ func (st *producerState) check(pid int64, epoch int16, first int32, n int64) (ba
 			return r.base + d, true, nil
 		}
 	}
-	last := e.runs[len(e.runs)-1] // never empty: an entry is made by a record
+	if len(e.runs) == 0 {
+		// Only a marker of this epoch is here (the coordinator's fence):
+		// the producer's first batch of the epoch may start anywhere.
+		return 0, false, nil
+	}
+	last := e.runs[len(e.runs)-1]
 	if want := seqAdd(last.first, last.n); first != want {
 		return 0, false, apierr.New(apierr.OutOfOrderSequenceNumber,
 			"producer %d: expected sequence %d on this partition, got %d (a batch is missing, or a resend is older than the last %d batches)",

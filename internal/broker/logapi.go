@@ -503,8 +503,9 @@ func (l *Log) Fetch(ctx context.Context, req FetchRequest) (Fetched, error) {
 		return g.Data, nil
 	}
 	perr := l.LongPoll(ctx, []TopicPartition{{req.Topic, req.Partition}}, wait, func() bool {
-		res, err = l.readPartition(ctx, req.Topic, req.Partition, req.Offset, maxRecords, limit)
-		return err != nil || req.Offset < res.HighWatermark
+		res, err = l.readPartition(ctx, req.Topic, req.Partition, req.Offset, maxRecords, limit, false)
+		// Only markers up to the high watermark wait as at it.
+		return err != nil || len(res.Records) > 0
 	})
 	switch {
 	case err != nil:

@@ -27,6 +27,7 @@ func (l *Log) ProduceBatch(ctx context.Context, topic string, partition int32, r
 	}
 	for i := range records {
 		records[i].ProducerID, records[i].ProducerEpoch, records[i].Sequence = 0, 0, 0
+		records[i].Transactional, records[i].Control = false, false
 	}
 	base, err = l.appendTo(ctx, topic, partition, records) // here or at the partition's owner
 	if err != nil {
@@ -54,6 +55,19 @@ type BatchProducer struct {
 // A resend of a batch among the producer's last ProducerBatches answers
 // its original base offset and appends nothing.
 func (l *Log) ProduceBatchIdempotent(ctx context.Context, topic string, partition int32, records []Record, p BatchProducer) (base, logStart int64, err error) {
+	return l.produceBatchOf(ctx, topic, partition, records, p, false)
+}
+
+// ProduceBatchTransactional is ProduceBatchIdempotent for a batch of the
+// producer's open transaction (transactions.go): its records are marked
+// Transactional, invisible to read-committed readers until the
+// coordinator's commit marker. The transport has checked with the
+// transaction coordinator that the partition is part of the transaction.
+func (l *Log) ProduceBatchTransactional(ctx context.Context, topic string, partition int32, records []Record, p BatchProducer) (base, logStart int64, err error) {
+	return l.produceBatchOf(ctx, topic, partition, records, p, true)
+}
+
+func (l *Log) produceBatchOf(ctx context.Context, topic string, partition int32, records []Record, p BatchProducer, txn bool) (base, logStart int64, err error) {
 	if err := validProducer(p.ID, p.Epoch); err != nil {
 		return -1, -1, err
 	}
@@ -73,6 +87,7 @@ func (l *Log) ProduceBatchIdempotent(ctx context.Context, topic string, partitio
 	for i := range records {
 		records[i].ProducerID, records[i].ProducerEpoch = p.ID, p.Epoch
 		records[i].Sequence = seqAdd(p.BaseSequence, int64(i))
+		records[i].Transactional, records[i].Control = txn, false
 	}
 	base, err = l.appendTo(ctx, topic, partition, records) // here or at the partition's owner
 	if err != nil {

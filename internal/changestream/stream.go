@@ -453,6 +453,23 @@ func (s *stream) read(from, e int64) ([]logstore.Record, error) {
 	}
 	recs, err := s.m.store.Read(s.ctx, req.Topic, req.Partition, from,
 		int(min(int64(s.m.cfg.BatchRecords), e-from+1)), g.Data)
+	// Transaction markers (Record.Control; docs/kafka.md "Transactions")
+	// are no records of a stream: offset gaps, read past.
+	for err == nil && len(recs) > 0 {
+		last := recs[len(recs)-1].Offset
+		kept := recs[:0]
+		for i := range recs {
+			if !recs[i].Control {
+				kept = append(kept, recs[i])
+			}
+		}
+		recs = kept
+		if len(recs) > 0 || last >= e {
+			break
+		}
+		recs, err = s.m.store.Read(s.ctx, req.Topic, req.Partition, last+1,
+			int(min(int64(s.m.cfg.BatchRecords), e-last)), g.Data)
+	}
 	if err != nil {
 		g.Release()
 		return nil, s.storeErr(err)

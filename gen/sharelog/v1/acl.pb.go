@@ -33,6 +33,8 @@ const (
 	ResourceType_RESOURCE_TYPE_GROUP ResourceType = 2
 	// The cluster: one resource, named "kafka-cluster".
 	ResourceType_RESOURCE_TYPE_CLUSTER ResourceType = 3
+	// A Kafka transactional id (the Kafka listener's transactions).
+	ResourceType_RESOURCE_TYPE_TRANSACTIONAL_ID ResourceType = 4
 )
 
 // Enum value maps for ResourceType.
@@ -42,12 +44,14 @@ var (
 		1: "RESOURCE_TYPE_TOPIC",
 		2: "RESOURCE_TYPE_GROUP",
 		3: "RESOURCE_TYPE_CLUSTER",
+		4: "RESOURCE_TYPE_TRANSACTIONAL_ID",
 	}
 	ResourceType_value = map[string]int32{
-		"RESOURCE_TYPE_UNSPECIFIED": 0,
-		"RESOURCE_TYPE_TOPIC":       1,
-		"RESOURCE_TYPE_GROUP":       2,
-		"RESOURCE_TYPE_CLUSTER":     3,
+		"RESOURCE_TYPE_UNSPECIFIED":      0,
+		"RESOURCE_TYPE_TOPIC":            1,
+		"RESOURCE_TYPE_GROUP":            2,
+		"RESOURCE_TYPE_CLUSTER":          3,
+		"RESOURCE_TYPE_TRANSACTIONAL_ID": 4,
 	}
 )
 
@@ -869,12 +873,13 @@ const file_sharelog_v1_acl_proto_rawDesc = "" +
 	"\rerror_message\x18\x02 \x01(\tR\ferrorMessage\x12D\n" +
 	"\x11matching_bindings\x18\x03 \x03(\v2\x17.sharelog.v1.AclBindingR\x10matchingBindings\"S\n" +
 	"\x12DeleteAclsResponse\x12=\n" +
-	"\aresults\x18\x01 \x03(\v2#.sharelog.v1.DeleteAclsFilterResultR\aresults*z\n" +
+	"\aresults\x18\x01 \x03(\v2#.sharelog.v1.DeleteAclsFilterResultR\aresults*\x9e\x01\n" +
 	"\fResourceType\x12\x1d\n" +
 	"\x19RESOURCE_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13RESOURCE_TYPE_TOPIC\x10\x01\x12\x17\n" +
 	"\x13RESOURCE_TYPE_GROUP\x10\x02\x12\x19\n" +
-	"\x15RESOURCE_TYPE_CLUSTER\x10\x03*x\n" +
+	"\x15RESOURCE_TYPE_CLUSTER\x10\x03\x12\"\n" +
+	"\x1eRESOURCE_TYPE_TRANSACTIONAL_ID\x10\x04*x\n" +
 	"\vPatternType\x12\x1c\n" +
 	"\x18PATTERN_TYPE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14PATTERN_TYPE_LITERAL\x10\x01\x12\x19\n" +

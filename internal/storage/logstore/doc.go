@@ -82,7 +82,9 @@
 //	0       4     body length B (u32; 29 <= B <= MaxRecordBytes-8)
 //	4       4     CRC32C (Castagnoli) of the B body bytes
 //	8       1     attributes: bit 0 = last record of its Append batch;
-//	              bit 1 = the producer fields follow the headers; other bits 0
+//	              bit 1 = the producer fields follow the headers;
+//	              bit 2 = a transactional record (only with bit 1);
+//	              bit 3 = a transaction marker (only with bit 2); other bits 0
 //	9       8     offset (i64)
 //	17      8     timestamp, ms since the Unix epoch (i64)
 //	25      4     key length K (i32); -1 = nil key (keyless), 0 = empty key
@@ -100,7 +102,11 @@
 // carries them so that the broker can rebuild each producer's last batches
 // from the log after a crash or on another instance. A record without a
 // producer has no such bytes, so frames written before they existed read
-// the same.
+// the same. Bits 2 and 3 (Record.Transactional, Record.Control;
+// docs/kafka.md "Transactions") are never set by a data directory that
+// has seen no transaction, so older data directories read the same; a
+// directory with them is not readable by a version without them (its
+// frames would be judged damaged).
 //
 // The body must be consumed exactly. Every length is checked against what
 // remains of the body (and the header count against the minimum header

@@ -14,20 +14,23 @@ import (
 //	       i32 value len (-1 = nil) | value | u32 header count |
 //	       { u32 key len | key | i32 value len (-1 = nil) | value } ... |
 //	       [ i64 producer id | i16 producer epoch | i32 sequence ]  (attrs bit 1)
+//	attrs bit 2: transactional, bit 3: a transaction marker (both need bit 1)
 //
 // All integers are big-endian (lexically comparable in hex dumps, as Kafka's).
 const (
 	frameHeaderSize = 8                     // body length + CRC
 	bodyFixedSize   = 1 + 8 + 8 + 4 + 4 + 4 // attrs, offset, timestamp, key len, value len, header count
 	minFrameSize    = frameHeaderSize + bodyFixedSize
-	tsFieldOffset   = frameHeaderSize + 1 + 8     // timestamp position inside a frame
-	offFieldOffset  = frameHeaderSize + 1         // offset position inside a frame
-	attrBatchEnd    = 1 << 0                      // last record of its Append batch
-	attrProducer    = 1 << 1                      // the producer fields follow the headers
-	attrKnown       = attrBatchEnd | attrProducer // every other bit must be zero
-	producerSize    = 8 + 2 + 4                   // producer id, epoch, sequence
-	nilLen          = math.MaxUint32              // i32 -1: the slice is nil
-	headerFixedSize = 4 + 4                       // key len + value len per header
+	tsFieldOffset   = frameHeaderSize + 1 + 8                             // timestamp position inside a frame
+	offFieldOffset  = frameHeaderSize + 1                                 // offset position inside a frame
+	attrBatchEnd    = 1 << 0                                              // last record of its Append batch
+	attrProducer    = 1 << 1                                              // the producer fields follow the headers
+	attrTxn         = 1 << 2                                              // a transactional record (needs attrProducer)
+	attrControl     = 1 << 3                                              // a transaction marker (needs attrTxn)
+	attrKnown       = attrBatchEnd | attrProducer | attrTxn | attrControl // every other bit must be zero
+	producerSize    = 8 + 2 + 4                                           // producer id, epoch, sequence
+	nilLen          = math.MaxUint32                                      // i32 -1: the slice is nil
+	headerFixedSize = 4 + 4                                               // key len + value len per header
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -62,6 +65,12 @@ func appendFrame(dst []byte, r *Record, offset int64, last bool) []byte {
 	}
 	if r.ProducerID != 0 {
 		attrs |= attrProducer
+		if r.Transactional || r.Control {
+			attrs |= attrTxn
+		}
+		if r.Control {
+			attrs |= attrControl
+		}
 	}
 	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, attrs)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(offset))
@@ -132,7 +141,8 @@ func decodeFrame(b []byte, rec *Record) (int, frameInfo, error) {
 		return 0, frameInfo{}, errBadFrame
 	}
 	attrs := body[0]
-	if attrs&^attrKnown != 0 {
+	if attrs&^attrKnown != 0 || (attrs&attrTxn != 0 && attrs&attrProducer == 0) ||
+		(attrs&attrControl != 0 && attrs&attrTxn == 0) {
 		return 0, frameInfo{}, errBadFrame
 	}
 	info := frameInfo{
@@ -178,7 +188,8 @@ func decodeFrame(b []byte, rec *Record) (int, frameInfo, error) {
 	}
 	if rec != nil {
 		*rec = Record{Offset: info.offset, Timestamp: info.timestamp, Key: key, Value: value, Headers: headers,
-			ProducerID: pid, ProducerEpoch: epoch, Sequence: seq}
+			ProducerID: pid, ProducerEpoch: epoch, Sequence: seq,
+			Transactional: attrs&attrTxn != 0, Control: attrs&attrControl != 0}
 	}
 	return n, info, nil
 }

@@ -26,6 +26,8 @@ func TestFrameRoundTrip(t *testing.T) {
 		{"headers", Record{Value: []byte("v"), Headers: []Header{{Key: "a", Value: []byte("1")}, {Key: "", Value: nil}, {Key: "e", Value: []byte{}}}}},
 		{"binary", Record{Key: []byte{0, 0xff}, Value: bytes.Repeat([]byte{0xab}, 10000)}},
 		{"producer", Record{Key: []byte("k"), Value: []byte("v"), ProducerID: 7, ProducerEpoch: 3, Sequence: 41}},
+		{"transactional", Record{Key: []byte("k"), Value: []byte("v"), ProducerID: 7, ProducerEpoch: 3, Sequence: 41, Transactional: true}},
+		{"marker", Record{Value: []byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 0}, ProducerID: 7, ProducerEpoch: 3, Sequence: -1, Transactional: true, Control: true}},
 		{"producer extremes", Record{Value: []byte("v"), Headers: []Header{{Key: "h"}}, ProducerID: -1 << 63, ProducerEpoch: -1, Sequence: 1<<31 - 1}},
 	}
 	for _, tc := range tests {
@@ -68,6 +70,19 @@ func TestDecodeFrameRejectsDamage(t *testing.T) {
 	binary.BigEndian.PutUint32(zeroID[4:], crc32.Checksum(zeroID[frameHeaderSize:], castagnoli))
 	_, _, err = decodeFrame(zeroID, nil)
 	assert.ErrorIs(t, err, errBadFrame)
+
+	// A transactional bit without a producer, and a marker bit without the
+	// transactional one, are damage.
+	for _, bits := range []byte{attrTxn, attrControl, attrControl | attrProducer} {
+		b := encodeOne(Record{Value: []byte("v"), ProducerID: 1}, 7, false)
+		if bits&attrProducer == 0 {
+			b = bytes.Clone(good)
+		}
+		b[8] |= bits
+		binary.BigEndian.PutUint32(b[4:], crc32.Checksum(b[frameHeaderSize:], castagnoli))
+		_, _, err = decodeFrame(b, nil)
+		assert.ErrorIs(t, err, errBadFrame, "attributes %#x", b[8])
+	}
 
 	huge := bytes.Clone(good)
 	huge[0] = 0x7f // body length ~2 GiB: refused before anything is allocated

@@ -57,6 +57,17 @@ type Record struct {
 	ProducerID    int64
 	ProducerEpoch int16
 	Sequence      int32
+	// Transactional marks a record of a transactional producer's batch: it
+	// is visible to a read-committed reader only once a commit marker of
+	// its producer follows it (docs/kafka.md "Transactions"). It needs a
+	// producer.
+	Transactional bool
+	// Control marks a transaction marker (a commit or abort of its
+	// producer's open transaction on the partition): it occupies an offset
+	// but is no record of any reader but the Kafka listener's, which sends
+	// it as a control batch. Its key is nil and its value is the broker's
+	// encoding. It needs a producer and Transactional.
+	Control bool
 }
 
 // Size is the record's payload size as share groups and fetch limits count it:

@@ -230,7 +230,7 @@ func validateKeys(cfg TopicConfig, recs []Record) error {
 		return nil
 	}
 	for i := range recs {
-		if recs[i].Key == nil {
+		if recs[i].Key == nil && !recs[i].Control { // a marker is kept, keyless, as Kafka's
 			return fmt.Errorf("%w: record %d has no key, and cleanup_policy %q keeps the latest record per key: compacted topics accept keyed records only",
 				ErrInvalidArgument, i, cfg.CleanupPolicy)
 		}
@@ -245,7 +245,14 @@ func validateBatch(recs []Record) (int, error) {
 	}
 	total := 0
 	for i := range recs {
-		n := frameSize(&recs[i])
+		r := &recs[i]
+		if (r.Transactional || r.Control) && r.ProducerID == 0 {
+			return 0, fmt.Errorf("%w: record %d is transactional or a marker without a producer", ErrInvalidArgument, i)
+		}
+		if r.Control && !r.Transactional {
+			return 0, fmt.Errorf("%w: record %d is a marker but not transactional", ErrInvalidArgument, i)
+		}
+		n := frameSize(r)
 		if n > MaxRecordBytes {
 			return 0, fmt.Errorf("%w: record %d encodes to %d bytes, the limit is %d", ErrInvalidArgument, i, n, MaxRecordBytes)
 		}
@@ -290,7 +297,8 @@ func newTopicID() string {
 // headers back as nil Headers.
 func cloneRecord(r Record) Record {
 	out := Record{Offset: r.Offset, Timestamp: r.Timestamp, Key: cloneBytes(r.Key), Value: cloneBytes(r.Value),
-		ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch, Sequence: r.Sequence}
+		ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch, Sequence: r.Sequence,
+		Transactional: r.Transactional, Control: r.Control}
 	if len(r.Headers) > 0 {
 		out.Headers = make([]Header, len(r.Headers))
 		for i, h := range r.Headers {

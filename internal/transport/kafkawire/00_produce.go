@@ -3,6 +3,7 @@ package kafkawire
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -30,6 +31,10 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 	now := time.Now().UnixMilli()
 	writable := l.gate(authz.Write)
 	moved := map[int32]bool{} // the leaders named in KIP-951 fields
+	var txnErr error          // a transactional produce's check of its transactional id
+	if req.TransactionID != nil {
+		txnErr = l.requireTxnID(ctx, authz.Write, *req.TransactionID)
+	}
 	for _, t := range req.Topics {
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic = t.Topic
@@ -60,7 +65,11 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 					moved[ld.Node] = ld.Node >= 0
 					break
 				}
-				rp.BaseOffset, rp.LogStartOffset, err = l.produce(ctx, dec, info, p.Partition, p.Records, now)
+				if txnErr != nil {
+					err = txnErr
+					break
+				}
+				rp.BaseOffset, rp.LogStartOffset, err = l.produce(ctx, dec, info, p.Partition, p.Records, now, req.TransactionID)
 				if err == nil && broker.LogAppendTime(info.Config) {
 					rp.LogAppendTime = now // every record's timestamp
 				}
@@ -100,13 +109,28 @@ func (l *Listener) handleProduce(ctx context.Context, _ *conn, kreq kmsg.Request
 	return resp, nil
 }
 
-func (l *Listener) produce(ctx context.Context, dec *batchDecoder, info broker.TopicInfo, partition int32, raw []byte, now int64) (base, logStart int64, err error) {
+// A transactional batch needs the request's transactional id and the
+// partition in its open transaction (txn.Coordinator.InTransaction:
+// INVALID_TXN_STATE when it was not added, as Kafka's verification).
+func (l *Listener) produce(ctx context.Context, dec *batchDecoder, info broker.TopicInfo, partition int32, raw []byte, now int64, txnID *string) (base, logStart int64, err error) {
 	topic := info.Name
 	recs, producer, err := dec.decodeProduceTo(raw, now, topic, &info.Config)
 	if err != nil {
 		return -1, -1, err
 	}
 	lg := l.logOf(ctx)
+	if dec.txn {
+		switch {
+		case txnID == nil:
+			return -1, -1, fmt.Errorf("%w: a transactional batch in a produce without a transactional id", errInvalidRecord)
+		case l.cfg.Txn == nil || l.cfg.Cluster != nil:
+			return -1, -1, fmt.Errorf("%w: transactions are not served by this listener", errInvalidRecord)
+		}
+		if err := l.cfg.Txn.InTransaction(*txnID, producer.ID, producer.Epoch, topic, partition); err != nil {
+			return -1, -1, err
+		}
+		return lg.ProduceBatchTransactional(ctx, topic, partition, recs, *producer)
+	}
 	if producer != nil {
 		// One idempotent append: a resend of one of the producer's last
 		// batches answers its original base offset with no error, as

@@ -2,6 +2,7 @@ package kafkawire
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -16,7 +17,13 @@ import (
 // producer's run, with its producer id, epoch and base sequence, and one
 // per run without a producer; appendBatch; on a LogAppendTime topic one
 // per append time, marked so), the high watermark, the
-// last stable offset (= high watermark: no transactions) and the log start.
+// last stable offset and the log start. With isolation_level
+// READ_COMMITTED (1) the records stop at the last stable offset (the
+// first offset of the oldest open transaction) and the answer lists the
+// aborted transactions among them (broker.Log.ReadCommittedView), whose
+// records the client drops; transaction markers go out as control
+// batches either way, as Kafka's (docs/kafka.md "Transactions"). Read
+// uncommitted answers the high watermark as the last stable offset.
 // The bounds are the broker's (broker.Log.ReadPartition: outside [log
 // start, high watermark] is OFFSET_OUT_OF_RANGE). The first partition with
 // records returns at least one record even over MaxBytes (KIP-74). With
@@ -130,8 +137,37 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 					limit = max(budget, 1)
 				}
 			}
+			// Read committed: the last stable offset first, then the
+			// records below it, with the aborted transactions among them.
+			committed := req.IsolationLevel == 1 && l.cfg.Cluster == nil
+			var view broker.TxnView
+			var verr error
+			if committed {
+				view, verr = l.logOf(ctx).ReadCommittedView(ctx, t.Topic, p.Partition, p.FetchOffset, math.MaxInt64)
+			}
 			res, err := l.logOf(ctx).ReadPartition(ctx, t.Topic, p.Partition, p.FetchOffset, broker.MaxFetchRecords, limit)
 			rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
+			if err == nil && committed {
+				err = verr
+			}
+			if err == nil && committed {
+				rp.LastStableOffset = view.LastStable
+				n := 0
+				for n < len(res.Records) && res.Records[n].Offset < view.LastStable {
+					n++
+				}
+				res.Records = res.Records[:n]
+				if n > 0 {
+					last := res.Records[n-1].Offset
+					for _, a := range view.Aborted {
+						if a.FirstOffset <= last {
+							at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
+							at.ProducerID, at.FirstOffset = a.ProducerID, a.FirstOffset
+							rp.AbortedTransactions = append(rp.AbortedTransactions, at)
+						}
+					}
+				}
+			}
 			if err != nil {
 				rp.ErrorCode = errorCode(err)
 			} else if len(res.Records) > 0 {

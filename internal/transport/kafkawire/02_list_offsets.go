@@ -19,7 +19,8 @@ const (
 )
 
 // handleListOffsets answers through broker.Log.ListOffsets: earliest (the
-// log start offset), latest (the high watermark), max timestamp (the offset
+// log start offset), latest (the high watermark; with isolation_level
+// READ_COMMITTED the last stable offset), max timestamp (the offset
 // and timestamp of the record with the largest timestamp) and by timestamp
 // (the first offset at or above the log start whose timestamp is >= the
 // one asked, or -1 if none). In cluster mode a partition led elsewhere, or
@@ -65,6 +66,13 @@ func (l *Listener) handleListOffsets(ctx context.Context, _ *conn, kreq kmsg.Req
 				rp.ErrorCode = kerr.InvalidRequest.Code
 			} else if off, ts, err := l.logOf(ctx).ListOffsets(ctx, t.Topic, p.Partition, spec, max(p.Timestamp, 0)); err != nil {
 				rp.ErrorCode = errorCode(err)
+			} else if spec == broker.Latest && req.IsolationLevel == 1 && l.cfg.Cluster == nil {
+				// Read committed: the latest offset is the last stable one.
+				if lso, err := l.logOf(ctx).LastStableOffset(ctx, t.Topic, p.Partition); err != nil {
+					rp.ErrorCode = errorCode(err)
+				} else {
+					rp.Offset, rp.Timestamp, rp.LeaderEpoch = min(off, lso), ts, ld.Epoch
+				}
 			} else {
 				rp.Offset, rp.Timestamp, rp.LeaderEpoch = off, ts, ld.Epoch
 			}

@@ -6,8 +6,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/consumergroup"
+	"github.com/sharelog/sharelog/internal/txn"
 )
 
 func init() { groupHandlers[9] = handler{0, 9, (*Listener).handleOffsetFetch} }
@@ -16,8 +18,10 @@ func init() { groupHandlers[9] = handler{0, 9, (*Listener).handleOffsetFetch} }
 // form (v8+). As Kafka it needs DESCRIBE on the group and on each topic
 // (READ implies DESCRIBE): a named partition of a refused topic answers
 // TOPIC_AUTHORIZATION_FAILED, and a fetch of every partition leaves the
-// refused topics out. RequireStable is accepted and has no effect: there
-// are no transactional offset commits to wait for.
+// refused topics out. With RequireStable (v7+), a partition with offsets
+// of an open transaction (TxnOffsetCommit, not yet committed or aborted;
+// txn.Coordinator.PendingOffsets) answers UNSTABLE_OFFSET_COMMIT, which
+// the client retries, as Kafka.
 func (l *Listener) handleOffsetFetch(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.OffsetFetchRequest)
 	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
@@ -33,7 +37,7 @@ func (l *Listener) handleOffsetFetch(ctx context.Context, _ *conn, kreq kmsg.Req
 					topics = append(topics, consumergroup.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions})
 				}
 			}
-			res, code := l.fetchOffsets(ctx, gate, g.Group, topics)
+			res, code := l.fetchOffsets(ctx, gate, g.Group, topics, req.RequireStable)
 			rg.ErrorCode = code
 			for _, t := range res {
 				rt := kmsg.NewOffsetFetchResponseGroupTopic()
@@ -56,7 +60,7 @@ func (l *Listener) handleOffsetFetch(ctx context.Context, _ *conn, kreq kmsg.Req
 			topics = append(topics, consumergroup.TopicPartitions{Topic: t.Topic, Partitions: t.Partitions})
 		}
 	}
-	res, code := l.fetchOffsets(ctx, gate, req.Group, topics)
+	res, code := l.fetchOffsets(ctx, gate, req.Group, topics, req.RequireStable)
 	if req.Version >= 2 {
 		resp.ErrorCode = code
 	}
@@ -84,7 +88,7 @@ func optMetadata(p consumergroup.CommittedOffset) *string {
 // fetchOffsets is one group's fetch with its permissions: the offsets
 // (with the refused topics' partitions answered or left out) and the
 // group-level code.
-func (l *Listener) fetchOffsets(ctx context.Context, gate topicGate, group string, topics []consumergroup.TopicPartitions) ([]consumergroup.TopicOffsets, int16) {
+func (l *Listener) fetchOffsets(ctx context.Context, gate topicGate, group string, topics []consumergroup.TopicPartitions, stable bool) ([]consumergroup.TopicOffsets, int16) {
 	if err := l.requireGroup(ctx, authz.Describe, group); err != nil {
 		code, _ := l.requestError("offset fetch", err)
 		return refused(topics, code), code
@@ -109,6 +113,19 @@ func (l *Listener) fetchOffsets(ctx context.Context, gate topicGate, group strin
 	if err != nil {
 		code, _ := l.requestError("offset fetch", err)
 		return refused(topics, code), code
+	}
+	if stable && l.cfg.Txn != nil {
+		if pending := l.cfg.Txn.PendingOffsets(group); len(pending) > 0 {
+			for i := range res {
+				for j := range res[i].Partitions {
+					p := &res[i].Partitions[j]
+					if pending[txn.Partition{Topic: res[i].Topic, Partition: p.Partition}] {
+						p.Offset, p.LeaderEpoch, p.Metadata = -1, -1, ""
+						p.Err = apierr.New(apierr.UnstableOffsetCommit, "%s-%d has offsets of an open transaction", res[i].Topic, p.Partition)
+					}
+				}
+			}
+		}
 	}
 	if topics == nil {
 		out := res[:0]

@@ -19,9 +19,12 @@ const (
 // handleFindCoordinator answers the coordinator of group and share keys:
 // this node, or in cluster mode the instance that coordinates the group
 // (Cluster.Coordinator; COORDINATOR_NOT_AVAILABLE while none is live);
-// transactions are not served yet: INVALID_REQUEST, which a client takes
-// as final (COORDINATOR_NOT_AVAILABLE would have a transactional producer
-// retry without end). As Kafka, a
+// a transactional id's (key type 1) is this node when it serves
+// transactions (Config.Txn, single node; docs/kafka.md "Transactions"),
+// as Kafka with DESCRIBE on the transactional id; without them
+// INVALID_REQUEST, which a client takes as final
+// (COORDINATOR_NOT_AVAILABLE would have a transactional producer retry
+// without end). As Kafka, a
 // group key needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED per
 // key otherwise; READ implies DESCRIBE, so a member of the group may),
 // which clients expect (docs/kafka.md "Permissions").
@@ -33,6 +36,9 @@ func (l *Listener) handleFindCoordinator(ctx context.Context, _ *conn, kreq kmsg
 	switch req.CoordinatorType {
 	case coordinatorGroup, coordinatorShare:
 	case coordinatorTxn:
+		if l.cfg.Txn != nil && l.cfg.Cluster == nil {
+			break
+		}
 		code = kerr.InvalidRequest.Code
 		m := "transactions are not served by this listener yet (docs/kafka.md)"
 		msg = &m
@@ -49,7 +55,12 @@ func (l *Listener) handleFindCoordinator(ctx context.Context, _ *conn, kreq kmsg
 		if code != 0 {
 			return -1, "", -1, code, msg
 		}
-		if !l.allowed(ctx, authz.Describe, authz.Group, key) {
+		if req.CoordinatorType == coordinatorTxn {
+			if !l.allowed(ctx, authz.Describe, authz.TransactionalID, key) {
+				m := "DESCRIBE on the transactional id is required"
+				return -1, "", -1, kerr.TransactionalIDAuthorizationFailed.Code, &m
+			}
+		} else if !l.allowed(ctx, authz.Describe, authz.Group, key) {
 			m := "DESCRIBE on the group is required"
 			return -1, "", -1, kerr.GroupAuthorizationFailed.Code, &m
 		}

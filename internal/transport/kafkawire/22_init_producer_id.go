@@ -27,13 +27,31 @@ import (
 // CLUSTER_AUTHORIZATION_FAILED otherwise, as the gRPC InitProducer's
 // PERMISSION_DENIED.
 //
-// A transactional id answers INVALID_REQUEST, which clients report as a
-// request their broker does not understand: transactions are not served
-// (FindCoordinator answers COORDINATOR_NOT_AVAILABLE for them).
+// A transactional id is the transaction coordinator's
+// (txn.Coordinator.InitProducer: the id's producer id with a new epoch,
+// fencing older instances, its open transaction aborted), with WRITE on
+// the transactional id, as Kafka. Without a coordinator (Config.Txn nil,
+// or cluster mode) it answers INVALID_REQUEST, which clients report as a
+// request their broker does not understand.
 func (l *Listener) handleInitProducerID(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.InitProducerIDRequest)
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
+	if req.TransactionalID != nil && l.cfg.Txn != nil && l.cfg.Cluster == nil {
+		id := *req.TransactionalID
+		err := l.requireTxnID(ctx, authz.Write, id)
+		if err == nil {
+			resp.ProducerID, resp.ProducerEpoch, err = l.cfg.Txn.InitProducer(ctx, id, req.TransactionTimeoutMillis, req.ProducerID, req.ProducerEpoch)
+		}
+		if err != nil {
+			resp.ProducerID, resp.ProducerEpoch = -1, -1
+			resp.ErrorCode = txnErrorCode(err)
+			if r := broker.ReasonOf(err); r == apierr.Internal || r == apierr.None || r == apierr.KafkaStorageError {
+				l.logger.Error("kafka InitProducerID", "transactional_id", id, "error", err)
+			}
+		}
+		return resp, nil
+	}
 	if req.TransactionalID != nil {
 		l.logger.Info("kafka InitProducerID with a transactional id refused: transactions are not supported",
 			"transactional_id", *req.TransactionalID)

@@ -29,7 +29,8 @@ var aclHandlers = map[int16]handler{}
 
 var (
 	kResourceTypes = map[kmsg.ACLResourceType]authz.ResourceType{kmsg.ACLResourceTypeAny: authz.AnyResource,
-		kmsg.ACLResourceTypeTopic: authz.Topic, kmsg.ACLResourceTypeGroup: authz.Group, kmsg.ACLResourceTypeCluster: authz.Cluster}
+		kmsg.ACLResourceTypeTopic: authz.Topic, kmsg.ACLResourceTypeGroup: authz.Group, kmsg.ACLResourceTypeCluster: authz.Cluster,
+		kmsg.ACLResourceTypeTransactionalId: authz.TransactionalID}
 	kPatternTypes = map[kmsg.ACLResourcePatternType]authz.PatternType{kmsg.ACLResourcePatternTypeAny: authz.AnyPattern,
 		kmsg.ACLResourcePatternTypeMatch: authz.Match, kmsg.ACLResourcePatternTypeLiteral: authz.Literal, kmsg.ACLResourcePatternTypePrefixed: authz.Prefixed}
 	kOperations = map[kmsg.ACLOperation]authz.Operation{kmsg.ACLOperationAny: authz.AnyOperation, kmsg.ACLOperationAll: authz.All,

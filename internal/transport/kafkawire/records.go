@@ -56,6 +56,9 @@ const (
 // request, and every partition's batches draw from the same budget.
 type batchDecoder struct {
 	max, budget int
+	// txn: the last decodeProduceTo's batch is transactional (its
+	// producer's open transaction; docs/kafka.md "Transactions").
+	txn bool
 
 	zstdOnce sync.Once
 	zstd     *zstd.Decoder
@@ -95,6 +98,7 @@ func (d *batchDecoder) decodeProduceTo(raw []byte, now int64, topic string, cfg 
 	var out []broker.Record
 	var producer *broker.BatchProducer
 	budget := d.budget
+	d.txn = false
 	for batches := 0; len(raw) > 0; batches++ {
 		if len(raw) < batchHeaderLen {
 			return nil, nil, fmt.Errorf("%w: %d bytes, shorter than a batch header", errCorruptBatch, len(raw))
@@ -124,7 +128,10 @@ func (d *batchDecoder) decodeProduceTo(raw []byte, now int64, topic string, cfg 
 			return nil, nil, fmt.Errorf("%w: control batches are not accepted from clients", errInvalidRecord)
 		}
 		if b.Attributes&attrTxn != 0 {
-			return nil, nil, fmt.Errorf("%w: transactional batches are not supported", errInvalidRecord)
+			if b.ProducerID < 0 {
+				return nil, nil, fmt.Errorf("%w: a transactional batch without a producer id", errInvalidRecord)
+			}
+			d.txn = true
 		}
 		if b.NumRecords <= 0 || b.LastOffsetDelta != b.NumRecords-1 {
 			return nil, nil, fmt.Errorf("%w: %d records with last offset delta %d", errInvalidRecord, b.NumRecords, b.LastOffsetDelta)
@@ -332,7 +339,13 @@ func appendTopicBatches(dst []byte, recs []broker.Record, leaderEpoch int32, log
 // plus a record's offset delta is its sequence, as in Kafka, wrapping
 // after math.MaxInt32). Two batches a producer appended back to back are
 // one run and answered as one batch, which says the same of each record.
+//
+// A transaction marker is a control batch of its own, and a run of
+// transactional records is a transactional batch, as Kafka's.
 func sameBatch(first, r *broker.Record) bool {
+	if first.Control || r.Control || first.Transactional != r.Transactional {
+		return false
+	}
 	if first.ProducerID == 0 || r.ProducerID == 0 {
 		return first.ProducerID == r.ProducerID
 	}
@@ -346,6 +359,15 @@ func sameBatch(first, r *broker.Record) bool {
 
 // appendOneBatch encodes recs as one batch, with recs[0]'s producer fields.
 func appendOneBatch(dst []byte, recs []broker.Record, leaderEpoch int32, logAppend bool) []byte {
+	if recs[0].Control {
+		// The marker's stored value is the control record's key and
+		// value (broker.MarkerKeyValue); clients skip the batch.
+		if k, v, ok := broker.MarkerKeyValue(recs[0].Value); ok {
+			m := recs[0]
+			m.Key, m.Value = k, v
+			recs = []broker.Record{m}
+		}
+	}
 	pid, epoch, seq := int64(-1), int16(-1), int32(-1)
 	if recs[0].ProducerID != 0 {
 		pid, epoch, seq = recs[0].ProducerID, recs[0].ProducerEpoch, recs[0].Sequence
@@ -372,6 +394,12 @@ func appendOneBatch(dst []byte, recs []broker.Record, leaderEpoch int32, logAppe
 	var attrs int16                // no codec, CreateTime
 	if logAppend {
 		attrs |= attrLogAppend
+	}
+	if recs[0].Transactional {
+		attrs |= attrTxn
+	}
+	if recs[0].Control {
+		attrs |= attrControl
 	}
 	dst = kbin.AppendInt16(dst, attrs)
 	dst = kbin.AppendInt32(dst, int32(recs[len(recs)-1].Offset-base))

@@ -31,6 +31,7 @@ import (
 	"github.com/sharelog/sharelog/internal/edge"
 	"github.com/sharelog/sharelog/internal/principal"
 	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/txn"
 	"github.com/sharelog/sharelog/internal/users"
 )
 
@@ -67,6 +68,10 @@ type Config struct {
 	// Groups is the classic consumer-group coordinator; nil = the
 	// consumer-group APIs are not advertised (docs/consumer-groups.md).
 	Groups *consumergroup.Coordinator
+	// Txn is the transaction coordinator (docs/kafka.md "Transactions");
+	// nil = transactional ids are refused and the transaction APIs are
+	// not advertised.
+	Txn *txn.Coordinator
 	// Cluster, in cluster mode, names the brokers, leaders and
 	// coordinators and gives each call the backend this instance serves
 	// with (its log domain and share groups; Listen's log and Share are

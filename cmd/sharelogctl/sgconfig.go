@@ -48,6 +48,7 @@ func (a *app) sgConfigCmd() *cobra.Command {
 configs (share.record.lock.duration.ms, ...). Every name is checked before anything applies.
 
   ordering                          none | key (share.ordering)
+  isolation_level                   read_uncommitted | read_committed (share.isolation.level)
   redelivery_backoff_initial_ms     0 = off (share.redelivery.backoff.initial.ms)
   redelivery_backoff_max_ms         (share.redelivery.backoff.max.ms)
   redelivery_backoff_multiplier     (share.redelivery.backoff.multiplier)
@@ -96,6 +97,7 @@ var configAliases = map[string]string{
 	"share.session.timeout.ms":            "session_timeout_ms",
 	"share.heartbeat.interval.ms":         "heartbeat_interval_ms",
 	"share.ordering":                      "ordering",
+	"share.isolation.level":               "isolation_level",
 	"share.redelivery.backoff.initial.ms": "redelivery_backoff_initial_ms",
 	"share.redelivery.backoff.max.ms":     "redelivery_backoff_max_ms",
 	"share.redelivery.backoff.multiplier": "redelivery_backoff_multiplier",
@@ -150,6 +152,17 @@ func setConfigField(c *sharelogv1.ShareGroupConfig, name, value string) error {
 			return fmt.Errorf("ordering: %q is not none or key", value)
 		}
 		c.Ordering = &o
+	case "isolation_level":
+		var l sharelogv1.IsolationLevel
+		switch strings.ToLower(value) {
+		case "read_uncommitted", "isolation_level_read_uncommitted":
+			l = sharelogv1.IsolationLevel_ISOLATION_LEVEL_READ_UNCOMMITTED
+		case "read_committed", "isolation_level_read_committed":
+			l = sharelogv1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
+		default:
+			return fmt.Errorf("isolation_level: %q is not read_uncommitted or read_committed", value)
+		}
+		c.IsolationLevel = &l
 	default:
 		return fmt.Errorf("unknown share-group config %q (see sharelogctl share-groups config set --help)", name)
 	}
@@ -162,7 +175,12 @@ func (a *app) printGroupConfig(c *sharelogv1.ShareGroupConfig) error {
 	if c.GetOrdering() == sharelogv1.Ordering_ORDERING_KEY {
 		ord = "key"
 	}
+	iso := "read_uncommitted"
+	if c.GetIsolationLevel() == sharelogv1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED {
+		iso = "read_committed"
+	}
 	rows := map[string]string{
+		"isolation_level":               iso,
 		"record_lock_duration_ms":       strconv.Itoa(int(c.GetRecordLockDurationMs())),
 		"delivery_count_limit":          strconv.Itoa(int(c.GetDeliveryCountLimit())),
 		"partition_max_record_locks":    strconv.Itoa(int(c.GetPartitionMaxRecordLocks())),

@@ -91,6 +91,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		MaxSessionsPerPrincipal: cfg.MaxShareSessionsPerPrincipal,
 		LongPolls:               s.longPolls,
 		Budget:                  s.budget,
+		Transactions:            shareTxns{logAPI},
 	}); err != nil {
 		return nil, fmt.Errorf("open share-group state: %w", err)
 	}
@@ -177,4 +178,20 @@ func (b *backend) close(log *slog.Logger) error {
 		return fmt.Errorf("close share groups: %w", err)
 	}
 	return nil
+}
+
+// shareTxns gives read-committed share groups the broker's view of a
+// partition's transactions (docs/kafka.md "Transactions").
+type shareTxns struct{ log *broker.Log }
+
+func (t shareTxns) ReadCommitted(ctx context.Context, topic string, part int32, from, to int64) (int64, []sharegroup.AbortedTxn, error) {
+	v, err := t.log.ReadCommittedView(ctx, topic, part, from, to)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := make([]sharegroup.AbortedTxn, len(v.Aborted))
+	for i, a := range v.Aborted {
+		out[i] = sharegroup.AbortedTxn{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset, MarkerOffset: a.LastOffset}
+	}
+	return v.LastStable, out, nil
 }

@@ -160,8 +160,22 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 				return nil
 			}
 		}
+		var aborted []AbortedTxn
+		if tx := m.opts.Transactions; tx != nil && p.g.config().readCommitted && hw > p.spso {
+			// Read committed: up to the last stable offset, without the
+			// aborted transactions' records (docs/kafka.md "Transactions").
+			lso, ab, err := tx.ReadCommitted(ctx, p.topic, p.part, p.spso, hw)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				out.fail(apierr.KafkaStorageError, "the partition's transactions cannot be read: "+err.Error())
+				return nil
+			}
+			hw, aborted = min(hw, lso), ab
+		}
 		save := *bud
-		err = p.scan(ctx, hw, now, bud, dry, out)
+		err = p.scan(ctx, hw, now, aborted, bud, dry, out)
 		if err == nil {
 			if !dry {
 				p.commit(s.ID(), now, out)
@@ -191,9 +205,9 @@ func (p *sharePartition) acquire(ctx context.Context, s *session, bud *budget, d
 // up to waitingFactor x L; an ORDERING_KEY group charges L with acquired
 // records only (takeNewOrdered). mu is held; nothing durable changes yet (wakeKeys
 // only clears memory marks).
-func (p *sharePartition) scan(ctx context.Context, hw, now int64, bud *budget, dry bool, out *partFetch) error {
+func (p *sharePartition) scan(ctx context.Context, hw, now int64, aborted []AbortedTxn, bud *budget, dry bool, out *partFetch) error {
 	cfg := p.g.config()
-	sc := &scanState{now: now, hw: hw, wallMs: p.g.m.wallMs(), ord: p.keys, dry: dry, maxSkip: waitingFactor * cfg.maxLocks}
+	sc := &scanState{now: now, hw: hw, wallMs: p.g.m.wallMs(), ord: p.keys, dry: dry, maxSkip: waitingFactor * cfg.maxLocks, abortedTxns: aborted}
 	if sc.ord != nil {
 		sc.pending = map[string]int64{}
 		sc.ord.prune(p, 2*(cfg.maxLocks+sc.maxSkip)+1024)
@@ -329,6 +343,17 @@ func (p *sharePartition) take(ctx context.Context, a, b int64, c int16, bud *bud
 					out.plan = appendPlan(out.plan, planItem{first: off, last: rec.Offset - 1, kind: planArchive})
 				}
 				off = rec.Offset
+			}
+			if rec.Control || sc.aborted(rec) {
+				// A transaction marker is never a record to deliver, nor,
+				// read committed, an aborted transaction's record: archived
+				// as an offset without a record is (docs/kafka.md
+				// "Transactions").
+				if !dry {
+					out.plan = appendPlan(out.plan, planItem{first: off, last: off, kind: planArchive})
+				}
+				off++
+				continue
 			}
 			if wait, at := p.wait(rec, sc); wait {
 				sc.skipped++

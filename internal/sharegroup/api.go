@@ -1,6 +1,8 @@
 package sharegroup
 
 import (
+	"context"
+
 	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/storage/logstore"
 )
@@ -128,6 +130,19 @@ type AckResponse struct {
 	Partitions               []PartitionAckResult
 }
 
+// Transactions is what a read-committed share group needs of a partition's
+// transactions (docs/kafka.md "Transactions"): its last stable offset and
+// the aborted transactions that overlap [from, to).
+type Transactions interface {
+	ReadCommitted(ctx context.Context, topic string, partition int32, from, to int64) (lastStable int64, aborted []AbortedTxn, err error)
+}
+
+// AbortedTxn is an aborted transaction of a partition: its producer, the
+// offset of its first record there and the offset of its abort marker.
+type AbortedTxn struct {
+	ProducerID, FirstOffset, MarkerOffset int64
+}
+
 // GroupConfig is a group's configuration. In UpdateConfig a nil field keeps
 // its value; GetConfig and UpdateConfig return every field set (effective).
 type GroupConfig struct {
@@ -150,6 +165,10 @@ type GroupConfig struct {
 	RedeliveryBackoffInitialMs  *int32
 	RedeliveryBackoffMaxMs      *int32
 	RedeliveryBackoffMultiplier *float64
+	// IsolationLevel is "read_uncommitted" (the default: every record) or
+	// "read_committed": only committed records of transactional producers,
+	// up to the last stable offset (docs/kafka.md "Transactions").
+	IsolationLevel *string
 }
 
 // storageError is a request-level KAFKA_STORAGE_ERROR: the share state

@@ -43,6 +43,12 @@ type Options struct {
 	// ShareFetch that would wait while every slot is taken is answered at
 	// once, as if its max_wait_ms were 0. Nil = no bound.
 	LongPolls LongPolls
+	// Transactions gives groups with share.isolation.level read_committed
+	// a partition's last stable offset and aborted transactions (the
+	// broker's read-committed view). Nil: every partition reads as having
+	// no transaction in flight or aborted (no transactional producer can
+	// write here), and read_committed delivers what read_uncommitted does.
+	Transactions Transactions
 	// Budget is the response byte budget ShareFetch draws from, and its
 	// --max-fetch-bytes cap (internal/budget); nil = none.
 	Budget *respbudget.Bytes
@@ -117,6 +123,9 @@ const (
 	// Orderings.
 	OrderingNone = "none"
 	OrderingKey  = "key"
+	// Isolation levels (docs/kafka.md "Transactions").
+	ReadUncommitted = "read_uncommitted"
+	ReadCommitted   = "read_committed"
 )
 
 // normalize fills defaults and refuses values outside their bounds (the
@@ -307,6 +316,8 @@ type effConfig struct {
 	deadLetter  string // dead-letter topic; "" = none
 	// orderKey: ORDERING_KEY (keyorder.go).
 	orderKey bool
+	// readCommitted: share.isolation.level read_committed (acquisition.go).
+	readCommitted bool
 	// The redelivery backoff (backoff): initial 0 = off; ns.
 	backoffInit, backoffMax int64
 	backoffMult             float64
@@ -360,6 +371,7 @@ func (o *Options) effective(c *GroupConfig) *effConfig {
 		e.deadLetter = *c.DeadLetterTopic
 	}
 	e.orderKey = c.Ordering != nil && *c.Ordering == OrderingKey
+	e.readCommitted = c.IsolationLevel != nil && *c.IsolationLevel == ReadCommitted
 	initMs, maxMs, mult := int32(0), int32(defaultBackoffMaxMs), defaultBackoffMultiplier
 	if c.RedeliveryBackoffInitialMs != nil {
 		initMs = *c.RedeliveryBackoffInitialMs
@@ -383,9 +395,14 @@ func (e *effConfig) public() GroupConfig {
 	if e.orderKey {
 		ord = OrderingKey
 	}
+	iso := ReadUncommitted
+	if e.readCommitted {
+		iso = ReadCommitted
+	}
 	bInit, bMax, bMult := int32(e.backoffInit/int64(time.Millisecond)), int32(e.backoffMax/int64(time.Millisecond)), e.backoffMult
 	return GroupConfig{
 		Ordering:                    &ord,
+		IsolationLevel:              &iso,
 		RedeliveryBackoffInitialMs:  &bInit,
 		RedeliveryBackoffMaxMs:      &bMax,
 		RedeliveryBackoffMultiplier: &bMult,
@@ -434,6 +451,9 @@ func (o *Options) validateUpdate(cur *effConfig, u *GroupConfig) error {
 	}
 	if v := u.Ordering; v != nil && *v != OrderingNone && *v != OrderingKey {
 		bad("ordering %q: must be %q or %q", *v, OrderingNone, OrderingKey)
+	}
+	if v := u.IsolationLevel; v != nil && *v != ReadUncommitted && *v != ReadCommitted {
+		bad("isolation_level %q: must be %q or %q", *v, ReadUncommitted, ReadCommitted)
 	}
 	if v := u.RedeliveryBackoffInitialMs; v != nil && (*v < 0 || *v > maxBackoffInitialMs) {
 		bad("redelivery_backoff_initial_ms %d is outside 0..%d", *v, maxBackoffInitialMs)
@@ -486,6 +506,10 @@ func mergeConfig(old, u GroupConfig) GroupConfig {
 	if u.Ordering != nil {
 		v := *u.Ordering
 		old.Ordering = &v
+	}
+	if u.IsolationLevel != nil {
+		v := *u.IsolationLevel
+		old.IsolationLevel = &v
 	}
 	cp(&old.RedeliveryBackoffInitialMs, u.RedeliveryBackoffInitialMs)
 	cp(&old.RedeliveryBackoffMaxMs, u.RedeliveryBackoffMaxMs)

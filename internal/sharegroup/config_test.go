@@ -35,6 +35,8 @@ func TestGroupConfig(t *testing.T) {
 		RedeliveryBackoffInitialMs:  i32(0),
 		RedeliveryBackoffMaxMs:      i32(60000),
 		RedeliveryBackoffMultiplier: f64(2),
+		// docs/kafka.md "Transactions": read uncommitted by default, as Kafka.
+		IsolationLevel: str("read_uncommitted"),
 	}
 	assert.Equal(t, want, c)
 	got, err := e.m.GetConfig(context.Background(), testGroup)
@@ -61,6 +63,7 @@ func TestGroupConfig(t *testing.T) {
 		{"one good, one bad", GroupConfig{RecordLockDurationMs: i32(2000), DeliveryCountLimit: i32(20)}},
 		{"dead-letter topic internal", GroupConfig{DeadLetterTopic: str("__dlq")}},
 		{"ordering unknown", GroupConfig{Ordering: str("fifo")}},
+		{"isolation level unknown", GroupConfig{IsolationLevel: str("serializable")}},
 		{"backoff initial negative", GroupConfig{RedeliveryBackoffInitialMs: i32(-1)}},
 		{"backoff initial above an hour", GroupConfig{RedeliveryBackoffInitialMs: i32(3600001)}},
 		{"backoff max 0", GroupConfig{RedeliveryBackoffMaxMs: i32(0)}},

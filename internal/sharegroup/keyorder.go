@@ -283,6 +283,23 @@ type scanState struct {
 	pending         map[string]int64
 	skipped         int64 // waiting records looked past
 	maxSkip         int64
+	// abortedTxns: read committed, the aborted transactions of the scanned
+	// offsets (their records are archived, never delivered).
+	abortedTxns []AbortedTxn
+}
+
+// aborted reports whether rec belongs to an aborted transaction, for a
+// read-committed group.
+func (sc *scanState) aborted(rec *logstore.Record) bool {
+	if !rec.Transactional || len(sc.abortedTxns) == 0 {
+		return false
+	}
+	for _, a := range sc.abortedTxns {
+		if a.ProducerID == rec.ProducerID && a.FirstOffset <= rec.Offset && rec.Offset < a.MarkerOffset {
+			return true
+		}
+	}
+	return false
 }
 
 // wait reports whether rec must wait rather than be acquired, and until

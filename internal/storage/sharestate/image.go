@@ -210,6 +210,10 @@ func cloneConfig(c GroupConfig) GroupConfig {
 		o := *c.Ordering
 		out.Ordering = &o
 	}
+	if c.IsolationLevel != nil {
+		s := *c.IsolationLevel
+		out.IsolationLevel = &s
+	}
 	out.RedeliveryBackoffInitialMs, out.RedeliveryBackoffMaxMs = cp(c.RedeliveryBackoffInitialMs), cp(c.RedeliveryBackoffMaxMs)
 	if c.RedeliveryBackoffMultiplier != nil {
 		m := *c.RedeliveryBackoffMultiplier

@@ -161,6 +161,9 @@ type GroupConfig struct {
 	RedeliveryBackoffInitialMs  *int32
 	RedeliveryBackoffMaxMs      *int32
 	RedeliveryBackoffMultiplier *float64
+	// IsolationLevel is "read_uncommitted" or "read_committed"
+	// (docs/kafka.md "Transactions").
+	IsolationLevel *string
 }
 
 // PartitionKey names a share-partition: its group and its topic partition,

@@ -297,6 +297,7 @@ func GroupConfigToProto(c sharegroup.GroupConfig) *sharelogv1.ShareGroupConfig {
 		HeartbeatIntervalMs:     c.HeartbeatIntervalMs,
 		DeadLetterTopic:         c.DeadLetterTopic,
 		Ordering:                orderingToProto(c.Ordering),
+		IsolationLevel:          isolationToProto(c.IsolationLevel),
 
 		RedeliveryBackoffInitialMs:  c.RedeliveryBackoffInitialMs,
 		RedeliveryBackoffMaxMs:      c.RedeliveryBackoffMaxMs,
@@ -333,6 +334,36 @@ func orderingFromProto(o *sharelogv1.Ordering) *string {
 	return &v
 }
 
+func isolationToProto(o *string) *sharelogv1.IsolationLevel {
+	if o == nil {
+		return nil
+	}
+	v := sharelogv1.IsolationLevel_ISOLATION_LEVEL_READ_UNCOMMITTED
+	if *o == sharegroup.ReadCommitted {
+		v = sharelogv1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
+	}
+	return &v
+}
+
+// isolationFromProto maps UNSPECIFIED and READ_UNCOMMITTED to
+// "read_uncommitted"; an unknown number is passed on so the domain
+// refuses it.
+func isolationFromProto(o *sharelogv1.IsolationLevel) *string {
+	if o == nil {
+		return nil
+	}
+	var v string
+	switch *o {
+	case sharelogv1.IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED, sharelogv1.IsolationLevel_ISOLATION_LEVEL_READ_UNCOMMITTED:
+		v = sharegroup.ReadUncommitted
+	case sharelogv1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED:
+		v = sharegroup.ReadCommitted
+	default:
+		v = o.String()
+	}
+	return &v
+}
+
 // GroupConfigFromProto is the inverse of GroupConfigToProto; a nil config
 // is the zero config (every field unset).
 func GroupConfigFromProto(c *sharelogv1.ShareGroupConfig) sharegroup.GroupConfig {
@@ -348,6 +379,7 @@ func GroupConfigFromProto(c *sharelogv1.ShareGroupConfig) sharegroup.GroupConfig
 		HeartbeatIntervalMs:     c.HeartbeatIntervalMs,
 		DeadLetterTopic:         c.DeadLetterTopic,
 		Ordering:                orderingFromProto(c.Ordering),
+		IsolationLevel:          isolationFromProto(c.IsolationLevel),
 
 		RedeliveryBackoffInitialMs:  c.RedeliveryBackoffInitialMs,
 		RedeliveryBackoffMaxMs:      c.RedeliveryBackoffMaxMs,

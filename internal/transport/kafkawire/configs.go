@@ -48,6 +48,7 @@ const (
 	cfgSharePartitionMaxRecordLocks = "share.partition.max.record.locks"
 	cfgShareSessionTimeoutMs        = "share.session.timeout.ms"
 	cfgShareHeartbeatIntervalMs     = "share.heartbeat.interval.ms"
+	cfgShareIsolationLevel          = "share.isolation.level"
 	// sharelog's own (docs/queues.md).
 	cfgShareOrdering                  = "share.ordering"
 	cfgShareRedeliveryBackoffInitial  = "share.redelivery.backoff.initial.ms"
@@ -83,6 +84,9 @@ func setGroupConfig(c *sharegroup.GroupConfig, name, value string) error {
 	case cfgShareOrdering:
 		c.Ordering = &value // the domain refuses what is not none or key
 		return nil
+	case cfgShareIsolationLevel:
+		c.IsolationLevel = &value // the domain refuses what is not read_uncommitted or read_committed
+		return nil
 	case cfgShareRedeliveryBackoffInitial:
 		return int32Field(&c.RedeliveryBackoffInitialMs)
 	case cfgShareRedeliveryBackoffMax:
@@ -106,7 +110,10 @@ func groupConfigs(c sharegroup.GroupConfig) []configKV {
 		}
 		return strconv.Itoa(int(*p))
 	}
-	s, ord, mult := "", "", ""
+	s, ord, mult, iso := "", "", "", ""
+	if c.IsolationLevel != nil {
+		iso = *c.IsolationLevel
+	}
 	if c.AutoOffsetReset != nil {
 		s = *c.AutoOffsetReset
 	}
@@ -120,6 +127,7 @@ func groupConfigs(c sharegroup.GroupConfig) []configKV {
 		{name: cfgShareAutoOffsetReset, value: s, source: sourceGroup},
 		{name: cfgShareDeliveryCountLimit, value: i(c.DeliveryCountLimit), source: sourceGroup},
 		{name: cfgShareHeartbeatIntervalMs, value: i(c.HeartbeatIntervalMs), source: sourceGroup},
+		{name: cfgShareIsolationLevel, value: iso, source: sourceGroup},
 		{name: cfgShareOrdering, value: ord, source: sourceGroup},
 		{name: cfgSharePartitionMaxRecordLocks, value: i(c.PartitionMaxRecordLocks), source: sourceGroup},
 		{name: cfgShareRecordLockDurationMs, value: i(c.RecordLockDurationMs), source: sourceGroup},

@@ -20,9 +20,16 @@ import (
 // manager over its store (lock durations down to 10ms).
 func newShareFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := newFixture(t)
+	return withShare(newFixture(t), nil)
+}
+
+// withShare restarts f's listener with share groups on, their manager
+// given tx for read-committed groups (nil: none).
+func withShare(f *fixture, tx sharegroup.Transactions) *fixture {
+	t := f.t
+	t.Helper()
 	m, err := sharegroup.Open(f.store, sharestate.NewMem(), sharegroup.Options{MinRecordLockDuration: 10 * time.Millisecond,
-		HeartbeatInterval: 200 * time.Millisecond, SessionTimeout: 5 * time.Second})
+		HeartbeatInterval: 200 * time.Millisecond, SessionTimeout: 5 * time.Second, Transactions: tx})
 	if err != nil {
 		t.Fatal(err)
 	}

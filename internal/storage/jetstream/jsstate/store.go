@@ -470,6 +470,10 @@ func cloneConfig(c sharestate.GroupConfig) sharestate.GroupConfig {
 		o := *c.Ordering
 		out.Ordering = &o
 	}
+	if c.IsolationLevel != nil {
+		x := *c.IsolationLevel
+		out.IsolationLevel = &x
+	}
 	out.RedeliveryBackoffInitialMs, out.RedeliveryBackoffMaxMs = i32(c.RedeliveryBackoffInitialMs), i32(c.RedeliveryBackoffMaxMs)
 	if c.RedeliveryBackoffMultiplier != nil {
 		m := *c.RedeliveryBackoffMultiplier

@@ -203,6 +203,9 @@ func dump(st *sharestate.State) []string {
 		if c.RedeliveryBackoffMultiplier != nil {
 			cfg += fmt.Sprintf(" backoff-x=%g", *c.RedeliveryBackoffMultiplier)
 		}
+		if c.IsolationLevel != nil {
+			cfg += " isolation=" + *c.IsolationLevel
+		}
 		out = append(out, fmt.Sprintf("group %s epoch=%d%s", g.ID, g.GroupEpoch, cfg))
 		for _, p := range g.Partitions {
 			s := fmt.Sprintf("  %s/%d(%s)", p.Topic, p.Partition, p.TopicID)
@@ -281,10 +284,11 @@ func testRoundTrip(t *testing.T, m Medium) {
 	ord, mult := "key", 1.5
 	g1.Config.DeadLetterTopic, g1.Config.Ordering, g1.Config.RedeliveryBackoffInitialMs = str("dlq.g1"), &ord, i32(250)
 	g1.Config.RedeliveryBackoffMaxMs, g1.Config.RedeliveryBackoffMultiplier = i32(9000), &mult
+	g1.Config.IsolationLevel = str("read_committed")
 	o.mustPut(g1)
 	o.mustPut(group("g3", 1))
 	want := []string{
-		"group g1 epoch=4 lock=1000 limit=7 reset=earliest heartbeat=500 dlq=dlq.g1 ordering=key backoff=250 backoff-max=9000 backoff-x=1.5",
+		"group g1 epoch=4 lock=1000 limit=7 reset=earliest heartbeat=500 dlq=dlq.g1 ordering=key backoff=250 backoff-max=9000 backoff-x=1.5 isolation=read_committed",
 		"  t/0(id-t) spso=14 [20-25 ARCHIVED(0)] [40-40 AVAILABLE(4)]",
 		"  t/1(id-t) spso=5 [7-8 AVAILABLE(2)]",
 		"  u/0(id-u) uninitialised offline=lost in a test",

@@ -65,6 +65,7 @@ const (
 	cfgBackoffInitial
 	cfgBackoffMax
 	cfgBackoffMultiplier
+	cfgIsolation
 	cfgAll = 1<<iota - 1
 )
 
@@ -135,7 +136,8 @@ func appendGroupEntry(b []byte, group string, groupEpoch int32, c *sharestate.Gr
 	var mask uint64
 	for i, set := range []bool{c.RecordLockDurationMs != nil, c.DeliveryCountLimit != nil, c.PartitionMaxRecordLocks != nil,
 		c.AutoOffsetReset != nil, c.SessionTimeoutMs != nil, c.HeartbeatIntervalMs != nil, c.DeadLetterTopic != nil,
-		c.Ordering != nil, c.RedeliveryBackoffInitialMs != nil, c.RedeliveryBackoffMaxMs != nil, c.RedeliveryBackoffMultiplier != nil} {
+		c.Ordering != nil, c.RedeliveryBackoffInitialMs != nil, c.RedeliveryBackoffMaxMs != nil, c.RedeliveryBackoffMultiplier != nil,
+		c.IsolationLevel != nil} {
 		if set {
 			mask |= 1 << i
 		}
@@ -167,6 +169,9 @@ func appendGroupEntry(b []byte, group string, groupEpoch int32, c *sharestate.Gr
 	}
 	if c.RedeliveryBackoffMultiplier != nil {
 		b = binary.BigEndian.AppendUint64(b, math.Float64bits(*c.RedeliveryBackoffMultiplier))
+	}
+	if c.IsolationLevel != nil {
+		b = appendString(b, *c.IsolationLevel)
 	}
 	return frameEnd(b, start)
 }
@@ -414,6 +419,10 @@ func decodeEntry(p []byte) (entry, error) {
 		if mask&cfgBackoffMultiplier != 0 {
 			v := math.Float64frombits(d.uint64be())
 			e.Config.RedeliveryBackoffMultiplier = &v
+		}
+		if mask&cfgIsolation != 0 {
+			s := d.str(32)
+			e.Config.IsolationLevel = &s
 		}
 	case entPartDelta, entPartFull:
 		if k.Partition < 0 {

@@ -28,7 +28,7 @@ func TestKafkaTransactionsSIGKILL(t *testing.T) {
 	args := []string{"--group-initial-rebalance-delay", "0"}
 	c := startChild(t, dir, append([]string{"--kafka-addr", "127.0.0.1:0"}, args...)...)
 	addr := c.kafkaAddr(t)
-	const parts, inputs, kills = 2, 1000, 8
+	const parts, inputs, kills = 2, 1000, 10
 	k := dialKafka(t, addr)
 	k.createTopic("in", parts)
 	k.createTopic("out", parts)

@@ -321,6 +321,22 @@ func (c *Coordinator) begin(t *txnstate.Txn) error {
 // AddPartitions is AddPartitionsToTxn: parts join id's transaction,
 // which opens if it is not. The transport has checked that they exist.
 func (c *Coordinator) AddPartitions(ctx context.Context, id string, pid int64, epoch int16, parts []Partition) error {
+	return c.join(id, pid, epoch, func(t *txnstate.Txn) bool {
+		added := false
+		for _, p := range parts {
+			if !slices.Contains(t.Partitions, p) {
+				t.Partitions = append(t.Partitions, p)
+				added = true
+			}
+		}
+		return added
+	})
+}
+
+// join opens id's transaction for pid at epoch if it is not open, lets add
+// put what joins it into the state, and writes the state unless nothing
+// changed (add reports false for what had joined already).
+func (c *Coordinator) join(id string, pid int64, epoch int16, add func(t *txnstate.Txn) bool) error {
 	e, err := c.current(id)
 	if err != nil {
 		return err
@@ -334,14 +350,7 @@ func (c *Coordinator) AddPartitions(ctx context.Context, id string, pid int64, e
 	if err := c.begin(&t); err != nil {
 		return err
 	}
-	added := false
-	for _, p := range parts {
-		if !slices.Contains(t.Partitions, p) {
-			t.Partitions = append(t.Partitions, p)
-			added = true
-		}
-	}
-	if !added && c.get(e).Status == txnstate.Ongoing {
+	if !add(&t) && c.get(e).Status == txnstate.Ongoing {
 		return nil
 	}
 	return c.put(e, t)
@@ -376,26 +385,13 @@ func (c *Coordinator) AddOffsets(ctx context.Context, id string, pid int64, epoc
 	if group == "" {
 		return apierr.New(apierr.InvalidGroupID, "the group id is empty")
 	}
-	e, err := c.current(id)
-	if err != nil {
-		return err
-	}
-	e.op.Lock()
-	defer e.op.Unlock()
-	t := c.get(e)
-	if err := checkProducer(t, pid, epoch); err != nil {
-		return err
-	}
-	if err := c.begin(&t); err != nil {
-		return err
-	}
-	if slices.Contains(t.Groups, group) && c.get(e).Status == txnstate.Ongoing {
-		return nil
-	}
-	if !slices.Contains(t.Groups, group) {
+	return c.join(id, pid, epoch, func(t *txnstate.Txn) bool {
+		if slices.Contains(t.Groups, group) {
+			return false
+		}
 		t.Groups = append(t.Groups, group)
-	}
-	return c.put(e, t)
+		return true
+	})
 }
 
 // TxnOffsetCommit holds offsets for group in id's transaction: they are

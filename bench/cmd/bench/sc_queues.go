@@ -581,6 +581,25 @@ func c6Ours(ctx context.Context, e *env, rep int, o *runOut) error {
 	return nil
 }
 
+// c6Start runs c6Consume in the background and returns once its first
+// long polls have reached the server; wait returns what it returned.
+func c6Start(ctx context.Context, clients []*client, group, topic string, n int64, want int32, deadline time.Time) (wait func() ([]time.Time, error)) {
+	started := make(chan struct{})
+	done := make(chan struct{})
+	var recv []time.Time
+	var err error
+	go func() {
+		defer close(done)
+		recv, err = c6Consume(ctx, clients, group, topic, n, want, deadline, started)
+	}()
+	<-started
+	time.Sleep(50 * time.Millisecond) // the first long polls reach the server
+	return func() ([]time.Time, error) {
+		<-done
+		return recv, err
+	}
+}
+
 // c6Consume runs len(clients) sessions that long-poll topic's partition 0
 // and ACCEPT what they get (carried by their next ShareFetch) until n
 // records were delivered; every delivery must have delivery count want
@@ -678,16 +697,7 @@ func c6BackoffRun(ctx context.Context, addr, group string, n int64) (*stats.Late
 	}
 	sent := make([]time.Time, n)
 	deadline := time.Now().Add(time.Duration(n/c6Chunk+1)*c6Every + c6Backoff + 30*time.Second)
-	started := make(chan struct{})
-	var recv []time.Time
-	var cerr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		recv, cerr = c6Consume(ctx, clients[1:], group, "c6b", n, 2, deadline, started)
-	}()
-	<-started
-	time.Sleep(50 * time.Millisecond) // the first long polls reach the server
+	wait := c6Start(ctx, clients[1:], group, "c6b", n, 2, deadline)
 	t0 := time.Now()
 	for i := int64(0); i < n; i += c6Chunk {
 		time.Sleep(time.Until(t0.Add(time.Duration(i/c6Chunk) * c6Every)))
@@ -701,9 +711,9 @@ func c6BackoffRun(ctx context.Context, addr, group string, n int64) (*stats.Late
 			return nil, err
 		}
 	}
-	<-done
-	if cerr != nil {
-		return nil, cerr
+	recv, err := wait()
+	if err != nil {
+		return nil, err
 	}
 	lat := &stats.Latencies{}
 	for off := range n {
@@ -730,16 +740,7 @@ func c6DelayRun(ctx context.Context, addr, group string, n int64, value []byte) 
 	}
 	at := make([]int64, n) // deliver-at of each offset, ms since the epoch
 	deadline := time.Now().Add(time.Duration(n/c6Chunk+1)*c6Every + c6Delay + 30*time.Second)
-	started := make(chan struct{})
-	var recv []time.Time
-	var cerr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		recv, cerr = c6Consume(ctx, clients[1:], group, "c6d", n, 1, deadline, started)
-	}()
-	<-started
-	time.Sleep(50 * time.Millisecond)
+	wait := c6Start(ctx, clients[1:], group, "c6d", n, 1, deadline)
 	t0 := time.Now()
 	part := int32(0)
 	var perr error
@@ -766,9 +767,9 @@ func c6DelayRun(ctx context.Context, addr, group string, n int64, value []byte) 
 	if perr != nil {
 		return nil, perr // the consumers stop at their deadline
 	}
-	<-done
-	if cerr != nil {
-		return nil, cerr
+	recv, err := wait()
+	if err != nil {
+		return nil, err
 	}
 	lat := &stats.Latencies{}
 	for off := range n {

@@ -37,9 +37,11 @@ import (
 // AVAILABLE and the first of each key is its head again.
 //
 // Records that wait (a busy key, a backoff, a deliver-at time) are not
-// acquired and not charged to the fetch; they do not count toward the
-// window's record-lock limit either: the limit on new offsets grows by the
-// waiting records seen, up to waitingFactor times the limit.
+// acquired and not charged to the fetch. In an ORDERING_KEY group the
+// record-lock limit counts only acquired records, within waitingFactor+1
+// times the limit past SPSO (takeNewOrdered); in other groups the limit
+// on new offsets grows by the waiting records seen, up to waitingFactor
+// times the limit.
 
 // deliverAtHeader is the header that delays a record's delivery to share
 // groups: decimal milliseconds since the Unix epoch (docs/queues.md

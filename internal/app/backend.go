@@ -131,6 +131,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		Meter:                  s.tel.Meter,
 		Owners:                 streamOwners,
 		Peers:                  streamPeers,
+		Transactions:           streamTxns{logAPI, s.transactionsUsed},
 	}); err != nil {
 		_ = b.share.Close()
 		return nil, err

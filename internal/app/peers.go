@@ -117,13 +117,17 @@ func (p grpcPeers) Fetch(ctx context.Context, peer string, req broker.FetchReque
 	if err != nil {
 		return broker.Fetched{}, err
 	}
-	resp, err := c.Fetch(p.n.outgoing(ctx), &sharelogv1.FetchRequest{Topic: req.Topic, Partition: req.Partition, Offset: req.Offset,
-		MaxRecords: req.MaxRecords, MaxBytes: req.MaxBytes, MaxWaitMs: int32(req.MaxWait / time.Millisecond)})
+	fr := &sharelogv1.FetchRequest{Topic: req.Topic, Partition: req.Partition, Offset: req.Offset,
+		MaxRecords: req.MaxRecords, MaxBytes: req.MaxBytes, MaxWaitMs: int32(req.MaxWait / time.Millisecond)}
+	if req.ReadCommitted {
+		fr.IsolationLevel = sharelogv1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
+	}
+	resp, err := c.Fetch(p.n.outgoing(ctx), fr)
 	if err != nil {
 		return broker.Fetched{}, forwardErr(target, err)
 	}
 	out := broker.Fetched{Records: make([]logstore.Record, len(resp.GetRecords())), HighWatermark: resp.GetHighWatermark(),
-		LogStartOffset: resp.GetLogStartOffset()}
+		LogStartOffset: resp.GetLogStartOffset(), LastStableOffset: resp.GetLastStableOffset()}
 	for i, r := range resp.GetRecords() {
 		rec := logstore.Record{Offset: r.GetOffset(), Timestamp: r.GetTimestamp(), Key: r.Key, Value: r.Value}
 		for _, h := range r.GetHeaders() {

@@ -152,6 +152,7 @@ type Server struct {
 	kafka        *kafkawire.Listener
 	groups       *consumergroup.Coordinator // classic consumer groups (with the Kafka listener)
 	txn          *txn.Coordinator           // Kafka transactions (file-store mode, with the Kafka listener)
+	txnsUsed     atomic.Bool                // the data has transactional records (transactionsUsed)
 	fileBackend  *backend                   // the file store's backend (nil in cluster mode)
 	readiness    []ReadinessCheck
 	lastNotReady string         // reasons last logged; refreshHealth's goroutine only
@@ -318,6 +319,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open share-group state: %w", err)
+		}
+		if err := s.readTransactionsUsed(cfg.DataDir); err != nil {
+			_ = shareState.Close()
+			return nil, err
 		}
 		b, err := s.openBackend(store, s.store, shareState, o, s.singleView, nil, nil, producerStore{ids: producerids.Open(cfg.DataDir)})
 		if err != nil {

@@ -463,6 +463,10 @@ type FetchRequest struct {
 	MaxRecords int32
 	MaxBytes   int32
 	MaxWait    time.Duration
+	// ReadCommitted reads committed records only (docs/kafka.md
+	// "Transactions"): up to the last stable offset, without the records
+	// of aborted transactions (left out as offset gaps, like markers).
+	ReadCommitted bool
 }
 
 // Fetched is a fetch's records with the partition's bounds at the read.
@@ -470,6 +474,10 @@ type Fetched struct {
 	Records        []logstore.Record
 	HighWatermark  int64
 	LogStartOffset int64
+	// LastStableOffset is the partition's last stable offset, set by a
+	// ReadCommitted fetch only (reading it costs a pass over the records
+	// appended since the last read-committed read).
+	LastStableOffset int64
 }
 
 // Fetch reads records from an offset within [log start, high watermark]
@@ -503,8 +511,13 @@ func (l *Log) Fetch(ctx context.Context, req FetchRequest) (Fetched, error) {
 		return g.Data, nil
 	}
 	perr := l.LongPoll(ctx, []TopicPartition{{req.Topic, req.Partition}}, wait, func() bool {
-		res, err = l.readPartition(ctx, req.Topic, req.Partition, req.Offset, maxRecords, limit, false)
-		// Only markers up to the high watermark wait as at it.
+		if req.ReadCommitted {
+			res, err = l.readCommitted(ctx, req.Topic, req.Partition, req.Offset, maxRecords, limit)
+		} else {
+			res, err = l.readPartition(ctx, req.Topic, req.Partition, req.Offset, maxRecords, limit, false)
+		}
+		// Only markers (and aborted records) up to the high watermark (or
+		// the last stable offset) wait as at it.
 		return err != nil || len(res.Records) > 0
 	})
 	switch {

@@ -19,6 +19,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -223,4 +224,69 @@ func (l *Log) writeMarker(ctx context.Context, st *producerState, topic string, 
 		st.scanned = base + 1
 	}
 	return nil
+}
+
+// readCommitted is readPartition for a read-committed reader (Fetch with
+// ReadCommitted): the records of [offset, last stable offset) without
+// markers and without the records of aborted transactions, which are
+// offset gaps as markers are. A read that finds only those reads on after
+// them and answers no records only when it reaches the last stable offset.
+func (l *Log) readCommitted(ctx context.Context, topic string, part int32, offset int64, maxRecords int, limit func() (int, error)) (Fetched, error) {
+	v, err := l.ReadCommittedView(ctx, topic, part, offset, math.MaxInt64)
+	if err != nil {
+		return Fetched{HighWatermark: -1, LogStartOffset: -1}, err
+	}
+	out := Fetched{HighWatermark: v.HighWatermark, LogStartOffset: v.LogStart, LastStableOffset: v.LastStable}
+	if offset < v.LogStart || offset > v.HighWatermark {
+		return out, outOfRange(offset, v.LogStart, v.HighWatermark)
+	}
+	if offset >= v.LastStable || maxRecords <= 0 {
+		return out, nil
+	}
+	maxBytes, err := limit()
+	if err != nil || maxBytes <= 0 {
+		return out, err
+	}
+	for from := offset; from < v.LastStable; {
+		n := int(min(int64(maxRecords), v.LastStable-from))
+		recs, err := l.store.Read(ctx, topic, part, from, n, maxBytes)
+		if err != nil {
+			if errors.Is(err, logstore.ErrOffsetOutOfRange) {
+				if logStart, hw, berr := l.store.Bounds(topic, part); berr == nil {
+					out.LogStartOffset, out.HighWatermark = logStart, hw
+					return out, outOfRange(offset, logStart, hw)
+				}
+			}
+			return out, partitionErr(err, topic, part)
+		}
+		if len(recs) == 0 {
+			break // compaction removed every record from here on
+		}
+		from = recs[len(recs)-1].Offset + 1
+		kept := recs[:0]
+		for i := range recs {
+			if r := &recs[i]; r.Offset < v.LastStable && !r.Control && !abortedRecord(v.Aborted, r) {
+				kept = append(kept, *r)
+			}
+		}
+		if len(kept) > 0 {
+			out.Records = kept
+			break
+		}
+	}
+	return out, nil
+}
+
+// abortedRecord reports whether r is a record of one of the aborted
+// transactions (ReadCommittedView's list).
+func abortedRecord(aborted []AbortedTxn, r *logstore.Record) bool {
+	if !r.Transactional {
+		return false
+	}
+	for _, a := range aborted {
+		if a.ProducerID == r.ProducerID && a.FirstOffset <= r.Offset && r.Offset < a.LastOffset {
+			return true
+		}
+	}
+	return false
 }

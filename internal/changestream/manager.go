@@ -63,6 +63,18 @@ type Config struct {
 	// Owners = a single node, every stream served here.
 	Owners broker.Owners
 	Peers  Peers
+	// Transactions is the log's view of a partition's Kafka transactions
+	// (broker.Log; docs/kafka.md "Transactions"): a stream delivers
+	// committed records only. nil = no transactions (every record is
+	// committed).
+	Transactions Transactions
+}
+
+// Transactions says, of one partition, up to where its records are
+// committed (the last stable offset) and which transactions were aborted
+// (broker.Log.ReadCommittedView).
+type Transactions interface {
+	ReadCommittedView(ctx context.Context, topic string, part int32, from, to int64) (broker.TxnView, error)
 }
 
 // Manager runs StreamChanges calls over a log store. Its methods are safe for
@@ -315,6 +327,12 @@ func (s *stream) unknownOr(err error) error {
 func (s *stream) chooseOSO(l0, e int64) (logstore.KeyCursor, error) {
 	req, m := &s.req, s.m
 	if !req.OSO.wantsOSO() || req.StartOffset > l0 || e <= l0 || s.hasEnd && s.end < e || m.idx == nil {
+		return nil, nil
+	}
+	// The key index's latest record of a key may be one of an open or an
+	// aborted transaction, and the committed one before it is not in the
+	// index: such a range is read in order (docs/change-streams.md).
+	if s.stable < e || s.abortedIn(l0, e) {
 		return nil, nil
 	}
 	kind := "ordered"

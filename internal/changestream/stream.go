@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sharelog/sharelog/apierr"
@@ -31,6 +32,12 @@ type stream struct {
 	topicID string
 	watch   <-chan struct{} // closed at the partition's next change
 	ls, hw  int64           // bounds as of the last change seen
+	// stable is what may be delivered: the last stable offset as of the
+	// last change seen (hw when the partition has no open transaction);
+	// aborted is the aborted transactions with markers at or after pos
+	// (Config.Transactions), whose records are offset gaps, as markers are.
+	stable  int64
+	aborted []broker.AbortedTxn
 
 	// Compaction (docs/compaction.md): compacted says the topic's policy includes
 	// compact, so P is re-read at each change; purgedBelow is P+1 (0: no
@@ -68,6 +75,9 @@ func (s *stream) run() error {
 	s.ls, s.hw = ls, hw
 	s.pos = max(s.req.StartOffset, ls)
 	s.next = s.req.StartOffset
+	if err := s.readTxns(); err != nil {
+		return s.storeErr(err)
+	}
 	if s.req.Started != nil {
 		s.req.Started()
 	}
@@ -171,6 +181,9 @@ func (s *stream) refresh() error {
 		s.watch = w
 		s.ls, s.hw, err = st.Bounds(req.Topic, req.Partition)
 	}
+	if err == nil {
+		err = s.readTxns()
+	}
 	if err == nil && s.compacted {
 		if s.m.idx != nil {
 			s.purgedBelow, err = s.m.idx.PurgedTombstonesBelow(req.Topic, req.Partition)
@@ -188,6 +201,49 @@ func (s *stream) refresh() error {
 		}
 	}
 	return s.storeErr(err)
+}
+
+// readTxns reads how far the partition's records are committed and its
+// aborted transactions from pos on, after s.hw was read. Without
+// transactions everything up to s.hw is.
+func (s *stream) readTxns() error {
+	s.stable, s.aborted = s.hw, nil
+	if s.m.cfg.Transactions == nil {
+		return nil
+	}
+	v, err := s.m.cfg.Transactions.ReadCommittedView(s.ctx, s.req.Topic, s.req.Partition, s.pos, math.MaxInt64)
+	if err != nil {
+		return err
+	}
+	s.stable, s.aborted = min(s.hw, v.LastStable), v.Aborted
+	return nil
+}
+
+// abortedIn reports whether an aborted transaction has records in [from, to).
+func (s *stream) abortedIn(from, to int64) bool {
+	for _, a := range s.aborted {
+		if a.FirstOffset < to && a.LastOffset > from {
+			return true
+		}
+	}
+	return false
+}
+
+// visible reports whether r is a record of the stream: not a transaction
+// marker, not a record of an aborted transaction.
+func (s *stream) visible(r *logstore.Record) bool {
+	if r.Control {
+		return false
+	}
+	if !r.Transactional {
+		return true
+	}
+	for _, a := range s.aborted {
+		if a.ProducerID == r.ProducerID && a.FirstOffset <= r.Offset && r.Offset < a.LastOffset {
+			return false
+		}
+	}
+	return true
 }
 
 // storeErr turns the store errors that end a stream into its stream_end.
@@ -296,8 +352,8 @@ func (s *stream) ordered() error {
 			s.caughtUp()
 			return s.finish(EndOK)
 		}
-		if s.pos >= s.hw {
-			s.memory = true // what comes next was appended after the stream reached the HW
+		if s.pos >= s.stable {
+			s.memory = true // what comes next was appended (or committed) after the stream reached the HW
 			s.caughtUp()
 		}
 		if err := s.interrupted(-1); err != nil {
@@ -306,7 +362,7 @@ func (s *stream) ordered() error {
 		if s.pos < s.ls {
 			return s.finish(EndRollback)
 		}
-		if s.pos < s.hw {
+		if s.pos < s.stable {
 			held, err := s.snapshot()
 			if err != nil {
 				return err
@@ -345,13 +401,14 @@ func (s *stream) wait() error {
 	}
 }
 
-// snapshot sends one ordered snapshot [pos, e]: e is the HW - 1, capped at
+// snapshot sends one ordered snapshot [pos, e]: e is the HW - 1 (the last
+// stable offset - 1 while a transaction is open), capped at
 // end_offset - 1 and, for DISK, at the end of pos's segment. A live-tail
 // range where nothing matches may be held back (held = true) and merged
 // with the next one, for at most HoldBack.
 func (s *stream) snapshot() (held bool, err error) {
 	req := &s.req
-	e := s.hw - 1
+	e := s.stable - 1
 	if s.hasEnd {
 		e = min(e, s.end-1)
 	}
@@ -454,12 +511,13 @@ func (s *stream) read(from, e int64) ([]logstore.Record, error) {
 	recs, err := s.m.store.Read(s.ctx, req.Topic, req.Partition, from,
 		int(min(int64(s.m.cfg.BatchRecords), e-from+1)), g.Data)
 	// Transaction markers (Record.Control; docs/kafka.md "Transactions")
-	// are no records of a stream: offset gaps, read past.
+	// and the records of aborted transactions are no records of a stream:
+	// offset gaps, read past.
 	for err == nil && len(recs) > 0 {
 		last := recs[len(recs)-1].Offset
 		kept := recs[:0]
 		for i := range recs {
-			if !recs[i].Control {
+			if s.visible(&recs[i]) {
 				kept = append(kept, recs[i])
 			}
 		}

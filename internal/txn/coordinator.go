@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sharelog/sharelog/apierr"
@@ -55,6 +56,9 @@ type Coordinator struct {
 
 	mu  sync.Mutex
 	ids map[string]*entry
+	// used is set once any transactional id's state was written (or
+	// loaded): from then on the log may hold transactional records.
+	used atomic.Bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -89,10 +93,15 @@ func New(o Options) (*Coordinator, error) {
 	for _, t := range all {
 		c.ids[t.ID] = &entry{t: t, ok: true}
 	}
+	c.used.Store(len(all) > 0)
 	c.check(context.Background())
 	go c.loop()
 	return c, nil
 }
+
+// Used reports whether any transactional id has state here: until one
+// has, no transactional producer can have written a record.
+func (c *Coordinator) Used() bool { return c.used.Load() }
 
 // Close stops the timeout check.
 func (c *Coordinator) Close() {
@@ -180,6 +189,7 @@ func (c *Coordinator) get(e *entry) txnstate.Txn {
 // put writes t durably, then makes it e's state.
 func (c *Coordinator) put(e *entry, t txnstate.Txn) error {
 	t.UpdateMs = c.o.Now().UnixMilli()
+	c.used.Store(true) // before the write: a producer may write records once it is
 	if err := c.o.Store.Put(t); err != nil {
 		return apierr.New(apierr.KafkaStorageError, "write the transaction state of %q: %v", t.ID, err)
 	}

@@ -128,6 +128,60 @@ func (ErrorCode) EnumDescriptor() ([]byte, []int) {
 	return file_sharelog_v1_common_proto_rawDescGZIP(), []int{0}
 }
 
+// Which records of transactional producers a reader sees (docs/kafka.md
+// "Transactions").
+type IsolationLevel int32
+
+const (
+	// Read uncommitted (the default, as Kafka's).
+	IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED IsolationLevel = 0
+	// Every record, committed, open or aborted; what responses say when none was set.
+	IsolationLevel_ISOLATION_LEVEL_READ_UNCOMMITTED IsolationLevel = 1
+	// Committed records only, up to the last stable offset.
+	IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED IsolationLevel = 2
+)
+
+// Enum value maps for IsolationLevel.
+var (
+	IsolationLevel_name = map[int32]string{
+		0: "ISOLATION_LEVEL_UNSPECIFIED",
+		1: "ISOLATION_LEVEL_READ_UNCOMMITTED",
+		2: "ISOLATION_LEVEL_READ_COMMITTED",
+	}
+	IsolationLevel_value = map[string]int32{
+		"ISOLATION_LEVEL_UNSPECIFIED":      0,
+		"ISOLATION_LEVEL_READ_UNCOMMITTED": 1,
+		"ISOLATION_LEVEL_READ_COMMITTED":   2,
+	}
+)
+
+func (x IsolationLevel) Enum() *IsolationLevel {
+	p := new(IsolationLevel)
+	*p = x
+	return p
+}
+
+func (x IsolationLevel) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IsolationLevel) Descriptor() protoreflect.EnumDescriptor {
+	return file_sharelog_v1_common_proto_enumTypes[1].Descriptor()
+}
+
+func (IsolationLevel) Type() protoreflect.EnumType {
+	return &file_sharelog_v1_common_proto_enumTypes[1]
+}
+
+func (x IsolationLevel) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IsolationLevel.Descriptor instead.
+func (IsolationLevel) EnumDescriptor() ([]byte, []int) {
+	return file_sharelog_v1_common_proto_rawDescGZIP(), []int{1}
+}
+
 // A record of a partition's log. Produce ignores `offset` (the server assigns
 // it); Fetch and ShareFetch return it.
 type Record struct {
@@ -297,7 +351,11 @@ const file_sharelog_v1_common_proto_rawDesc = "" +
 	"!ERROR_CODE_INVALID_PRODUCER_EPOCH\x10/\x12\"\n" +
 	"\x1eERROR_CODE_KAFKA_STORAGE_ERROR\x108\x12\x1e\n" +
 	"\x1aERROR_CODE_PRODUCER_FENCED\x10Z\x12#\n" +
-	"\x1fERROR_CODE_INVALID_RECORD_STATE\x10yB9Z7github.com/sharelog/sharelog/gen/sharelog/v1;sharelogv1b\x06proto3"
+	"\x1fERROR_CODE_INVALID_RECORD_STATE\x10y*{\n" +
+	"\x0eIsolationLevel\x12\x1f\n" +
+	"\x1bISOLATION_LEVEL_UNSPECIFIED\x10\x00\x12$\n" +
+	" ISOLATION_LEVEL_READ_UNCOMMITTED\x10\x01\x12\"\n" +
+	"\x1eISOLATION_LEVEL_READ_COMMITTED\x10\x02B9Z7github.com/sharelog/sharelog/gen/sharelog/v1;sharelogv1b\x06proto3"
 
 var (
 	file_sharelog_v1_common_proto_rawDescOnce sync.Once
@@ -311,15 +369,16 @@ func file_sharelog_v1_common_proto_rawDescGZIP() []byte {
 	return file_sharelog_v1_common_proto_rawDescData
 }
 
-var file_sharelog_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_sharelog_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_sharelog_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_sharelog_v1_common_proto_goTypes = []any{
 	(ErrorCode)(0),       // 0: sharelog.v1.ErrorCode
-	(*Record)(nil),       // 1: sharelog.v1.Record
-	(*RecordHeader)(nil), // 2: sharelog.v1.RecordHeader
+	(IsolationLevel)(0),  // 1: sharelog.v1.IsolationLevel
+	(*Record)(nil),       // 2: sharelog.v1.Record
+	(*RecordHeader)(nil), // 3: sharelog.v1.RecordHeader
 }
 var file_sharelog_v1_common_proto_depIdxs = []int32{
-	2, // 0: sharelog.v1.Record.headers:type_name -> sharelog.v1.RecordHeader
+	3, // 0: sharelog.v1.Record.headers:type_name -> sharelog.v1.RecordHeader
 	1, // [1:1] is the sub-list for method output_type
 	1, // [1:1] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
@@ -338,7 +397,7 @@ func file_sharelog_v1_common_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sharelog_v1_common_proto_rawDesc), len(file_sharelog_v1_common_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,

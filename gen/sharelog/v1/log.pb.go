@@ -1141,9 +1141,18 @@ type FetchRequest struct {
 	// About this many bytes (0 = 1 MiB); the first record is returned even if larger.
 	MaxBytes int32 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	// At the high watermark, wait up to this long for records (0 = return at once; max 60000).
-	MaxWaitMs     int32 `protobuf:"varint,6,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// A read-committed fetch waits so at the last stable offset.
+	MaxWaitMs int32 `protobuf:"varint,6,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	// Which records a transactional producer's transactions make visible
+	// (docs/kafka.md "Transactions"). Unset or READ_UNCOMMITTED: every
+	// record up to the high watermark, those of open and aborted
+	// transactions too. READ_COMMITTED: the records before the last stable
+	// offset (the first offset of the oldest open transaction, else the high
+	// watermark), without those of aborted transactions; they and the
+	// transactions' markers are offset gaps, as compaction's are.
+	IsolationLevel IsolationLevel `protobuf:"varint,7,opt,name=isolation_level,json=isolationLevel,proto3,enum=sharelog.v1.IsolationLevel" json:"isolation_level,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *FetchRequest) Reset() {
@@ -1218,13 +1227,24 @@ func (x *FetchRequest) GetMaxWaitMs() int32 {
 	return 0
 }
 
+func (x *FetchRequest) GetIsolationLevel() IsolationLevel {
+	if x != nil {
+		return x.IsolationLevel
+	}
+	return IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED
+}
+
 type FetchResponse struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Records        []*Record              `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
 	HighWatermark  int64                  `protobuf:"varint,2,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
 	LogStartOffset int64                  `protobuf:"varint,3,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// With isolation_level READ_COMMITTED, the partition's last stable
+	// offset: records at and after it are returned when their transactions
+	// end. Not set otherwise.
+	LastStableOffset *int64 `protobuf:"varint,4,opt,name=last_stable_offset,json=lastStableOffset,proto3,oneof" json:"last_stable_offset,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *FetchResponse) Reset() {
@@ -1274,6 +1294,13 @@ func (x *FetchResponse) GetHighWatermark() int64 {
 func (x *FetchResponse) GetLogStartOffset() int64 {
 	if x != nil {
 		return x.LogStartOffset
+	}
+	return 0
+}
+
+func (x *FetchResponse) GetLastStableOffset() int64 {
+	if x != nil && x.LastStableOffset != nil {
+		return *x.LastStableOffset
 	}
 	return 0
 }
@@ -2149,7 +2176,7 @@ const file_sharelog_v1_log_proto_rawDesc = "" +
 	"\x14InitProducerResponse\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\x03R\n" +
 	"producerId\x12%\n" +
-	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch\"\xb8\x01\n" +
+	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch\"\xfe\x01\n" +
 	"\fFetchRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
@@ -2157,11 +2184,14 @@ const file_sharelog_v1_log_proto_rawDesc = "" +
 	"\vmax_records\x18\x04 \x01(\x05R\n" +
 	"maxRecords\x12\x1b\n" +
 	"\tmax_bytes\x18\x05 \x01(\x05R\bmaxBytes\x12\x1e\n" +
-	"\vmax_wait_ms\x18\x06 \x01(\x05R\tmaxWaitMs\"\x8f\x01\n" +
+	"\vmax_wait_ms\x18\x06 \x01(\x05R\tmaxWaitMs\x12D\n" +
+	"\x0fisolation_level\x18\a \x01(\x0e2\x1b.sharelog.v1.IsolationLevelR\x0eisolationLevel\"\xd9\x01\n" +
 	"\rFetchResponse\x12-\n" +
 	"\arecords\x18\x01 \x03(\v2\x13.sharelog.v1.RecordR\arecords\x12%\n" +
 	"\x0ehigh_watermark\x18\x02 \x01(\x03R\rhighWatermark\x12(\n" +
-	"\x10log_start_offset\x18\x03 \x01(\x03R\x0elogStartOffset\"\x93\x01\n" +
+	"\x10log_start_offset\x18\x03 \x01(\x03R\x0elogStartOffset\x121\n" +
+	"\x12last_stable_offset\x18\x04 \x01(\x03H\x00R\x10lastStableOffset\x88\x01\x01B\x15\n" +
+	"\x13_last_stable_offset\"\x93\x01\n" +
 	"\x12ListOffsetsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12+\n" +
@@ -2290,6 +2320,7 @@ var file_sharelog_v1_log_proto_goTypes = []any{
 	nil,                              // 32: sharelog.v1.ProduceRequest.BaseSequenceEntry
 	(ErrorCode)(0),                   // 33: sharelog.v1.ErrorCode
 	(*Record)(nil),                   // 34: sharelog.v1.Record
+	(IsolationLevel)(0),              // 35: sharelog.v1.IsolationLevel
 }
 var file_sharelog_v1_log_proto_depIdxs = []int32{
 	1,  // 0: sharelog.v1.Topic.config:type_name -> sharelog.v1.TopicConfig
@@ -2302,43 +2333,44 @@ var file_sharelog_v1_log_proto_depIdxs = []int32{
 	32, // 7: sharelog.v1.ProduceRequest.base_sequence:type_name -> sharelog.v1.ProduceRequest.BaseSequenceEntry
 	14, // 8: sharelog.v1.ProduceResponse.results:type_name -> sharelog.v1.ProduceResult
 	33, // 9: sharelog.v1.ProduceResult.error_code:type_name -> sharelog.v1.ErrorCode
-	34, // 10: sharelog.v1.FetchResponse.records:type_name -> sharelog.v1.Record
-	0,  // 11: sharelog.v1.ListOffsetsRequest.spec:type_name -> sharelog.v1.OffsetSpec
-	22, // 12: sharelog.v1.PurgeRequest.topics:type_name -> sharelog.v1.PurgeTopic
-	23, // 13: sharelog.v1.PurgeTopic.partitions:type_name -> sharelog.v1.PurgePartition
-	25, // 14: sharelog.v1.PurgeResponse.topics:type_name -> sharelog.v1.PurgeTopicResult
-	26, // 15: sharelog.v1.PurgeTopicResult.partitions:type_name -> sharelog.v1.PurgePartitionResult
-	33, // 16: sharelog.v1.PurgePartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
-	29, // 17: sharelog.v1.DescribeClusterResponse.instances:type_name -> sharelog.v1.ClusterInstance
-	30, // 18: sharelog.v1.DescribeClusterResponse.partitions:type_name -> sharelog.v1.PartitionOwner
-	31, // 19: sharelog.v1.DescribeClusterResponse.groups:type_name -> sharelog.v1.GroupCoordinator
-	4,  // 20: sharelog.v1.LogService.CreateTopic:input_type -> sharelog.v1.CreateTopicRequest
-	5,  // 21: sharelog.v1.LogService.DeleteTopic:input_type -> sharelog.v1.DeleteTopicRequest
-	7,  // 22: sharelog.v1.LogService.CreatePartitions:input_type -> sharelog.v1.CreatePartitionsRequest
-	9,  // 23: sharelog.v1.LogService.ListTopics:input_type -> sharelog.v1.ListTopicsRequest
-	11, // 24: sharelog.v1.LogService.DescribeTopic:input_type -> sharelog.v1.DescribeTopicRequest
-	12, // 25: sharelog.v1.LogService.Produce:input_type -> sharelog.v1.ProduceRequest
-	15, // 26: sharelog.v1.LogService.InitProducer:input_type -> sharelog.v1.InitProducerRequest
-	17, // 27: sharelog.v1.LogService.Fetch:input_type -> sharelog.v1.FetchRequest
-	19, // 28: sharelog.v1.LogService.ListOffsets:input_type -> sharelog.v1.ListOffsetsRequest
-	21, // 29: sharelog.v1.LogService.Purge:input_type -> sharelog.v1.PurgeRequest
-	27, // 30: sharelog.v1.LogService.DescribeCluster:input_type -> sharelog.v1.DescribeClusterRequest
-	2,  // 31: sharelog.v1.LogService.CreateTopic:output_type -> sharelog.v1.Topic
-	6,  // 32: sharelog.v1.LogService.DeleteTopic:output_type -> sharelog.v1.DeleteTopicResponse
-	8,  // 33: sharelog.v1.LogService.CreatePartitions:output_type -> sharelog.v1.CreatePartitionsResponse
-	10, // 34: sharelog.v1.LogService.ListTopics:output_type -> sharelog.v1.ListTopicsResponse
-	2,  // 35: sharelog.v1.LogService.DescribeTopic:output_type -> sharelog.v1.Topic
-	13, // 36: sharelog.v1.LogService.Produce:output_type -> sharelog.v1.ProduceResponse
-	16, // 37: sharelog.v1.LogService.InitProducer:output_type -> sharelog.v1.InitProducerResponse
-	18, // 38: sharelog.v1.LogService.Fetch:output_type -> sharelog.v1.FetchResponse
-	20, // 39: sharelog.v1.LogService.ListOffsets:output_type -> sharelog.v1.ListOffsetsResponse
-	24, // 40: sharelog.v1.LogService.Purge:output_type -> sharelog.v1.PurgeResponse
-	28, // 41: sharelog.v1.LogService.DescribeCluster:output_type -> sharelog.v1.DescribeClusterResponse
-	31, // [31:42] is the sub-list for method output_type
-	20, // [20:31] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	35, // 10: sharelog.v1.FetchRequest.isolation_level:type_name -> sharelog.v1.IsolationLevel
+	34, // 11: sharelog.v1.FetchResponse.records:type_name -> sharelog.v1.Record
+	0,  // 12: sharelog.v1.ListOffsetsRequest.spec:type_name -> sharelog.v1.OffsetSpec
+	22, // 13: sharelog.v1.PurgeRequest.topics:type_name -> sharelog.v1.PurgeTopic
+	23, // 14: sharelog.v1.PurgeTopic.partitions:type_name -> sharelog.v1.PurgePartition
+	25, // 15: sharelog.v1.PurgeResponse.topics:type_name -> sharelog.v1.PurgeTopicResult
+	26, // 16: sharelog.v1.PurgeTopicResult.partitions:type_name -> sharelog.v1.PurgePartitionResult
+	33, // 17: sharelog.v1.PurgePartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
+	29, // 18: sharelog.v1.DescribeClusterResponse.instances:type_name -> sharelog.v1.ClusterInstance
+	30, // 19: sharelog.v1.DescribeClusterResponse.partitions:type_name -> sharelog.v1.PartitionOwner
+	31, // 20: sharelog.v1.DescribeClusterResponse.groups:type_name -> sharelog.v1.GroupCoordinator
+	4,  // 21: sharelog.v1.LogService.CreateTopic:input_type -> sharelog.v1.CreateTopicRequest
+	5,  // 22: sharelog.v1.LogService.DeleteTopic:input_type -> sharelog.v1.DeleteTopicRequest
+	7,  // 23: sharelog.v1.LogService.CreatePartitions:input_type -> sharelog.v1.CreatePartitionsRequest
+	9,  // 24: sharelog.v1.LogService.ListTopics:input_type -> sharelog.v1.ListTopicsRequest
+	11, // 25: sharelog.v1.LogService.DescribeTopic:input_type -> sharelog.v1.DescribeTopicRequest
+	12, // 26: sharelog.v1.LogService.Produce:input_type -> sharelog.v1.ProduceRequest
+	15, // 27: sharelog.v1.LogService.InitProducer:input_type -> sharelog.v1.InitProducerRequest
+	17, // 28: sharelog.v1.LogService.Fetch:input_type -> sharelog.v1.FetchRequest
+	19, // 29: sharelog.v1.LogService.ListOffsets:input_type -> sharelog.v1.ListOffsetsRequest
+	21, // 30: sharelog.v1.LogService.Purge:input_type -> sharelog.v1.PurgeRequest
+	27, // 31: sharelog.v1.LogService.DescribeCluster:input_type -> sharelog.v1.DescribeClusterRequest
+	2,  // 32: sharelog.v1.LogService.CreateTopic:output_type -> sharelog.v1.Topic
+	6,  // 33: sharelog.v1.LogService.DeleteTopic:output_type -> sharelog.v1.DeleteTopicResponse
+	8,  // 34: sharelog.v1.LogService.CreatePartitions:output_type -> sharelog.v1.CreatePartitionsResponse
+	10, // 35: sharelog.v1.LogService.ListTopics:output_type -> sharelog.v1.ListTopicsResponse
+	2,  // 36: sharelog.v1.LogService.DescribeTopic:output_type -> sharelog.v1.Topic
+	13, // 37: sharelog.v1.LogService.Produce:output_type -> sharelog.v1.ProduceResponse
+	16, // 38: sharelog.v1.LogService.InitProducer:output_type -> sharelog.v1.InitProducerResponse
+	18, // 39: sharelog.v1.LogService.Fetch:output_type -> sharelog.v1.FetchResponse
+	20, // 40: sharelog.v1.LogService.ListOffsets:output_type -> sharelog.v1.ListOffsetsResponse
+	24, // 41: sharelog.v1.LogService.Purge:output_type -> sharelog.v1.PurgeResponse
+	28, // 42: sharelog.v1.LogService.DescribeCluster:output_type -> sharelog.v1.DescribeClusterResponse
+	32, // [32:43] is the sub-list for method output_type
+	21, // [21:32] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_sharelog_v1_log_proto_init() }
@@ -2349,6 +2381,7 @@ func file_sharelog_v1_log_proto_init() {
 	file_sharelog_v1_common_proto_init()
 	file_sharelog_v1_log_proto_msgTypes[0].OneofWrappers = []any{}
 	file_sharelog_v1_log_proto_msgTypes[11].OneofWrappers = []any{}
+	file_sharelog_v1_log_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -143,60 +143,6 @@ func (AcknowledgeType) EnumDescriptor() ([]byte, []int) {
 	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{1}
 }
 
-// Which records of transactional producers a reader sees (docs/kafka.md
-// "Transactions").
-type IsolationLevel int32
-
-const (
-	// Read uncommitted (the default, as Kafka's).
-	IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED IsolationLevel = 0
-	// Every record, committed, open or aborted; what responses say when none was set.
-	IsolationLevel_ISOLATION_LEVEL_READ_UNCOMMITTED IsolationLevel = 1
-	// Committed records only, up to the last stable offset.
-	IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED IsolationLevel = 2
-)
-
-// Enum value maps for IsolationLevel.
-var (
-	IsolationLevel_name = map[int32]string{
-		0: "ISOLATION_LEVEL_UNSPECIFIED",
-		1: "ISOLATION_LEVEL_READ_UNCOMMITTED",
-		2: "ISOLATION_LEVEL_READ_COMMITTED",
-	}
-	IsolationLevel_value = map[string]int32{
-		"ISOLATION_LEVEL_UNSPECIFIED":      0,
-		"ISOLATION_LEVEL_READ_UNCOMMITTED": 1,
-		"ISOLATION_LEVEL_READ_COMMITTED":   2,
-	}
-)
-
-func (x IsolationLevel) Enum() *IsolationLevel {
-	p := new(IsolationLevel)
-	*p = x
-	return p
-}
-
-func (x IsolationLevel) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (IsolationLevel) Descriptor() protoreflect.EnumDescriptor {
-	return file_sharelog_v1_share_group_proto_enumTypes[2].Descriptor()
-}
-
-func (IsolationLevel) Type() protoreflect.EnumType {
-	return &file_sharelog_v1_share_group_proto_enumTypes[2]
-}
-
-func (x IsolationLevel) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Use IsolationLevel.Descriptor instead.
-func (IsolationLevel) EnumDescriptor() ([]byte, []int) {
-	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{2}
-}
-
 // A share group's delivery order (docs/queues.md).
 type Ordering int32
 
@@ -234,11 +180,11 @@ func (x Ordering) String() string {
 }
 
 func (Ordering) Descriptor() protoreflect.EnumDescriptor {
-	return file_sharelog_v1_share_group_proto_enumTypes[3].Descriptor()
+	return file_sharelog_v1_share_group_proto_enumTypes[2].Descriptor()
 }
 
 func (Ordering) Type() protoreflect.EnumType {
-	return &file_sharelog_v1_share_group_proto_enumTypes[3]
+	return &file_sharelog_v1_share_group_proto_enumTypes[2]
 }
 
 func (x Ordering) Number() protoreflect.EnumNumber {
@@ -247,7 +193,7 @@ func (x Ordering) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Ordering.Descriptor instead.
 func (Ordering) EnumDescriptor() ([]byte, []int) {
-	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{3}
+	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{2}
 }
 
 // State of a record range in a share-partition.
@@ -293,11 +239,11 @@ func (x InFlightState) String() string {
 }
 
 func (InFlightState) Descriptor() protoreflect.EnumDescriptor {
-	return file_sharelog_v1_share_group_proto_enumTypes[4].Descriptor()
+	return file_sharelog_v1_share_group_proto_enumTypes[3].Descriptor()
 }
 
 func (InFlightState) Type() protoreflect.EnumType {
-	return &file_sharelog_v1_share_group_proto_enumTypes[4]
+	return &file_sharelog_v1_share_group_proto_enumTypes[3]
 }
 
 func (x InFlightState) Number() protoreflect.EnumNumber {
@@ -306,7 +252,7 @@ func (x InFlightState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InFlightState.Descriptor instead.
 func (InFlightState) EnumDescriptor() ([]byte, []int) {
-	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{4}
+	return file_sharelog_v1_share_group_proto_rawDescGZIP(), []int{3}
 }
 
 // Share-group configuration. In UpdateShareGroupConfig unset fields keep their
@@ -3550,11 +3496,7 @@ const file_sharelog_v1_share_group_proto_rawDesc = "" +
 	"\x18ACKNOWLEDGE_TYPE_RELEASE\x10\x02\x12\x1b\n" +
 	"\x17ACKNOWLEDGE_TYPE_REJECT\x10\x03\x12\x18\n" +
 	"\x14ACKNOWLEDGE_TYPE_GAP\x10\x04\x12\x1a\n" +
-	"\x16ACKNOWLEDGE_TYPE_RENEW\x10\x05*{\n" +
-	"\x0eIsolationLevel\x12\x1f\n" +
-	"\x1bISOLATION_LEVEL_UNSPECIFIED\x10\x00\x12$\n" +
-	" ISOLATION_LEVEL_READ_UNCOMMITTED\x10\x01\x12\"\n" +
-	"\x1eISOLATION_LEVEL_READ_COMMITTED\x10\x02*I\n" +
+	"\x16ACKNOWLEDGE_TYPE_RENEW\x10\x05*I\n" +
 	"\bOrdering\x12\x18\n" +
 	"\x14ORDERING_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rORDERING_NONE\x10\x01\x12\x10\n" +
@@ -3594,135 +3536,135 @@ func file_sharelog_v1_share_group_proto_rawDescGZIP() []byte {
 	return file_sharelog_v1_share_group_proto_rawDescData
 }
 
-var file_sharelog_v1_share_group_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_sharelog_v1_share_group_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_sharelog_v1_share_group_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_sharelog_v1_share_group_proto_goTypes = []any{
 	(ShareGroupState)(0),                          // 0: sharelog.v1.ShareGroupState
 	(AcknowledgeType)(0),                          // 1: sharelog.v1.AcknowledgeType
-	(IsolationLevel)(0),                           // 2: sharelog.v1.IsolationLevel
-	(Ordering)(0),                                 // 3: sharelog.v1.Ordering
-	(InFlightState)(0),                            // 4: sharelog.v1.InFlightState
-	(*ShareGroupConfig)(nil),                      // 5: sharelog.v1.ShareGroupConfig
-	(*TopicPartitions)(nil),                       // 6: sharelog.v1.TopicPartitions
-	(*Assignment)(nil),                            // 7: sharelog.v1.Assignment
-	(*ShareGroupHeartbeatRequest)(nil),            // 8: sharelog.v1.ShareGroupHeartbeatRequest
-	(*ShareGroupHeartbeatResponse)(nil),           // 9: sharelog.v1.ShareGroupHeartbeatResponse
-	(*AcknowledgementBatch)(nil),                  // 10: sharelog.v1.AcknowledgementBatch
-	(*ShareFetchRequest)(nil),                     // 11: sharelog.v1.ShareFetchRequest
-	(*ShareFetchTopic)(nil),                       // 12: sharelog.v1.ShareFetchTopic
-	(*ShareFetchPartition)(nil),                   // 13: sharelog.v1.ShareFetchPartition
-	(*ShareFetchResponse)(nil),                    // 14: sharelog.v1.ShareFetchResponse
-	(*ShareFetchTopicResponse)(nil),               // 15: sharelog.v1.ShareFetchTopicResponse
-	(*ShareFetchPartitionResponse)(nil),           // 16: sharelog.v1.ShareFetchPartitionResponse
-	(*AcquiredRecords)(nil),                       // 17: sharelog.v1.AcquiredRecords
-	(*ShareAcknowledgeRequest)(nil),               // 18: sharelog.v1.ShareAcknowledgeRequest
-	(*ShareAcknowledgeResponse)(nil),              // 19: sharelog.v1.ShareAcknowledgeResponse
-	(*ShareAcknowledgeTopicResponse)(nil),         // 20: sharelog.v1.ShareAcknowledgeTopicResponse
-	(*ShareAcknowledgePartitionResponse)(nil),     // 21: sharelog.v1.ShareAcknowledgePartitionResponse
-	(*ListShareGroupsRequest)(nil),                // 22: sharelog.v1.ListShareGroupsRequest
-	(*ListShareGroupsResponse)(nil),               // 23: sharelog.v1.ListShareGroupsResponse
-	(*ShareGroupListing)(nil),                     // 24: sharelog.v1.ShareGroupListing
-	(*DescribeShareGroupRequest)(nil),             // 25: sharelog.v1.DescribeShareGroupRequest
-	(*DescribeShareGroupResponse)(nil),            // 26: sharelog.v1.DescribeShareGroupResponse
-	(*ShareGroupMember)(nil),                      // 27: sharelog.v1.ShareGroupMember
-	(*DescribeShareGroupOffsetsRequest)(nil),      // 28: sharelog.v1.DescribeShareGroupOffsetsRequest
-	(*DescribeShareGroupOffsetsResponse)(nil),     // 29: sharelog.v1.DescribeShareGroupOffsetsResponse
-	(*ShareGroupOffsetsTopic)(nil),                // 30: sharelog.v1.ShareGroupOffsetsTopic
-	(*ShareGroupOffsetsPartition)(nil),            // 31: sharelog.v1.ShareGroupOffsetsPartition
-	(*AlterShareGroupOffsetsRequest)(nil),         // 32: sharelog.v1.AlterShareGroupOffsetsRequest
-	(*AlterShareGroupOffsetsTopic)(nil),           // 33: sharelog.v1.AlterShareGroupOffsetsTopic
-	(*AlterShareGroupOffsetsPartition)(nil),       // 34: sharelog.v1.AlterShareGroupOffsetsPartition
-	(*AlterShareGroupOffsetsResponse)(nil),        // 35: sharelog.v1.AlterShareGroupOffsetsResponse
-	(*AlterShareGroupOffsetsTopicResult)(nil),     // 36: sharelog.v1.AlterShareGroupOffsetsTopicResult
-	(*AlterShareGroupOffsetsPartitionResult)(nil), // 37: sharelog.v1.AlterShareGroupOffsetsPartitionResult
-	(*DeleteShareGroupOffsetsRequest)(nil),        // 38: sharelog.v1.DeleteShareGroupOffsetsRequest
-	(*DeleteShareGroupOffsetsResponse)(nil),       // 39: sharelog.v1.DeleteShareGroupOffsetsResponse
-	(*DeleteShareGroupOffsetsTopicResult)(nil),    // 40: sharelog.v1.DeleteShareGroupOffsetsTopicResult
-	(*DeleteShareGroupRequest)(nil),               // 41: sharelog.v1.DeleteShareGroupRequest
-	(*DeleteShareGroupResponse)(nil),              // 42: sharelog.v1.DeleteShareGroupResponse
-	(*GetShareGroupConfigRequest)(nil),            // 43: sharelog.v1.GetShareGroupConfigRequest
-	(*GetShareGroupConfigResponse)(nil),           // 44: sharelog.v1.GetShareGroupConfigResponse
-	(*UpdateShareGroupConfigRequest)(nil),         // 45: sharelog.v1.UpdateShareGroupConfigRequest
-	(*UpdateShareGroupConfigResponse)(nil),        // 46: sharelog.v1.UpdateShareGroupConfigResponse
-	(*DescribeSharePartitionStateRequest)(nil),    // 47: sharelog.v1.DescribeSharePartitionStateRequest
-	(*DescribeSharePartitionStateResponse)(nil),   // 48: sharelog.v1.DescribeSharePartitionStateResponse
-	(*SharePartitionStateTopic)(nil),              // 49: sharelog.v1.SharePartitionStateTopic
-	(*SharePartitionState)(nil),                   // 50: sharelog.v1.SharePartitionState
-	(*InFlightRange)(nil),                         // 51: sharelog.v1.InFlightRange
+	(Ordering)(0),                                 // 2: sharelog.v1.Ordering
+	(InFlightState)(0),                            // 3: sharelog.v1.InFlightState
+	(*ShareGroupConfig)(nil),                      // 4: sharelog.v1.ShareGroupConfig
+	(*TopicPartitions)(nil),                       // 5: sharelog.v1.TopicPartitions
+	(*Assignment)(nil),                            // 6: sharelog.v1.Assignment
+	(*ShareGroupHeartbeatRequest)(nil),            // 7: sharelog.v1.ShareGroupHeartbeatRequest
+	(*ShareGroupHeartbeatResponse)(nil),           // 8: sharelog.v1.ShareGroupHeartbeatResponse
+	(*AcknowledgementBatch)(nil),                  // 9: sharelog.v1.AcknowledgementBatch
+	(*ShareFetchRequest)(nil),                     // 10: sharelog.v1.ShareFetchRequest
+	(*ShareFetchTopic)(nil),                       // 11: sharelog.v1.ShareFetchTopic
+	(*ShareFetchPartition)(nil),                   // 12: sharelog.v1.ShareFetchPartition
+	(*ShareFetchResponse)(nil),                    // 13: sharelog.v1.ShareFetchResponse
+	(*ShareFetchTopicResponse)(nil),               // 14: sharelog.v1.ShareFetchTopicResponse
+	(*ShareFetchPartitionResponse)(nil),           // 15: sharelog.v1.ShareFetchPartitionResponse
+	(*AcquiredRecords)(nil),                       // 16: sharelog.v1.AcquiredRecords
+	(*ShareAcknowledgeRequest)(nil),               // 17: sharelog.v1.ShareAcknowledgeRequest
+	(*ShareAcknowledgeResponse)(nil),              // 18: sharelog.v1.ShareAcknowledgeResponse
+	(*ShareAcknowledgeTopicResponse)(nil),         // 19: sharelog.v1.ShareAcknowledgeTopicResponse
+	(*ShareAcknowledgePartitionResponse)(nil),     // 20: sharelog.v1.ShareAcknowledgePartitionResponse
+	(*ListShareGroupsRequest)(nil),                // 21: sharelog.v1.ListShareGroupsRequest
+	(*ListShareGroupsResponse)(nil),               // 22: sharelog.v1.ListShareGroupsResponse
+	(*ShareGroupListing)(nil),                     // 23: sharelog.v1.ShareGroupListing
+	(*DescribeShareGroupRequest)(nil),             // 24: sharelog.v1.DescribeShareGroupRequest
+	(*DescribeShareGroupResponse)(nil),            // 25: sharelog.v1.DescribeShareGroupResponse
+	(*ShareGroupMember)(nil),                      // 26: sharelog.v1.ShareGroupMember
+	(*DescribeShareGroupOffsetsRequest)(nil),      // 27: sharelog.v1.DescribeShareGroupOffsetsRequest
+	(*DescribeShareGroupOffsetsResponse)(nil),     // 28: sharelog.v1.DescribeShareGroupOffsetsResponse
+	(*ShareGroupOffsetsTopic)(nil),                // 29: sharelog.v1.ShareGroupOffsetsTopic
+	(*ShareGroupOffsetsPartition)(nil),            // 30: sharelog.v1.ShareGroupOffsetsPartition
+	(*AlterShareGroupOffsetsRequest)(nil),         // 31: sharelog.v1.AlterShareGroupOffsetsRequest
+	(*AlterShareGroupOffsetsTopic)(nil),           // 32: sharelog.v1.AlterShareGroupOffsetsTopic
+	(*AlterShareGroupOffsetsPartition)(nil),       // 33: sharelog.v1.AlterShareGroupOffsetsPartition
+	(*AlterShareGroupOffsetsResponse)(nil),        // 34: sharelog.v1.AlterShareGroupOffsetsResponse
+	(*AlterShareGroupOffsetsTopicResult)(nil),     // 35: sharelog.v1.AlterShareGroupOffsetsTopicResult
+	(*AlterShareGroupOffsetsPartitionResult)(nil), // 36: sharelog.v1.AlterShareGroupOffsetsPartitionResult
+	(*DeleteShareGroupOffsetsRequest)(nil),        // 37: sharelog.v1.DeleteShareGroupOffsetsRequest
+	(*DeleteShareGroupOffsetsResponse)(nil),       // 38: sharelog.v1.DeleteShareGroupOffsetsResponse
+	(*DeleteShareGroupOffsetsTopicResult)(nil),    // 39: sharelog.v1.DeleteShareGroupOffsetsTopicResult
+	(*DeleteShareGroupRequest)(nil),               // 40: sharelog.v1.DeleteShareGroupRequest
+	(*DeleteShareGroupResponse)(nil),              // 41: sharelog.v1.DeleteShareGroupResponse
+	(*GetShareGroupConfigRequest)(nil),            // 42: sharelog.v1.GetShareGroupConfigRequest
+	(*GetShareGroupConfigResponse)(nil),           // 43: sharelog.v1.GetShareGroupConfigResponse
+	(*UpdateShareGroupConfigRequest)(nil),         // 44: sharelog.v1.UpdateShareGroupConfigRequest
+	(*UpdateShareGroupConfigResponse)(nil),        // 45: sharelog.v1.UpdateShareGroupConfigResponse
+	(*DescribeSharePartitionStateRequest)(nil),    // 46: sharelog.v1.DescribeSharePartitionStateRequest
+	(*DescribeSharePartitionStateResponse)(nil),   // 47: sharelog.v1.DescribeSharePartitionStateResponse
+	(*SharePartitionStateTopic)(nil),              // 48: sharelog.v1.SharePartitionStateTopic
+	(*SharePartitionState)(nil),                   // 49: sharelog.v1.SharePartitionState
+	(*InFlightRange)(nil),                         // 50: sharelog.v1.InFlightRange
+	(IsolationLevel)(0),                           // 51: sharelog.v1.IsolationLevel
 	(ErrorCode)(0),                                // 52: sharelog.v1.ErrorCode
 	(*Record)(nil),                                // 53: sharelog.v1.Record
 }
 var file_sharelog_v1_share_group_proto_depIdxs = []int32{
-	3,  // 0: sharelog.v1.ShareGroupConfig.ordering:type_name -> sharelog.v1.Ordering
-	2,  // 1: sharelog.v1.ShareGroupConfig.isolation_level:type_name -> sharelog.v1.IsolationLevel
-	6,  // 2: sharelog.v1.Assignment.topic_partitions:type_name -> sharelog.v1.TopicPartitions
-	7,  // 3: sharelog.v1.ShareGroupHeartbeatResponse.assignment:type_name -> sharelog.v1.Assignment
+	2,  // 0: sharelog.v1.ShareGroupConfig.ordering:type_name -> sharelog.v1.Ordering
+	51, // 1: sharelog.v1.ShareGroupConfig.isolation_level:type_name -> sharelog.v1.IsolationLevel
+	5,  // 2: sharelog.v1.Assignment.topic_partitions:type_name -> sharelog.v1.TopicPartitions
+	6,  // 3: sharelog.v1.ShareGroupHeartbeatResponse.assignment:type_name -> sharelog.v1.Assignment
 	1,  // 4: sharelog.v1.AcknowledgementBatch.acknowledge_types:type_name -> sharelog.v1.AcknowledgeType
-	12, // 5: sharelog.v1.ShareFetchRequest.topics:type_name -> sharelog.v1.ShareFetchTopic
-	6,  // 6: sharelog.v1.ShareFetchRequest.forgotten_topics_data:type_name -> sharelog.v1.TopicPartitions
-	13, // 7: sharelog.v1.ShareFetchTopic.partitions:type_name -> sharelog.v1.ShareFetchPartition
-	10, // 8: sharelog.v1.ShareFetchPartition.acknowledgement_batches:type_name -> sharelog.v1.AcknowledgementBatch
-	15, // 9: sharelog.v1.ShareFetchResponse.responses:type_name -> sharelog.v1.ShareFetchTopicResponse
-	16, // 10: sharelog.v1.ShareFetchTopicResponse.partitions:type_name -> sharelog.v1.ShareFetchPartitionResponse
+	11, // 5: sharelog.v1.ShareFetchRequest.topics:type_name -> sharelog.v1.ShareFetchTopic
+	5,  // 6: sharelog.v1.ShareFetchRequest.forgotten_topics_data:type_name -> sharelog.v1.TopicPartitions
+	12, // 7: sharelog.v1.ShareFetchTopic.partitions:type_name -> sharelog.v1.ShareFetchPartition
+	9,  // 8: sharelog.v1.ShareFetchPartition.acknowledgement_batches:type_name -> sharelog.v1.AcknowledgementBatch
+	14, // 9: sharelog.v1.ShareFetchResponse.responses:type_name -> sharelog.v1.ShareFetchTopicResponse
+	15, // 10: sharelog.v1.ShareFetchTopicResponse.partitions:type_name -> sharelog.v1.ShareFetchPartitionResponse
 	52, // 11: sharelog.v1.ShareFetchPartitionResponse.error_code:type_name -> sharelog.v1.ErrorCode
 	52, // 12: sharelog.v1.ShareFetchPartitionResponse.acknowledge_error_code:type_name -> sharelog.v1.ErrorCode
 	53, // 13: sharelog.v1.ShareFetchPartitionResponse.records:type_name -> sharelog.v1.Record
-	17, // 14: sharelog.v1.ShareFetchPartitionResponse.acquired_records:type_name -> sharelog.v1.AcquiredRecords
-	12, // 15: sharelog.v1.ShareAcknowledgeRequest.topics:type_name -> sharelog.v1.ShareFetchTopic
-	20, // 16: sharelog.v1.ShareAcknowledgeResponse.responses:type_name -> sharelog.v1.ShareAcknowledgeTopicResponse
-	21, // 17: sharelog.v1.ShareAcknowledgeTopicResponse.partitions:type_name -> sharelog.v1.ShareAcknowledgePartitionResponse
+	16, // 14: sharelog.v1.ShareFetchPartitionResponse.acquired_records:type_name -> sharelog.v1.AcquiredRecords
+	11, // 15: sharelog.v1.ShareAcknowledgeRequest.topics:type_name -> sharelog.v1.ShareFetchTopic
+	19, // 16: sharelog.v1.ShareAcknowledgeResponse.responses:type_name -> sharelog.v1.ShareAcknowledgeTopicResponse
+	20, // 17: sharelog.v1.ShareAcknowledgeTopicResponse.partitions:type_name -> sharelog.v1.ShareAcknowledgePartitionResponse
 	52, // 18: sharelog.v1.ShareAcknowledgePartitionResponse.error_code:type_name -> sharelog.v1.ErrorCode
 	0,  // 19: sharelog.v1.ListShareGroupsRequest.state_filter:type_name -> sharelog.v1.ShareGroupState
-	24, // 20: sharelog.v1.ListShareGroupsResponse.groups:type_name -> sharelog.v1.ShareGroupListing
+	23, // 20: sharelog.v1.ListShareGroupsResponse.groups:type_name -> sharelog.v1.ShareGroupListing
 	0,  // 21: sharelog.v1.ShareGroupListing.state:type_name -> sharelog.v1.ShareGroupState
 	0,  // 22: sharelog.v1.DescribeShareGroupResponse.state:type_name -> sharelog.v1.ShareGroupState
-	5,  // 23: sharelog.v1.DescribeShareGroupResponse.config:type_name -> sharelog.v1.ShareGroupConfig
-	27, // 24: sharelog.v1.DescribeShareGroupResponse.members:type_name -> sharelog.v1.ShareGroupMember
-	7,  // 25: sharelog.v1.ShareGroupMember.assignment:type_name -> sharelog.v1.Assignment
-	6,  // 26: sharelog.v1.DescribeShareGroupOffsetsRequest.topics:type_name -> sharelog.v1.TopicPartitions
-	30, // 27: sharelog.v1.DescribeShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.ShareGroupOffsetsTopic
-	31, // 28: sharelog.v1.ShareGroupOffsetsTopic.partitions:type_name -> sharelog.v1.ShareGroupOffsetsPartition
+	4,  // 23: sharelog.v1.DescribeShareGroupResponse.config:type_name -> sharelog.v1.ShareGroupConfig
+	26, // 24: sharelog.v1.DescribeShareGroupResponse.members:type_name -> sharelog.v1.ShareGroupMember
+	6,  // 25: sharelog.v1.ShareGroupMember.assignment:type_name -> sharelog.v1.Assignment
+	5,  // 26: sharelog.v1.DescribeShareGroupOffsetsRequest.topics:type_name -> sharelog.v1.TopicPartitions
+	29, // 27: sharelog.v1.DescribeShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.ShareGroupOffsetsTopic
+	30, // 28: sharelog.v1.ShareGroupOffsetsTopic.partitions:type_name -> sharelog.v1.ShareGroupOffsetsPartition
 	52, // 29: sharelog.v1.ShareGroupOffsetsPartition.error_code:type_name -> sharelog.v1.ErrorCode
-	33, // 30: sharelog.v1.AlterShareGroupOffsetsRequest.topics:type_name -> sharelog.v1.AlterShareGroupOffsetsTopic
-	34, // 31: sharelog.v1.AlterShareGroupOffsetsTopic.partitions:type_name -> sharelog.v1.AlterShareGroupOffsetsPartition
-	36, // 32: sharelog.v1.AlterShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.AlterShareGroupOffsetsTopicResult
-	37, // 33: sharelog.v1.AlterShareGroupOffsetsTopicResult.partitions:type_name -> sharelog.v1.AlterShareGroupOffsetsPartitionResult
+	32, // 30: sharelog.v1.AlterShareGroupOffsetsRequest.topics:type_name -> sharelog.v1.AlterShareGroupOffsetsTopic
+	33, // 31: sharelog.v1.AlterShareGroupOffsetsTopic.partitions:type_name -> sharelog.v1.AlterShareGroupOffsetsPartition
+	35, // 32: sharelog.v1.AlterShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.AlterShareGroupOffsetsTopicResult
+	36, // 33: sharelog.v1.AlterShareGroupOffsetsTopicResult.partitions:type_name -> sharelog.v1.AlterShareGroupOffsetsPartitionResult
 	52, // 34: sharelog.v1.AlterShareGroupOffsetsPartitionResult.error_code:type_name -> sharelog.v1.ErrorCode
-	40, // 35: sharelog.v1.DeleteShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.DeleteShareGroupOffsetsTopicResult
+	39, // 35: sharelog.v1.DeleteShareGroupOffsetsResponse.topics:type_name -> sharelog.v1.DeleteShareGroupOffsetsTopicResult
 	52, // 36: sharelog.v1.DeleteShareGroupOffsetsTopicResult.error_code:type_name -> sharelog.v1.ErrorCode
-	5,  // 37: sharelog.v1.GetShareGroupConfigResponse.config:type_name -> sharelog.v1.ShareGroupConfig
-	5,  // 38: sharelog.v1.UpdateShareGroupConfigRequest.config:type_name -> sharelog.v1.ShareGroupConfig
-	5,  // 39: sharelog.v1.UpdateShareGroupConfigResponse.config:type_name -> sharelog.v1.ShareGroupConfig
-	6,  // 40: sharelog.v1.DescribeSharePartitionStateRequest.topics:type_name -> sharelog.v1.TopicPartitions
-	49, // 41: sharelog.v1.DescribeSharePartitionStateResponse.topics:type_name -> sharelog.v1.SharePartitionStateTopic
-	50, // 42: sharelog.v1.SharePartitionStateTopic.partitions:type_name -> sharelog.v1.SharePartitionState
-	51, // 43: sharelog.v1.SharePartitionState.ranges:type_name -> sharelog.v1.InFlightRange
+	4,  // 37: sharelog.v1.GetShareGroupConfigResponse.config:type_name -> sharelog.v1.ShareGroupConfig
+	4,  // 38: sharelog.v1.UpdateShareGroupConfigRequest.config:type_name -> sharelog.v1.ShareGroupConfig
+	4,  // 39: sharelog.v1.UpdateShareGroupConfigResponse.config:type_name -> sharelog.v1.ShareGroupConfig
+	5,  // 40: sharelog.v1.DescribeSharePartitionStateRequest.topics:type_name -> sharelog.v1.TopicPartitions
+	48, // 41: sharelog.v1.DescribeSharePartitionStateResponse.topics:type_name -> sharelog.v1.SharePartitionStateTopic
+	49, // 42: sharelog.v1.SharePartitionStateTopic.partitions:type_name -> sharelog.v1.SharePartitionState
+	50, // 43: sharelog.v1.SharePartitionState.ranges:type_name -> sharelog.v1.InFlightRange
 	52, // 44: sharelog.v1.SharePartitionState.error_code:type_name -> sharelog.v1.ErrorCode
-	4,  // 45: sharelog.v1.InFlightRange.state:type_name -> sharelog.v1.InFlightState
-	8,  // 46: sharelog.v1.ShareGroupService.ShareGroupHeartbeat:input_type -> sharelog.v1.ShareGroupHeartbeatRequest
-	11, // 47: sharelog.v1.ShareGroupService.ShareFetch:input_type -> sharelog.v1.ShareFetchRequest
-	18, // 48: sharelog.v1.ShareGroupService.ShareAcknowledge:input_type -> sharelog.v1.ShareAcknowledgeRequest
-	22, // 49: sharelog.v1.ShareGroupService.ListShareGroups:input_type -> sharelog.v1.ListShareGroupsRequest
-	25, // 50: sharelog.v1.ShareGroupService.DescribeShareGroup:input_type -> sharelog.v1.DescribeShareGroupRequest
-	28, // 51: sharelog.v1.ShareGroupService.DescribeShareGroupOffsets:input_type -> sharelog.v1.DescribeShareGroupOffsetsRequest
-	32, // 52: sharelog.v1.ShareGroupService.AlterShareGroupOffsets:input_type -> sharelog.v1.AlterShareGroupOffsetsRequest
-	38, // 53: sharelog.v1.ShareGroupService.DeleteShareGroupOffsets:input_type -> sharelog.v1.DeleteShareGroupOffsetsRequest
-	41, // 54: sharelog.v1.ShareGroupService.DeleteShareGroup:input_type -> sharelog.v1.DeleteShareGroupRequest
-	43, // 55: sharelog.v1.ShareGroupService.GetShareGroupConfig:input_type -> sharelog.v1.GetShareGroupConfigRequest
-	45, // 56: sharelog.v1.ShareGroupService.UpdateShareGroupConfig:input_type -> sharelog.v1.UpdateShareGroupConfigRequest
-	47, // 57: sharelog.v1.ShareGroupService.DescribeSharePartitionState:input_type -> sharelog.v1.DescribeSharePartitionStateRequest
-	9,  // 58: sharelog.v1.ShareGroupService.ShareGroupHeartbeat:output_type -> sharelog.v1.ShareGroupHeartbeatResponse
-	14, // 59: sharelog.v1.ShareGroupService.ShareFetch:output_type -> sharelog.v1.ShareFetchResponse
-	19, // 60: sharelog.v1.ShareGroupService.ShareAcknowledge:output_type -> sharelog.v1.ShareAcknowledgeResponse
-	23, // 61: sharelog.v1.ShareGroupService.ListShareGroups:output_type -> sharelog.v1.ListShareGroupsResponse
-	26, // 62: sharelog.v1.ShareGroupService.DescribeShareGroup:output_type -> sharelog.v1.DescribeShareGroupResponse
-	29, // 63: sharelog.v1.ShareGroupService.DescribeShareGroupOffsets:output_type -> sharelog.v1.DescribeShareGroupOffsetsResponse
-	35, // 64: sharelog.v1.ShareGroupService.AlterShareGroupOffsets:output_type -> sharelog.v1.AlterShareGroupOffsetsResponse
-	39, // 65: sharelog.v1.ShareGroupService.DeleteShareGroupOffsets:output_type -> sharelog.v1.DeleteShareGroupOffsetsResponse
-	42, // 66: sharelog.v1.ShareGroupService.DeleteShareGroup:output_type -> sharelog.v1.DeleteShareGroupResponse
-	44, // 67: sharelog.v1.ShareGroupService.GetShareGroupConfig:output_type -> sharelog.v1.GetShareGroupConfigResponse
-	46, // 68: sharelog.v1.ShareGroupService.UpdateShareGroupConfig:output_type -> sharelog.v1.UpdateShareGroupConfigResponse
-	48, // 69: sharelog.v1.ShareGroupService.DescribeSharePartitionState:output_type -> sharelog.v1.DescribeSharePartitionStateResponse
+	3,  // 45: sharelog.v1.InFlightRange.state:type_name -> sharelog.v1.InFlightState
+	7,  // 46: sharelog.v1.ShareGroupService.ShareGroupHeartbeat:input_type -> sharelog.v1.ShareGroupHeartbeatRequest
+	10, // 47: sharelog.v1.ShareGroupService.ShareFetch:input_type -> sharelog.v1.ShareFetchRequest
+	17, // 48: sharelog.v1.ShareGroupService.ShareAcknowledge:input_type -> sharelog.v1.ShareAcknowledgeRequest
+	21, // 49: sharelog.v1.ShareGroupService.ListShareGroups:input_type -> sharelog.v1.ListShareGroupsRequest
+	24, // 50: sharelog.v1.ShareGroupService.DescribeShareGroup:input_type -> sharelog.v1.DescribeShareGroupRequest
+	27, // 51: sharelog.v1.ShareGroupService.DescribeShareGroupOffsets:input_type -> sharelog.v1.DescribeShareGroupOffsetsRequest
+	31, // 52: sharelog.v1.ShareGroupService.AlterShareGroupOffsets:input_type -> sharelog.v1.AlterShareGroupOffsetsRequest
+	37, // 53: sharelog.v1.ShareGroupService.DeleteShareGroupOffsets:input_type -> sharelog.v1.DeleteShareGroupOffsetsRequest
+	40, // 54: sharelog.v1.ShareGroupService.DeleteShareGroup:input_type -> sharelog.v1.DeleteShareGroupRequest
+	42, // 55: sharelog.v1.ShareGroupService.GetShareGroupConfig:input_type -> sharelog.v1.GetShareGroupConfigRequest
+	44, // 56: sharelog.v1.ShareGroupService.UpdateShareGroupConfig:input_type -> sharelog.v1.UpdateShareGroupConfigRequest
+	46, // 57: sharelog.v1.ShareGroupService.DescribeSharePartitionState:input_type -> sharelog.v1.DescribeSharePartitionStateRequest
+	8,  // 58: sharelog.v1.ShareGroupService.ShareGroupHeartbeat:output_type -> sharelog.v1.ShareGroupHeartbeatResponse
+	13, // 59: sharelog.v1.ShareGroupService.ShareFetch:output_type -> sharelog.v1.ShareFetchResponse
+	18, // 60: sharelog.v1.ShareGroupService.ShareAcknowledge:output_type -> sharelog.v1.ShareAcknowledgeResponse
+	22, // 61: sharelog.v1.ShareGroupService.ListShareGroups:output_type -> sharelog.v1.ListShareGroupsResponse
+	25, // 62: sharelog.v1.ShareGroupService.DescribeShareGroup:output_type -> sharelog.v1.DescribeShareGroupResponse
+	28, // 63: sharelog.v1.ShareGroupService.DescribeShareGroupOffsets:output_type -> sharelog.v1.DescribeShareGroupOffsetsResponse
+	34, // 64: sharelog.v1.ShareGroupService.AlterShareGroupOffsets:output_type -> sharelog.v1.AlterShareGroupOffsetsResponse
+	38, // 65: sharelog.v1.ShareGroupService.DeleteShareGroupOffsets:output_type -> sharelog.v1.DeleteShareGroupOffsetsResponse
+	41, // 66: sharelog.v1.ShareGroupService.DeleteShareGroup:output_type -> sharelog.v1.DeleteShareGroupResponse
+	43, // 67: sharelog.v1.ShareGroupService.GetShareGroupConfig:output_type -> sharelog.v1.GetShareGroupConfigResponse
+	45, // 68: sharelog.v1.ShareGroupService.UpdateShareGroupConfig:output_type -> sharelog.v1.UpdateShareGroupConfigResponse
+	47, // 69: sharelog.v1.ShareGroupService.DescribeSharePartitionState:output_type -> sharelog.v1.DescribeSharePartitionStateResponse
 	58, // [58:70] is the sub-list for method output_type
 	46, // [46:58] is the sub-list for method input_type
 	46, // [46:46] is the sub-list for extension type_name
@@ -3745,7 +3687,7 @@ func file_sharelog_v1_share_group_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sharelog_v1_share_group_proto_rawDesc), len(file_sharelog_v1_share_group_proto_rawDesc)),
-			NumEnums:      5,
+			NumEnums:      4,
 			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -260,18 +260,27 @@ func (s *LogService) Fetch(ctx context.Context, req *sharelogv1.FetchRequest) (*
 	if err := s.guard.Require(ctx, authz.Read, authz.Topic, req.GetTopic()); err != nil {
 		return nil, err
 	}
+	committed, err := readCommitted(req.GetIsolationLevel())
+	if err != nil {
+		return nil, err
+	}
 	res, err := s.log.Fetch(ctx, broker.FetchRequest{
-		Topic:      req.GetTopic(),
-		Partition:  req.GetPartition(),
-		Offset:     req.GetOffset(),
-		MaxRecords: req.GetMaxRecords(),
-		MaxBytes:   req.GetMaxBytes(),
-		MaxWait:    time.Duration(req.GetMaxWaitMs()) * time.Millisecond,
+		Topic:         req.GetTopic(),
+		Partition:     req.GetPartition(),
+		Offset:        req.GetOffset(),
+		MaxRecords:    req.GetMaxRecords(),
+		MaxBytes:      req.GetMaxBytes(),
+		MaxWait:       time.Duration(req.GetMaxWaitMs()) * time.Millisecond,
+		ReadCommitted: committed,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &sharelogv1.FetchResponse{Records: recordsToProto(res.Records), HighWatermark: res.HighWatermark, LogStartOffset: res.LogStartOffset}, nil
+	out := &sharelogv1.FetchResponse{Records: recordsToProto(res.Records), HighWatermark: res.HighWatermark, LogStartOffset: res.LogStartOffset}
+	if committed {
+		out.LastStableOffset = &res.LastStableOffset
+	}
+	return out, nil
 }
 
 // ListOffsets needs DESCRIBE on the topic, as Kafka's ListOffsets.
@@ -332,4 +341,16 @@ func recordsToProto(recs []broker.Record) []*sharelogv1.Record {
 		out[i] = m
 	}
 	return out
+}
+
+// readCommitted reads a Fetch's isolation_level (docs/kafka.md
+// "Transactions").
+func readCommitted(l sharelogv1.IsolationLevel) (bool, error) {
+	switch l {
+	case sharelogv1.IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED, sharelogv1.IsolationLevel_ISOLATION_LEVEL_READ_UNCOMMITTED:
+		return false, nil
+	case sharelogv1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED:
+		return true, nil
+	}
+	return false, apierr.Invalid("isolation_level must be ISOLATION_LEVEL_READ_UNCOMMITTED or ISOLATION_LEVEL_READ_COMMITTED, got %v", l)
 }

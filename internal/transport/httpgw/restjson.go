@@ -302,7 +302,7 @@ func fetchResponseSize(resp *sharelogv1.FetchResponse) (int, bool) {
 		return 0, false
 	}
 	const intMax = 22 // a quoted int64
-	n := len(`{"records":[],"highWatermark":,"logStartOffset":}`) + 2*intMax
+	n := len(`{"records":[],"highWatermark":,"logStartOffset":,"lastStableOffset":}`) + 3*intMax
 	for _, r := range resp.GetRecords() {
 		n += len(`{"offset":,"timestamp":,"headers":[]},`) + 2*intMax
 		if r.Key != nil {
@@ -373,6 +373,10 @@ func appendFetchResponse(b []byte, resp *sharelogv1.FetchResponse) []byte {
 	b = strconv.AppendInt(b, resp.GetHighWatermark(), 10)
 	b = append(b, `","logStartOffset":"`...)
 	b = strconv.AppendInt(b, resp.GetLogStartOffset(), 10)
+	if resp.LastStableOffset != nil {
+		b = append(b, `","lastStableOffset":"`...)
+		b = strconv.AppendInt(b, resp.GetLastStableOffset(), 10)
+	}
 	return append(b, `"}`...)
 }
 

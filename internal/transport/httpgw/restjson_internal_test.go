@@ -229,6 +229,8 @@ func TestFastJSONFetchResponseMatchesProtojson(t *testing.T) {
 		{Records: []*sharelogv1.Record{}},
 		{Records: []*sharelogv1.Record{{}}, HighWatermark: 1},
 		{Records: []*sharelogv1.Record{{Key: []byte{}, Value: []byte{}}}},
+		{Records: []*sharelogv1.Record{{Value: []byte("c")}}, HighWatermark: 12, LastStableOffset: proto.Int64(7)},
+		{HighWatermark: 3, LastStableOffset: proto.Int64(0)},
 		{HighWatermark: 9223372036854775807, LogStartOffset: -1, Records: []*sharelogv1.Record{
 			{Offset: 5, Timestamp: -9223372036854775808, Key: []byte("k"), Value: big},
 			{Offset: 6, Value: []byte("v"), Headers: []*sharelogv1.RecordHeader{{Key: "h", Value: []byte("x")}, {}}},

@@ -127,6 +127,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "unknown command", args: []string{"nope"}, wantStderr: `error: unknown command "nope" for "sharelogctl"`},
 		{name: "bad batch", args: []string{"produce", "t", "--batch", "0"}, wantStderr: "error: invalid --batch 0: must be >= 1\n"},
 		{name: "negative offset", args: []string{"fetch", "t", "--offset", "-2"}, wantStderr: "error: invalid --offset -2: must be >= 0\n"},
+		{name: "bad isolation level", args: []string{"fetch", "t", "--isolation-level", "committed"}, wantStderr: "error: invalid --isolation-level \"committed\": must be read_uncommitted or read_committed\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -190,6 +190,11 @@ func TestE2EProduceFetch(t *testing.T) {
 			args: []string{"--partition", "0", "--offset", "5"},
 			want: "5\t\tlast\n",
 		},
+		{
+			name: "read committed, no transactions",
+			args: []string{"--isolation-level", "read_committed", "--offset", "5"},
+			want: "5\t\tlast\n",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

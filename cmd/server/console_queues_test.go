@@ -41,17 +41,20 @@ func TestConsoleBrowserQueues(t *testing.T) {
 		poll(`document.querySelector("#group-config select[name=ordering]").value === "ORDERING_NONE"`),
 		poll(`document.querySelector("#group-config input[name=redeliveryBackoffInitialMs]").value === "0"`),
 		poll(`document.querySelector("#group-config input[name=redeliveryBackoffMaxMs]").value === "60000"`),
-		poll(`document.querySelector("#group-config input[name=redeliveryBackoffMultiplier]").value === "2"`))
+		poll(`document.querySelector("#group-config input[name=redeliveryBackoffMultiplier]").value === "2"`),
+		poll(`document.querySelector("#group-config select[name=isolationLevel]").value === "ISOLATION_LEVEL_READ_UNCOMMITTED"`))
 	b.run(t, "edit queue config", setValue("#group-config select[name=ordering]", "ORDERING_KEY"),
 		setValue("#group-config input[name=redeliveryBackoffInitialMs]", "60000"),
-		setValue("#group-config input[name=redeliveryBackoffMultiplier]", "1.5"), chromedp.Click(css("#group-config button")),
-		waitText("#status", "Configuration saved: ordering, redeliveryBackoffInitialMs, redeliveryBackoffMultiplier."))
+		setValue("#group-config input[name=redeliveryBackoffMultiplier]", "1.5"),
+		setValue("#group-config select[name=isolationLevel]", "ISOLATION_LEVEL_READ_COMMITTED"), chromedp.Click(css("#group-config button")),
+		waitText("#status", "Configuration saved: ordering, redeliveryBackoffInitialMs, redeliveryBackoffMultiplier, isolationLevel."))
 	cfg, err := groups.GetShareGroupConfig(ctx, &sharelogv1.GetShareGroupConfigRequest{GroupId: "jobs"})
 	require.NoError(t, err)
 	assert.Equal(t, sharelogv1.Ordering_ORDERING_KEY, cfg.GetConfig().GetOrdering())
 	assert.Equal(t, int32(60000), cfg.GetConfig().GetRedeliveryBackoffInitialMs())
 	assert.Equal(t, 1.5, cfg.GetConfig().GetRedeliveryBackoffMultiplier())
 	assert.Equal(t, int32(60000), cfg.GetConfig().GetRedeliveryBackoffMaxMs(), "unchanged, so not sent")
+	assert.Equal(t, sharelogv1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED, cfg.GetConfig().GetIsolationLevel())
 
 	// Key a at 0..2, key b at 3, and at 4 a keyless record delayed an hour.
 	deliverAt := time.Now().Add(time.Hour).UnixMilli()

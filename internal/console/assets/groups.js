@@ -153,7 +153,9 @@ export function groupPage(group) {
       ['ordering', 'Ordering', 'select', [['ORDERING_NONE', 'none'], ['ORDERING_KEY', 'key']]],
       ['redeliveryBackoffInitialMs', 'Redelivery backoff, initial (ms; 0 = off)', 'number'],
       ['redeliveryBackoffMaxMs', 'Redelivery backoff, max (ms)', 'number'],
-      ['redeliveryBackoffMultiplier', 'Redelivery backoff multiplier', 'number', null, 'any']];
+      ['redeliveryBackoffMultiplier', 'Redelivery backoff multiplier', 'number', null, 'any'],
+      // docs/kafka.md "Transactions": what a transactional producer's records the group delivers.
+      ['isolationLevel', 'Isolation level', 'select', [['ISOLATION_LEVEL_READ_UNCOMMITTED', 'read uncommitted'], ['ISOLATION_LEVEL_READ_COMMITTED', 'read committed']]]];
     const inputs = {};
     const input = ([k, , type, opts, step]) => {
       if (type !== 'select') return h('input', { name: k, type, step, value: c?.[k] ?? '' });

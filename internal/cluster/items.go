@@ -280,7 +280,7 @@ func (it *Items) step(ctx context.Context, items []string, mark uint64) error {
 	for item := range it.Held() {
 		current[item] = it.self.ID
 	}
-	target := placeByKind(items, live, current)
+	target := PlaceFair(items, live, current)
 
 	// Hand over what the placement moved away, and what is no item any
 	// more.
@@ -311,22 +311,6 @@ func (it *Items) step(ctx context.Context, items []string, mark uint64) error {
 	}
 	it.parallel(free, func(item string) { it.take(ctx, item) })
 	return nil
-}
-
-// placeByKind places each kind of item (partitions, groups: the prefix
-// before the first '/') on its own, so each kind is balanced within one
-// item per instance, not only their sum.
-func placeByKind(items []string, live []string, current map[string]string) map[string]string {
-	kinds := map[string][]string{}
-	for _, item := range items {
-		k, _, _ := strings.Cut(item, "/")
-		kinds[k] = append(kinds[k], item)
-	}
-	out := make(map[string]string, len(items))
-	for _, its := range kinds {
-		maps.Copy(out, Place(its, live, current))
-	}
-	return out
 }
 
 // parallel runs fn for every item, renewParallel at a time: each is one

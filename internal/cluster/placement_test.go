@@ -109,9 +109,86 @@ func TestPlaceIgnoresDeadOwnersAndUnknownItems(t *testing.T) {
 func TestPlaceByKind(t *testing.T) {
 	current := map[string]string{"p/t/0": "a", "p/t/1": "a", "p/t/2": "b", "p/t/3": "b", "g/x": "a", "g/y": "a"}
 	items := slices.Sorted(maps.Keys(current))
-	got := placeByKind(items, []string{"a", "b"}, current)
+	got := PlaceFair(items, []string{"a", "b"}, current)
 	for _, p := range []string{"p/t/0", "p/t/1", "p/t/2", "p/t/3"} {
 		require.Equal(t, current[p], got[p], p)
 	}
 	require.ElementsMatch(t, []string{"a", "b"}, []string{got["g/x"], got["g/y"]})
+}
+
+// topicItems is n partitions of each topic, as PartitionItem names them.
+func topicItems(topics map[string]int) []string {
+	var out []string
+	for t, n := range topics {
+		for p := range n {
+			out = append(out, PartitionItem(t, int32(p)))
+		}
+	}
+	return out
+}
+
+// requireFair checks PlaceFair's promise: every topic and the total
+// within one item per live instance.
+func requireFair(t *testing.T, p map[string]string, live []string, topics map[string]int) {
+	t.Helper()
+	total := 0
+	for topic, n := range topics {
+		of := map[string]string{}
+		for it, o := range p {
+			if id, _, _ := ParsePartitionItem(it); id == topic {
+				of[it] = o
+			}
+		}
+		requireBalanced(t, of, live, n)
+		total += n
+	}
+	requireBalanced(t, p, live, total)
+}
+
+// A joining instance takes its share of every topic, the busiest too,
+// and only what it takes moves; a fair placement does not move
+// (docs/cluster.md "Placement").
+func TestPlaceFairJoinTakesAShareOfEveryTopic(t *testing.T) {
+	topics := map[string]int{"busy": 12, "small": 3}
+	its := topicItems(topics)
+	two := PlaceFair(its, []string{"a", "b"}, nil)
+	requireFair(t, two, []string{"a", "b"}, topics)
+	require.Equal(t, two, PlaceFair(its, []string{"b", "a"}, two), "fair: nothing moves")
+	three := PlaceFair(its, []string{"a", "b", "c"}, two)
+	requireFair(t, three, []string{"a", "b", "c"}, topics)
+	require.Equal(t, counts(three)["c"], moved(two, three), "only what c takes moves")
+	busy := 0
+	for it, o := range three {
+		if id, _, _ := ParsePartitionItem(it); id == "busy" && o == "c" {
+			busy++
+		}
+	}
+	require.Equal(t, 4, busy, "c has its third of the busiest topic")
+	// Leaving: only the leaver's partitions move.
+	back := PlaceFair(its, []string{"a", "c"}, three)
+	requireFair(t, back, []string{"a", "c"}, topics)
+	for it, o := range three {
+		if o != "b" {
+			require.Equal(t, o, back[it], "item %s of a live owner moved", it)
+		}
+	}
+}
+
+// Many topics with fewer partitions than instances: each topic is within
+// one per instance by itself, so the totals are balanced by where the
+// extra partitions go, also after a join.
+func TestPlaceFairBalancesTheTotals(t *testing.T) {
+	topics := map[string]int{}
+	for i := range 10 {
+		topics[fmt.Sprintf("t%d", i)] = 1 + i%2
+	}
+	its := topicItems(topics) // 15 partitions
+	live := []string{"a", "b", "c"}
+	p := PlaceFair(its, live, nil)
+	requireFair(t, p, live, topics)
+	require.Equal(t, p, PlaceFair(its, live, p))
+	joined := PlaceFair(its, []string{"a", "b", "c", "d"}, p)
+	requireFair(t, joined, []string{"a", "b", "c", "d"}, topics)
+	require.Equal(t, counts(joined)["d"], moved(p, joined), "only what d takes moves")
+	require.Equal(t, joined, PlaceFair(its, []string{"d", "c", "b", "a"}, joined), "deterministic, and fair does not move")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,4 +87,50 @@ func TestPartitionedJoinFairPerTopic(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]int{"a": 5, "b": 5, "c": 5}, total, fmt.Sprint(three))
+}
+
+// TestPartitionedSIGTERMHandsOverAtOnce: SIGTERM of a partitioned
+// instance with a change stream tailing and a long poll waiting on its
+// partitions: the others own every one of its partitions within 1 s,
+// not after its drain (--shutdown-timeout) or the lease TTL
+// (docs/cluster.md "Stopping").
+func TestPartitionedSIGTERMHandsOverAtOnce(t *testing.T) {
+	js := startJS(t)
+	prefix := js.Prefix()
+	a := startPartitioned(t, js.URL(), prefix, "a")
+	startPartitioned(t, js.URL(), prefix, "b")
+	c := startPartitioned(t, js.URL(), prefix, "c")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := sharelogv1.NewLogServiceClient(a.conn).CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 6})
+	require.NoError(t, err)
+	owners := waitSpread(t, a, 6, []string{"a", "b", "c"}, 20*time.Second)
+	var mine []int32
+	for _, p := range owners {
+		if p.GetOwnerId() == "c" {
+			mine = append(mine, p.GetPartition())
+		}
+	}
+	require.NotEmpty(t, mine)
+	// A tail and a long poll on c's partitions, served by c.
+	require.Eventually(t, func() bool {
+		_, err = sharelogv1.NewLogServiceClient(a.conn).Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Partition: &mine[0],
+			Records: []*sharelogv1.Record{{Value: []byte("v")}}})
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "a produce to c's partition: %v", err)
+	st, err := sharelogv1.NewChangeStreamServiceClient(c.conn).StreamChanges(ctx, &sharelogv1.StreamChangesRequest{Topic: "t", Partition: mine[0]})
+	require.NoError(t, err)
+	_, err = st.Recv()
+	require.NoError(t, err, "the stream is open")
+	go func() {
+		_, _ = sharelogv1.NewLogServiceClient(c.conn).Fetch(ctx, &sharelogv1.FetchRequest{Topic: "t", Partition: mine[len(mine)-1], MaxWaitMs: 60000})
+	}()
+	time.Sleep(200 * time.Millisecond)
+
+	start := time.Now()
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	waitSpread(t, a, 6, []string{"a", "b"}, 10*time.Second)
+	took := time.Since(start)
+	t.Logf("a and b own c's %d partitions %v after its SIGTERM", len(mine), took)
+	require.LessOrEqual(t, took, time.Second, "the hand-over after SIGTERM")
 }

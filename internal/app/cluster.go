@@ -424,6 +424,15 @@ func (n *clusterNode) beginShutdown() {
 	if logB != nil {
 		logB.streams.Shutdown()
 	}
+	// Partitioned mode hands over at once (docs/cluster.md "Stopping"):
+	// the heartbeat leaves and every item lease is released, each after
+	// its partition or group was flushed, so the others adopt them within
+	// a moment while this instance drains its calls (which answer
+	// NOT_OWNER for what it gave up) instead of after the drain.
+	if n.part != nil && n.stop != nil {
+		n.stop()
+		<-n.runDone
+	}
 }
 
 // close releases the lease (so a standby takes over without waiting for

@@ -437,9 +437,22 @@ func (it *Items) Run(ctx context.Context, items func() ([]string, error)) {
 			it.ReleaseAll(context.Background())
 			return
 		case <-t.C:
+		case <-it.l.view.departures():
+			// An instance left or handed items over (a clean stop releases
+			// everything at once): step now, after a moment that lets the
+			// rest of its deletions arrive, instead of up to TTL/4 later.
+			t.Stop()
+			select {
+			case <-ctx.Done():
+			case <-time.After(departureSettle):
+			}
 		}
 	}
 }
+
+// departureSettle is how long Run waits after a departure before its
+// step, so that one step sees all of a stopping instance's releases.
+const departureSettle = 50 * time.Millisecond
 
 // handover stops serving item, lets the hook flush it, and deletes the
 // lease at exactly the revision held, so the next owner can take it. The

@@ -191,7 +191,7 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Lease, error) {
 		return nil, fmt.Errorf("open the lease bucket %s: %w", l.bucket, err)
 	}
 	l.lastSeen = o.Now()
-	l.view.l = l
+	l.view.l, l.view.gone = l, make(chan struct{}, 1)
 	return l, nil
 }
 

@@ -32,6 +32,17 @@ type view struct {
 	ready   bool
 	members map[string]viewEntry // by key
 	items   map[string]viewEntry // by key
+	// gone is signalled (without blocking) when a heartbeat or an item
+	// lease is deleted once the view is ready: an instance left or handed
+	// items over, so the placement may have free items for this one
+	// (Items.Run steps at once instead of at its next interval).
+	gone chan struct{}
+}
+
+// departures is the view's signal of deleted heartbeats and item leases.
+func (v *view) departures() <-chan struct{} {
+	v.start()
+	return v.gone
 }
 
 type viewEntry struct {
@@ -104,7 +115,14 @@ func (v *view) watchOnce() {
 			} else {
 				delete(m, e.Key())
 			}
+			ready := v.ready
 			v.mu.Unlock()
+			if ready && e.Operation() != njs.KeyValuePut {
+				select {
+				case v.gone <- struct{}{}:
+				default:
+				}
+			}
 		}
 	}
 }

@@ -64,8 +64,14 @@ const (
 	// NotOwner: in a multi-instance deployment this instance does not own
 	// the partition or group and could not forward the call.
 	NotOwner Reason = "NOT_OWNER"
-	// OwnerUnreachable: the owning instance did not answer in time.
+	// OwnerUnreachable: the owning instance could not be reached; the call
+	// was not delivered to it, so nothing was applied.
 	OwnerUnreachable Reason = "OWNER_UNREACHABLE"
+	// OutcomeUnknown: a call forwarded to the owning instance was sent,
+	// but its answer was lost (the connection broke, the hop timed out):
+	// it may have been applied. Retrying is safe only where a retry cannot
+	// duplicate (a Produce with producer_id, acknowledgements, reads).
+	OutcomeUnknown Reason = "OUTCOME_UNKNOWN"
 	// PolicyViolation: the request is not allowed for this resource (a
 	// purge of a compact-only topic).
 	PolicyViolation Reason = "POLICY_VIOLATION"
@@ -161,7 +167,7 @@ func Reasons() []Reason {
 		StaleMemberEpoch, UnreleasedInstanceID, UnsupportedAssignor, InvalidRegularExpression, GroupMaxSizeReached, NonEmptyGroup,
 		RollbackRequired, ThrottlingQuotaExceeded, Unavailable, Internal, Unauthenticated,
 		KafkaStorageError, TopicAuthorizationFailed, GroupAuthorizationFailed,
-		ClusterAuthorizationFailed, NotOwner, OwnerUnreachable, PolicyViolation,
+		ClusterAuthorizationFailed, NotOwner, OwnerUnreachable, OutcomeUnknown, PolicyViolation,
 		InvalidRecordState, RequestTimedOut, OutOfOrderSequenceNumber, InvalidProducerEpoch,
 		ProducerFenced, IllegalGeneration, InconsistentGroupProtocol, InvalidGroupID,
 		InvalidSessionTimeout, RebalanceInProgress, OffsetMetadataTooLarge, MemberIDRequired,
@@ -178,7 +184,8 @@ func Reasons() []Reason {
 // take the code whose client behaviour fits (docs/errors.md "Kafka codes"):
 //   - UNAVAILABLE and NOT_OWNER: NOT_LEADER_OR_FOLLOWER (6), on which a
 //     Kafka client refreshes its metadata and retries;
-//   - OWNER_UNREACHABLE: REQUEST_TIMED_OUT (7), retriable, outcome unknown;
+//   - OWNER_UNREACHABLE and OUTCOME_UNKNOWN: REQUEST_TIMED_OUT (7),
+//     retriable (a Kafka producer retries with its sequence numbers);
 //   - INTERNAL: UNKNOWN_SERVER_ERROR (-1);
 //   - UNAUTHENTICATED: SASL_AUTHENTICATION_FAILED (58);
 //   - ROLLBACK_REQUIRED: OFFSET_OUT_OF_RANGE (1): the position is no
@@ -215,6 +222,7 @@ var kafkaCodes = map[Reason]int16{
 	ClusterAuthorizationFailed: 31,
 	NotOwner:                   6,
 	OwnerUnreachable:           7,
+	OutcomeUnknown:             7,
 	PolicyViolation:            44,
 	InvalidRecordState:         121,
 	RequestTimedOut:            7,

@@ -357,7 +357,7 @@ func reasonOf(err error) string {
 func statusOf(r apierr.Reason, msg string) error {
 	code := codes.Internal
 	switch r {
-	case apierr.NotOwner, apierr.OwnerUnreachable, apierr.KafkaStorageError, apierr.Unavailable:
+	case apierr.NotOwner, apierr.OwnerUnreachable, apierr.OutcomeUnknown, apierr.KafkaStorageError, apierr.Unavailable:
 		code = codes.Unavailable
 	case apierr.RequestTimedOut:
 		code = codes.DeadlineExceeded

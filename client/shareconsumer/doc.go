@@ -77,7 +77,12 @@
 // them and they are reported ErrAckOutcomeUnknown), or replaces it with a new
 // epoch-0 session, which releases the old session's records.
 // SHARE_SESSION_NOT_FOUND and INVALID_SHARE_SESSION_EPOCH are handled the
-// same way, at once.
+// same way, at once. In a cluster, NOT_OWNER and OWNER_UNREACHABLE (nothing
+// was applied) are retried inside Poll after the owners are read again,
+// never returned to the application; OUTCOME_UNKNOWN (an instance
+// forwarded the request to the owner and the answer was lost) is a lost
+// response, and acknowledgements a partition answers with it are reported
+// ErrAckOutcomeUnknown.
 //
 // # Membership
 //

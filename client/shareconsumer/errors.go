@@ -71,6 +71,16 @@ func classify(ctx context.Context, err error) failure {
 			return failure{outcome: outcomeEpochMismatch}
 		case apierr.ShareSessionLimitReached, apierr.Unavailable:
 			return failure{outcome: outcomeRefused, retry: retry}
+		case apierr.NotOwner, apierr.OwnerUnreachable:
+			// Ownership moved or the owner is gone: nothing was applied;
+			// retried after the owners are read again (ownerFailed marks
+			// the view stale), not returned to the application.
+			return failure{outcome: outcomeRefused, retry: retry}
+		case apierr.OutcomeUnknown:
+			// Sent on by an instance to the owner and the answer lost:
+			// perhaps applied, and resent unchanged (acknowledgements are
+			// idempotent by offset).
+			return failure{outcome: outcomeUncertain, retry: retry}
 		case apierr.Internal:
 			return failure{outcome: outcomeUncertain}
 		}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
@@ -41,7 +42,17 @@ type heartbeatCall struct {
 	clientID string
 }
 
-type fault struct{ forward bool }
+type fault struct {
+	forward bool
+	err     error // nil: errInjected
+}
+
+func (f *fault) error() error {
+	if f.err != nil {
+		return f.err
+	}
+	return errInjected
+}
 
 type logProxy struct {
 	sharelogv1.UnimplementedLogServiceServer
@@ -70,10 +81,14 @@ func startProxy(t *testing.T, e *env) (*proxy, *grpc.ClientConn) {
 
 // failNext makes the next call of rpc ("fetch" or "ack") fail with
 // UNAVAILABLE, after forwarding it if forward.
-func (p *proxy) failNext(rpc string, forward bool) {
+func (p *proxy) failNext(rpc string, forward bool) { p.failNextWith(rpc, forward, nil) }
+
+// failNextWith is failNext with err as the failure (nil: a transport's
+// UNAVAILABLE without a reason).
+func (p *proxy) failNextWith(rpc string, forward bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.faults[rpc] = &fault{forward: forward}
+	p.faults[rpc] = &fault{forward: forward, err: err}
 }
 
 func (p *proxy) takeFault(rpc string) *fault {
@@ -92,11 +107,11 @@ func (p *proxy) ShareFetch(ctx context.Context, req *sharelogv1.ShareFetchReques
 	p.mu.Unlock()
 	f := p.takeFault("fetch")
 	if f != nil && !f.forward {
-		return nil, errInjected
+		return nil, f.error()
 	}
 	resp, err := p.up.ShareFetch(ctx, req)
 	if f != nil {
-		return nil, errInjected
+		return nil, f.error()
 	}
 	return resp, err
 }
@@ -107,11 +122,11 @@ func (p *proxy) ShareAcknowledge(ctx context.Context, req *sharelogv1.ShareAckno
 	p.mu.Unlock()
 	f := p.takeFault("ack")
 	if f != nil && !f.forward {
-		return nil, errInjected
+		return nil, f.error()
 	}
 	resp, err := p.up.ShareAcknowledge(ctx, req)
 	if f != nil {
-		return nil, errInjected
+		return nil, f.error()
 	}
 	return resp, err
 }
@@ -332,6 +347,65 @@ func TestFetchLostBeforeTheServer(t *testing.T) {
 	require.Equal(t, seq(5, 9), offsets(recs))
 	require.Equal(t, []int32{0, 1, 1}, p.fetchEpochs(), "the same epoch, resent")
 	require.Empty(t, p.ackEpochs(), "no session close")
+	acceptAll(t, c, recs)
+	_, err := c.Commit(t.Context())
+	require.NoError(t, err)
+	acks.requireAllAcceptedOnce(t, map[TopicPartition]int{{Topic: "t", Partition: 0}: 10})
+}
+
+// reasonErr is the status a sharelog instance answers with reason r.
+func reasonErr(r apierr.Reason, msg string) error {
+	st, err := status.New(codes.Unavailable, msg).WithDetails(&errdetails.ErrorInfo{Reason: string(r), Domain: apierr.Domain})
+	if err != nil {
+		panic(err)
+	}
+	return st.Err()
+}
+
+// NOT_OWNER and OWNER_UNREACHABLE (nothing applied: ownership moved, or
+// the owner could not be reached) are retried inside Poll, never
+// returned to the application, and nothing is lost or delivered twice
+// (docs/cluster.md).
+func TestFetchNotOwnerIsRetried(t *testing.T) {
+	t.Parallel()
+	for _, r := range []apierr.Reason{apierr.NotOwner, apierr.OwnerUnreachable} {
+		t.Run(string(r), func(t *testing.T) {
+			e := newEnv(t)
+			e.createTopic("t", 1)
+			e.produce("t", 0, 0, 10)
+			e.configureGroup("g", 30*time.Second)
+			p, conn := startProxy(t, e)
+			acks := newAckLog()
+			c := newConsumer(t, conn, Config{GroupID: "g", Topics: []string{"t"}, AckMode: AckExplicit, MaxRecords: 5, OnAcknowledgement: acks.hook})
+			acceptAll(t, c, pollN(t, c, 5))
+			p.failNextWith("fetch", false, reasonErr(r, "moved"))
+			recs, err := c.Poll(t.Context())
+			require.NoError(t, err, "Poll retries %s", r)
+			require.Equal(t, seq(5, 9), offsets(recs))
+			acceptAll(t, c, recs)
+			_, err = c.Commit(t.Context())
+			require.NoError(t, err)
+			acks.requireAllAcceptedOnce(t, map[TopicPartition]int{{Topic: "t", Partition: 0}: 10})
+		})
+	}
+}
+
+// OUTCOME_UNKNOWN (an instance forwarded the fetch to the owner, which
+// applied it, and the answer was lost): handled as a lost response, the
+// acknowledgements resent, every record accepted exactly once.
+func TestFetchOutcomeUnknownIsResent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createTopic("t", 1)
+	e.produce("t", 0, 0, 10)
+	e.configureGroup("g", 30*time.Second)
+	p, conn := startProxy(t, e)
+	acks := newAckLog()
+	c := newConsumer(t, conn, Config{GroupID: "g", Topics: []string{"t"}, AckMode: AckExplicit, MaxRecords: 5, OnAcknowledgement: acks.hook})
+	acceptAll(t, c, pollN(t, c, 5))
+	p.failNextWith("fetch", true, reasonErr(apierr.OutcomeUnknown, "answer lost"))
+	recs := pollN(t, c, 5)
+	require.Equal(t, seq(5, 9), offsets(recs))
 	acceptAll(t, c, recs)
 	_, err := c.Commit(t.Context())
 	require.NoError(t, err)

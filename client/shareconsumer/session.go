@@ -421,6 +421,12 @@ func (c *Consumer) ackError(s *session, tp TopicPartition, code sharelogv1.Error
 		c.viewStale.Store(true)
 		return ErrSessionEnded
 	}
+	if code == sharelogv1.ErrorCode_ERROR_CODE_REQUEST_TIMED_OUT {
+		// The owner's answer was lost in a hop between instances
+		// (OUTCOME_UNKNOWN, docs/errors.md): they may have applied.
+		c.viewStale.Store(true)
+		return ErrAckOutcomeUnknown
+	}
 	return &PartitionError{TopicPartition: tp, Code: code, Message: msg}
 }
 

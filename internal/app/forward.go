@@ -282,9 +282,27 @@ func forwardErr(target string, err error) error {
 		}
 	}
 	if st.Code() == codes.Unavailable {
-		return ownerUnreachableErr(fmt.Sprintf("the owner at %s did not answer: %s; retry", target, st.Message()))
+		if undelivered(st.Message()) {
+			return ownerUnreachableErr(fmt.Sprintf("the owner at %s could not be reached: %s; nothing was applied, retry", target, st.Message()))
+		}
+		return outcomeUnknownErr(fmt.Sprintf("the call was sent to the owner at %s but its answer was lost: %s; it may have been applied", target, st.Message()))
 	}
 	return err
+}
+
+// undelivered reports whether a forwarded call's UNAVAILABLE (without a
+// sharelog reason: the transport's) says the call never reached the
+// owner: no connection could be made. grpc-go retries by itself the
+// calls a connection refused before they were sent (a GOAWAY, a closing
+// transport), so any other UNAVAILABLE may have been delivered and
+// applied (docs/errors.md OUTCOME_UNKNOWN).
+func undelivered(msg string) bool {
+	for _, s := range []string{"while dialing", "connection refused", "no such host", "produced zero addresses", "network is unreachable"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // newForwardConn dials the active instance at addr. A connection that
@@ -306,6 +324,10 @@ func newForwardConn(addr string, tlsCfg *tls.Config, maxRequestBytes int) (*grpc
 // notOwnerErr and ownerUnreachableErr are the retryable cluster-mode errors
 // (UNAVAILABLE; docs/errors.md), as gRPC statuses so that they keep their
 // reason wherever in the interceptor chain they are returned.
+func outcomeUnknownErr(msg string) error {
+	return newClusterError(apierr.New(apierr.OutcomeUnknown, "%s", msg))
+}
+
 func notOwnerErr(msg string) error {
 	return newClusterError(apierr.New(apierr.NotOwner, "%s", msg))
 }

@@ -54,6 +54,7 @@ var reasonStatus = map[apierr.Reason]ReasonStatus{
 	apierr.ClusterAuthorizationFailed:         {codes.PermissionDenied, http.StatusForbidden},
 	apierr.NotOwner:                           {codes.Unavailable, http.StatusServiceUnavailable},
 	apierr.OwnerUnreachable:                   {codes.Unavailable, http.StatusServiceUnavailable},
+	apierr.OutcomeUnknown:                     {codes.Unavailable, http.StatusServiceUnavailable},
 	apierr.PolicyViolation:                    {codes.InvalidArgument, http.StatusBadRequest},
 	apierr.InvalidRecordState:                 {codes.FailedPrecondition, http.StatusBadRequest},
 	apierr.RequestTimedOut:                    {codes.DeadlineExceeded, http.StatusGatewayTimeout},

@@ -37,7 +37,7 @@ func errorCode(err error) int16 {
 // up again.
 func groupErrorCode(err error) int16 {
 	switch broker.ReasonOf(err) {
-	case apierr.Unavailable, apierr.OwnerUnreachable:
+	case apierr.Unavailable, apierr.OwnerUnreachable, apierr.OutcomeUnknown:
 		return kerr.CoordinatorNotAvailable.Code
 	case apierr.NotOwner:
 		return kerr.NotCoordinator.Code

@@ -16,6 +16,7 @@ import (
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 	"github.com/sharelog/sharelog/internal/telemetry"
 	"github.com/sharelog/sharelog/internal/transport/grpcapi"
+	"github.com/sharelog/sharelog/internal/txn"
 )
 
 // backend is what serves the API over one log store and one share-state
@@ -33,6 +34,9 @@ type backend struct {
 	// groups is the consumer-group coordinator in cluster mode, with a
 	// Kafka listener (nil otherwise; the file mode's is Server.groups).
 	groups *consumergroup.Coordinator
+	// txn is the transaction coordinator in active-standby cluster mode,
+	// with a Kafka listener (nil otherwise; the file mode's is Server.txn).
+	txn *txn.Coordinator
 	// cgSvc is ConsumerGroupService over groups in cluster mode (set by
 	// withGroups; without groups it answers FAILED_PRECONDITION).
 	cgSvc sharelogv1.ConsumerGroupServiceServer
@@ -169,6 +173,9 @@ func jsProducers(ls *jslog.Store) producerStore {
 // state (not the log store, which the caller owns).
 func (b *backend) close(log *slog.Logger) error {
 	b.streams.Shutdown()
+	if b.txn != nil {
+		b.txn.Close() // its timeout checks write through the groups below
+	}
 	if b.groups != nil {
 		if err := b.groups.Close(); err != nil {
 			log.Warn("close consumer groups", "err", err)

@@ -25,8 +25,13 @@ func (l *Listener) handleListTransactions(ctx context.Context, _ *conn, kreq kms
 			resp.UnknownStateFilters = append(resp.UnknownStateFilters, s)
 		}
 	}
+	tc, err := l.txnOf(ctx)
+	if err != nil {
+		resp.ErrorCode = txnErrorCode(err)
+		return resp, nil
+	}
 	now := time.Now().UnixMilli()
-	for _, d := range l.cfg.Txn.List(req.StateFilters, req.ProducerIDFilters) {
+	for _, d := range tc.List(req.StateFilters, req.ProducerIDFilters) {
 		if req.DurationFilterMillis > 0 && (d.StartMs < 0 || now-d.StartMs < req.DurationFilterMillis) {
 			continue
 		}

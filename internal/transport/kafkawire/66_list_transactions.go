@@ -16,7 +16,8 @@ var txnStates = []string{"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "C
 // handleListTransactions serves v0-1: the transactional ids the caller
 // may DESCRIBE (others are left out, as Kafka), filtered by state,
 // producer id and (v1) the least time open. An unknown state name is
-// listed in UnknownStateFilters.
+// listed in UnknownStateFilters. In cluster mode each broker lists the ids
+// it coordinates (a standby none).
 func (l *Listener) handleListTransactions(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.ListTransactionsRequest)
 	resp := req.ResponseKind().(*kmsg.ListTransactionsResponse)
@@ -27,7 +28,8 @@ func (l *Listener) handleListTransactions(ctx context.Context, _ *conn, kreq kms
 	}
 	tc, err := l.txnOf(ctx)
 	if err != nil {
-		resp.ErrorCode = txnErrorCode(err)
+		// A broker that coordinates no ids lists none (Kafka's clients
+		// ask every broker and merge the answers).
 		return resp, nil
 	}
 	now := time.Now().UnixMilli()

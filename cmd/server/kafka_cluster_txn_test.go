@@ -162,3 +162,28 @@ func TestKafkaActiveStandbyTransactionsFailover(t *testing.T) {
 	assert.Len(t, got, inputs, "nothing but the input (the transaction left open is aborted)")
 	t.Logf("%d transactions committed by %d sessions through the failover (%d after it)", commits.Load(), sessions.Load(), commits.Load()-before)
 }
+
+// Partitioned mode does not serve transactions yet (docs/kafka.md
+// "Transactions", "Cluster mode"): FindCoordinator for a transactional id
+// and InitProducerID with one answer INVALID_REQUEST (final, so that a
+// transactional producer fails at once), and the transaction APIs are not
+// advertised; idempotent producers are served.
+func TestKafkaPartitionedRefusesTransactions(t *testing.T) {
+	js := startJS(t)
+	a := startKafkaMember(t, js.URL(), js.Prefix(), "a", "--cluster-mode", "partitioned")
+	a.waitReadyz(t, "cluster: partitioned", 15*time.Second)
+	k := dialKafka(t, a.kafka)
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.Version, fc.CoordinatorType, fc.CoordinatorKeys = 4, 1, []string{"tx"}
+	assert.Equal(t, kerr.InvalidRequest.Code, k.do(fc).(*kmsg.FindCoordinatorResponse).Coordinators[0].ErrorCode)
+	tid := "tx"
+	assert.Equal(t, kerr.InvalidRequest.Code, k.initProducerID(4, &tid, -1, -1).ErrorCode)
+	ip := k.initProducerID(4, nil, -1, -1)
+	assert.Zero(t, ip.ErrorCode)
+	assert.Positive(t, ip.ProducerID)
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.Version = 3
+	for _, key := range k.do(av).(*kmsg.ApiVersionsResponse).ApiKeys {
+		assert.NotContains(t, []int16{24, 25, 26, 28, 65, 66}, key.ApiKey, "transaction API %d advertised", key.ApiKey)
+	}
+}

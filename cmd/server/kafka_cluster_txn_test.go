@@ -85,6 +85,22 @@ func TestKafkaActiveStandbyTransactionsFailover(t *testing.T) {
 	for p := range int32(parts) {
 		require.NoError(t, open.ProduceSync(ctx, &kgo.Record{Partition: p, Value: []byte("left-open")}).FirstErr())
 	}
+	// Its records hold the last stable offset of "out" at their offset (0),
+	// while the high watermark is past them.
+	acl, err := kgo.NewClient(kgo.SeedBrokers(a.kafka))
+	require.NoError(t, err)
+	aadm := kadm.NewClient(acl)
+	ends, err := aadm.ListEndOffsets(ctx, "out")
+	require.NoError(t, err)
+	stable, err := aadm.ListCommittedOffsets(ctx, "out")
+	require.NoError(t, err)
+	for p := range int32(parts) {
+		e, _ := ends.Lookup("out", p)
+		s, _ := stable.Lookup("out", p)
+		assert.Equal(t, int64(1), e.Offset, "out-%d's high watermark", p)
+		assert.Equal(t, int64(0), s.Offset, "out-%d's last stable offset, at the open transaction", p)
+	}
+	acl.Close()
 
 	var commits, sessions atomic.Int64
 	stop := make(chan struct{})
@@ -139,6 +155,25 @@ func TestKafkaActiveStandbyTransactionsFailover(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	assert.Greater(t, commits.Load(), before, "transactions commit at the new active")
+	// Nothing is open any more: the last stable offsets are the ends.
+	require.Eventually(t, func() bool {
+		ends, err := admin.ListEndOffsets(ctx, "out")
+		if err != nil || ends.Error() != nil {
+			return false
+		}
+		stable, err := admin.ListCommittedOffsets(ctx, "out")
+		if err != nil || stable.Error() != nil {
+			return false
+		}
+		for p := range int32(parts) {
+			e, _ := ends.Lookup("out", p)
+			s, _ := stable.Lookup("out", p)
+			if e.Offset != s.Offset {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond, "the last stable offsets reach the high watermarks at the new active")
 
 	got := map[string]int{}
 	cons, err := kgo.NewClient(kgo.SeedBrokers(b.kafka), kgo.ConsumeTopics("out"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),

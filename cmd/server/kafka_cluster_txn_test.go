@@ -15,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 )
 
 // TestKafkaActiveStandbyTransactionsFailover: in active-standby mode a
@@ -83,7 +85,7 @@ func TestKafkaActiveStandbyTransactionsFailover(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, open.BeginTransaction())
 	for p := range int32(parts) {
-		require.NoError(t, open.ProduceSync(ctx, &kgo.Record{Partition: p, Value: []byte("left-open")}).FirstErr())
+		require.NoError(t, open.ProduceSync(ctx, &kgo.Record{Partition: p, Key: []byte("left-open"), Value: []byte("left-open")}).FirstErr())
 	}
 	// Its records hold the last stable offset of "out" at their offset (0),
 	// while the high watermark is past them.
@@ -195,6 +197,29 @@ func TestKafkaActiveStandbyTransactionsFailover(t *testing.T) {
 		assert.Equal(t, 1, got[v], "%s in the committed output", v)
 	}
 	assert.Len(t, got, inputs, "nothing but the input (the transaction left open is aborted)")
+
+	// A change stream at the new active delivers committed records only
+	// (docs/change-streams.md "Transactions"; the output's records are
+	// keyed by their values): the same, every input once.
+	streamed := map[string]int{}
+	streams := sharelogv1.NewChangeStreamServiceClient(b.conn)
+	for p := range int32(parts) {
+		sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+		st, err := streams.StreamChanges(sctx, &sharelogv1.StreamChangesRequest{Topic: "out", Partition: p})
+		require.NoError(t, err)
+		for n := 0; n < inputs/parts; {
+			m, err := st.Recv()
+			require.NoError(t, err, "out-%d: streamed %d of %d", p, n, inputs/parts)
+			for _, ev := range m.GetEvents() {
+				if mu := ev.GetMutation(); mu != nil {
+					streamed[string(mu.GetValue())]++
+					n++
+				}
+			}
+		}
+		scancel()
+	}
+	assert.Equal(t, got, streamed, "the change streams deliver what read committed reads")
 	t.Logf("%d transactions committed by %d sessions through the failover (%d after it)", commits.Load(), sessions.Load(), commits.Load()-before)
 }
 

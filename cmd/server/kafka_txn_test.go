@@ -149,7 +149,9 @@ func runETLSession(ctx context.Context, t *testing.T, seeds []string, stop chan 
 			return
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			s.Produce(ctx, &kgo.Record{Partition: r.Partition, Value: r.Value}, nil)
+			// Keyed by the value: a change stream of the output (whose
+			// changes are keyed records') carries each one.
+			s.Produce(ctx, &kgo.Record{Partition: r.Partition, Key: r.Value, Value: r.Value}, nil)
 		})
 		committed, err := s.End(ctx, kgo.TryCommit)
 		if err != nil {

@@ -375,6 +375,10 @@ func (n *clusterNode) openBackend(ctx context.Context, epoch uint64) (*activeBac
 			_ = ls.Close()
 			return nil, err
 		}
+	} else {
+		// No coordinator without the Kafka listener, but a run with one
+		// may have left transactional records.
+		n.readTxnState(ctx, b)
 	}
 	return &activeBackend{backend: b, epoch: epoch, store: ls}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -46,6 +47,22 @@ func openClusterTransactions(ctx context.Context, cfg Config, nc *nats.Conn, epo
 		return nil, fmt.Errorf("open the transaction state: %w", err)
 	}
 	return openTxnCoordinator(cfg, st, log, groups, logger)
+}
+
+// readTxnState notes in b whether the cluster's transaction bucket holds
+// any state, for a backend without a coordinator: its log may then hold
+// transactional records (backend.transactionsUsed). A bucket that cannot
+// be read counts as holding some: the readers' checks then cost a scan,
+// but never deliver an open or aborted transaction's records.
+func (n *clusterNode) readTxnState(ctx context.Context, b *backend) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	has, err := jstxn.HasState(ctx, n.nc, n.s.cfg.Cluster.NATSPrefix)
+	if err != nil {
+		n.s.log.Warn("cannot read the transaction bucket; change streams check every record for transactions", "err", err)
+		has = true
+	}
+	b.txnState.Store(has)
 }
 
 func openTxnCoordinator(cfg Config, st txnstate.Store, log *broker.Log, groups *consumergroup.Coordinator, logger *slog.Logger) (*txn.Coordinator, error) {

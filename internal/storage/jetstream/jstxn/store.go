@@ -344,3 +344,40 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	return nil
 }
+
+// HasState reports whether the bucket of prefix holds the state of any
+// transactional id, without creating the bucket, holding or fencing
+// anything: a view a moment behind (not read through a mark), for an
+// instance that coordinates no ids but reads a log that transactional
+// producers may have written (the change streams' read-committed checks).
+func HasState(ctx context.Context, nc *nats.Conn, prefix string) (bool, error) {
+	if prefix == "" {
+		prefix = sljs.DefaultPrefix
+	}
+	js, err := njs.New(nc)
+	if err != nil {
+		return false, fmt.Errorf("jetstream: %w (%w)", err, ErrStorage)
+	}
+	kv, err := js.KeyValue(ctx, sljs.TxnsBucket(prefix))
+	if errors.Is(err, njs.ErrBucketNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, sljs.Wrap(ctx, "open the transaction bucket", err, ErrStorage)
+	}
+	kl, err := kv.ListKeysFiltered(ctx, "t.*")
+	if errors.Is(err, njs.ErrNoKeysFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, sljs.Wrap(ctx, "list the transaction bucket", err, ErrStorage)
+	}
+	found := false
+	for range kl.Keys() {
+		found = true
+	}
+	if err := ctx.Err(); err != nil {
+		return false, sljs.Wrap(ctx, "list the transaction bucket", err, ErrStorage)
+	}
+	return found, nil
+}

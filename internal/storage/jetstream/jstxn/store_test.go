@@ -210,3 +210,29 @@ func TestScoped(t *testing.T) {
 	b.Drop("s")
 	require.ErrorIs(t, b.Put(ongoing("s", 3)), txnstate.ErrFenced)
 }
+
+// HasState: false without a bucket (none is created) and with an empty
+// one, true once an id was written.
+func TestHasState(t *testing.T) {
+	open, prefix := opener(t)
+	nc := cluster.Connect(t)
+	ctx := context.Background()
+	has, err := jstxn.HasState(ctx, nc, prefix)
+	require.NoError(t, err)
+	assert.False(t, has)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.KeyValue(ctx, sljs.TxnsBucket(prefix))
+	require.ErrorIs(t, err, jetstream.ErrBucketNotFound, "HasState created no bucket")
+
+	s := open(jstxn.Options{Epoch: 1})
+	_, err = s.Load() // writes the read mark only
+	require.NoError(t, err)
+	has, err = jstxn.HasState(ctx, nc, prefix)
+	require.NoError(t, err)
+	assert.False(t, has)
+	require.NoError(t, s.Put(ongoing("h", 0)))
+	has, err = jstxn.HasState(ctx, nc, prefix)
+	require.NoError(t, err)
+	assert.True(t, has)
+}

@@ -53,7 +53,7 @@ func TestKafkaTransactionsSIGKILL(t *testing.T) {
 			default:
 			}
 			sessions.Add(1)
-			runETLSession(ctx, t, addr, stop, &commits)
+			runETLSession(ctx, t, []string{addr}, stop, &commits)
 		}
 	})
 
@@ -117,8 +117,8 @@ func TestKafkaTransactionsSIGKILL(t *testing.T) {
 
 // runETLSession runs one GroupTransactSession until stop or until an End
 // fails (then the caller starts another, as franz-go asks).
-func runETLSession(ctx context.Context, t *testing.T, addr string, stop chan struct{}, commits *atomic.Int64) {
-	s, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(addr), kgo.TransactionalID("etl-tx"),
+func runETLSession(ctx context.Context, t *testing.T, seeds []string, stop chan struct{}, commits *atomic.Int64) {
+	s, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(seeds...), kgo.TransactionalID("etl-tx"),
 		kgo.TransactionTimeout(10*time.Second), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumerGroup("etl"), kgo.ConsumeTopics("in"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DefaultProduceTopic("out"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -149,7 +149,9 @@ func runETLSession(ctx context.Context, t *testing.T, addr string, stop chan str
 			return
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			s.Produce(ctx, &kgo.Record{Partition: r.Partition, Value: r.Value}, nil)
+			// Keyed by the value: a change stream of the output (whose
+			// changes are keyed records') carries each one.
+			s.Produce(ctx, &kgo.Record{Partition: r.Partition, Key: r.Value, Value: r.Value}, nil)
 		})
 		committed, err := s.End(ctx, kgo.TryCommit)
 		if err != nil {

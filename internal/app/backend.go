@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/authz"
@@ -16,6 +17,7 @@ import (
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 	"github.com/sharelog/sharelog/internal/telemetry"
 	"github.com/sharelog/sharelog/internal/transport/grpcapi"
+	"github.com/sharelog/sharelog/internal/txn"
 )
 
 // backend is what serves the API over one log store and one share-state
@@ -33,6 +35,13 @@ type backend struct {
 	// groups is the consumer-group coordinator in cluster mode, with a
 	// Kafka listener (nil otherwise; the file mode's is Server.groups).
 	groups *consumergroup.Coordinator
+	// txn is the transaction coordinator in active-standby cluster mode,
+	// with a Kafka listener (nil otherwise; the file mode's is Server.txn).
+	txn *txn.Coordinator
+	// txnState: in cluster mode the cluster's transaction bucket held
+	// state when the backend opened (read so by a backend without a
+	// coordinator: transactionsUsed).
+	txnState atomic.Bool
 	// cgSvc is ConsumerGroupService over groups in cluster mode (set by
 	// withGroups; without groups it answers FAILED_PRECONDITION).
 	cgSvc sharelogv1.ConsumerGroupServiceServer
@@ -131,7 +140,7 @@ func (s *Server) openBackend(store logstore.Store, keys logstore.KeyIndexer, sta
 		Meter:                  s.tel.Meter,
 		Owners:                 streamOwners,
 		Peers:                  streamPeers,
-		Transactions:           streamTxns{logAPI, s.transactionsUsed},
+		Transactions:           streamTxns{logAPI, func() bool { return s.transactionsUsed() || b.transactionsUsed() }},
 	}); err != nil {
 		_ = b.share.Close()
 		return nil, err
@@ -169,6 +178,9 @@ func jsProducers(ls *jslog.Store) producerStore {
 // state (not the log store, which the caller owns).
 func (b *backend) close(log *slog.Logger) error {
 	b.streams.Shutdown()
+	if b.txn != nil {
+		b.txn.Close() // its timeout checks write through the groups below
+	}
 	if b.groups != nil {
 		if err := b.groups.Close(); err != nil {
 			log.Warn("close consumer groups", "err", err)
@@ -179,6 +191,14 @@ func (b *backend) close(log *slog.Logger) error {
 		return fmt.Errorf("close share groups: %w", err)
 	}
 	return nil
+}
+
+// transactionsUsed reports whether this cluster backend's log may hold
+// transactional records: its coordinator has state (active-standby), or
+// the cluster's transaction bucket had some when it opened. The file
+// mode's is Server.transactionsUsed.
+func (b *backend) transactionsUsed() bool {
+	return b.txnState.Load() || b.txn != nil && b.txn.Used()
 }
 
 // shareTxns gives read-committed share groups the broker's view of a

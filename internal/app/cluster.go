@@ -368,6 +368,17 @@ func (n *clusterNode) openBackend(ctx context.Context, epoch uint64) (*activeBac
 			_ = ls.Close()
 			return nil, fmt.Errorf("open the consumer groups' offsets: %w", err)
 		}
+		// The transaction coordinator of this term: every transactional
+		// id is the active instance's (docs/kafka.md "Transactions").
+		if b.txn, err = openClusterTransactions(ctx, n.s.cfg, n.nc, epoch, fence, b.logAPI, b.groups, n.s.log); err != nil {
+			_ = b.close(n.s.log)
+			_ = ls.Close()
+			return nil, err
+		}
+	} else {
+		// No coordinator without the Kafka listener, but a run with one
+		// may have left transactional records.
+		n.readTxnState(ctx, b)
 	}
 	return &activeBackend{backend: b, epoch: epoch, store: ls}, nil
 }

@@ -205,7 +205,7 @@ func (k *kafkaCluster) Domain() (kafkawire.Domain, func()) {
 	}
 	n.mu.RUnlock()
 	if active != nil && !closing {
-		return kafkawire.Domain{Log: active.logAPI, Share: active.share, Groups: active.groups}, active.calls.Done
+		return kafkawire.Domain{Log: active.logAPI, Share: active.share, Groups: active.groups, Txn: active.txn}, active.calls.Done
 	}
 	return kafkawire.Domain{Log: k.catalog.Load()}, func() {}
 }
@@ -293,6 +293,12 @@ func (k *kafkaCluster) Coordinator(ctx context.Context, keyType int8, key string
 	members, _ := k.members(ctx)
 	return nodeOf(members, o.Owner.ID)
 }
+
+// Transactions: transactional ids are served in active-standby mode, each
+// coordinated by the active instance (Coordinator answers it for every
+// key type); partitioned mode does not serve them yet (docs/kafka.md
+// "Transactions").
+func (k *kafkaCluster) Transactions() bool { return k.n.part == nil }
 
 // kafkaAdvertised is the Kafka address this instance publishes.
 func (s *Server) kafkaAdvertised() string {

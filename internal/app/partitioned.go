@@ -91,6 +91,9 @@ func (n *clusterNode) openLogBackend(ctx context.Context, ls *jslog.Store) error
 	if err != nil {
 		return err
 	}
+	// This mode coordinates no transactional ids, but an active-standby
+	// deployment before it may have (docs/kafka.md "Transactions").
+	n.readTxnState(ctx, b)
 	var offs *jsoffsets.Store
 	if n.s.cfg.KafkaAddr != "" {
 		// Consumer groups are coordinated like share groups: by the

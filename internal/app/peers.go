@@ -76,6 +76,16 @@ func (p grpcPeers) client(peer string) (sharelogv1.LogServiceClient, string, err
 }
 
 func (p grpcPeers) Append(ctx context.Context, peer, topic string, part int32, recs []logstore.Record) (int64, error) {
+	for i := range recs {
+		if recs[i].Transactional || recs[i].Control {
+			// The gRPC Record has no transactional or control bit: the
+			// owner would store a transactional producer's batch as an
+			// idempotent one (never behind the last stable offset) or a
+			// marker as a record. Such appends are the owner's own
+			// (docs/kafka.md "Transactions"): the caller retries there.
+			return 0, apierr.New(apierr.NotOwner, "%s-%d: a transactional batch or marker is appended at the partition's owner only", topic, part)
+		}
+	}
 	c, target, err := p.client(peer)
 	if err != nil {
 		return 0, err

@@ -2,6 +2,7 @@ package txn
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"slices"
@@ -191,6 +192,11 @@ func (c *Coordinator) put(e *entry, t txnstate.Txn) error {
 	t.UpdateMs = c.o.Now().UnixMilli()
 	c.used.Store(true) // before the write: a producer may write records once it is
 	if err := c.o.Store.Put(t); err != nil {
+		if errors.Is(err, txnstate.ErrFenced) {
+			// Another instance coordinates the id now: NOT_COORDINATOR,
+			// on which the client finds it (docs/kafka.md "Transactions").
+			return apierr.New(apierr.NotOwner, "transactional id %q: %v", t.ID, err)
+		}
 		return apierr.New(apierr.KafkaStorageError, "write the transaction state of %q: %v", t.ID, err)
 	}
 	c.mu.Lock()

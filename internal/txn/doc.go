@@ -10,12 +10,16 @@
 // is CompleteCommit or CompleteAbort), and the abort of a transaction open
 // longer than its timeout.
 //
-// The state lives in a txnstate.Store (the data directory's
-// transactions.json on a single node). After a crash, New completes every
-// transaction that was being ended (writing a marker is idempotent: a
-// partition without an open transaction of the producer gets none, and
-// committing the same offsets twice changes nothing), and an open one is
-// aborted when its timeout passes, counted from its durable start time.
+// The state lives in a txnstate.Store: the data directory's
+// transactions.json on a single node, the cluster KV (jstxn) in
+// active-standby cluster mode, where the active instance coordinates every
+// id and a write the store refuses as fenced (txnstate.ErrFenced: a newer
+// active took over) answers NOT_OWNER. After a crash or a failover, New
+// completes every transaction that was being ended (writing a marker is
+// idempotent: a partition without an open transaction of the producer
+// gets none, and committing the same offsets twice changes nothing), and
+// an open one is aborted when its timeout passes, counted from its
+// durable start time.
 // So a transaction is never half-visible to a read-committed reader: its
 // records are behind the partition's last stable offset until its marker
 // is written, and a commit marker is written only once the commit was

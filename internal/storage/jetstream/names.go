@@ -55,6 +55,10 @@ func ShareBucket(prefix string) string { return prefix + "_SHARE" }
 // OffsetsBucket is the KV bucket of the consumer groups' committed offsets.
 func OffsetsBucket(prefix string) string { return prefix + "_OFFSETS" }
 
+// TxnsBucket is the KV bucket of the Kafka transaction coordinator's
+// state (one key per transactional id).
+func TxnsBucket(prefix string) string { return prefix + "_TXNS" }
+
 // UsersBucket is the KV bucket of the Kafka listener's SCRAM credentials.
 func UsersBucket(prefix string) string { return prefix + "_USERS" }
 

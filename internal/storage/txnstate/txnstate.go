@@ -93,9 +93,15 @@ type Store interface {
 	// Load returns every record, as last written.
 	Load() ([]Txn, error)
 	// Put writes t (replacing the record of its id), durable when it
-	// returns.
+	// returns. ErrFenced: another coordinator holds the id now (cluster
+	// mode), nothing was written.
 	Put(t Txn) error
 }
+
+// ErrFenced is a write refused because another instance coordinates the
+// transactional id now (a newer term wrote it, or this instance no longer
+// holds it): the caller is no longer its coordinator.
+var ErrFenced = errors.New("the transactional id is coordinated by another instance")
 
 type fileDoc struct {
 	Version int            `json:"version"`

@@ -123,10 +123,14 @@ func (l *Listener) produce(ctx context.Context, dec *batchDecoder, info broker.T
 		switch {
 		case txnID == nil:
 			return -1, -1, fmt.Errorf("%w: a transactional batch in a produce without a transactional id", errInvalidRecord)
-		case l.cfg.Txn == nil || l.cfg.Cluster != nil:
+		case !l.servesTxn():
 			return -1, -1, fmt.Errorf("%w: transactions are not served by this listener", errInvalidRecord)
 		}
-		if err := l.cfg.Txn.InTransaction(*txnID, producer.ID, producer.Epoch, topic, partition); err != nil {
+		tc, err := l.txnOf(ctx)
+		if err != nil {
+			return -1, -1, err
+		}
+		if err := tc.InTransaction(*txnID, producer.ID, producer.Epoch, topic, partition); err != nil {
 			return -1, -1, err
 		}
 		return lg.ProduceBatchTransactional(ctx, topic, partition, recs, *producer)

@@ -139,7 +139,7 @@ func (l *Listener) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *
 			}
 			// Read committed: the last stable offset first, then the
 			// records below it, with the aborted transactions among them.
-			committed := req.IsolationLevel == 1 && l.cfg.Cluster == nil
+			committed := req.IsolationLevel == 1 && l.readsCommitted()
 			var view broker.TxnView
 			var verr error
 			if committed {

@@ -66,7 +66,7 @@ func (l *Listener) handleListOffsets(ctx context.Context, _ *conn, kreq kmsg.Req
 				rp.ErrorCode = kerr.InvalidRequest.Code
 			} else if off, ts, err := l.logOf(ctx).ListOffsets(ctx, t.Topic, p.Partition, spec, max(p.Timestamp, 0)); err != nil {
 				rp.ErrorCode = errorCode(err)
-			} else if spec == broker.Latest && req.IsolationLevel == 1 && l.cfg.Cluster == nil {
+			} else if spec == broker.Latest && req.IsolationLevel == 1 && l.readsCommitted() {
 				// Read committed: the latest offset is the last stable one.
 				if lso, err := l.logOf(ctx).LastStableOffset(ctx, t.Topic, p.Partition); err != nil {
 					rp.ErrorCode = errorCode(err)

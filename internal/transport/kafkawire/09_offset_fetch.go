@@ -114,8 +114,8 @@ func (l *Listener) fetchOffsets(ctx context.Context, gate topicGate, group strin
 		code, _ := l.requestError("offset fetch", err)
 		return refused(topics, code), code
 	}
-	if stable && l.cfg.Txn != nil {
-		if pending := l.cfg.Txn.PendingOffsets(group); len(pending) > 0 {
+	if tc, terr := l.txnOf(ctx); stable && terr == nil {
+		if pending := tc.PendingOffsets(group); len(pending) > 0 {
 			for i := range res {
 				for j := range res[i].Partitions {
 					p := &res[i].Partitions[j]

@@ -20,8 +20,9 @@ const (
 // this node, or in cluster mode the instance that coordinates the group
 // (Cluster.Coordinator; COORDINATOR_NOT_AVAILABLE while none is live);
 // a transactional id's (key type 1) is this node when it serves
-// transactions (Config.Txn, single node; docs/kafka.md "Transactions"),
-// as Kafka with DESCRIBE on the transactional id; without them
+// transactions on a single node (Config.Txn), in cluster mode the
+// instance that coordinates the id (docs/kafka.md "Transactions"), as
+// Kafka with DESCRIBE on the transactional id; without them
 // INVALID_REQUEST, which a client takes as final
 // (COORDINATOR_NOT_AVAILABLE would have a transactional producer retry
 // without end). As Kafka, a
@@ -36,7 +37,7 @@ func (l *Listener) handleFindCoordinator(ctx context.Context, _ *conn, kreq kmsg
 	switch req.CoordinatorType {
 	case coordinatorGroup, coordinatorShare:
 	case coordinatorTxn:
-		if l.cfg.Txn != nil && l.cfg.Cluster == nil {
+		if l.servesTxn() {
 			break
 		}
 		code = kerr.InvalidRequest.Code

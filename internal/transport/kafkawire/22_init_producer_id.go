@@ -9,6 +9,7 @@ import (
 	"github.com/sharelog/sharelog/apierr"
 	"github.com/sharelog/sharelog/internal/authz"
 	"github.com/sharelog/sharelog/internal/broker"
+	"github.com/sharelog/sharelog/internal/txn"
 )
 
 // handleInitProducerID serves v0–5 for idempotent producers (a null
@@ -30,18 +31,24 @@ import (
 // A transactional id is the transaction coordinator's
 // (txn.Coordinator.InitProducer: the id's producer id with a new epoch,
 // fencing older instances, its open transaction aborted), with WRITE on
-// the transactional id, as Kafka. Without a coordinator (Config.Txn nil,
-// or cluster mode) it answers INVALID_REQUEST, which clients report as a
-// request their broker does not understand.
+// the transactional id, as Kafka; in cluster mode at the instance that
+// coordinates the id, NOT_COORDINATOR elsewhere (the client finds the
+// coordinator again). Where transactions are not served (no Config.Txn,
+// or a cluster that does not serve them) it answers INVALID_REQUEST,
+// which clients report as a request their broker does not understand.
 func (l *Listener) handleInitProducerID(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.InitProducerIDRequest)
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
-	if req.TransactionalID != nil && l.cfg.Txn != nil && l.cfg.Cluster == nil {
+	if req.TransactionalID != nil && l.servesTxn() {
 		id := *req.TransactionalID
 		err := l.requireTxnID(ctx, authz.Write, id)
+		var tc *txn.Coordinator
 		if err == nil {
-			resp.ProducerID, resp.ProducerEpoch, err = l.cfg.Txn.InitProducer(ctx, id, req.TransactionTimeoutMillis, req.ProducerID, req.ProducerEpoch)
+			tc, err = l.txnOf(ctx)
+		}
+		if err == nil {
+			resp.ProducerID, resp.ProducerEpoch, err = tc.InitProducer(ctx, id, req.TransactionTimeoutMillis, req.ProducerID, req.ProducerEpoch)
 		}
 		if err != nil {
 			resp.ProducerID, resp.ProducerEpoch = -1, -1

@@ -103,14 +103,20 @@ func (l *Listener) addPartitions(ctx context.Context, t *kmsg.AddPartitionsToTxn
 		failed = true
 	}
 	if !failed {
-		if t.VerifyOnly {
+		tc, err := l.txnOf(ctx)
+		switch {
+		case err != nil:
+			all(txnErrorCode(err))
+		case t.VerifyOnly:
 			for i, rt := range t.Topics {
 				for j, p := range rt.Partitions {
-					codes[i][j] = txnErrorCode(l.cfg.Txn.InTransaction(t.TransactionalID, t.ProducerID, t.ProducerEpoch, rt.Topic, p))
+					codes[i][j] = txnErrorCode(tc.InTransaction(t.TransactionalID, t.ProducerID, t.ProducerEpoch, rt.Topic, p))
 				}
 			}
-		} else if err := l.cfg.Txn.AddPartitions(ctx, t.TransactionalID, t.ProducerID, t.ProducerEpoch, parts); err != nil {
-			all(txnErrorCode(err))
+		default:
+			if err := tc.AddPartitions(ctx, t.TransactionalID, t.ProducerID, t.ProducerEpoch, parts); err != nil {
+				all(txnErrorCode(err))
+			}
 		}
 	}
 	for i, rt := range t.Topics {

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharelog/sharelog/internal/authz"
+	"github.com/sharelog/sharelog/internal/txn"
 )
 
 // handleAddOffsetsToTxn serves v0-4: the group joins the transactional
@@ -19,8 +20,12 @@ func (l *Listener) handleAddOffsetsToTxn(ctx context.Context, _ *conn, kreq kmsg
 	if err == nil {
 		err = l.require(ctx, authz.Read, authz.Group, req.Group)
 	}
+	var tc *txn.Coordinator
 	if err == nil {
-		err = l.cfg.Txn.AddOffsets(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group)
+		tc, err = l.txnOf(ctx)
+	}
+	if err == nil {
+		err = tc.AddOffsets(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group)
 	}
 	resp.ErrorCode = txnErrorCode(err)
 	return resp, nil

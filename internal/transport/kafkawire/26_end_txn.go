@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharelog/sharelog/internal/authz"
+	"github.com/sharelog/sharelog/internal/txn"
 )
 
 // handleEndTxn serves v0-4: the transactional id's transaction commits or
@@ -17,8 +18,12 @@ func (l *Listener) handleEndTxn(ctx context.Context, _ *conn, kreq kmsg.Request)
 	req := kreq.(*kmsg.EndTxnRequest)
 	resp := req.ResponseKind().(*kmsg.EndTxnResponse)
 	err := l.requireTxnID(ctx, authz.Write, req.TransactionalID)
+	var tc *txn.Coordinator
 	if err == nil {
-		err = l.cfg.Txn.EndTxn(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit)
+		tc, err = l.txnOf(ctx)
+	}
+	if err == nil {
+		err = tc.EndTxn(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit)
 	}
 	if err != nil {
 		resp.ErrorCode = txnErrorCode(err)

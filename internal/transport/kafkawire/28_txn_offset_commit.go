@@ -34,8 +34,12 @@ func (l *Listener) handleTxnOffsetCommit(ctx context.Context, _ *conn, kreq kmsg
 	if err == nil {
 		err = l.require(ctx, authz.Read, authz.Group, req.Group)
 	}
-	if err == nil && l.cfg.Groups != nil && req.GetVersion() >= 3 {
-		err = l.cfg.Groups.CheckMember(ctx, req.Group, req.MemberID, req.InstanceID, req.Generation)
+	var tc *txn.Coordinator
+	if err == nil {
+		tc, err = l.txnOf(ctx)
+	}
+	if gc, gerr := l.groupsOf(ctx); err == nil && gerr == nil && req.GetVersion() >= 3 {
+		err = gc.CheckMember(ctx, req.Group, req.MemberID, req.InstanceID, req.Generation)
 	}
 	if err != nil {
 		all(groupErrorCode(err))
@@ -67,7 +71,7 @@ func (l *Listener) handleTxnOffsetCommit(ctx context.Context, _ *conn, kreq kmsg
 			}
 		}
 		if len(offs) > 0 {
-			if err := l.cfg.Txn.TxnOffsetCommit(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group, offs); err != nil {
+			if err := tc.TxnOffsetCommit(ctx, req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Group, offs); err != nil {
 				code := txnErrorCode(err)
 				for i := range codes {
 					for j := range codes[i] {

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sharelog/sharelog/internal/authz"
+	"github.com/sharelog/sharelog/internal/txn"
 )
 
 // handleDescribeTransactions serves v0: each transactional id's state,
@@ -24,7 +25,11 @@ func (l *Listener) handleDescribeTransactions(ctx context.Context, _ *conn, kreq
 			resp.TransactionStates = append(resp.TransactionStates, st)
 			continue
 		}
-		d, err := l.cfg.Txn.Describe(id)
+		tc, err := l.txnOf(ctx)
+		var d txn.Description
+		if err == nil {
+			d, err = tc.Describe(id)
+		}
 		if err != nil {
 			st.ErrorCode = txnErrorCode(err)
 			resp.TransactionStates = append(resp.TransactionStates, st)

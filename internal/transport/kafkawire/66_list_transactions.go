@@ -16,7 +16,8 @@ var txnStates = []string{"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "C
 // handleListTransactions serves v0-1: the transactional ids the caller
 // may DESCRIBE (others are left out, as Kafka), filtered by state,
 // producer id and (v1) the least time open. An unknown state name is
-// listed in UnknownStateFilters.
+// listed in UnknownStateFilters. In cluster mode each broker lists the ids
+// it coordinates (a standby none).
 func (l *Listener) handleListTransactions(ctx context.Context, _ *conn, kreq kmsg.Request) (kmsg.Response, error) {
 	req := kreq.(*kmsg.ListTransactionsRequest)
 	resp := req.ResponseKind().(*kmsg.ListTransactionsResponse)
@@ -25,8 +26,14 @@ func (l *Listener) handleListTransactions(ctx context.Context, _ *conn, kreq kms
 			resp.UnknownStateFilters = append(resp.UnknownStateFilters, s)
 		}
 	}
+	tc, err := l.txnOf(ctx)
+	if err != nil {
+		// A broker that coordinates no ids lists none (Kafka's clients
+		// ask every broker and merge the answers).
+		return resp, nil
+	}
 	now := time.Now().UnixMilli()
-	for _, d := range l.cfg.Txn.List(req.StateFilters, req.ProducerIDFilters) {
+	for _, d := range tc.List(req.StateFilters, req.ProducerIDFilters) {
 		if req.DurationFilterMillis > 0 && (d.StartMs < 0 || now-d.StartMs < req.DurationFilterMillis) {
 			continue
 		}

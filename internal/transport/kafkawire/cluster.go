@@ -20,6 +20,7 @@ import (
 	"github.com/sharelog/sharelog/internal/broker"
 	"github.com/sharelog/sharelog/internal/consumergroup"
 	"github.com/sharelog/sharelog/internal/sharegroup"
+	"github.com/sharelog/sharelog/internal/txn"
 )
 
 // Cluster is the cluster this listener is a broker of (Config.Cluster).
@@ -38,9 +39,14 @@ type Cluster interface {
 	// answers for it.
 	Leader(ctx context.Context, topic string, part int32) Leader
 	// Coordinator is the node that coordinates the group (key type
-	// group or share) named key; this node when nobody does yet (a call
-	// here takes it), -1 when none can be told.
+	// group or share) or transactional id (key type transaction) named
+	// key; this node when nobody does yet (a call here takes it), -1 when
+	// none can be told.
 	Coordinator(ctx context.Context, keyType int8, key string) int32
+	// Transactions reports whether the cluster serves transactional ids
+	// (docs/kafka.md "Transactions"); Domain.Txn is then the coordinator
+	// of those this instance coordinates.
+	Transactions() bool
 }
 
 // Brokers is the cluster's brokers and controller.
@@ -71,13 +77,15 @@ type Leader struct {
 	Epoch int32
 }
 
-// Domain is the log domain, share-group manager and consumer-group
-// coordinator of this instance's backend; Share and Groups are nil where
-// share or consumer groups are not served (a standby).
+// Domain is the log domain, share-group manager, consumer-group
+// coordinator and transaction coordinator of this instance's backend;
+// Share, Groups and Txn are nil where share groups, consumer groups or
+// transactions are not served (a standby).
 type Domain struct {
 	Log    *broker.Log
 	Share  *sharegroup.Manager
 	Groups *consumergroup.Coordinator
+	Txn    *txn.Coordinator
 }
 
 // domainKey carries a call's Domain in its context.
@@ -115,6 +123,41 @@ func (l *Listener) groupsOf(ctx context.Context) (*consumergroup.Coordinator, er
 }
 
 var errNoCoordinator = apierr.New(apierr.NotOwner, "this broker coordinates no consumer groups right now; find the coordinator again")
+
+// txnOf is the transaction coordinator of ctx's call, or errNoTxnCoordinator
+// where this instance coordinates no transactional ids (a standby, or one
+// whose backend is not open): NOT_COORDINATOR, on which the client looks
+// the coordinator up again.
+func (l *Listener) txnOf(ctx context.Context) (*txn.Coordinator, error) {
+	c := l.cfg.Txn
+	if d, ok := ctx.Value(domainKey{}).(Domain); ok {
+		c = d.Txn
+	}
+	if c == nil {
+		return nil, errNoTxnCoordinator
+	}
+	return c, nil
+}
+
+var errNoTxnCoordinator = apierr.New(apierr.NotOwner, "this broker coordinates no transactional ids right now; find the coordinator again")
+
+// readsCommitted reports whether isolation_level read_committed stops at
+// the last stable offset here: on a single node, and in a cluster that
+// serves transactions, where a partition's leader reads its own log (a
+// cluster without them has no open transactions; its leaders answer the
+// high watermark, as read uncommitted).
+func (l *Listener) readsCommitted() bool {
+	return l.cfg.Cluster == nil || l.cfg.Cluster.Transactions()
+}
+
+// servesTxn reports whether this listener serves transactional ids: with
+// a coordinator on a single node, or where the cluster serves them.
+func (l *Listener) servesTxn() bool {
+	if l.cfg.Cluster != nil {
+		return l.cfg.Cluster.Transactions()
+	}
+	return l.cfg.Txn != nil
+}
 
 // withDomain resolves the call's domain in cluster mode; release ends it.
 func (l *Listener) withDomain(ctx context.Context) (context.Context, func(), error) {

@@ -46,7 +46,7 @@ func (l *Listener) handlerTable() map[int16]handler {
 		// back to a producer without idempotence.
 		t[22] = handler{0, 5, (*Listener).handleInitProducerID}
 	}
-	if l.cfg.Txn != nil && l.cfg.Cluster == nil {
+	if l.servesTxn() {
 		for k, h := range txnHandlers {
 			t[k] = h
 		}

@@ -93,7 +93,7 @@ func TestReasonsAnswerTheirKafkaCodes(t *testing.T) {
 		if ke, ok := kerr.ErrorForCode(got).(*kerr.Error); ok && ke.Message != string(r) {
 			// Allowed only for the reasons without a Kafka name.
 			switch r {
-			case apierr.Unavailable, apierr.NotOwner, apierr.OwnerUnreachable, apierr.Internal,
+			case apierr.Unavailable, apierr.NotOwner, apierr.OwnerUnreachable, apierr.OutcomeUnknown, apierr.Internal,
 				apierr.Unauthenticated, apierr.RollbackRequired:
 			default:
 				t.Errorf("%s answers %s", r, ke.Message)

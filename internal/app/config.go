@@ -134,6 +134,10 @@ type Config struct {
 	// transaction.timeout.ms, as Kafka's transaction.max.timeout.ms
 	// (docs/kafka.md "Transactions").
 	TransactionMaxTimeout time.Duration
+	// TransactionalIDExpiration is how long an idle transactional id
+	// keeps its state (--transactional-id-expiration, Kafka's
+	// transactional.id.expiration.ms).
+	TransactionalIDExpiration time.Duration
 	// The consumer protocol (KIP-848; docs/consumer-groups.md): the
 	// heartbeat interval told to members and the session after which a
 	// silent member is removed (Kafka's group.consumer.heartbeat.interval.ms
@@ -195,6 +199,7 @@ func DefaultConfig() Config {
 		KafkaSASLSessionLifetime:       time.Hour,
 		GroupInitialRebalanceDelay:     3 * time.Second,
 		TransactionMaxTimeout:          15 * time.Minute,
+		TransactionalIDExpiration:      7 * 24 * time.Hour,
 		GroupConsumerHeartbeatInterval: 5 * time.Second,
 		GroupConsumerSessionTimeout:    45 * time.Second,
 		OffsetsRetention:               7 * 24 * time.Hour,
@@ -366,6 +371,9 @@ func (c Config) Validate() error {
 	}
 	if c.TransactionMaxTimeout < time.Second || c.TransactionMaxTimeout > 24*time.Hour {
 		bad("--transaction-max-timeout must be between 1s and 24h, got %s", c.TransactionMaxTimeout)
+	}
+	if c.TransactionalIDExpiration < time.Second {
+		bad("--transactional-id-expiration must be at least 1s, got %s", c.TransactionalIDExpiration)
 	}
 	if c.GroupInitialRebalanceDelay < 0 || c.GroupInitialRebalanceDelay > 5*time.Minute {
 		bad("--group-initial-rebalance-delay must be between 0 and 5m, got %s", c.GroupInitialRebalanceDelay)

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/cluster"
 	"github.com/sharelog/sharelog/internal/consumergroup"
 	"github.com/sharelog/sharelog/internal/ownership"
@@ -332,7 +335,7 @@ func (n *clusterNode) openBackend(ctx context.Context, epoch uint64) (*activeBac
 	if n.part != nil {
 		return n.openCoordinatorBackend(ctx, epoch)
 	}
-	ls, err := jslog.Open(ctx, n.nc, jslog.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas})
+	ls, err := jslog.Open(ctx, n.nc, jslog.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, WriteTimeout: c.NATSWriteTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("open the JetStream log: %w", err)
 	}
@@ -544,39 +547,80 @@ func (n *clusterNode) status() (role cluster.Role, holder cluster.Holder, servin
 // active instance to forward to; not ready while taking over or
 // disconnected.
 func (n *clusterNode) readinessChecks() []ReadinessCheck {
-	return []ReadinessCheck{{Service: "", Check: func() (string, bool) {
-		n.mu.RLock()
-		refused := n.refused
-		n.mu.RUnlock()
-		if refused != "" {
-			return "cluster: refused to join: " + refused, false
-		}
-		role, holder, serving := n.status()
-		n.setRoleHealth(role, serving, holder)
-		if n.part != nil {
-			n.mu.RLock()
-			open := n.part.logB != nil
-			n.mu.RUnlock()
-			switch {
-			case role == cluster.Disconnected:
-				return "cluster: disconnected from NATS", false
-			case !open:
-				return "cluster: partitioned, opening the JetStream log", false
+	return []ReadinessCheck{{Service: "", Check: n.roleReady},
+		{Service: sharelogv1.LogService_ServiceDesc.ServiceName, Check: n.partitionsWritable}}
+}
+
+// partitionsWritable is not ready while partitions this instance appends
+// to failed their last append with a storage error (a stream electing a
+// leader, NATS unreachable; --nats-write-timeout) and have not succeeded
+// since (jslog.Store.Unwritable), naming them.
+func (n *clusterNode) partitionsWritable() (string, bool) {
+	n.mu.RLock()
+	var stores []*jslog.Store
+	if n.part != nil && n.part.store != nil {
+		stores = append(stores, n.part.store)
+	}
+	if n.active != nil && n.active.store != nil {
+		stores = append(stores, n.active.store)
+	}
+	n.mu.RUnlock()
+	var failing []string
+	var first error
+	for _, st := range stores {
+		for _, p := range st.Unwritable() {
+			if first == nil {
+				first = p.Err
 			}
-			return "", true
+			name := p.Err.Error()
+			if i := strings.IndexByte(name, ':'); i > 0 {
+				name = name[:i]
+			}
+			failing = append(failing, name)
 		}
+	}
+	if len(failing) == 0 {
+		return "", true
+	}
+	slices.Sort(failing)
+	failing = slices.Compact(failing)
+	return fmt.Sprintf("cluster: %d partitions not writable (KAFKA_STORAGE_ERROR, retryable): %s; first: %v",
+		len(failing), strings.Join(failing, ", "), first), false
+}
+
+// roleReady is the readiness of this instance's cluster role.
+func (n *clusterNode) roleReady() (string, bool) {
+	n.mu.RLock()
+	refused := n.refused
+	n.mu.RUnlock()
+	if refused != "" {
+		return "cluster: refused to join: " + refused, false
+	}
+	role, holder, serving := n.status()
+	n.setRoleHealth(role, serving, holder)
+	if n.part != nil {
+		n.mu.RLock()
+		open := n.part.logB != nil
+		n.mu.RUnlock()
 		switch {
-		case serving:
-			return "", true
-		case role == cluster.Active:
-			return "cluster: active, loading the share state", false
-		case role == cluster.Standby && holder.Addr != "":
-			return "", true
-		case role == cluster.Standby:
-			return "cluster: standby, no active instance known", false
+		case role == cluster.Disconnected:
+			return "cluster: disconnected from NATS", false
+		case !open:
+			return "cluster: partitioned, opening the JetStream log", false
 		}
-		return "cluster: disconnected from NATS", false
-	}}}
+		return "", true
+	}
+	switch {
+	case serving:
+		return "", true
+	case role == cluster.Active:
+		return "cluster: active, loading the share state", false
+	case role == cluster.Standby && holder.Addr != "":
+		return "", true
+	case role == cluster.Standby:
+		return "cluster: standby, no active instance known", false
+	}
+	return "cluster: disconnected from NATS", false
 }
 
 // setRoleHealth sets the role's gRPC health names.

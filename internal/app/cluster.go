@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -62,6 +64,9 @@ type clusterNode struct {
 	secret  string         // the cluster's instance secret, with --auth-tokens-file (outgoing)
 	closers sync.WaitGroup // backends being closed
 	kafka   *kafkaCluster  // the Kafka listener's view of the cluster (kafka.go); nil without --kafka-addr
+
+	forwarded metric.Int64Counter // sharelog_cluster_forwarded_calls_total (clustermetrics.go)
+	lastRTT   atomic.Int64        // the last NATS round trip, ns
 }
 
 // activeBackend is the backend of one term as active instance.
@@ -79,6 +84,14 @@ func (s *Server) newClusterNode(ctx context.Context, o Options, serverTLS *tls.C
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
+		// Each connection event is logged once (docs/cluster.md
+		// "Metrics"), not by every call that meets it.
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			s.log.Warn("disconnected from NATS; reconnecting", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			s.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+		}),
 	}
 	if c.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(c.NATSCreds))
@@ -120,6 +133,7 @@ func (n *clusterNode) start(grpcAddr string) {
 	n.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel
+	go n.measureRTT(ctx, 5*time.Second)
 	go func() {
 		defer close(n.runDone)
 		n.run(ctx, cluster.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, TTL: c.LeaseTTL,
@@ -528,7 +542,7 @@ func (n *clusterNode) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := n.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := newForwardConn(addr, n.fwdTLS, n.s.cfg.MaxRequestBytes)
+	cc, err := newForwardConn(addr, n.fwdTLS, n.s.cfg.MaxRequestBytes, n.forwardCounting()...)
 	if err != nil {
 		return nil, ownerUnreachableErr(fmt.Sprintf("cannot dial the owner at %s: %v", addr, err))
 	}
@@ -556,6 +570,16 @@ func (n *clusterNode) readinessChecks() []ReadinessCheck {
 // leader, NATS unreachable; --nats-write-timeout) and have not succeeded
 // since (jslog.Store.Unwritable), naming them.
 func (n *clusterNode) partitionsWritable() (string, bool) {
+	failing, first := n.unwritable()
+	if len(failing) == 0 {
+		return "", true
+	}
+	return unwritableReason(failing, first), false
+}
+
+// unwritable lists the partitions of this instance's JetStream logs whose
+// last append failed, sorted, and the first failure.
+func (n *clusterNode) unwritable() ([]string, error) {
 	n.mu.RLock()
 	var stores []*jslog.Store
 	if n.part != nil && n.part.store != nil {
@@ -579,13 +603,19 @@ func (n *clusterNode) partitionsWritable() (string, bool) {
 			failing = append(failing, name)
 		}
 	}
-	if len(failing) == 0 {
-		return "", true
-	}
 	slices.Sort(failing)
-	failing = slices.Compact(failing)
+	return slices.Compact(failing), first
+}
+
+// unwritableCount is how many partitions partitionsWritable names.
+func (n *clusterNode) unwritableCount() int {
+	failing, _ := n.unwritable()
+	return len(failing)
+}
+
+func unwritableReason(failing []string, first error) string {
 	return fmt.Sprintf("cluster: %d partitions not writable (KAFKA_STORAGE_ERROR, retryable): %s; first: %v",
-		len(failing), strings.Join(failing, ", "), first), false
+		len(failing), strings.Join(failing, ", "), first)
 }
 
 // roleReady is the readiness of this instance's cluster role.

@@ -258,6 +258,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		if s.cluster, err = s.newClusterNode(ctx, o, tlsCfg); err != nil {
 			return nil, err
 		}
+		if err := s.cluster.registerClusterMetrics(s.tel.Meter); err != nil {
+			return nil, fmt.Errorf("cluster metrics: %w", err)
+		}
 		logSvc, shareSvc, changeSvc = sharelogv1.UnimplementedLogServiceServer{},
 			sharelogv1.UnimplementedShareGroupServiceServer{}, sharelogv1.UnimplementedChangeStreamServiceServer{}
 		aclSvc = grpcapi.NewAclService(nil, "ACL bindings are not available with --store jetstream yet (docs/security.md)", s.guard)

@@ -131,3 +131,186 @@ func TestDCPBackfillGocbcore(t *testing.T) {
 		}
 	})
 }
+
+// reference is the key -> value state of vb 0 read with an ordered stream
+// from 0 to the current high seqno (its end).
+func dcpReference(t *testing.T, addr, topic string) map[string]string {
+	t.Helper()
+	a, err := newDCPAgent(t, addr, topic, dcpOpts{})
+	require.NoError(t, err)
+	o := newObserver()
+	fl := failoverLog(t, a, 0)
+	hw := highSeqno(t, a, 0)
+	_, err = openStream(t, a, o, 0, fl[0].VbUUID, 0, hw)
+	require.NoError(t, err)
+	d := newDocState()
+	for !d.apply(o.next(t, 0)) {
+	}
+	return d.snapshot()
+}
+
+// highSeqno is vb's high seqno (GET_ALL_VB_SEQNOS).
+func highSeqno(t testing.TB, a *dcpAgent, vb uint16) uint64 {
+	t.Helper()
+	ch := make(chan []gocbcore.VbSeqNoEntry, 1)
+	errs := make(chan error, 1)
+	_, err := a.GetVbucketSeqnos(0, 1, gocbcore.GetVbucketSeqnoOptions{}, func(e []gocbcore.VbSeqNoEntry, err error) {
+		errs <- err
+		ch <- e
+	})
+	require.NoError(t, err)
+	require.NoError(t, <-errs)
+	for _, e := range <-ch {
+		if e.VbID == vb {
+			return uint64(e.SeqNo)
+		}
+	}
+	t.Fatalf("no seqno of vb %d", vb)
+	return 0
+}
+
+// TestDCPResumeOSO: a gocbcore client whose connection drops inside an
+// OSO snapshot resumes with the seed's rules (docs/change-streams.md 5.1):
+// from Y it gets the snapshot again in full and ends with the reference
+// state; from X (before END) it gets a partial view, which the test
+// detects; after END, X is a correct resume point.
+func TestDCPResumeOSO(t *testing.T) {
+	s := dcpStack(t)
+	s.dcpExample(t, "dcp-resume", 1, 0)
+	addr := s.srv.DCPAddr()
+	ref := dcpReference(t, addr, "dcp-resume")
+	require.Equal(t, map[string]string{"u/a": "3", "u/c": "5", "x/y": "7"}, ref)
+
+	// The first connection applies three items of the OSO snapshot (keys
+	// in byte order: u/a@4, u/b@5, u/c@7), then drops.
+	a, err := newDCPAgent(t, addr, "dcp-resume", dcpOpts{oso: true})
+	require.NoError(t, err)
+	o := newObserver()
+	vbuuid := failoverLog(t, a, 0)[0].VbUUID
+	_, err = openStream(t, a, o, 0, vbuuid, 0, math.MaxUint64)
+	require.NoError(t, err)
+	failed := newDocState()
+	for failed.osoItems < 3 {
+		failed.apply(o.next(t, 0))
+	}
+	require.True(t, failed.inOSO)
+	require.Equal(t, uint64(0), failed.y)
+	require.Equal(t, uint64(7), failed.x)
+	require.NoError(t, a.Close())
+
+	resume := func(t *testing.T, d *docState, from uint64, end uint64) *docState {
+		b, err := newDCPAgent(t, addr, "dcp-resume", dcpOpts{oso: true})
+		require.NoError(t, err)
+		ob := newObserver()
+		_, err = openStream(t, b, ob, 0, vbuuid, from, end)
+		require.NoError(t, err)
+		d.next = from
+		for !d.apply(ob.next(t, 0)) {
+		}
+		return d
+	}
+
+	t.Run("from Y", func(t *testing.T) {
+		// Y = 0 and items were delivered: the client resets (drops its
+		// state) and gets the whole snapshot again.
+		d := resume(t, newDocState(), failed.y, 9)
+		require.Equal(t, ref, d.snapshot())
+	})
+	t.Run("from X before END is a partial view", func(t *testing.T) {
+		d := &docState{docs: failed.snapshot()}
+		d = resume(t, d, failed.x, 9)
+		require.NotEqual(t, ref, d.snapshot(), "resuming from X inside an OSO snapshot must lose something")
+		require.NotContains(t, d.snapshot(), "x/y", "x/y (seqno 6 < X) was never delivered")
+	})
+	t.Run("from X after END", func(t *testing.T) {
+		b, err := newDCPAgent(t, addr, "dcp-resume", dcpOpts{oso: true})
+		require.NoError(t, err)
+		ob := newObserver()
+		_, err = openStream(t, b, ob, 0, vbuuid, 0, math.MaxUint64)
+		require.NoError(t, err)
+		d := newDocState()
+		for {
+			e := ob.next(t, 0)
+			d.apply(e)
+			if e.String() == "oso(END)" {
+				break
+			}
+		}
+		require.Equal(t, uint64(9), d.next, "X after SEQNO_ADVANCED is the snapshot point")
+		require.NoError(t, b.Close())
+		s.produceKV(t, "dcp-resume", "u/e", "8")
+		d = resume(t, d, d.next, 10)
+		want := map[string]string{"u/e": "8"}
+		for k, v := range ref {
+			want[k] = v
+		}
+		require.Equal(t, want, d.snapshot())
+	})
+}
+
+// TestDCPRollback: a stream request below the log start after a purge,
+// and one with the vbuuid of a re-created topic, answer ROLLBACK to 0;
+// the re-created topic's failover log has a new entry.
+func TestDCPRollback(t *testing.T) {
+	s := dcpStack(t)
+	s.dcpExample(t, "dcp-rb", 1, 0)
+	addr := s.srv.DCPAddr()
+	a, err := newDCPAgent(t, addr, "dcp-rb", dcpOpts{oso: true})
+	require.NoError(t, err)
+	old := failoverLog(t, a, 0)
+	require.Len(t, old, 1)
+	require.NotZero(t, old[0].VbUUID)
+
+	_, err = s.log.Purge(context.Background(), &sharelogv1.PurgeRequest{Topics: []*sharelogv1.PurgeTopic{{Topic: "dcp-rb",
+		Partitions: []*sharelogv1.PurgePartition{{Partition: 0, Offset: 3}}}}})
+	require.NoError(t, err)
+
+	t.Run("below the log start", func(t *testing.T) {
+		o := newObserver()
+		_, err := openStream(t, a, o, 0, old[0].VbUUID, 2, math.MaxUint64)
+		require.Equal(t, uint64(0), rollbackSeqno(t, err))
+	})
+	t.Run("at the log start", func(t *testing.T) {
+		// Seqno 3 = offset 3 = the log start: an OSO backfill of what is
+		// left (docs/change-streams.md Ex7).
+		o := newObserver()
+		_, err := openStream(t, a, o, 0, old[0].VbUUID, 3, 9)
+		require.NoError(t, err)
+		require.Equal(t, "oso(START)", o.next(t, 0).String())
+		var got []string
+		for e := o.next(t, 0); e.kind != "oso"; e = o.next(t, 0) {
+			got = append(got, e.String())
+		}
+		slices.Sort(got)
+		require.Equal(t, []string{"adv(9)", "del(u/b@5)", "del(x/z@8)", "mut(u/a@4)", "mut(u/c@7)", "mut(x/y@6)"}, got)
+		require.Equal(t, "end(<nil>)", o.next(t, 0).String())
+	})
+	t.Run("above the high seqno", func(t *testing.T) {
+		o := newObserver()
+		_, err := openStream(t, a, o, 0, old[0].VbUUID, 50, math.MaxUint64)
+		require.ErrorIs(t, err, gocbcore.ErrMemdRangeError)
+	})
+	t.Run("re-created topic", func(t *testing.T) {
+		o := newObserver()
+		_, err := openStream(t, a, o, 0, old[0].VbUUID, 9, math.MaxUint64)
+		require.NoError(t, err) // a tail at the high seqno
+		_, err = s.log.DeleteTopic(context.Background(), &sharelogv1.DeleteTopicRequest{Name: "dcp-rb"})
+		require.NoError(t, err)
+		e := o.next(t, 0)
+		require.Equal(t, "end", e.kind, e.String())
+		require.ErrorIs(t, e.err, gocbcore.ErrDCPStreamStateChanged)
+		s.dcpExample(t, "dcp-rb", 1, 0)
+		b, err := newDCPAgent(t, addr, "dcp-rb", dcpOpts{oso: true})
+		require.NoError(t, err)
+		fresh := failoverLog(t, b, 0)
+		require.Len(t, fresh, 1)
+		require.NotEqual(t, old[0].VbUUID, fresh[0].VbUUID, "a re-created topic has a new failover entry")
+		_, err = openStream(t, b, newObserver(), 0, old[0].VbUUID, 5, math.MaxUint64)
+		require.Equal(t, uint64(0), rollbackSeqno(t, err))
+		// From 0 nothing is held: no rollback, whatever the vbuuid.
+		o2 := newObserver()
+		_, err = openStream(t, b, o2, 0, old[0].VbUUID, 0, math.MaxUint64)
+		require.NoError(t, err)
+		require.Equal(t, "oso(START)", o2.next(t, 0).String())
+	})
+}

@@ -41,7 +41,7 @@ type dcpOpts struct {
 
 // newDCPAgent bootstraps a gocbcore DCPAgent on bucket (a topic) and waits
 // until it is ready; it is closed at t's cleanup.
-func newDCPAgent(t testing.TB, addr, bucket string, o dcpOpts) (*gocbcore.DCPAgent, error) {
+func newDCPAgent(t testing.TB, addr, bucket string, o dcpOpts) (*dcpAgent, error) {
 	t.Helper()
 	cfg := &gocbcore.DCPAgentConfig{
 		UserAgent:  "sharelog-e2e",
@@ -69,8 +69,22 @@ func newDCPAgent(t testing.TB, addr, bucket string, o dcpOpts) (*gocbcore.DCPAge
 		agent.Close()
 		return nil, err
 	}
-	t.Cleanup(func() { agent.Close() })
-	return agent, nil
+	a := &dcpAgent{DCPAgent: agent}
+	t.Cleanup(func() { a.Close() })
+	return a, nil
+}
+
+// dcpAgent is a DCPAgent whose Close may be called twice (gocbcore's
+// panics the second time).
+type dcpAgent struct {
+	*gocbcore.DCPAgent
+	once sync.Once
+	err  error
+}
+
+func (a *dcpAgent) Close() error {
+	a.once.Do(func() { a.err = a.DCPAgent.Close() })
+	return a.err
 }
 
 // dcpEvent is one event a StreamObserver received.
@@ -180,7 +194,7 @@ func (o *observer) quiet(t testing.TB, vb uint16, d time.Duration) {
 
 // openStream opens a stream of vb from start (seqno) to end with vbuuid
 // and returns the failover log of the answer.
-func openStream(t testing.TB, a *gocbcore.DCPAgent, o *observer, vb uint16, vbuuid gocbcore.VbUUID, start, end uint64) ([]gocbcore.FailoverEntry, error) {
+func openStream(t testing.TB, a *dcpAgent, o *observer, vb uint16, vbuuid gocbcore.VbUUID, start, end uint64) ([]gocbcore.FailoverEntry, error) {
 	t.Helper()
 	type res struct {
 		fl  []gocbcore.FailoverEntry
@@ -202,7 +216,7 @@ func openStream(t testing.TB, a *gocbcore.DCPAgent, o *observer, vb uint16, vbuu
 }
 
 // failoverLog is GET_FAILOVER_LOG of vb.
-func failoverLog(t testing.TB, a *gocbcore.DCPAgent, vb uint16) []gocbcore.FailoverEntry {
+func failoverLog(t testing.TB, a *dcpAgent, vb uint16) []gocbcore.FailoverEntry {
 	t.Helper()
 	type res struct {
 		fl  []gocbcore.FailoverEntry

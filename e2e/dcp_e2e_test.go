@@ -10,8 +10,10 @@ import (
 
 	"github.com/couchbase/gocbcore/v10"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/metadata"
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
+	"github.com/sharelog/sharelog/internal/app"
 )
 
 // dcpExample creates topic (partitions partitions) with the example
@@ -312,5 +314,89 @@ func TestDCPRollback(t *testing.T) {
 		_, err = openStream(t, b, o2, 0, old[0].VbUUID, 0, math.MaxUint64)
 		require.NoError(t, err)
 		require.Equal(t, "oso(START)", o2.next(t, 0).String())
+	})
+}
+
+// TestDCPAuth: SASL PLAIN (a token) and SCRAM-SHA256/512 (the Kafka
+// listener's SCRAM users) log a gocbcore agent in; a wrong password, no
+// login, and a principal without READ (or without DESCRIBE) on the topic
+// are refused.
+func TestDCPAuth(t *testing.T) {
+	tokens := writeTokens(t, t.TempDir())
+	s := dcpStack(t, func(c *app.Config) {
+		c.AuthTokensFile = tokens
+		c.Authorizer = app.AuthorizerACL
+		c.SuperUsers = []string{"User:token-1"}
+	})
+	admin := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+adminToken)
+	_, err := s.log.CreateTopic(admin, &sharelogv1.CreateTopicRequest{Name: "dcp-auth", Partitions: 1})
+	require.NoError(t, err)
+	p := int32(0)
+	_, err = s.log.Produce(admin, &sharelogv1.ProduceRequest{Topic: "dcp-auth", Partition: &p,
+		Records: []*sharelogv1.Record{{Key: []byte("k"), Value: []byte("v")}}})
+	require.NoError(t, err)
+	users := sharelogv1.NewUserServiceClient(s.conn)
+	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512"} {
+		_, err := users.SetScramCredential(admin, &sharelogv1.SetScramCredentialRequest{User: "alice", Mechanism: mech,
+			Secret: &sharelogv1.SetScramCredentialRequest_Password{Password: "alice-secret"}})
+		require.NoError(t, err)
+	}
+	acls := sharelogv1.NewAclServiceClient(s.conn)
+	grant := func(principal string, op sharelogv1.AclOperation) {
+		_, err := acls.CreateAcls(admin, &sharelogv1.CreateAclsRequest{Bindings: []*sharelogv1.AclBinding{{Principal: principal,
+			ResourceType: rtTopic, PatternType: literal, ResourceName: "dcp-auth", Operation: op, Permission: allow}}})
+		require.NoError(t, err)
+	}
+	grant("User:alice", opRead)
+	grant(userName, opDescribe) // token-2 may select the bucket, not stream it
+	addr := s.srv.DCPAddr()
+
+	stream := func(t *testing.T, a *dcpAgent) error {
+		o := newObserver()
+		_, err := openStream(t, a, o, 0, 0, 0, 1)
+		if err != nil {
+			return err
+		}
+		require.Equal(t, "marker(1..1, DISK)", o.next(t, 0).String())
+		require.Equal(t, "mut(k@1)", o.next(t, 0).String())
+		require.Equal(t, "end(<nil>)", o.next(t, 0).String())
+		return nil
+	}
+	for _, tc := range []struct {
+		name, user, pass string
+		mech             gocbcore.AuthMechanism
+	}{
+		{"PLAIN", "token-1", adminToken, gocbcore.PlainAuthMechanism},
+		{"SCRAM-SHA512", "alice", "alice-secret", gocbcore.ScramSha512AuthMechanism},
+		{"SCRAM-SHA256", "alice", "alice-secret", gocbcore.ScramSha256AuthMechanism},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := newDCPAgent(t, addr, "dcp-auth", dcpOpts{user: tc.user, pass: tc.pass, mechs: []gocbcore.AuthMechanism{tc.mech}})
+			require.NoError(t, err)
+			require.NoError(t, stream(t, a))
+		})
+		t.Run(tc.name+" wrong password", func(t *testing.T) {
+			_, err := newDCPAgent(t, addr, "dcp-auth", dcpOpts{user: tc.user, pass: "nope", mechs: []gocbcore.AuthMechanism{tc.mech},
+				wait: time.Second})
+			require.ErrorIs(t, err, gocbcore.ErrAuthenticationFailure)
+		})
+	}
+	t.Run("no login", func(t *testing.T) {
+		_, err := newDCPAgent(t, addr, "dcp-auth", dcpOpts{wait: time.Second})
+		require.ErrorIs(t, err, gocbcore.ErrAuthenticationFailure)
+	})
+	t.Run("ACL: DESCRIBE without READ", func(t *testing.T) {
+		a, err := newDCPAgent(t, addr, "dcp-auth", dcpOpts{user: "token-2", pass: userToken, mechs: []gocbcore.AuthMechanism{gocbcore.PlainAuthMechanism}})
+		require.NoError(t, err)
+		err = stream(t, a)
+		require.ErrorIs(t, err, gocbcore.ErrAuthenticationFailure) // gocbcore's name for EACCESS
+		require.ErrorContains(t, err, `READ on topic \"dcp-auth\" is required`)
+	})
+	t.Run("ACL: nothing granted", func(t *testing.T) {
+		_, err := acls.DeleteAcls(admin, &sharelogv1.DeleteAclsRequest{Filters: []*sharelogv1.AclBindingFilter{{Principal: userName}}})
+		require.NoError(t, err)
+		_, err = newDCPAgent(t, addr, "dcp-auth", dcpOpts{user: "token-2", pass: userToken, mechs: []gocbcore.AuthMechanism{gocbcore.PlainAuthMechanism},
+			wait: time.Second})
+		require.ErrorIs(t, err, gocbcore.ErrAuthenticationFailure, "SELECT_BUCKET needs DESCRIBE on the topic")
 	})
 }

@@ -37,6 +37,7 @@ type dcpOpts struct {
 	user  string
 	pass  string
 	mechs []gocbcore.AuthMechanism
+	wait  time.Duration // how long to wait for the agent to be ready; 0 = 10 s
 }
 
 // newDCPAgent bootstraps a gocbcore DCPAgent on bucket (a topic) and waits
@@ -60,7 +61,10 @@ func newDCPAgent(t testing.TB, addr, bucket string, o dcpOpts) (*dcpAgent, error
 		return nil, err
 	}
 	ready := make(chan error, 1)
-	if _, err := agent.WaitUntilReady(time.Now().Add(10*time.Second), gocbcore.WaitUntilReadyOptions{},
+	if o.wait == 0 {
+		o.wait = 10 * time.Second
+	}
+	if _, err := agent.WaitUntilReady(time.Now().Add(o.wait), gocbcore.WaitUntilReadyOptions{},
 		func(_ *gocbcore.WaitUntilReadyResult, err error) { ready <- err }); err != nil {
 		agent.Close()
 		return nil, err

@@ -7,6 +7,7 @@ package e2e
 // mut(key@seqno), del(key@seqno), adv(seqno), end(reason).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -17,7 +18,9 @@ import (
 	"github.com/couchbase/gocbcore/v10"
 	"github.com/couchbase/gocbcore/v10/memd"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/metadata"
 
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/app"
 )
 
@@ -288,3 +291,18 @@ func (d *docState) apply(e dcpEvent) bool {
 }
 
 func (d *docState) snapshot() map[string]string { return maps.Clone(d.docs) }
+
+// userClient sets SCRAM credentials as the super user (the first token).
+type userClient struct {
+	s *stack
+}
+
+func newUserClient(_ testing.TB, s *stack) userClient { return userClient{s} }
+
+func (u userClient) setPassword(t testing.TB, user, mech, password string) {
+	t.Helper()
+	admin := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+adminToken)
+	_, err := sharelogv1.NewUserServiceClient(u.s.conn).SetScramCredential(admin, &sharelogv1.SetScramCredentialRequest{User: user,
+		Mechanism: mech, Secret: &sharelogv1.SetScramCredentialRequest_Password{Password: password}})
+	require.NoError(t, err)
+}

@@ -58,6 +58,11 @@ func TestDCPBackfillGocbcore(t *testing.T) {
 	t.Run("oso", func(t *testing.T) {
 		a, err := newDCPAgent(t, addr, "dcp-backfill", dcpOpts{oso: true})
 		require.NoError(t, err)
+		snap, err := a.ConfigSnapshot()
+		require.NoError(t, err)
+		vbs, err := snap.NumVbuckets()
+		require.NoError(t, err)
+		require.Equal(t, parts, vbs, "one vBucket per partition")
 		o := newObserver()
 		for vb := range uint16(parts) {
 			fl := failoverLog(t, a, vb)

@@ -54,9 +54,6 @@ type packet struct {
 	value    []byte
 }
 
-// status is a response's status (the header's vbucket field).
-func (p *packet) status() memd.StatusCode { return memd.StatusCode(p.vbucket) }
-
 // isRequest reports whether p is a request (as opposed to a response to
 // one of the server's own requests, such as a DCP NOOP).
 func (p *packet) isRequest() bool { return p.magic == magicReq || p.magic == magicAltReq }

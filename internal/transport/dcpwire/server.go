@@ -420,10 +420,9 @@ func preAuth(op memd.CmdCode) bool {
 // event batches, each one call of write; flow control (controls.go) is
 // accounted by the streams before they write.
 type writer struct {
-	mu     sync.Mutex
-	bw     *bufio.Writer
-	err    error
-	closed bool
+	mu  sync.Mutex
+	bw  *bufio.Writer
+	err error
 }
 
 func newWriter(w io.Writer) *writer { return &writer{bw: bufio.NewWriterSize(w, 64<<10)} }

@@ -196,3 +196,65 @@ func TestDCPConnectionCap(t *testing.T) {
 	}
 	require.Equal(t, memd.StatusSuccess, r.call(memd.CmdNoop, 0, nil, nil, nil).Status, "the first one still works")
 }
+
+func TestDCPConfigValidation(t *testing.T) {
+	base := app.DefaultConfig()
+	for name, tc := range map[string]struct {
+		mutate func(*app.Config)
+		want   string
+	}{
+		"advertised alone":   {func(c *app.Config) { c.DCPAdvertisedAddr = "h:1" }, "needs --dcp-addr"},
+		"advertised no port": {func(c *app.Config) { c.DCPAddr, c.DCPAdvertisedAddr = "127.0.0.1:0", "host" }, "--dcp-advertised-addr"},
+		"cluster mode": {func(c *app.Config) { c.DCPAddr, c.Cluster.Store = "127.0.0.1:0", app.StoreJetStream },
+			"--dcp-addr is not served in cluster mode"},
+	} {
+		cfg := base
+		tc.mutate(&cfg)
+		err := cfg.Validate()
+		require.ErrorContains(t, err, tc.want, name)
+	}
+	cfg := base
+	cfg.DCPAddr, cfg.DCPAdvertisedAddr = "127.0.0.1:0", "dcp.example:11210"
+	require.NoError(t, cfg.Validate())
+}
+
+// TestDCPListenerExposure: a non-loopback --dcp-addr is refused like any
+// listener served in the clear.
+func TestDCPListenerExposure(t *testing.T) {
+	cfg := app.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.DCPAddr = "127.0.0.1:0", "127.0.0.1:0", "0.0.0.0:0"
+	_, err := app.Start(context.Background(), cfg, nil)
+	require.ErrorContains(t, err, "--dcp-addr")
+}
+
+// TestDCPAdvertisedAddr: --dcp-advertised-addr names the node in the
+// bucket config (without it, "$HOST").
+func TestDCPAdvertisedAddr(t *testing.T) {
+	s := dcpStack(t, func(c *app.Config) { c.DCPAdvertisedAddr = "dcp.example:11299" })
+	s.createTopic(t, "dcp-adv", 2, nil)
+	r := dialRawDCP(t, s.srv.DCPAddr())
+	require.Equal(t, memd.StatusSuccess, r.call(memd.CmdSelectBucket, 0, nil, []byte("dcp-adv"), nil).Status)
+	cfgResp := r.call(memd.CmdGetClusterConfig, 0, nil, nil, nil)
+	require.Equal(t, memd.StatusSuccess, cfgResp.Status)
+	require.Contains(t, string(cfgResp.Value), `"serverList":["dcp.example:11299"]`)
+	require.Contains(t, string(cfgResp.Value), `"vBucketMap":[[0],[0]]`)
+
+	plain := dcpStack(t)
+	plain.createTopic(t, "dcp-adv", 1, nil)
+	r = dialRawDCP(t, plain.srv.DCPAddr())
+	require.Equal(t, memd.StatusSuccess, r.call(memd.CmdSelectBucket, 0, nil, []byte("dcp-adv"), nil).Status)
+	_, port, _ := net.SplitHostPort(plain.srv.DCPAddr())
+	require.Contains(t, string(r.call(memd.CmdGetClusterConfig, 0, nil, nil, nil).Value), `"serverList":["$HOST:`+port+`"]`)
+	// An unknown opcode is UNKNOWN_COMMAND, an unknown DCP control EINVAL.
+	require.Equal(t, memd.StatusUnknownCommand, r.call(memd.CmdSet, 0, make([]byte, 8), []byte("k"), []byte("v")).Status)
+	open := binary.BigEndian.AppendUint32(make([]byte, 4), uint32(memd.DcpOpenFlagProducer))
+	require.Equal(t, memd.StatusSuccess, r.call(memd.CmdDcpOpenConnection, 0, open, []byte("raw"), nil).Status)
+	require.Equal(t, memd.StatusInvalidArgs, r.call(memd.CmdDcpControl, 0, nil, []byte("no_such_control"), []byte("true")).Status)
+	require.Equal(t, memd.StatusInvalidArgs, r.call(memd.CmdDcpControl, 0, nil, []byte("enable_out_of_order_snapshots"), []byte("maybe")).Status)
+	// A filter naming a collection other than the default one is refused.
+	req := make([]byte, 48)
+	binary.BigEndian.PutUint64(req[16:], math.MaxUint64)
+	require.Equal(t, memd.StatusCollectionUnknown, r.call(memd.CmdDcpStreamReq, 0, req, nil, []byte(`{"collections":["8"]}`)).Status)
+	require.Equal(t, memd.StatusNotMyVBucket, r.call(memd.CmdDcpStreamReq, 5, req, nil, nil).Status)
+}

@@ -50,7 +50,12 @@ func (s *stack) exampleTopicN(t testing.TB, topic string, partitions int32) stri
 // with OSO snapshots (UseOSOBackfill: true_with_seqno_advanced) and
 // ordered ones, then tails live mutations.
 func TestDCPBackfillGocbcore(t *testing.T) {
-	s := dcpStack(t)
+	s, logs := dcpStackLogged(t)
+	t.Cleanup(func() {
+		// Everything gocbcore's DCPAgent sent was understood.
+		require.NotContains(t, logs.String(), "unknown opcode")
+		require.Contains(t, logs.String(), "dcp HELLO", "the log is the DCP listener's")
+	})
 	const parts, n = 4, 50
 	s.dcpExample(t, "dcp-backfill", parts, n)
 	addr := s.srv.DCPAddr()

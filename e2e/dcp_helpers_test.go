@@ -7,9 +7,11 @@ package e2e
 // mut(key@seqno), del(key@seqno), adv(seqno), end(reason).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sync"
 	"testing"
@@ -22,6 +24,7 @@ import (
 
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/app"
+	"github.com/sharelog/sharelog/internal/testsupport"
 )
 
 // dcpStack is the real server with the DCP listener on a free loopback
@@ -32,6 +35,37 @@ func dcpStack(t testing.TB, mutate ...func(*app.Config)) *stack {
 		c.DCPAddr = "127.0.0.1:0"
 		c.OSOBackfill = "enabled"
 	}}, mutate...)...)
+}
+
+// logBuffer collects a server's log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// dcpStackLogged is dcpStack with the server's log (debug level) in the
+// returned buffer.
+func dcpStackLogged(t testing.TB, mutate ...func(*app.Config)) (*stack, *logBuffer) {
+	t.Helper()
+	lb := &logBuffer{}
+	st := testsupport.NewStack(t, testsupport.StackOptions{Logger: slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))},
+		append([]func(*app.Config){func(c *app.Config) {
+			c.DCPAddr = "127.0.0.1:0"
+			c.OSOBackfill = "enabled"
+		}}, mutate...)...)
+	return stackOf(st), lb
 }
 
 // dcpOpts configures a test agent.

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"errors"
 	"math"
 	"net"
 	"path/filepath"
@@ -257,4 +258,46 @@ func TestDCPAdvertisedAddr(t *testing.T) {
 	binary.BigEndian.PutUint64(req[16:], math.MaxUint64)
 	require.Equal(t, memd.StatusCollectionUnknown, r.call(memd.CmdDcpStreamReq, 0, req, nil, []byte(`{"collections":["8"]}`)).Status)
 	require.Equal(t, memd.StatusNotMyVBucket, r.call(memd.CmdDcpStreamReq, 5, req, nil, nil).Status)
+}
+
+// TestDCPNoops: with enable_noop the producer sends DCP_NOOP every
+// set_noop_interval and closes a connection that sent nothing (no NOOP
+// answer) for two intervals.
+func TestDCPNoops(t *testing.T) {
+	s := dcpStack(t)
+	s.createTopic(t, "dcp-noop", 1, nil)
+	r := dialRawDCP(t, s.srv.DCPAddr())
+	require.Equal(t, memd.StatusSuccess, r.call(memd.CmdSelectBucket, 0, nil, []byte("dcp-noop"), nil).Status)
+	open := binary.BigEndian.AppendUint32(make([]byte, 4), uint32(memd.DcpOpenFlagProducer))
+	require.Equal(t, memd.StatusSuccess, r.call(memd.CmdDcpOpenConnection, 0, open, []byte("raw"), nil).Status)
+	require.Equal(t, memd.StatusSuccess, r.call(memd.CmdDcpControl, 0, nil, []byte("set_noop_interval"), []byte("1")).Status)
+	require.Equal(t, memd.StatusSuccess, r.call(memd.CmdDcpControl, 0, nil, []byte("enable_noop"), []byte("true")).Status)
+
+	// Answered NOOPs keep the connection.
+	start := time.Now()
+	require.NoError(t, r.nc.SetReadDeadline(time.Now().Add(5*time.Second)))
+	for answered := 0; answered < 3; answered++ {
+		p, _, err := r.conn.ReadPacket()
+		require.NoError(t, err)
+		require.Equal(t, memd.CmdMagicReq, p.Magic)
+		require.Equal(t, memd.CmdDcpNoop, p.Command)
+		require.NoError(t, r.conn.WritePacket(&memd.Packet{Magic: memd.CmdMagicRes, Command: memd.CmdDcpNoop, Opaque: p.Opaque}))
+	}
+	require.Greater(t, time.Since(start), 2*time.Second, "one NOOP a second")
+
+	// Unanswered ones close it after two intervals.
+	silent := time.Now()
+	require.NoError(t, r.nc.SetReadDeadline(time.Now().Add(10*time.Second)))
+	for {
+		p, _, err := r.conn.ReadPacket()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("the connection was not closed")
+			}
+			break
+		}
+		require.Equal(t, memd.CmdDcpNoop, p.Command)
+	}
+	require.Less(t, time.Since(silent), 5*time.Second)
 }

@@ -270,8 +270,10 @@ func TestDCPNoops(t *testing.T) {
 	require.Equal(t, memd.StatusSuccess, r.call(memd.CmdSelectBucket, 0, nil, []byte("dcp-noop"), nil).Status)
 	open := binary.BigEndian.AppendUint32(make([]byte, 4), uint32(memd.DcpOpenFlagProducer))
 	require.Equal(t, memd.StatusSuccess, r.call(memd.CmdDcpOpenConnection, 0, open, []byte("raw"), nil).Status)
-	require.Equal(t, memd.StatusSuccess, r.call(memd.CmdDcpControl, 0, nil, []byte("set_noop_interval"), []byte("1")).Status)
+	// gocbcore's order: enable_noop (the default interval, 120 s), then
+	// set_noop_interval.
 	require.Equal(t, memd.StatusSuccess, r.call(memd.CmdDcpControl, 0, nil, []byte("enable_noop"), []byte("true")).Status)
+	require.Equal(t, memd.StatusSuccess, r.call(memd.CmdDcpControl, 0, nil, []byte("set_noop_interval"), []byte("1")).Status)
 
 	// Answered NOOPs keep the connection.
 	start := time.Now()

@@ -222,25 +222,34 @@ func (c *conn) bufferAck(p *packet) error {
 }
 
 // startNoops starts, once NOOPs are enabled, the goroutine that sends a
-// DCP_NOOP every interval and closes the connection when the client sent
-// nothing (no answer to a NOOP, no buffer ack) for two intervals, as
-// Couchbase does.
+// DCP_NOOP every interval (set_noop_interval may come before or after
+// enable_noop, and change it later) and closes the connection when the
+// client sent nothing (no answer to a NOOP, no buffer ack) for two
+// intervals, as Couchbase does.
 func (c *conn) startNoops() {
+	c.noopEvery.Store(int64(c.ctl.noopInterval))
+	select {
+	case c.noopChanged <- struct{}{}:
+	default:
+	}
 	if !c.ctl.noop {
 		return
 	}
-	interval := c.ctl.noopInterval
 	c.noopOnce.Do(func() {
 		c.swg.Add(1)
 		go func() {
 			defer c.swg.Done()
-			t := time.NewTicker(interval)
-			defer t.Stop()
 			var opaque uint32
 			for {
+				interval := time.Duration(c.noopEvery.Load())
+				t := time.NewTimer(interval)
 				select {
 				case <-c.ctx.Done():
+					t.Stop()
 					return
+				case <-c.noopChanged:
+					t.Stop()
+					continue // the new interval starts now
 				case <-t.C:
 				}
 				if since := time.Since(time.Unix(0, c.lastRead.Load())); since > 2*interval {

@@ -243,14 +243,16 @@ type conn struct {
 	streams map[streamKey]*dcpStream
 	swg     sync.WaitGroup
 
-	lastRead atomic.Int64 // unix nanoseconds of the last packet read (NOOP liveness)
-	noopOnce sync.Once
-	unknown  map[memd.CmdCode]bool
+	lastRead    atomic.Int64 // unix nanoseconds of the last packet read (NOOP liveness)
+	noopOnce    sync.Once
+	noopEvery   atomic.Int64  // the NOOP interval (time.Duration), read by the NOOP goroutine
+	noopChanged chan struct{} // signals a new interval to it
+	unknown     map[memd.CmdCode]bool
 }
 
 func newConn(l *Listener, nc net.Conn) *conn {
 	c := &conn{l: l, nc: nc, r: bufio.NewReaderSize(nc, 64<<10), features: make(map[memd.HelloFeature]bool),
-		streams: make(map[streamKey]*dcpStream), unknown: make(map[memd.CmdCode]bool)}
+		streams: make(map[streamKey]*dcpStream), unknown: make(map[memd.CmdCode]bool), noopChanged: make(chan struct{}, 1)}
 	c.ctx, c.cancel = context.WithCancel(l.ctx)
 	c.out = newWriter(nc)
 	return c
@@ -330,31 +332,41 @@ func (c *conn) handshake() error {
 	return nil
 }
 
-// reply writes a response to req.
+// reply writes a response to req (from the reading goroutine).
 func (c *conn) reply(req *packet, status memd.StatusCode, extras, key, value []byte) error {
-	h := response(req, status)
-	if len(value) > 0 && status == memd.StatusSuccess && isJSON(value) && c.features[memd.FeatureJSON] {
-		h.datatype = datatypeJSON
-	}
-	return c.out.write(appendPacket(nil, h, extras, key, value), false)
+	return c.out.write(appendPacket(nil, answerHeader(req, status, value, c.features[memd.FeatureJSON]), extras, key, value), false)
 }
 
-// fail answers req with status and a short reason text (XERROR clients
-// read a JSON error context, others the text).
+func answerHeader(req *packet, status memd.StatusCode, value []byte, jsonOK bool) header {
+	h := response(req, status)
+	if len(value) > 0 && status == memd.StatusSuccess && isJSON(value) && jsonOK {
+		h.datatype = datatypeJSON
+	}
+	return h
+}
+
+// fail answers req with status and a short reason text (from the reading
+// goroutine).
 func (c *conn) fail(req *packet, status memd.StatusCode, reason string) error {
+	return c.out.write(failure(req, status, reason, c.features[memd.FeatureXerror]), false)
+}
+
+// failure is the answer to req with status and a reason text: XERROR
+// clients read a JSON error context, others the text.
+func failure(req *packet, status memd.StatusCode, reason string, xerror bool) []byte {
 	var value []byte
 	if reason != "" {
-		if c.features[memd.FeatureXerror] {
+		if xerror {
 			value = []byte(`{"error":{"context":` + strconv.Quote(reason) + `}}`)
 		} else {
 			value = []byte(reason)
 		}
 	}
 	h := response(req, status)
-	if c.features[memd.FeatureXerror] && value != nil {
+	if xerror && value != nil {
 		h.datatype = datatypeJSON
 	}
-	return c.out.write(appendPacket(nil, h, nil, nil, value), false)
+	return appendPacket(nil, h, nil, nil, value)
 }
 
 const datatypeJSON = 0x01

@@ -195,11 +195,12 @@ func (c *conn) streamReq(p *packet) error {
 	}
 	reqHdr := *p
 	reqHdr.frames, reqHdr.extras, reqHdr.key, reqHdr.value = nil, nil, nil, nil
+	xerror := c.features[memd.FeatureXerror] // the stream's goroutine must not read the connection's state
 	accepted := false
 	req.Started = func() {
 		// The answer (the failover log) precedes every event.
 		accepted = true
-		_ = c.reply(&reqHdr, memd.StatusSuccess, nil, nil, failoverEntries(t.Info.ID))
+		_ = c.out.write(appendPacket(nil, response(&reqHdr, memd.StatusSuccess), nil, nil, failoverEntries(t.Info.ID)), false)
 	}
 	c.swg.Add(1)
 	go func() {
@@ -216,7 +217,7 @@ func (c *conn) streamReq(p *packet) error {
 			s.cancel()
 			if err != nil && c.ctx.Err() == nil {
 				c.l.logger.Debug("dcp stream refused", "topic", req.Topic, "vb", key.vb, "err", err)
-				_ = c.refuse(&reqHdr, err)
+				_ = c.out.write(refusal(&reqHdr, err, xerror), false)
 			}
 			return
 		}
@@ -236,17 +237,17 @@ func (c *conn) streamReq(p *packet) error {
 	return nil
 }
 
-// refuse answers a stream request the domain refused before any event.
-func (c *conn) refuse(p *packet, err error) error {
+// refusal is the answer to a stream request the domain refused before
+// any event.
+func refusal(p *packet, err error, xerror bool) []byte {
 	ae := broker.ErrorOf(err)
 	if ae != nil && ae.Reason == apierr.RollbackRequired {
 		to, _ := strconv.ParseUint(ae.Metadata["rollback_offset"], 10, 64)
 		// rollback_offset is the first offset to read again (always 0):
 		// the client rolls back to the seqno before it, i.e. to it.
-		h := response(p, memd.StatusRollback)
-		return c.out.write(appendPacket(nil, h, nil, nil, binary.BigEndian.AppendUint64(nil, to)), false)
+		return appendPacket(nil, response(p, memd.StatusRollback), nil, nil, binary.BigEndian.AppendUint64(nil, to))
 	}
-	return c.fail(p, statusOf(err), err.Error())
+	return failure(p, statusOf(err), err.Error(), xerror)
 }
 
 // statusOf maps a domain error to a memcached status.
@@ -439,5 +440,8 @@ func (s *dcpStream) Flush() error {
 	}
 	err := s.c.out.write(s.buf, false)
 	s.buf = s.buf[:0]
+	if cap(s.buf) > 4*batchBytes {
+		s.buf = nil // do not keep one large record's buffer
+	}
 	return err
 }

@@ -161,3 +161,40 @@ func TestDCPGomemcachedUprFeed(t *testing.T) {
 		}
 	})
 }
+
+// TestDCPReadRevoked: with --authorizer acl, a stream whose READ is
+// revoked ends with STREAM_END lost privileges (8) before it sends the
+// events it held.
+func TestDCPReadRevoked(t *testing.T) {
+	tokens := writeTokens(t, t.TempDir())
+	s := dcpStack(t, func(c *app.Config) {
+		c.AuthTokensFile = tokens
+		c.Authorizer = app.AuthorizerACL
+		c.SuperUsers = []string{"User:token-1"}
+	})
+	admin := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+adminToken)
+	_, err := s.log.CreateTopic(admin, &sharelogv1.CreateTopicRequest{Name: "dcp-revoke", Partitions: 1})
+	require.NoError(t, err)
+	acls := sharelogv1.NewAclServiceClient(s.conn)
+	_, err = acls.CreateAcls(admin, &sharelogv1.CreateAclsRequest{Bindings: []*sharelogv1.AclBinding{
+		{Principal: userName, ResourceType: rtTopic, PatternType: literal, ResourceName: "dcp-revoke", Operation: opRead, Permission: allow}}})
+	require.NoError(t, err)
+	feed, fl := uprFeed(t, s.srv.DCPAddr(), "dcp-revoke", "token-2", userToken, false, memcached.UprFeatures{}, 0)
+	vbuuid, _, err := fl[0].Latest()
+	require.NoError(t, err)
+	require.NoError(t, feed.UprRequestStream(0, 3, 0, vbuuid, 0, math.MaxUint64, 0, 0))
+	require.Equal(t, "streamreq(SUCCESS)", uprString(t, nextUpr(t, feed)))
+	p := int32(0)
+	produce := func(v string) {
+		_, err := s.log.Produce(admin, &sharelogv1.ProduceRequest{Topic: "dcp-revoke", Partition: &p,
+			Records: []*sharelogv1.Record{{Key: []byte("k"), Value: []byte(v)}}})
+		require.NoError(t, err)
+	}
+	produce("1")
+	require.Equal(t, "marker(1..1, MEMORY)", uprString(t, nextUpr(t, feed)))
+	require.Equal(t, "mut(k@1)", uprString(t, nextUpr(t, feed)))
+	_, err = acls.DeleteAcls(admin, &sharelogv1.DeleteAclsRequest{Filters: []*sharelogv1.AclBindingFilter{{Principal: userName}}})
+	require.NoError(t, err)
+	produce("2")
+	require.Equal(t, "end(8)", uprString(t, nextUpr(t, feed)), "STREAM_END lost privileges, without the held events")
+}

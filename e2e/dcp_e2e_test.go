@@ -410,3 +410,56 @@ func TestDCPAuth(t *testing.T) {
 		require.ErrorIs(t, err, gocbcore.ErrAuthenticationFailure, "SELECT_BUCKET needs DESCRIBE on the topic")
 	})
 }
+
+// TestDCPCollections: a gocbcore agent that negotiates collections gets
+// the keys without their collection prefix and collection id 0, may filter
+// on the default collection, and is refused another one.
+func TestDCPCollections(t *testing.T) {
+	s := dcpStack(t, func(c *app.Config) { c.OSOBackfill = "disabled" })
+	s.dcpExample(t, "dcp-coll", 1, 0)
+	a, err := newDCPAgent(t, s.srv.DCPAddr(), "dcp-coll", dcpOpts{collections: true})
+	require.NoError(t, err)
+	require.True(t, a.HasCollectionsSupport())
+	vbuuid := failoverLog(t, a, 0)[0].VbUUID
+
+	stream := func(filter *gocbcore.OpenStreamFilterOptions) (*observer, error) {
+		o := newObserver()
+		ch := make(chan error, 1)
+		_, err := a.OpenStream(0, 0, vbuuid, 0, 9, 0, 0, o, gocbcore.OpenStreamOptions{FilterOptions: filter},
+			func(_ []gocbcore.FailoverEntry, err error) { ch <- err })
+		if err != nil {
+			return nil, err
+		}
+		return o, <-ch
+	}
+	for name, filter := range map[string]*gocbcore.OpenStreamFilterOptions{
+		"no filter":          nil,
+		"default collection": {CollectionIDs: []uint32{0}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o, err := stream(filter)
+			require.NoError(t, err)
+			require.Equal(t, "marker(1..9, DISK)", o.next(t, 0).String())
+			e := o.next(t, 0)
+			require.Equal(t, "mut(u/a@1)", e.String())
+			require.Equal(t, uint32(0), e.cid)
+			for e.kind != "end" {
+				e = o.next(t, 0)
+			}
+			require.NoError(t, e.err)
+		})
+	}
+	t.Run("another collection", func(t *testing.T) {
+		_, err := stream(&gocbcore.OpenStreamFilterOptions{CollectionIDs: []uint32{8}})
+		require.ErrorIs(t, err, gocbcore.ErrCollectionNotFound)
+	})
+	t.Run("seqnos of the default collection", func(t *testing.T) {
+		ch := make(chan error, 1)
+		var got []gocbcore.VbSeqNoEntry
+		_, err := a.GetVbucketSeqnos(0, 1, gocbcore.GetVbucketSeqnoOptions{FilterOptions: &gocbcore.GetVbucketSeqnoFilterOptions{CollectionID: 0}},
+			func(e []gocbcore.VbSeqNoEntry, err error) { got = e; ch <- err })
+		require.NoError(t, err)
+		require.NoError(t, <-ch)
+		require.Equal(t, []gocbcore.VbSeqNoEntry{{VbID: 0, SeqNo: 9}}, got)
+	})
+}

@@ -75,6 +75,8 @@ type dcpOpts struct {
 	pass  string
 	mechs []gocbcore.AuthMechanism
 	wait  time.Duration // how long to wait for the agent to be ready; 0 = 10 s
+	// collections negotiates HELLO Collections (IoConfig.UseCollections).
+	collections bool
 }
 
 // newDCPAgent bootstraps a gocbcore DCPAgent on bucket (a topic) and waits
@@ -90,6 +92,7 @@ func newDCPAgent(t testing.TB, addr, bucket string, o dcpOpts) (*dcpAgent, error
 			AuthMechanisms: o.mechs,
 		},
 		EnableCCCPPoller: true,
+		IoConfig:         gocbcore.IoConfig{UseCollections: o.collections},
 		KVConfig:         gocbcore.KVConfig{ConnectTimeout: 5 * time.Second},
 		DCPConfig:        gocbcore.DCPConfig{UseOSOBackfill: o.oso, BufferSize: 1 << 20},
 	}
@@ -137,7 +140,8 @@ type dcpEvent struct {
 	osoStart   bool   // oso
 	key, value string
 	cas        uint64
-	err        error // end
+	cid        uint32 // mut, del: the collection id
+	err        error  // end
 }
 
 func (e dcpEvent) String() string {
@@ -187,10 +191,10 @@ func (o *observer) SnapshotMarker(m gocbcore.DcpSnapshotMarker) {
 	o.ch(m.VbID) <- dcpEvent{kind: "marker", start: m.StartSeqNo, end: m.EndSeqNo, disk: m.SnapshotType&0x02 != 0}
 }
 func (o *observer) Mutation(m gocbcore.DcpMutation) {
-	o.ch(m.VbID) <- dcpEvent{kind: "mut", seqno: m.SeqNo, key: string(m.Key), value: string(m.Value), cas: m.Cas}
+	o.ch(m.VbID) <- dcpEvent{kind: "mut", seqno: m.SeqNo, key: string(m.Key), value: string(m.Value), cas: m.Cas, cid: m.CollectionID}
 }
 func (o *observer) Deletion(d gocbcore.DcpDeletion) {
-	o.ch(d.VbID) <- dcpEvent{kind: "del", seqno: d.SeqNo, key: string(d.Key), cas: d.Cas}
+	o.ch(d.VbID) <- dcpEvent{kind: "del", seqno: d.SeqNo, key: string(d.Key), cas: d.Cas, cid: d.CollectionID}
 }
 func (o *observer) Expiration(e gocbcore.DcpExpiration) {
 	o.ch(e.VbID) <- dcpEvent{kind: "expiration", seqno: e.SeqNo, key: string(e.Key)}

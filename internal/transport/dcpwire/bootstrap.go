@@ -22,7 +22,8 @@ import (
 // served are the HELLO features this listener agrees to; a client asking
 // for others gets them left out of the answer, as Couchbase does. The
 // informational ones (TLS, TCP delay, XATTR: no document here has
-// extended attributes) change nothing on the wire.
+// extended attributes) change nothing on the wire; Collections prefixes
+// the keys of DCP mutations and deletions with the collection id (0).
 var served = map[memd.HelloFeature]bool{
 	memd.FeatureDatatype:     true,
 	memd.FeatureTLS:          true,
@@ -33,6 +34,7 @@ var served = map[memd.HelloFeature]bool{
 	memd.FeatureJSON:         true,
 	memd.FeatureDuplex:       true,
 	memd.FeatureAltRequests:  true,
+	memd.FeatureCollections:  true, // the default scope and collection only (collections.go)
 }
 
 // hello answers HELLO: the key is the client's agent name, the value the
@@ -182,7 +184,7 @@ func (l *Listener) bucketConfig(t broker.Topic) bucketConfig {
 	return bucketConfig{
 		Rev: int64(len(t.Partitions)), RevEpoch: 1,
 		Name: t.Info.Name, UUID: t.Info.ID, NodeLocator: "vbucket",
-		Capabilities: []string{"cccp", "dcp", "xattr", "nodesExt"},
+		Capabilities: []string{"cccp", "dcp", "xattr", "nodesExt", "collections"},
 		Nodes:        []configNode{{Hostname: hostPort, Ports: map[string]int{"direct": l.port}}},
 		NodesExt:     []configNodeEx{{Services: services, Hostname: l.host, ThisNode: true}},
 		VBucketMap: vbucketMap{HashAlgorithm: "CRC", NumReplicas: 0, ServerList: []string{hostPort},

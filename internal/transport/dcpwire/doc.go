@@ -21,6 +21,7 @@
 //	bootstrap.go  HELLO, GET_ERROR_MAP, SELECT_BUCKET, GET_CLUSTER_CONFIG
 //	producer.go   DCP_OPEN, DCP_CONTROL, GET_FAILOVER_LOG, GET_ALL_VB_SEQNOS, BUFFER_ACK, NOOPs
 //	stream.go     DCP_STREAM_REQ, CLOSE_STREAM and the events of a stream
+//	collections.go  the default collection: GET_COLLECTIONS_MANIFEST, GET_COLLECTION_ID
 //
 // # Concurrency
 //

@@ -26,6 +26,7 @@ type controls struct {
 	openFlags     memd.DcpOpenFlag
 	flow          *credit // nil until connection_buffer_size
 	seqnoAdvanced bool    // SEQNO_ADVANCED outside OSO snapshots too
+	collections   bool    // keys carry the collection id (HELLO Collections), set per stream
 }
 
 // defaultNoopInterval is Couchbase's when enable_noop comes without
@@ -191,6 +192,9 @@ const vbStateActive = 1
 func (c *conn) allSeqnos(p *packet) error {
 	if c.bucket == "" {
 		return c.fail(p, memd.StatusNoBucket, "select a bucket (a topic) first")
+	}
+	if len(p.extras) >= 8 && binary.BigEndian.Uint32(p.extras[4:]) != 0 {
+		return c.fail(p, memd.StatusCollectionUnknown, "only the default collection (0) exists")
 	}
 	if len(p.extras) >= 4 {
 		if st := binary.BigEndian.Uint32(p.extras); st != 0 && st != vbStateActive {

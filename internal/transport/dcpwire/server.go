@@ -409,6 +409,10 @@ func (c *conn) handle(p *packet) error {
 		return c.bufferAck(p)
 	case memd.CmdDcpNoop:
 		return nil // a client's NOOP request is not expected; nothing to answer
+	case memd.CmdCollectionsGetManifest:
+		return c.collectionsManifest(p)
+	case memd.CmdCollectionsGetID:
+		return c.collectionID(p)
 	}
 	if !c.unknown[p.opcode] {
 		c.unknown[p.opcode] = true

@@ -186,6 +186,7 @@ func (c *conn) streamReq(p *packet) error {
 		return c.fail(p, memd.StatusKeyExists, errorf("a stream of vBucket %d is already open", p.vbucket))
 	}
 	s := &dcpStream{c: c, key: key, opaque: p.opaque, ctl: c.ctl, done: make(chan struct{})}
+	s.ctl.collections = c.features[memd.FeatureCollections]
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	c.streams[key] = s
 	c.smu.Unlock()
@@ -387,9 +388,14 @@ func (s *dcpStream) appendRecord(ev *changestream.Event) error {
 	if s.ctl.streamIDs {
 		maxKey = math.MaxUint8
 	}
-	if len(r.Key) > maxKey {
+	var cid []byte
+	if s.ctl.collections {
+		cid = []byte{0} // LEB128 of the default collection's id
+	}
+	if len(cid)+len(r.Key) > maxKey {
 		return fmt.Errorf("the key at offset %d is %d bytes, more than a DCP message carries (%d)", r.Offset, len(r.Key), maxKey)
 	}
+	keyLen := len(cid) + len(r.Key)
 	h := s.hdr(memd.CmdDcpMutation)
 	h.cas = uint64(r.Timestamp) * 1e6
 	seqno := uint64(r.Offset) + 1
@@ -398,27 +404,29 @@ func (s *dcpStream) appendRecord(ev *changestream.Event) error {
 		if s.ctl.openFlags&memd.DcpOpenFlagNoValue != 0 {
 			value = nil
 		}
-		s.buf = appendHeader(s.buf, h, 31, len(r.Key), len(value))
+		s.buf = appendHeader(s.buf, h, 31, keyLen, len(value))
 		s.buf = binary.BigEndian.AppendUint64(s.buf, seqno)
 		s.buf = binary.BigEndian.AppendUint64(s.buf, 1)
 		s.buf = append(s.buf, make([]byte, 15)...) // flags, expiry, lock time, nmeta, nru
+		s.buf = append(s.buf, cid...)
 		s.buf = append(s.buf, r.Key...)
 		s.buf = append(s.buf, value...)
 		return nil
 	}
 	h.opcode = memd.CmdDcpDeletion
 	if s.ctl.openFlags&memd.DcpOpenFlagIncludeDeleteTimes != 0 {
-		s.buf = appendHeader(s.buf, h, 21, len(r.Key), 0)
+		s.buf = appendHeader(s.buf, h, 21, keyLen, 0)
 		s.buf = binary.BigEndian.AppendUint64(s.buf, seqno)
 		s.buf = binary.BigEndian.AppendUint64(s.buf, 1)
 		s.buf = binary.BigEndian.AppendUint32(s.buf, uint32(r.Timestamp/1000))
 		s.buf = append(s.buf, 0)
 	} else {
-		s.buf = appendHeader(s.buf, h, 18, len(r.Key), 0)
+		s.buf = appendHeader(s.buf, h, 18, keyLen, 0)
 		s.buf = binary.BigEndian.AppendUint64(s.buf, seqno)
 		s.buf = binary.BigEndian.AppendUint64(s.buf, 1)
 		s.buf = append(s.buf, 0, 0)
 	}
+	s.buf = append(s.buf, cid...)
 	s.buf = append(s.buf, r.Key...)
 	return nil
 }

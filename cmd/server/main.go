@@ -192,6 +192,8 @@ func newFlagSet(cfg *app.Config, lc *logConfig, stderr io.Writer) (*flag.FlagSet
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long shutdown waits for in-flight calls")
 	fs.StringVar(&cfg.KafkaAddr, "kafka-addr", cfg.KafkaAddr, "Kafka wire-protocol listen address, e.g. 127.0.0.1:9092 (empty = off)")
 	fs.StringVar(&cfg.KafkaAdvertisedAddr, "kafka-advertised-addr", cfg.KafkaAdvertisedAddr, "host:port Kafka clients are told to connect to (default: the listen address)")
+	fs.StringVar(&cfg.DCPAddr, "dcp-addr", cfg.DCPAddr, "DCP (Couchbase Database Change Protocol) listen address for the change streams, e.g. 127.0.0.1:11210 (empty = off; docs/dcp.md)")
+	fs.StringVar(&cfg.DCPAdvertisedAddr, "dcp-advertised-addr", cfg.DCPAdvertisedAddr, "host:port the DCP bucket config names for this node (default: $HOST, the address the client connected to, and the bound port)")
 	fs.BoolVar(&cfg.KafkaAutoCreateTopics, "kafka-auto-create-topics", cfg.KafkaAutoCreateTopics, "create unknown topics named by Kafka Metadata or Produce requests")
 	fs.IntVar(&cfg.KafkaDefaultPartitions, "kafka-default-partitions", cfg.KafkaDefaultPartitions, "partitions of topics created by Kafka clients without a count")
 	fs.IntVar(&cfg.KafkaMaxRequestBytes, "kafka-max-request-bytes", cfg.KafkaMaxRequestBytes, "largest Kafka request frame, and largest decompressed record data in one request")

@@ -634,7 +634,7 @@ func (n *clusterNode) roleReady() (string, bool) {
 		n.mu.RUnlock()
 		switch {
 		case role == cluster.Disconnected:
-			return "cluster: disconnected from NATS", false
+			return n.disconnectedLine(), false
 		case !open:
 			return "cluster: partitioned, opening the JetStream log", false
 		}
@@ -650,7 +650,18 @@ func (n *clusterNode) roleReady() (string, bool) {
 	case role == cluster.Standby:
 		return "cluster: standby, no active instance known", false
 	}
-	return "cluster: disconnected from NATS", false
+	return n.disconnectedLine(), false
+}
+
+// disconnectedLine says why an instance whose role is Disconnected does
+// not know who is active: the NATS connection is down, or it is up but
+// the lease bucket does not answer (its JetStream leader being elected,
+// or a quorum lost) — an instance says it is disconnected only when it is.
+func (n *clusterNode) disconnectedLine() string {
+	if n.nc.IsConnected() {
+		return fmt.Sprintf("cluster: connected to NATS (%s) but the lease bucket does not answer (a JetStream leader election, or no quorum); not serving until it does", n.nc.ConnectedServerName())
+	}
+	return "cluster: disconnected from NATS"
 }
 
 // setRoleHealth sets the role's gRPC health names.
@@ -708,6 +719,9 @@ func (n *clusterNode) roleLine() string {
 		return "cluster: active"
 	case role == cluster.Standby && holder.Addr != "":
 		return fmt.Sprintf("cluster: standby, forwarding to %s at %s", holder.ID, holder.Addr)
+	}
+	if role == cluster.Disconnected {
+		return n.disconnectedLine()
 	}
 	return "cluster: " + role.String()
 }

@@ -20,5 +20,5 @@ func clusterFlags(fs *flag.FlagSet, c *app.ClusterConfig) {
 	fs.StringVar(&c.InstanceID, "instance-id", "", "this instance's name in the cluster (default: hostname:gRPC port)")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "the gRPC address other instances forward calls to (default: the bound --grpc-addr)")
 	fs.StringVar(&c.Mode, "cluster-mode", c.Mode, "with --store=jetstream: active-standby (one active instance serves, the others forward to it) or partitioned (partitions spread over every live instance)")
-	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "ownership lease time to live: a standby takes over this long after the active instance stops renewing")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "ownership lease time to live: a standby takes over this long after the active instance stops renewing; the default rides through a NATS leader election of the lease bucket (up to 9 s) without a failover (docs/cluster.md \"Lease TTL and NATS elections\")")
 }

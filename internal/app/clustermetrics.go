@@ -98,7 +98,7 @@ func (n *clusterNode) registerClusterMetrics(mp metric.MeterProvider) error {
 		return err
 	}
 	epoch, err := meter.Int64ObservableGauge("sharelog.cluster.lease_epoch",
-		metric.WithDescription("The term (lease revision) of this instance's active lease; 0 when not active."))
+		metric.WithDescription("The term of this instance's active lease (the lease revision it began at; renewals do not change it); 0 when not active."))
 	if err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func (n *clusterNode) registerClusterMetrics(mp metric.MeterProvider) error {
 		n.mu.RLock()
 		e := int64(0)
 		if r == cluster.Active && serving {
-			e = int64(n.epoch)
+			e = int64(n.term) // the term, not the revision each renewal moves
 		}
 		var items map[string]uint64
 		if n.part != nil && n.part.items != nil {

@@ -52,7 +52,7 @@ type ClusterConfig struct {
 // defaults cluster mode starts with.
 func DefaultClusterConfig() ClusterConfig {
 	return ClusterConfig{Store: StoreFile, NATSURL: "nats://127.0.0.1:4222", NATSReplicas: 3, NATSPrefix: sljs.DefaultPrefix,
-		LeaseTTL: 5 * time.Second, Mode: ModeActiveStandby, NATSWriteTimeout: 2 * time.Second}
+		LeaseTTL: 15 * time.Second, Mode: ModeActiveStandby, NATSWriteTimeout: 2 * time.Second}
 }
 
 func (c ClusterConfig) validate(bad func(format string, args ...any)) {

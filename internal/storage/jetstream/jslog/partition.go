@@ -208,26 +208,55 @@ func (s *Store) Append(ctx context.Context, topic string, partition int32, recs 
 	}
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
-	p, err := s.readyPartition(octx, topic, partition)
+	// The write's own bound (--nats-write-timeout), within the call's: a
+	// stream electing a leader fails the append fast and retryably, also
+	// when the append is the partition's first here and must load it.
+	p, err := s.partition(topic, partition)
 	if err != nil {
+		return 0, err
+	}
+	lctx, lcancel := context.WithTimeout(octx, s.writeTO)
+	err = p.load(lctx)
+	timedOut := lctx.Err() != nil && octx.Err() == nil
+	lcancel()
+	if err != nil {
+		if timedOut && errors.Is(err, context.DeadlineExceeded) {
+			err = s.writeTimedOut(topic, partition, err)
+		}
+		p.noteWrite(ctx, err)
 		return 0, err
 	}
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
-	// The write's own bound (--nats-write-timeout), within the call's: a
-	// stream electing a leader fails the append fast and retryably.
 	wctx, wcancel := context.WithTimeout(octx, s.writeTO)
 	defer wcancel()
 	base, err := p.appendLocked(ctx, wctx, recs, size)
+	if err != nil && wctx.Err() != nil && octx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		err = s.writeTimedOut(topic, partition, err)
+	}
+	p.noteWrite(ctx, err)
+	return base, err
+}
+
+// noteWrite records an append's outcome for Unwritable: a storage error
+// (not the caller's own deadline) lists the partition, a success clears it.
+func (p *partition) noteWrite(ctx context.Context, err error) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	switch {
 	case err == nil:
 		p.writeErr = nil
 	case errors.Is(err, logstore.ErrStorage) && ctx.Err() == nil:
 		p.writeErr, p.writeErrAt = err, time.Now()
 	}
-	p.mu.Unlock()
-	return base, err
+}
+
+// writeTimedOut is the error of an append that --nats-write-timeout
+// (our bound, not the caller's deadline) cut: a retryable storage error,
+// which must not read as the caller's deadline (err is kept as text only).
+func (s *Store) writeTimedOut(topic string, partition int32, err error) error {
+	return fmt.Errorf("topic %q partition %d: JetStream did not acknowledge within --nats-write-timeout %v (%v): %w",
+		topic, partition, s.writeTO, err, logstore.ErrStorage)
 }
 
 // appendLocked is Append's write under appendMu: ctx is the call's, octx

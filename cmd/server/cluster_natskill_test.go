@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -18,13 +19,14 @@ import (
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/app"
 	"github.com/sharelog/sharelog/internal/cluster"
+	sljs "github.com/sharelog/sharelog/internal/storage/jetstream"
 )
 
-// bucketLeader is the NATS server leading the KV bucket's stream.
 // defaultLeaseTTL is --lease-ttl's default.
 var defaultLeaseTTL = app.DefaultClusterConfig().LeaseTTL
 
-func bucketLeader(t *testing.T, np *natsProcs, bucket string) string {
+// streamLeaderOf is the NATS server leading the stream.
+func streamLeaderOf(t *testing.T, np *natsProcs, stream string) string {
 	t.Helper()
 	nc, err := nats.Connect(np.url())
 	require.NoError(t, err)
@@ -33,7 +35,7 @@ func bucketLeader(t *testing.T, np *natsProcs, bucket string) string {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, "KV_"+bucket)
+	s, err := js.Stream(ctx, stream)
 	require.NoError(t, err)
 	info, err := s.Info(ctx)
 	require.NoError(t, err)
@@ -49,13 +51,26 @@ func leaseEpoch(t *testing.T, c *child) string {
 	return m[1]
 }
 
-// TestClusterKillNATSLeaseLeader: SIGKILL of the NATS node leading the
-// lease bucket, with the default --lease-ttl, is no sharelog failover
-// (docs/cluster.md "Lease TTL and NATS elections"): the active instance
-// keeps its lease (the same epoch) while NATS elects the bucket's new
-// leader, the standby never takes over, and produces through the standby
-// keep being acknowledged.
-func TestClusterKillNATSLeaseLeader(t *testing.T) {
+// TestClusterKillNATSLeaders: SIGKILL of the NATS node leading the lease
+// bucket, the share bucket or the partition's stream (each in a NATS
+// cluster of its own), with the default --lease-ttl, is no sharelog
+// failover (docs/cluster.md "Lease TTL and NATS elections"): the active
+// instance keeps its lease (the same term) while NATS elects the new
+// leader, the standby never takes over, every produce through the standby
+// answers within --nats-write-timeout + 1 s — acknowledged, or a retryable
+// error while /readyz names the partition — and produces are acknowledged
+// again after the election.
+func TestClusterKillNATSLeaders(t *testing.T) {
+	for _, tc := range []struct{ name, stream string }{
+		{"lease bucket", "KV_" + cluster.LeaseBucket("LL")},
+		{"share bucket", "KV_" + sljs.ShareBucket("LL")},
+		{"partition stream", ""}, // the partition's, found after the create
+	} {
+		t.Run(tc.name, func(t *testing.T) { killNATSLeader(t, tc.stream) })
+	}
+}
+
+func killNATSLeader(t *testing.T, stream string) {
 	np := startNATSProcs(t)
 	prefix := "LL"
 	// The default lease TTL (startMember sets the tests' short one).
@@ -77,11 +92,18 @@ func TestClusterKillNATSLeaseLeader(t *testing.T) {
 	_, err := logs.CreateTopic(ctx, &sharelogv1.CreateTopicRequest{Name: "t", Partitions: 1})
 	require.NoError(t, err)
 
-	leader := bucketLeader(t, np, cluster.LeaseBucket(prefix))
-	t.Logf("killing NATS node %s, leader of the lease bucket", leader)
+	var leader string
+	if stream == "" {
+		_, err = logs.Produce(ctx, &sharelogv1.ProduceRequest{Topic: "t", Records: []*sharelogv1.Record{{Value: []byte("v")}}})
+		require.NoError(t, err)
+		leader = streamLeader(t, np, prefix)
+	} else {
+		leader = streamLeaderOf(t, np, stream)
+	}
+	t.Logf("killing NATS node %s, leader of %s", leader, cmp.Or(stream, "the partition stream"))
 	np.kill(t, leader)
 	killed := time.Now()
-	var longest, slowest time.Duration
+	var longest, slowest, lastFailure time.Duration
 	failed, named := false, false
 	for time.Since(killed) < defaultLeaseTTL+5*time.Second {
 		start := time.Now()
@@ -94,6 +116,7 @@ func TestClusterKillNATSLeaseLeader(t *testing.T) {
 			longest = max(longest, took)
 		} else {
 			failed = true
+			lastFailure = time.Since(killed)
 			t.Logf("%v after the kill: %v", time.Since(killed).Round(time.Millisecond), err)
 			require.Equal(t, codes.Unavailable, status.Code(err), "a failed produce is retryable: %v", err)
 			if !named {
@@ -111,7 +134,8 @@ func TestClusterKillNATSLeaseLeader(t *testing.T) {
 		require.True(t, named, "/readyz named the partition whose appends failed")
 	}
 	require.Equal(t, "0", leaseEpoch(t, b))
-	t.Logf("longest acknowledged produce after the kill: %v; slowest answer %v", longest, slowest)
+	require.Less(t, lastFailure, defaultLeaseTTL, "produces are acknowledged again after the election")
+	t.Logf("longest acknowledged produce after the kill: %v; slowest answer %v; last failure %v after the kill", longest, slowest, lastFailure)
 }
 
 // readyzBody is c's /readyz answer.

@@ -389,6 +389,12 @@ func TestConsoleBrowser(t *testing.T) {
 	b.run(t, "in-flight changes", waitText("#inflight", "2–3"), waitNoText("#inflight", "0–3"),
 		poll(`[...document.querySelectorAll('#inflight tbody tr')].some(r => r.innerText.includes('2–3') && r.innerText.includes('ACQUIRED') && r.cells[4].innerText === '2')`),
 		waitText("main", "SPSO"))
+	// Reject 3 (2 stays acquired): 3 is ARCHIVED, whose delivery count the
+	// server does not keep — shown as such, not as 0 deliveries.
+	fetch(2, 1, &sharelogv1.AcknowledgementBatch{FirstOffset: 3, LastOffset: 3, AcknowledgeTypes: []sharelogv1.AcknowledgeType{sharelogv1.AcknowledgeType_ACKNOWLEDGE_TYPE_REJECT}})
+	b.run(t, "archived record", waitText("#inflight", "ARCHIVED"),
+		poll(`[...document.querySelectorAll('#inflight tbody tr')].some(r => r.innerText.includes('ARCHIVED') && r.cells[4].innerText === '–')`),
+		poll(`![...document.querySelectorAll('#inflight tbody tr')].some(r => r.innerText.includes('ARCHIVED') && r.cells[4].innerText === '0')`))
 	// Edit the configuration: only the changed field is sent.
 	b.run(t, "edit config", setValue("#group-config input[name=deliveryCountLimit]", "7"), chromedp.Click(css("#group-config button")),
 		waitText("#status", "Configuration saved: deliveryCountLimit."))

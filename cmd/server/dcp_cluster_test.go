@@ -11,9 +11,12 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"sync"
 	"syscall"
 	"testing"
@@ -39,6 +42,37 @@ func dcpAddrOf(t *testing.T, c *child) string {
 	}
 	t.Fatalf("no dcp_addr in the startup log: %v", c.startup)
 	return ""
+}
+
+// dcpNotMyVBucket sends a raw DCP stream request for vb of topic to addr
+// (no HELLO features: the answer's body is the config as it is) and
+// returns the answer's status and the bucket config in its body.
+func dcpNotMyVBucket(t *testing.T, addr, topic string, vb uint16) (memd.StatusCode, map[string]any) {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	defer nc.Close()
+	require.NoError(t, nc.SetDeadline(time.Now().Add(10*time.Second)))
+	c := memd.NewConn(nc)
+	call := func(p *memd.Packet) *memd.Packet {
+		p.Magic = memd.CmdMagicReq
+		require.NoError(t, c.WritePacket(p))
+		resp, _, err := c.ReadPacket()
+		require.NoError(t, err)
+		return resp
+	}
+	require.Equal(t, memd.StatusSuccess, call(&memd.Packet{Command: memd.CmdSelectBucket, Key: []byte(topic)}).Status)
+	open := make([]byte, 8)
+	binary.BigEndian.PutUint32(open[4:], uint32(memd.DcpOpenFlagProducer))
+	require.Equal(t, memd.StatusSuccess, call(&memd.Packet{Command: memd.CmdDcpOpenConnection, Key: []byte("raw"), Extras: open}).Status)
+	req := make([]byte, 48)
+	binary.BigEndian.PutUint64(req[16:], math.MaxUint64)
+	resp := call(&memd.Packet{Command: memd.CmdDcpStreamReq, Vbucket: vb, Extras: req, Opaque: 7})
+	var cfg map[string]any
+	if len(resp.Value) > 0 {
+		require.NoError(t, json.Unmarshal(resp.Value, &cfg), "the body: %q", resp.Value)
+	}
+	return resp.Status, cfg
 }
 
 // dcpFollower streams every vBucket of a topic through one DCPAgent and
@@ -279,9 +313,11 @@ func (f *dcpFollower) check(t *testing.T, conn grpc.ClientConnInterface, topic s
 // TestDCPPartitionedCluster: a DCPAgent seeded with one instance of a
 // 2-instance partitioned cluster learns both nodes and each vBucket's
 // owner from the bucket config, streams every vBucket to its end
-// (records produced through either instance), and after SIGTERM of one
-// instance resumes its vBuckets at the other: every record of every
-// partition's log arrives exactly once.
+// (records produced through either instance); when a third instance
+// joins, the streams of the partitions that move to it end with "state
+// changed" and resume there; after SIGTERM of one instance its vBuckets
+// resume at the others. Every record of every partition's log arrives
+// exactly once.
 func TestDCPPartitionedCluster(t *testing.T) {
 	js := startJS(t)
 	prefix := js.Prefix()
@@ -327,6 +363,21 @@ func TestDCPPartitionedCluster(t *testing.T) {
 		byServer[srv] = owner
 	}
 	require.Len(t, byServer, 2, "the vBuckets are on both instances")
+	// A's answer to a stream request for one of b's vBuckets:
+	// NOT_MY_VBUCKET with the config naming b for it.
+	for p := range parts {
+		if owners[fmt.Sprintf("t/%d", p)].GetOwnerId() != "b" {
+			continue
+		}
+		st, cfg := dcpNotMyVBucket(t, dcpAddrOf(t, a), "t", uint16(p))
+		require.Equal(t, memd.StatusNotMyVBucket, st)
+		require.NotNil(t, cfg, "the config is in the body")
+		m := cfg["vBucketServerMap"].(map[string]any)
+		srv := m["vBucketMap"].([]any)[p].([]any)[0].(float64)
+		require.Equal(t, dcpAddrOf(t, b), m["serverList"].([]any)[int(srv)], "vBucket %d's server in a's config", p)
+		require.EqualValues(t, snap.RevID(), cfg["rev"], "the same rev as the agent's config")
+		break
+	}
 
 	want := map[uint16]int{}
 	for p := range uint16(parts) {
@@ -336,19 +387,44 @@ func TestDCPPartitionedCluster(t *testing.T) {
 	f.waitDCP(t, want, 20*time.Second)
 	f.check(t, a.conn, "t", parts)
 
-	// SIGTERM of b: its partitions move to a, its streams end and resume
-	// there while records keep coming through a.
-	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
+	// c joins: some partitions move to it while their owners keep
+	// running. Their streams end with "state changed" and resume at c,
+	// which the agent learns from the config.
+	c := startMember(t, js.URL(), prefix, "c", "--cluster-mode", "partitioned", "--dcp-addr", "127.0.0.1:0")
+	c.waitReadyz(t, "cluster: partitioned", 15*time.Second)
+	spread := waitSpread(t, a, parts, []string{"a", "b", "c"}, 20*time.Second)
+	moved := 0
+	for p := range parts {
+		if spread[fmt.Sprintf("t/%d", p)].GetOwnerId() != owners[fmt.Sprintf("t/%d", p)].GetOwnerId() {
+			moved++
+		}
+	}
+	require.Positive(t, moved)
 	for p := range int32(parts) {
-		produceKeys(t, a.conn, "t", p, n, n)
+		produceKeys(t, c.conn, "t", p, n, n)
 		want[uint16(p)] = 2 * n
 	}
-	waitSpread(t, a, parts, []string{"a"}, 15*time.Second)
 	f.waitDCP(t, want, 30*time.Second)
 	f.check(t, a.conn, "t", parts)
 	f.mu.Lock()
-	t.Logf("stream ends %v, resumes %d, refused opens %v", f.ends, f.resumes, f.openErrs)
-	require.Positive(t, f.resumes, "b's streams ended and were resumed at a")
+	t.Logf("c joined, %d partitions moved: stream ends %v, resumes %d, refused opens %v", moved, f.ends, f.resumes, f.openErrs)
+	require.GreaterOrEqual(t, f.ends["state changed"], moved, "the streams of the moved partitions ended with state changed")
+	resumed := f.resumes
+	f.mu.Unlock()
+
+	// SIGTERM of b: its partitions move to a and c, its streams end and
+	// resume there while records keep coming through a.
+	require.NoError(t, b.cmd.Process.Signal(syscall.SIGTERM))
+	for p := range int32(parts) {
+		produceKeys(t, a.conn, "t", p, 2*n, n)
+		want[uint16(p)] = 3 * n
+	}
+	waitSpread(t, a, parts, []string{"a", "c"}, 15*time.Second)
+	f.waitDCP(t, want, 30*time.Second)
+	f.check(t, a.conn, "t", parts)
+	f.mu.Lock()
+	t.Logf("after b's SIGTERM: stream ends %v, resumes %d, refused opens %v", f.ends, f.resumes, f.openErrs)
+	require.Greater(t, f.resumes, resumed, "b's streams ended and were resumed elsewhere")
 	f.mu.Unlock()
 }
 

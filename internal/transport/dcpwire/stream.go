@@ -252,6 +252,14 @@ func (c *conn) streamReq(p *packet) error {
 		}
 		closed := s.closedByClient
 		c.smu.Unlock()
+		if err != nil && !s.moved.Load() && s.cluster && !errors.Is(err, errLostPrivileges) && broker.ErrorOf(err) == nil {
+			// A failure of the store under a stream whose partition
+			// left this instance meanwhile (its backend closing): the
+			// partition moved.
+			if _, ok := c.l.cfg.Cluster.Serve(t.Info.ID, req.Partition); !ok {
+				s.moved.Store(true)
+			}
+		}
 		if !accepted {
 			s.cancel()
 			if s.moved.Load() && c.ctx.Err() == nil {

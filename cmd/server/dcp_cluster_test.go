@@ -434,11 +434,18 @@ func TestDCPPartitionedCluster(t *testing.T) {
 // for every vBucket, and the streams resume there with every record
 // exactly once.
 func TestDCPActiveStandbyFailover(t *testing.T) {
+	// The standby reads the topics through its own store, or through the
+	// Kafka listener's catalog when it has one.
+	t.Run("dcp only", func(t *testing.T) { testDCPActiveStandbyFailover(t) })
+	t.Run("with kafka", func(t *testing.T) { testDCPActiveStandbyFailover(t, "--kafka-addr", "127.0.0.1:0") })
+}
+
+func testDCPActiveStandbyFailover(t *testing.T, extra ...string) {
 	js := startJS(t)
 	prefix := js.Prefix()
-	a := startMember(t, js.URL(), prefix, "a", "--dcp-addr", "127.0.0.1:0")
+	a := startMember(t, js.URL(), prefix, "a", append([]string{"--dcp-addr", "127.0.0.1:0"}, extra...)...)
 	a.waitReadyz(t, "cluster: active", 10*time.Second)
-	b := startMember(t, js.URL(), prefix, "b", "--dcp-addr", "127.0.0.1:0")
+	b := startMember(t, js.URL(), prefix, "b", append([]string{"--dcp-addr", "127.0.0.1:0"}, extra...)...)
 	b.waitReadyz(t, "forwarding to a", 10*time.Second)
 	const parts, n = 3, 30
 	ctx := context.Background()

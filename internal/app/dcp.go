@@ -32,7 +32,8 @@ type dcpCluster struct {
 	n *clusterNode
 	// catalog is a standby's log domain in active-standby mode (the
 	// topics as the JetStream log records them), so that a client
-	// bootstrapping here reads the bucket config; nil while not open.
+	// bootstrapping here reads the bucket config; nil while not open,
+	// and never opened with a Kafka listener, whose catalog serves.
 	// store is its store.
 	catalog atomic.Pointer[broker.Log]
 	store   atomic.Pointer[jslog.Store]
@@ -46,8 +47,8 @@ func newDCPCluster(n *clusterNode) *dcpCluster { return &dcpCluster{n: n} }
 // while NATS does not answer, until ctx ends.
 func (d *dcpCluster) open(ctx context.Context) {
 	n := d.n
-	if n.part != nil {
-		return
+	if n.part != nil || n.kafka != nil {
+		return // partitioned: the log backend has the topics; else the Kafka listener's catalog
 	}
 	c := n.s.cfg.Cluster
 	for {
@@ -97,7 +98,11 @@ func (d *dcpCluster) Domain() (dcpwire.Domain, func(), error) {
 	}
 	// A standby: the topics only; every stream request answers
 	// NOT_MY_VBUCKET.
-	return dcpwire.Domain{Log: d.catalog.Load()}, func() {}, nil
+	catalog := d.catalog.Load()
+	if catalog == nil && n.kafka != nil {
+		catalog = n.kafka.catalog.Load()
+	}
+	return dcpwire.Domain{Log: catalog}, func() {}, nil
 }
 
 func (d *dcpCluster) Serve(topicID string, part int32) (<-chan struct{}, bool) {

@@ -256,7 +256,11 @@ func (c *conn) streamReq(p *packet) error {
 			// A failure of the store under a stream whose partition
 			// left this instance meanwhile (its backend closing): the
 			// partition moved.
-			if _, ok := c.l.cfg.Cluster.Serve(t.Info.ID, req.Partition); !ok {
+			if _, ok := c.l.cfg.Cluster.Serve(t.Info.ID, req.Partition); !ok || (errors.Is(err, context.Canceled) && s.ctx.Err() == nil) {
+				// Not served here any more, or the store's own context
+				// ended under the stream (not the stream's, not the
+				// connection's): the backend is closing, and the
+				// partition moves with it.
 				s.moved.Store(true)
 			}
 		}

@@ -206,8 +206,6 @@ func TestDCPConfigValidation(t *testing.T) {
 	}{
 		"advertised alone":   {func(c *app.Config) { c.DCPAdvertisedAddr = "h:1" }, "needs --dcp-addr"},
 		"advertised no port": {func(c *app.Config) { c.DCPAddr, c.DCPAdvertisedAddr = "127.0.0.1:0", "host" }, "--dcp-advertised-addr"},
-		"cluster mode": {func(c *app.Config) { c.DCPAddr, c.Cluster.Store = "127.0.0.1:0", app.StoreJetStream },
-			"--dcp-addr is not served in cluster mode"},
 	} {
 		cfg := base
 		tc.mutate(&cfg)
@@ -217,6 +215,11 @@ func TestDCPConfigValidation(t *testing.T) {
 	cfg := base
 	cfg.DCPAddr, cfg.DCPAdvertisedAddr = "127.0.0.1:0", "dcp.example:11210"
 	require.NoError(t, cfg.Validate())
+	// Cluster mode serves it too (docs/dcp.md "Cluster mode").
+	for _, mode := range []string{app.ModeActiveStandby, app.ModePartitioned} {
+		cfg.Cluster.Store, cfg.Cluster.NATSURL, cfg.Cluster.Mode = app.StoreJetStream, "nats://127.0.0.1:4222", mode
+		require.NoError(t, cfg.Validate(), mode)
+	}
 }
 
 // TestDCPListenerExposure: a non-loopback --dcp-addr is refused like any

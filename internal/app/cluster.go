@@ -64,6 +64,7 @@ type clusterNode struct {
 	secret  string         // the cluster's instance secret, with --auth-tokens-file (outgoing)
 	closers sync.WaitGroup // backends being closed
 	kafka   *kafkaCluster  // the Kafka listener's view of the cluster (kafka.go); nil without --kafka-addr
+	dcp     *dcpCluster    // the DCP listener's view of the cluster (dcp.go); nil without --dcp-addr
 
 	forwarded metric.Int64Counter // sharelog_cluster_forwarded_calls_total (clustermetrics.go)
 	lastRTT   atomic.Int64        // the last NATS round trip, ns
@@ -129,7 +130,7 @@ func (n *clusterNode) start(grpcAddr string) {
 	}
 	n.mu.Lock()
 	n.self = cluster.Member{ID: c.instanceID(grpcAddr), Addr: addr, HTTPAddr: n.s.HTTPAddr(), Mode: c.Mode,
-		KafkaAddr: n.s.kafkaAdvertised()}
+		KafkaAddr: n.s.kafkaAdvertised(), DCPAddr: n.s.dcpAdvertised()}
 	n.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel
@@ -187,6 +188,9 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 		n.mu.Lock()
 		n.self = self
 		n.mu.Unlock()
+	}
+	if n.dcp != nil {
+		go n.dcp.open(ctx) // a standby's topics, for the bucket config
 	}
 	// The heartbeat lists this instance in DescribeCluster and, in
 	// partitioned mode, in the live set partitions are placed over.
@@ -488,6 +492,9 @@ func (n *clusterNode) close() error {
 	}
 	if n.kafka != nil {
 		n.kafka.close()
+	}
+	if n.dcp != nil {
+		n.dcp.close()
 	}
 	for _, cc := range conns {
 		_ = cc.Close()

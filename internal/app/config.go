@@ -377,9 +377,6 @@ func (c Config) Validate() error {
 			bad("--dcp-advertised-addr must be host:port with a non-zero port, got %q", c.DCPAdvertisedAddr)
 		}
 	}
-	if c.DCPAddr != "" && c.Cluster.Store == StoreJetStream {
-		bad("--dcp-addr is not served in cluster mode (--store jetstream) yet: docs/dcp.md")
-	}
 	if c.GroupConsumerHeartbeatInterval < 100*time.Millisecond || c.GroupConsumerSessionTimeout < 2*c.GroupConsumerHeartbeatInterval {
 		bad("--group-consumer-heartbeat-interval must be at least 100ms and --group-consumer-session-timeout at least twice it, got %s and %s",
 			c.GroupConsumerHeartbeatInterval, c.GroupConsumerSessionTimeout)

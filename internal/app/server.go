@@ -395,18 +395,26 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	if cfg.DCPAddr != "" {
 		// The DCP listener (docs/dcp.md): the Kafka listener's connection
 		// limits, TLS, authentication and SCRAM users over the change
-		// streams and the log domain of the file store (cluster mode is
-		// refused by the configuration check).
+		// streams and the log domain of the file store, or in cluster
+		// mode of the backend the lease opened here (dcp.go).
 		dln, err := net.Listen("tcp", cfg.DCPAddr)
 		if err != nil {
 			return nil, fmt.Errorf("listen on --dcp-addr %s: %w", cfg.DCPAddr, err)
 		}
-		s.dcp, err = dcpwire.Listen(dcpwire.Config{
+		dcfg := dcpwire.Config{
 			Listener:       edge.NewLimitListener(dln, "dcp", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused),
 			AdvertisedAddr: cfg.DCPAdvertisedAddr,
 			TLS:            tlsCfg, Auth: auth, SASLMechanisms: cfg.kafkaSASLMechanisms(), Users: s.users,
 			Guard: s.guard, Logger: log,
-		}, s.fileBackend.logAPI, s.streams)
+		}
+		var logAPI *broker.Log
+		if s.cluster != nil {
+			s.cluster.dcp = newDCPCluster(s.cluster)
+			dcfg.Cluster = s.cluster.dcp
+		} else {
+			logAPI = s.fileBackend.logAPI
+		}
+		s.dcp, err = dcpwire.Listen(dcfg, logAPI, s.streams)
 		if err != nil {
 			dln.Close()
 			return nil, fmt.Errorf("dcp listener on --dcp-addr %s: %w", cfg.DCPAddr, err)

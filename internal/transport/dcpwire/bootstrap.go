@@ -6,6 +6,7 @@ package dcpwire
 // partition, all on this node).
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -102,7 +103,13 @@ func (c *conn) selectBucket(p *packet) error {
 	if err := c.l.cfg.Guard.Require(ctx, authz.Describe, authz.Topic, name); err != nil {
 		return c.fail(p, memd.StatusAccessError, "no access to topic "+strconv.Quote(name))
 	}
-	if _, err := c.l.log.DescribeTopic(ctx, name); err != nil {
+	d, done, err := c.l.domain()
+	if err != nil {
+		return c.fail(p, memd.StatusTmpFail, err.Error())
+	}
+	_, err = d.Log.DescribeTopic(ctx, name)
+	done()
+	if err != nil {
 		if reasonOf(err) == apierr.UnknownTopicOrPartition || reasonOf(err) == apierr.InvalidRequest {
 			return c.fail(p, memd.StatusAccessError, "no topic "+strconv.Quote(name))
 		}
@@ -151,45 +158,70 @@ type (
 
 // clusterConfig answers GET_CLUSTER_CONFIG with the selected topic's
 // bucket config: one vBucket per partition, every one active on this node
-// (index 0 of the server list). Its rev is the partition count, so a
-// topic that grows partitions gives a newer config.
+// (index 0 of the server list), or in cluster mode on the node serving
+// it. Its rev is the partition count, so a topic that grows partitions
+// gives a newer config; in cluster mode the map's (Map.Rev).
 func (c *conn) clusterConfig(p *packet) error {
 	if c.bucket == "" {
 		return c.fail(p, memd.StatusNoBucket, "select a bucket (a topic) first")
 	}
-	t, err := c.l.log.DescribeTopic(c.withPrincipal(c.ctx), c.bucket)
+	t, err := c.describe()
 	if err != nil {
 		return c.fail(p, memd.StatusTmpFail, err.Error())
 	}
-	b, err := json.Marshal(c.l.bucketConfig(t))
+	b, err := json.Marshal(c.l.bucketConfig(c.ctx, t))
 	if err != nil {
 		return err
 	}
 	return c.reply(p, memd.StatusSuccess, nil, nil, b)
 }
 
-func (l *Listener) bucketConfig(t broker.Topic) bucketConfig {
-	hostPort := net.JoinHostPort(l.host, strconv.Itoa(l.port))
-	if l.host == "$HOST" {
-		hostPort = "$HOST:" + strconv.Itoa(l.port) // the client substitutes the literal
+func (l *Listener) bucketConfig(ctx context.Context, t broker.Topic) bucketConfig {
+	services := func(port int) map[string]int {
+		if l.cfg.TLS != nil {
+			return map[string]int{"kvSSL": port, "mgmtSSL": port}
+		}
+		return map[string]int{"kv": port, "mgmt": port}
 	}
-	services := map[string]int{"kv": l.port, "mgmt": l.port}
-	if l.cfg.TLS != nil {
-		services = map[string]int{"kvSSL": l.port, "mgmtSSL": l.port}
-	}
-	vbs := make([][]int, len(t.Partitions))
-	for i := range vbs {
-		vbs[i] = []int{0}
-	}
-	return bucketConfig{
-		Rev: int64(len(t.Partitions)), RevEpoch: 1,
-		Name: t.Info.Name, UUID: t.Info.ID, NodeLocator: "vbucket",
+	cfg := bucketConfig{
+		RevEpoch: 1, Name: t.Info.Name, UUID: t.Info.ID, NodeLocator: "vbucket",
 		Capabilities: []string{"cccp", "dcp", "xattr", "nodesExt", "collections"},
-		Nodes:        []configNode{{Hostname: hostPort, Ports: map[string]int{"direct": l.port}}},
-		NodesExt:     []configNodeEx{{Services: services, Hostname: l.host, ThisNode: true}},
-		VBucketMap: vbucketMap{HashAlgorithm: "CRC", NumReplicas: 0, ServerList: []string{hostPort},
-			VBucketMap: vbs},
+		VBucketMap:   vbucketMap{HashAlgorithm: "CRC", NumReplicas: 0, VBucketMap: make([][]int, len(t.Partitions))},
 	}
+	if l.cfg.Cluster == nil {
+		hostPort := net.JoinHostPort(l.host, strconv.Itoa(l.port))
+		if l.host == "$HOST" {
+			hostPort = "$HOST:" + strconv.Itoa(l.port) // the client substitutes the literal
+		}
+		cfg.Rev = int64(len(t.Partitions))
+		cfg.Nodes = []configNode{{Hostname: hostPort, Ports: map[string]int{"direct": l.port}}}
+		cfg.NodesExt = []configNodeEx{{Services: services(l.port), Hostname: l.host, ThisNode: true}}
+		cfg.VBucketMap.ServerList = []string{hostPort}
+		for i := range cfg.VBucketMap.VBucketMap {
+			cfg.VBucketMap.VBucketMap[i] = []int{0}
+		}
+		return cfg
+	}
+	// Cluster mode: nodes, nodesExt and the server list in the same order,
+	// as gocbcore reads the KV nodes of nodesExt by the index the vBucket
+	// map gives (docs/dcp.md "Cluster mode").
+	m := l.cfg.Cluster.Map(ctx, t)
+	cfg.Rev = m.Rev
+	cfg.Nodes, cfg.NodesExt, cfg.VBucketMap.ServerList = []configNode{}, []configNodeEx{}, []string{}
+	for i, n := range m.Nodes {
+		hostPort := net.JoinHostPort(n.Host, strconv.Itoa(n.Port))
+		cfg.Nodes = append(cfg.Nodes, configNode{Hostname: hostPort, Ports: map[string]int{"direct": n.Port}})
+		cfg.NodesExt = append(cfg.NodesExt, configNodeEx{Services: services(n.Port), Hostname: n.Host, ThisNode: i == m.Self})
+		cfg.VBucketMap.ServerList = append(cfg.VBucketMap.ServerList, hostPort)
+	}
+	for i := range cfg.VBucketMap.VBucketMap {
+		o := -1
+		if i < len(m.Owners) && m.Owners[i] < len(m.Nodes) {
+			o = m.Owners[i]
+		}
+		cfg.VBucketMap.VBucketMap[i] = []int{o}
+	}
+	return cfg
 }
 
 // errorf is a formatted reason text.

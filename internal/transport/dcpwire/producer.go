@@ -168,7 +168,7 @@ func (c *conn) failoverLog(p *packet) error {
 	if c.bucket == "" {
 		return c.fail(p, memd.StatusNoBucket, "select a bucket (a topic) first")
 	}
-	t, err := c.l.log.DescribeTopic(c.withPrincipal(c.ctx), c.bucket)
+	t, err := c.describe()
 	if err != nil {
 		return c.fail(p, memd.StatusNotMyVBucket, err.Error())
 	}
@@ -187,8 +187,9 @@ func failoverEntries(topicID string) []byte {
 const vbStateActive = 1
 
 // allSeqnos answers GET_ALL_VB_SEQNOS: each partition's high seqno (its
-// high watermark: the seqno of offset HW-1 is HW). A request for another
-// state than active gets an empty list.
+// high watermark: the seqno of offset HW-1 is HW), in cluster mode of the
+// partitions this instance serves. A request for another state than
+// active gets an empty list.
 func (c *conn) allSeqnos(p *packet) error {
 	if c.bucket == "" {
 		return c.fail(p, memd.StatusNoBucket, "select a bucket (a topic) first")
@@ -201,12 +202,19 @@ func (c *conn) allSeqnos(p *packet) error {
 			return c.reply(p, memd.StatusSuccess, nil, nil, nil)
 		}
 	}
-	t, err := c.l.log.DescribeTopic(c.withPrincipal(c.ctx), c.bucket)
+	t, err := c.describe()
 	if err != nil {
 		return c.fail(p, memd.StatusTmpFail, err.Error())
 	}
 	out := make([]byte, 0, 10*len(t.Partitions))
 	for _, part := range t.Partitions {
+		if c.l.cfg.Cluster != nil {
+			// Cluster mode: the vBuckets active here only, as a
+			// Couchbase node answers.
+			if _, ok := c.l.cfg.Cluster.Serve(t.Info.ID, part.Partition); !ok {
+				continue
+			}
+		}
 		out = binary.BigEndian.AppendUint16(out, uint16(part.Partition))
 		out = binary.BigEndian.AppendUint64(out, uint64(part.HighWatermark))
 	}

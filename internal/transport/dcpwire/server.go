@@ -59,6 +59,11 @@ type Config struct {
 	Guard *authz.Guard
 	// MaxFrameBytes caps a request's body; 0 = DefaultMaxFrameBytes.
 	MaxFrameBytes uint32
+	// Cluster, if set, is the cluster this instance is part of (cluster
+	// mode, cluster.go): requests are served by the domain it gives, the
+	// bucket config places each vBucket on its partition's owner, and
+	// Listen's log and streams are not used (nil).
+	Cluster Cluster
 	// HandshakeTimeout bounds the TLS handshake; 0 = DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
 	Logger           *slog.Logger
@@ -88,10 +93,10 @@ type Listener struct {
 	unknown atomic.Int64
 }
 
-// Listen opens the listener over log and streams and starts accepting
-// connections.
+// Listen opens the listener over log and streams (or, in cluster mode,
+// cfg.Cluster's domain) and starts accepting connections.
 func Listen(cfg Config, log *broker.Log, streams *changestream.Manager) (*Listener, error) {
-	if log == nil || streams == nil {
+	if cfg.Cluster == nil && (log == nil || streams == nil) {
 		return nil, errors.New("dcp listener: the log and the change streams are required")
 	}
 	if cfg.MaxFrameBytes == 0 {
@@ -144,6 +149,15 @@ func Listen(cfg Config, log *broker.Log, streams *changestream.Manager) (*Listen
 	l.wg.Add(1)
 	go l.accept()
 	return l, nil
+}
+
+// AdvertisedAddr is the host:port this instance publishes to the other
+// instances of a cluster: Config.AdvertisedAddr, else the bound address.
+func (l *Listener) AdvertisedAddr() string {
+	if l.cfg.AdvertisedAddr != "" {
+		return l.cfg.AdvertisedAddr
+	}
+	return l.ln.Addr().String()
 }
 
 // Addr is the bound address.

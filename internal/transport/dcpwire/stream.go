@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/couchbase/gocbcore/v10/memd"
 
@@ -102,6 +103,11 @@ type dcpStream struct {
 	mayRead func() error
 	// encodeErr is an event the wire cannot carry (a key too long).
 	encodeErr error
+	// cluster: the listener is in cluster mode, where a shutdown of the
+	// stream's backend means its partition moves to another instance;
+	// moved: the partition moved while the stream ran (cluster.go).
+	cluster bool
+	moved   atomic.Bool
 }
 
 // streamFilter is the JSON value of a stream request.
@@ -154,12 +160,32 @@ func (c *conn) streamReq(p *packet) error {
 	if err := c.l.cfg.Guard.Require(ctx, authz.Read, authz.Topic, c.bucket); err != nil {
 		return c.fail(p, memd.StatusAccessError, "READ on topic "+strconv.Quote(c.bucket)+" is required")
 	}
-	t, err := c.l.log.DescribeTopic(ctx, c.bucket)
+	d, done, err := c.l.domain()
+	if err != nil {
+		return c.fail(p, memd.StatusTmpFail, err.Error())
+	}
+	started := false
+	defer func() {
+		if !started {
+			done()
+		}
+	}()
+	t, err := d.Log.DescribeTopic(ctx, c.bucket)
 	if err != nil {
 		return c.fail(p, statusOf(err), err.Error())
 	}
 	if int(p.vbucket) >= len(t.Partitions) {
 		return c.fail(p, memd.StatusNotMyVBucket, errorf("topic %q has no partition %d", c.bucket, p.vbucket))
+	}
+	// In cluster mode a vBucket served elsewhere answers NOT_MY_VBUCKET
+	// with the current config (cluster.go); one served here is watched,
+	// so that its stream ends with "state changed" when it moves.
+	var moved <-chan struct{}
+	if cl := c.l.cfg.Cluster; cl != nil {
+		var ok bool
+		if moved, ok = cl.Serve(t.Info.ID, int32(p.vbucket)); !ok || d.Streams == nil {
+			return c.out.write(c.notMyVBucket(p, t), false)
+		}
 	}
 	req := changestream.Request{Topic: c.bucket, Partition: int32(p.vbucket), StartOffset: int64(start), OSO: c.ctl.oso}
 	if flags&(memd.DcpStreamAddFlagLatest|memd.DcpStreamAddFlagDiskOnly) != 0 {
@@ -185,7 +211,7 @@ func (c *conn) streamReq(p *packet) error {
 		c.smu.Unlock()
 		return c.fail(p, memd.StatusKeyExists, errorf("a stream of vBucket %d is already open", p.vbucket))
 	}
-	s := &dcpStream{c: c, key: key, opaque: p.opaque, ctl: c.ctl, done: make(chan struct{})}
+	s := &dcpStream{c: c, key: key, opaque: p.opaque, ctl: c.ctl, done: make(chan struct{}), cluster: c.l.cfg.Cluster != nil}
 	s.ctl.collections = c.features[memd.FeatureCollections]
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	c.streams[key] = s
@@ -204,19 +230,46 @@ func (c *conn) streamReq(p *packet) error {
 		_ = c.out.write(appendPacket(nil, response(&reqHdr, memd.StatusSuccess), nil, nil, failoverEntries(t.Info.ID)), false)
 	}
 	c.swg.Add(1)
+	started = true
+	if moved != nil {
+		go func() {
+			select {
+			case <-moved:
+				s.moved.Store(true)
+				s.cancel()
+			case <-s.ctx.Done():
+			}
+		}()
+	}
 	go func() {
 		defer c.swg.Done()
 		defer close(s.done)
-		err := c.l.streams.Stream(s.ctx, req, s)
+		defer done()
+		err := d.Streams.Stream(s.ctx, req, s)
 		c.smu.Lock()
 		if c.streams[key] == s {
 			delete(c.streams, key)
 		}
 		closed := s.closedByClient
 		c.smu.Unlock()
+		if err != nil && !s.moved.Load() && s.cluster && !errors.Is(err, errLostPrivileges) && broker.ErrorOf(err) == nil {
+			// A failure of the store under a stream whose partition
+			// left this instance meanwhile (its backend closing): the
+			// partition moved.
+			if _, ok := c.l.cfg.Cluster.Serve(t.Info.ID, req.Partition); !ok || (errors.Is(err, context.Canceled) && s.ctx.Err() == nil) {
+				// Not served here any more, or the store's own context
+				// ended under the stream (not the stream's, not the
+				// connection's): the backend is closing, and the
+				// partition moves with it.
+				s.moved.Store(true)
+			}
+		}
 		if !accepted {
 			s.cancel()
-			if err != nil && c.ctx.Err() == nil {
+			if s.moved.Load() && c.ctx.Err() == nil {
+				// Moved before it started: the client asks the new owner.
+				_ = c.out.write(failure(&reqHdr, memd.StatusNotMyVBucket, "the partition moved to another instance", xerror), false)
+			} else if err != nil && c.ctx.Err() == nil {
 				c.l.logger.Debug("dcp stream refused", "topic", req.Topic, "vb", key.vb, "err", err)
 				_ = c.out.write(refusal(&reqHdr, err, xerror), false)
 			}
@@ -225,6 +278,15 @@ func (c *conn) streamReq(p *packet) error {
 		s.cancel()
 		if err == nil || closed || c.ctx.Err() != nil {
 			return // stream_end sent, or the client closed it, or the connection is gone
+		}
+		if s.moved.Load() {
+			// The partition moved to another instance: the client resumes
+			// there with its seqno and vbuuid.
+			c.l.logger.Debug("dcp stream ended: the partition moved", "topic", req.Topic, "vb", key.vb)
+			s.buf = s.buf[:0]
+			s.appendEnd(endStateChanged)
+			_ = c.out.write(s.buf, false)
+			return
 		}
 		reason := uint32(endBackfillFailed)
 		if errors.Is(err, errLostPrivileges) {
@@ -340,7 +402,7 @@ func (s *dcpStream) Send(ev *changestream.Event) error {
 		// Otherwise the client did not ask for SEQNO_ADVANCED: the
 		// snapshot marker's end already told it the range.
 	case changestream.EventEnd:
-		s.appendEnd(endReason(ev.Reason))
+		s.appendEnd(endReason(ev.Reason, s.cluster))
 	default:
 		return fmt.Errorf("dcp: unknown change event %d", ev.Kind)
 	}
@@ -358,7 +420,11 @@ func appendOSO(out []byte, h header, flags uint32) []byte {
 	return binary.BigEndian.AppendUint32(out, flags)
 }
 
-func endReason(r changestream.EndReason) uint32 {
+// endReason is the STREAM_END reason of a change stream's end. In cluster
+// mode a shutdown (this instance stops, or stops being the active one)
+// hands the partition to another instance: "state changed", as a
+// Couchbase node answers for a vBucket that stopped being active there.
+func endReason(r changestream.EndReason, cluster bool) uint32 {
 	switch r {
 	case changestream.EndOK:
 		return endOK
@@ -367,6 +433,9 @@ func endReason(r changestream.EndReason) uint32 {
 	case changestream.EndTopicDeleted:
 		return endStateChanged
 	case changestream.EndShutdown:
+		if cluster {
+			return endStateChanged
+		}
 		return endDisconnected
 	}
 	return endBackfillFailed

@@ -6,6 +6,7 @@ import { recordsPage } from './records.js';
 import { groupsPage, groupPage } from './groups.js';
 import { consumerGroupsPage, consumerGroupPage } from './consumergroups.js';
 import { changesPage } from './changes.js';
+import { clusterPage } from './cluster.js';
 import { setStatus, takeFlash } from './ui.js';
 
 const main = document.getElementById('main');
@@ -43,6 +44,7 @@ const routes = [
   [/^#\/consumer-groups\/(.+)$/, (m) => consumerGroupPage(decodeURIComponent(m[1])), 'consumer-groups'],
   [/^#\/consumer-groups$/, () => consumerGroupsPage(), 'consumer-groups'],
   [/^#\/changes(?:\?(.*))?$/, (m) => changesPage(new URLSearchParams(m[1] || '')), 'changes'],
+  [/^#\/cluster$/, () => clusterPage(), 'cluster'],
 ];
 
 async function render() {

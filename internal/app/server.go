@@ -543,11 +543,29 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}
 	s.ready.Store(true)
 	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "kafka_addr", s.KafkaAddr(),
+		"console", consoleURL(s.HTTPAddr(), tlsCfg != nil), "trace_exporter", s.tel.TraceExporter,
 		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.Enabled(), "client_certs", auth.ClientCerts(),
 		"authorizer", cfg.Authorizer, "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls,
 		"max_long_polls_per_principal", cfg.longPollsPerPrincipal(), "max_response_bytes_in_flight", cfg.MaxResponseBytesInFlight,
 		"max_response_bytes_per_principal", cfg.responseBytesPerPrincipal(), "max_fetch_bytes", cfg.MaxFetchBytes)
 	return s, nil
+}
+
+// consoleURL is the web console's address on the HTTP listener addr, for the
+// startup line (a listener on every interface is named by localhost).
+func consoleURL(addr string, tls bool) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + "/ui/"
 }
 
 func (s *Server) serve(name string, fn func() error) {

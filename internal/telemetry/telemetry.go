@@ -35,6 +35,9 @@ type Telemetry struct {
 	Meter   *sdkmetric.MeterProvider
 	sdk     *sdktrace.TracerProvider // nil when Tracer is a no-op
 	Metrics http.Handler             // Prometheus text exposition
+	// TraceExporter names where spans go, for the startup log line: "none",
+	// "console", or "otlp <protocol> <endpoint>".
+	TraceExporter string
 }
 
 // Options configure Setup. Zero values read the environment.
@@ -90,10 +93,11 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	return &Telemetry{
-		Tracer:  tp,
-		sdk:     sdk,
-		Meter:   mp,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Tracer:        tp,
+		sdk:           sdk,
+		Meter:         mp,
+		Metrics:       promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		TraceExporter: exporterName(getenv),
 	}, nil
 }
 
@@ -111,6 +115,36 @@ func serviceName(getenv func(string) string) string {
 		return n
 	}
 	return "sharelog"
+}
+
+// exporterName describes the exporter traceExporter builds from the same
+// variables (which it has validated).
+func exporterName(getenv func(string) string) string {
+	switch kind := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); kind {
+	case "", "none":
+		return "none"
+	case "otlp":
+		proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+		if proto == "" {
+			proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+		}
+		endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+		if endpoint == "" {
+			endpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+		}
+		switch {
+		case proto == "grpc" && endpoint == "":
+			endpoint = "localhost:4317" // the exporters' defaults
+		case proto == "":
+			proto = "http/protobuf"
+			fallthrough
+		case endpoint == "":
+			endpoint = "localhost:4318"
+		}
+		return "otlp " + proto + " " + endpoint
+	default:
+		return kind
+	}
 }
 
 func traceExporter(ctx context.Context, getenv func(string) string, console io.Writer) (sdktrace.SpanExporter, error) {

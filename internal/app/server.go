@@ -17,8 +17,8 @@
 // gRPC server, the connection limits at accept (every listener, Kafka's
 // included), the per-IP probe limits,
 // trusted proxies, and the refusal to serve beyond loopback in the clear
-// (exposedListeners maps the configuration onto it; see README "Limits
-// and exposure").
+// (exposedListeners maps the configuration onto it; see docs/server-flags.md
+// "Limits and exposure").
 //
 // Also here:
 //   - health.go: readiness checks behind /readyz and gRPC health;

@@ -85,6 +85,23 @@ func TestTextRecordsThroughTheGateway(t *testing.T) {
 	}, records("&encoding=text"))
 	assert.Equal(t, records(""), records("&encoding=bytes"))
 
+	t.Run("change stream", func(t *testing.T) {
+		stream := func(query string) string {
+			t.Helper()
+			code, body := c.restJSON(t, http.MethodGet, "/v1/topics/txt/partitions/0/changes?startOffset=0&endOffset=4"+query, "")
+			require.Equal(t, http.StatusOK, code, body)
+			return body
+		}
+		text := stream("&encoding=text")
+		assert.Regexp(t, `"mutation":\{"offset":"0","timestamp":"[0-9]+","headers":\[\],"keyText":"user-1","valueText":"h\x{e9}llo \\"w\\"\\n"\}`, text)
+		assert.Regexp(t, `"mutation":\{"offset":"2","timestamp":"[0-9]+","key":"/w==","headers":\[\],"valueText":"v"\}`, text, "a key that is not UTF-8 stays base64")
+		assert.Contains(t, text, `"streamEnd":{"reason":"STREAM_END_REASON_OK"}`)
+		assert.Regexp(t, `"mutation":\{"offset":"0","timestamp":"[0-9]+","key":"dXNlci0x","value":"aMOpbGxvICJ3Igo=","headers":\[\]\}`, stream(""), "bytes by default")
+		code, body := c.restJSON(t, http.MethodGet, "/v1/topics/txt/partitions/0/changes?startOffset=0&encoding=base64", "")
+		assert.Equal(t, http.StatusBadRequest, code, body)
+		assert.Contains(t, body, `"reason":"INVALID_REQUEST"`, "one {\"error\": ...} line")
+	})
+
 	t.Run("errors", func(t *testing.T) {
 		code, _, a := c.rest(t, http.MethodGet, "/v1/topics/txt/partitions/0/records?offset=0&encoding=utf8", "")
 		assert.Equal(t, http.StatusBadRequest, code)

@@ -43,7 +43,7 @@ func TestRootAndStartupLine(t *testing.T) {
 }
 
 // TestTextRecordsThroughTheGateway: key_text and value_text on Produce and ?encoding=text on
-// Fetch through the real gateway (api.md, version 3; issue 34, friction 3: REST bytes were
+// Fetch through the real gateway (docs/README.md "Text instead of base64"; issue 34, friction 3: REST bytes were
 // base64 only, so {"value":"test"} stored b5 eb 2d and "hello" was a proto error).
 func TestTextRecordsThroughTheGateway(t *testing.T) {
 	c := startChild(t, t.TempDir(), "--fsync", "never")

@@ -239,7 +239,7 @@ func TestFastJSONFetchResponseMatchesProtojson(t *testing.T) {
 			{Offset: 6, Value: []byte("v"), Headers: []*sharelogv1.RecordHeader{{Key: "h", Value: []byte("x")}, {}}},
 		}},
 		{Records: []*sharelogv1.Record{{Headers: []*sharelogv1.RecordHeader{{Key: "quote\"d\n", Value: []byte("x")}}}}},
-		// encoding=text (api.md, version 3): key_text and value_text after the headers,
+		// encoding=text (docs/README.md "Text instead of base64"): key_text and value_text after the headers,
 		// escaped exactly as protojson escapes strings.
 		{Records: []*sharelogv1.Record{
 			{Offset: 1, KeyText: proto.String("user-1"), ValueText: proto.String("hello"), Headers: []*sharelogv1.RecordHeader{{Key: "h", Value: []byte("x")}}},

@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/sharelog/sharelog => ../
 
 require (
+	github.com/couchbase/gocbcore/v10 v10.8.1
 	github.com/nats-io/nats.go v1.53.1
 	github.com/sharelog/sharelog v0.0.0-00010101000000-000000000000
 	github.com/synadia-io/orbit.go/jetstreamext v0.3.2
@@ -32,9 +33,11 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
+	github.com/golang/snappy v1.0.0 // indirect
 	github.com/google/btree v1.1.3 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/gorilla/websocket v1.5.3 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect

@@ -26,17 +26,19 @@ func TestClusterFlags(t *testing.T) {
 		"SHARELOG_NATS_REPLICAS": "5", "SHARELOG_NATS_PREFIX": "PROD", "SHARELOG_INSTANCE_ID": "i1",
 		"SHARELOG_ADVERTISE_ADDR": "10.0.0.1:9090", "SHARELOG_LEASE_TTL": "3s", "SHARELOG_NATS_CREDS": "/c.creds",
 		"SHARELOG_NATS_TLS_CA": "ca.pem", "SHARELOG_NATS_TLS_CERT": "c.pem", "SHARELOG_NATS_TLS_KEY": "k.pem",
-		"SHARELOG_CLUSTER_MODE": "partitioned"}
+		"SHARELOG_CLUSTER_MODE": "partitioned", "SHARELOG_NATS_WRITE_TIMEOUT": "1500ms"}
 	cfg, _, err = parseFlags([]string{"--lease-ttl", "7s"}, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, app.ClusterConfig{Store: "jetstream", NATSURL: "nats://a:4222,nats://b:4222", NATSCreds: "/c.creds",
 		NATSTLSCA: "ca.pem", NATSTLSCert: "c.pem", NATSTLSKey: "k.pem", NATSReplicas: 5, NATSPrefix: "PROD",
-		InstanceID: "i1", AdvertiseAddr: "10.0.0.1:9090", LeaseTTL: 7 * time.Second, Mode: "partitioned"}, cfg.Cluster)
+		InstanceID: "i1", AdvertiseAddr: "10.0.0.1:9090", LeaseTTL: 7 * time.Second, Mode: "partitioned",
+		NATSWriteTimeout: 1500 * time.Millisecond}, cfg.Cluster)
 
 	for _, bad := range [][]string{
 		{"--store", "s3"},
 		{"--store", "jetstream", "--nats-url", " "},
 		{"--store", "jetstream", "--nats-replicas", "2"},
+		{"--store", "jetstream", "--nats-write-timeout", "10ms"},
 		{"--store", "jetstream", "--nats-prefix", "a.b"},
 		{"--store", "jetstream", "--lease-ttl", "500ms"},
 		{"--store", "jetstream", "--nats-tls-cert", "c.pem"},

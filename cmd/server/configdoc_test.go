@@ -28,7 +28,7 @@ var configSections = []struct{ title, prefixes string }{
 	{"Listeners and TLS", "grpc- http- tls- max-request-bytes shutdown-timeout log-"},
 	{"Authentication and authorization", "auth- authorizer super-users trusted-proxies insecure-allow-remote"},
 	{"Limits and budgets", "max-connections max-long-polls max-response- max-fetch-bytes health-probes- max-share-sessions max-change-streams"},
-	{"Kafka listener", "kafka- group- offsets- transaction-"},
+	{"Kafka listener", "kafka- group- offsets- transaction- transactional-"},
 	{"DCP listener", "dcp-"},
 	{"Share groups and dead letters", "share- dlq-"},
 	{"Change streams", "oso-"},

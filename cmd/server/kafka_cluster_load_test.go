@@ -581,10 +581,16 @@ func TestKafkaClusterKillOwnerUnderLoad(t *testing.T) {
 
 	// The victim is the group's coordinator (the instance the first
 	// heartbeat reached), and owner of two partitions.
-	fc := kmsg.NewPtrFindCoordinatorRequest()
-	fc.Version = 4
-	fc.CoordinatorKeys = []string{"kgroup"}
-	co := k.do(fc).(*kmsg.FindCoordinatorResponse).Coordinators[0]
+	// COORDINATOR_NOT_AVAILABLE is retriable (a Kafka client asks again):
+	// under this load a lookup of the group's lease may not answer at once.
+	var co kmsg.FindCoordinatorResponseCoordinator
+	require.Eventually(t, func() bool {
+		fc := kmsg.NewPtrFindCoordinatorRequest()
+		fc.Version = 4
+		fc.CoordinatorKeys = []string{"kgroup"}
+		co = k.do(fc).(*kmsg.FindCoordinatorResponse).Coordinators[0]
+		return co.ErrorCode != kerr.CoordinatorNotAvailable.Code
+	}, 10*time.Second, 100*time.Millisecond, "FindCoordinator keeps answering COORDINATOR_NOT_AVAILABLE")
 	require.Zero(t, co.ErrorCode)
 	var victim *kafkaMember
 	for _, m := range members {

@@ -5,13 +5,18 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
 	"github.com/sharelog/sharelog/internal/cluster"
 	"github.com/sharelog/sharelog/internal/consumergroup"
 	"github.com/sharelog/sharelog/internal/ownership"
@@ -59,6 +64,10 @@ type clusterNode struct {
 	secret  string         // the cluster's instance secret, with --auth-tokens-file (outgoing)
 	closers sync.WaitGroup // backends being closed
 	kafka   *kafkaCluster  // the Kafka listener's view of the cluster (kafka.go); nil without --kafka-addr
+	dcp     *dcpCluster    // the DCP listener's view of the cluster (dcp.go); nil without --dcp-addr
+
+	forwarded metric.Int64Counter // sharelog_cluster_forwarded_calls_total (clustermetrics.go)
+	lastRTT   atomic.Int64        // the last NATS round trip, ns
 }
 
 // activeBackend is the backend of one term as active instance.
@@ -76,6 +85,14 @@ func (s *Server) newClusterNode(ctx context.Context, o Options, serverTLS *tls.C
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
+		// Each connection event is logged once (docs/cluster.md
+		// "Metrics"), not by every call that meets it.
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			s.log.Warn("disconnected from NATS; reconnecting", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			s.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+		}),
 	}
 	if c.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(c.NATSCreds))
@@ -113,10 +130,11 @@ func (n *clusterNode) start(grpcAddr string) {
 	}
 	n.mu.Lock()
 	n.self = cluster.Member{ID: c.instanceID(grpcAddr), Addr: addr, HTTPAddr: n.s.HTTPAddr(), Mode: c.Mode,
-		KafkaAddr: n.s.kafkaAdvertised()}
+		KafkaAddr: n.s.kafkaAdvertised(), DCPAddr: n.s.dcpAdvertised()}
 	n.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel
+	go n.measureRTT(ctx, 5*time.Second)
 	go func() {
 		defer close(n.runDone)
 		n.run(ctx, cluster.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, TTL: c.LeaseTTL,
@@ -170,6 +188,9 @@ func (n *clusterNode) run(ctx context.Context, lo cluster.Options) {
 		n.mu.Lock()
 		n.self = self
 		n.mu.Unlock()
+	}
+	if n.dcp != nil {
+		go n.dcp.open(ctx) // a standby's topics, for the bucket config
 	}
 	// The heartbeat lists this instance in DescribeCluster and, in
 	// partitioned mode, in the live set partitions are placed over.
@@ -332,7 +353,7 @@ func (n *clusterNode) openBackend(ctx context.Context, epoch uint64) (*activeBac
 	if n.part != nil {
 		return n.openCoordinatorBackend(ctx, epoch)
 	}
-	ls, err := jslog.Open(ctx, n.nc, jslog.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas})
+	ls, err := jslog.Open(ctx, n.nc, jslog.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, WriteTimeout: c.NATSWriteTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("open the JetStream log: %w", err)
 	}
@@ -472,6 +493,9 @@ func (n *clusterNode) close() error {
 	if n.kafka != nil {
 		n.kafka.close()
 	}
+	if n.dcp != nil {
+		n.dcp.close()
+	}
 	for _, cc := range conns {
 		_ = cc.Close()
 	}
@@ -525,7 +549,7 @@ func (n *clusterNode) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := n.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := newForwardConn(addr, n.fwdTLS, n.s.cfg.MaxRequestBytes)
+	cc, err := newForwardConn(addr, n.fwdTLS, n.s.cfg.MaxRequestBytes, n.forwardCounting()...)
 	if err != nil {
 		return nil, ownerUnreachableErr(fmt.Sprintf("cannot dial the owner at %s: %v", addr, err))
 	}
@@ -544,39 +568,107 @@ func (n *clusterNode) status() (role cluster.Role, holder cluster.Holder, servin
 // active instance to forward to; not ready while taking over or
 // disconnected.
 func (n *clusterNode) readinessChecks() []ReadinessCheck {
-	return []ReadinessCheck{{Service: "", Check: func() (string, bool) {
-		n.mu.RLock()
-		refused := n.refused
-		n.mu.RUnlock()
-		if refused != "" {
-			return "cluster: refused to join: " + refused, false
-		}
-		role, holder, serving := n.status()
-		n.setRoleHealth(role, serving, holder)
-		if n.part != nil {
-			n.mu.RLock()
-			open := n.part.logB != nil
-			n.mu.RUnlock()
-			switch {
-			case role == cluster.Disconnected:
-				return "cluster: disconnected from NATS", false
-			case !open:
-				return "cluster: partitioned, opening the JetStream log", false
+	return []ReadinessCheck{{Service: "", Check: n.roleReady},
+		{Service: sharelogv1.LogService_ServiceDesc.ServiceName, Check: n.partitionsWritable}}
+}
+
+// partitionsWritable is not ready while partitions this instance appends
+// to failed their last append with a storage error (a stream electing a
+// leader, NATS unreachable; --nats-write-timeout) and have not succeeded
+// since (jslog.Store.Unwritable), naming them.
+func (n *clusterNode) partitionsWritable() (string, bool) {
+	failing, first := n.unwritable()
+	if len(failing) == 0 {
+		return "", true
+	}
+	return unwritableReason(failing, first), false
+}
+
+// unwritable lists the partitions of this instance's JetStream logs whose
+// last append failed, sorted, and the first failure.
+func (n *clusterNode) unwritable() ([]string, error) {
+	n.mu.RLock()
+	var stores []*jslog.Store
+	if n.part != nil && n.part.store != nil {
+		stores = append(stores, n.part.store)
+	}
+	if n.active != nil && n.active.store != nil {
+		stores = append(stores, n.active.store)
+	}
+	n.mu.RUnlock()
+	var failing []string
+	var first error
+	for _, st := range stores {
+		for _, p := range st.Unwritable() {
+			if first == nil {
+				first = p.Err
 			}
-			return "", true
+			name := p.Err.Error()
+			if i := strings.IndexByte(name, ':'); i > 0 {
+				name = name[:i]
+			}
+			failing = append(failing, name)
 		}
+	}
+	slices.Sort(failing)
+	return slices.Compact(failing), first
+}
+
+// unwritableCount is how many partitions partitionsWritable names.
+func (n *clusterNode) unwritableCount() int {
+	failing, _ := n.unwritable()
+	return len(failing)
+}
+
+func unwritableReason(failing []string, first error) string {
+	return fmt.Sprintf("cluster: %d partitions not writable (KAFKA_STORAGE_ERROR, retryable): %s; first: %v",
+		len(failing), strings.Join(failing, ", "), first)
+}
+
+// roleReady is the readiness of this instance's cluster role.
+func (n *clusterNode) roleReady() (string, bool) {
+	n.mu.RLock()
+	refused := n.refused
+	n.mu.RUnlock()
+	if refused != "" {
+		return "cluster: refused to join: " + refused, false
+	}
+	role, holder, serving := n.status()
+	n.setRoleHealth(role, serving, holder)
+	if n.part != nil {
+		n.mu.RLock()
+		open := n.part.logB != nil
+		n.mu.RUnlock()
 		switch {
-		case serving:
-			return "", true
-		case role == cluster.Active:
-			return "cluster: active, loading the share state", false
-		case role == cluster.Standby && holder.Addr != "":
-			return "", true
-		case role == cluster.Standby:
-			return "cluster: standby, no active instance known", false
+		case role == cluster.Disconnected:
+			return n.disconnectedLine(), false
+		case !open:
+			return "cluster: partitioned, opening the JetStream log", false
 		}
-		return "cluster: disconnected from NATS", false
-	}}}
+		return "", true
+	}
+	switch {
+	case serving:
+		return "", true
+	case role == cluster.Active:
+		return "cluster: active, loading the share state", false
+	case role == cluster.Standby && holder.Addr != "":
+		return "", true
+	case role == cluster.Standby:
+		return "cluster: standby, no active instance known", false
+	}
+	return n.disconnectedLine(), false
+}
+
+// disconnectedLine says why an instance whose role is Disconnected does
+// not know who is active: the NATS connection is down, or it is up but
+// the lease bucket does not answer (its JetStream leader being elected,
+// or a quorum lost) — an instance says it is disconnected only when it is.
+func (n *clusterNode) disconnectedLine() string {
+	if n.nc.IsConnected() {
+		return fmt.Sprintf("cluster: connected to NATS (%s) but the lease bucket does not answer (a JetStream leader election, or no quorum); not serving until it does", n.nc.ConnectedServerName())
+	}
+	return "cluster: disconnected from NATS"
 }
 
 // setRoleHealth sets the role's gRPC health names.
@@ -634,6 +726,9 @@ func (n *clusterNode) roleLine() string {
 		return "cluster: active"
 	case role == cluster.Standby && holder.Addr != "":
 		return fmt.Sprintf("cluster: standby, forwarding to %s at %s", holder.ID, holder.Addr)
+	}
+	if role == cluster.Disconnected {
+		return n.disconnectedLine()
 	}
 	return "cluster: " + role.String()
 }

@@ -134,6 +134,10 @@ type Config struct {
 	// transaction.timeout.ms, as Kafka's transaction.max.timeout.ms
 	// (docs/kafka.md "Transactions").
 	TransactionMaxTimeout time.Duration
+	// TransactionalIDExpiration is how long an idle transactional id
+	// keeps its state (--transactional-id-expiration, Kafka's
+	// transactional.id.expiration.ms).
+	TransactionalIDExpiration time.Duration
 	// The consumer protocol (KIP-848; docs/consumer-groups.md): the
 	// heartbeat interval told to members and the session after which a
 	// silent member is removed (Kafka's group.consumer.heartbeat.interval.ms
@@ -145,6 +149,11 @@ type Config struct {
 	// every one when --auth-tokens-file is set, none otherwise
 	// (kafkaSASLMechanisms; docs/kafka.md "Security").
 	KafkaSASLMechanisms []string
+	// DCP listener (docs/dcp.md); off when DCPAddr is empty. It serves
+	// the change streams to Couchbase DCP consumers, with the Kafka
+	// listener's SASL mechanisms (--kafka-sasl-mechanisms) and SCRAM users.
+	DCPAddr           string
+	DCPAdvertisedAddr string // the node's address in the bucket config; empty = "$HOST" and the bound port
 	// Cluster mode: --store and the NATS and lease settings.
 	Cluster ClusterConfig
 }
@@ -195,6 +204,7 @@ func DefaultConfig() Config {
 		KafkaSASLSessionLifetime:       time.Hour,
 		GroupInitialRebalanceDelay:     3 * time.Second,
 		TransactionMaxTimeout:          15 * time.Minute,
+		TransactionalIDExpiration:      7 * 24 * time.Hour,
 		GroupConsumerHeartbeatInterval: 5 * time.Second,
 		GroupConsumerSessionTimeout:    45 * time.Second,
 		OffsetsRetention:               7 * 24 * time.Hour,
@@ -360,12 +370,22 @@ func (c Config) Validate() error {
 			bad("--kafka-advertised-addr must be host:port with a non-zero port, got %q", c.KafkaAdvertisedAddr)
 		}
 	}
+	if c.DCPAdvertisedAddr != "" {
+		if c.DCPAddr == "" {
+			bad("--dcp-advertised-addr needs --dcp-addr")
+		} else if _, port, err := net.SplitHostPort(c.DCPAdvertisedAddr); err != nil || port == "" || port == "0" {
+			bad("--dcp-advertised-addr must be host:port with a non-zero port, got %q", c.DCPAdvertisedAddr)
+		}
+	}
 	if c.GroupConsumerHeartbeatInterval < 100*time.Millisecond || c.GroupConsumerSessionTimeout < 2*c.GroupConsumerHeartbeatInterval {
 		bad("--group-consumer-heartbeat-interval must be at least 100ms and --group-consumer-session-timeout at least twice it, got %s and %s",
 			c.GroupConsumerHeartbeatInterval, c.GroupConsumerSessionTimeout)
 	}
 	if c.TransactionMaxTimeout < time.Second || c.TransactionMaxTimeout > 24*time.Hour {
 		bad("--transaction-max-timeout must be between 1s and 24h, got %s", c.TransactionMaxTimeout)
+	}
+	if c.TransactionalIDExpiration < time.Second {
+		bad("--transactional-id-expiration must be at least 1s, got %s", c.TransactionalIDExpiration)
 	}
 	if c.GroupInitialRebalanceDelay < 0 || c.GroupInitialRebalanceDelay > 5*time.Minute {
 		bad("--group-initial-rebalance-delay must be between 0 and 5m, got %s", c.GroupInitialRebalanceDelay)
@@ -450,12 +470,19 @@ func exposedListeners(ctx context.Context, cfg Config, grpcOverridden bool) ([]s
 	}
 	ls = append(ls, edge.Listen{Flag: "--http-addr", Addr: cfg.HTTPAddr})
 	exposed, err := edge.Exposed(ctx, secured, ls...)
-	if err != nil || cfg.KafkaAddr == "" {
+	if err != nil {
 		return exposed, err
 	}
-	// The Kafka listener carries its own credentials too: TLS with SCRAM
-	// (SASL_SSL) secures it without tokens or client certificates.
-	kafkaSecured := secured || cfg.TLSCert != "" && len(cfg.kafkaSASLMechanisms()) > 0
-	k, err := edge.Exposed(ctx, kafkaSecured, edge.Listen{Flag: "--kafka-addr", Addr: cfg.KafkaAddr})
+	// The Kafka and DCP listeners carry their own credentials too: TLS with
+	// SCRAM secures them without tokens or client certificates.
+	saslSecured := secured || cfg.TLSCert != "" && len(cfg.kafkaSASLMechanisms()) > 0
+	var own []edge.Listen
+	if cfg.KafkaAddr != "" {
+		own = append(own, edge.Listen{Flag: "--kafka-addr", Addr: cfg.KafkaAddr})
+	}
+	if cfg.DCPAddr != "" {
+		own = append(own, edge.Listen{Flag: "--dcp-addr", Addr: cfg.DCPAddr})
+	}
+	k, err := edge.Exposed(ctx, saslSecured, own...)
 	return append(exposed, k...), err
 }

@@ -41,13 +41,18 @@ type ClusterConfig struct {
 	AdvertiseAddr string        // gRPC address other instances forward to; default: the bound gRPC address
 	LeaseTTL      time.Duration // lease time to live
 	Mode          string        // active-standby | partitioned
+	// NATSWriteTimeout bounds each write to a partition stream: one not
+	// acknowledged by JetStream within it fails with KAFKA_STORAGE_ERROR
+	// (retryable) instead of waiting for the client's deadline, e.g.
+	// while the stream elects a leader (--nats-write-timeout).
+	NATSWriteTimeout time.Duration
 }
 
 // DefaultClusterConfig is the file store; the NATS settings are the
 // defaults cluster mode starts with.
 func DefaultClusterConfig() ClusterConfig {
 	return ClusterConfig{Store: StoreFile, NATSURL: "nats://127.0.0.1:4222", NATSReplicas: 3, NATSPrefix: sljs.DefaultPrefix,
-		LeaseTTL: 5 * time.Second, Mode: ModeActiveStandby}
+		LeaseTTL: 15 * time.Second, Mode: ModeActiveStandby, NATSWriteTimeout: 2 * time.Second}
 }
 
 func (c ClusterConfig) validate(bad func(format string, args ...any)) {
@@ -70,6 +75,9 @@ func (c ClusterConfig) validate(bad func(format string, args ...any)) {
 	}
 	if err := sljs.CheckPrefix(c.NATSPrefix); err != nil {
 		bad("--nats-prefix: %v", err)
+	}
+	if c.NATSWriteTimeout < 100*time.Millisecond || c.NATSWriteTimeout > time.Minute {
+		bad("--nats-write-timeout must be between 100ms and 1m, got %v", c.NATSWriteTimeout)
 	}
 	if c.LeaseTTL < time.Second || c.LeaseTTL > time.Minute {
 		bad("--lease-ttl must be between 1s and 1m, got %v", c.LeaseTTL)

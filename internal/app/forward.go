@@ -308,17 +308,17 @@ func undelivered(msg string) bool {
 // newForwardConn dials the active instance at addr. A connection that
 // cannot be made fails the call at once (no wait for readiness), so a dead
 // owner gives OWNER_UNREACHABLE rather than a hang.
-func newForwardConn(addr string, tlsCfg *tls.Config, maxRequestBytes int) (*grpc.ClientConn, error) {
+func newForwardConn(addr string, tlsCfg *tls.Config, maxRequestBytes int, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
 	}
-	return grpc.NewClient(addr,
+	return grpc.NewClient(addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 2 * time.Second,
 			Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxRequestBytes+4096), grpc.MaxCallRecvMsgSize(1<<30)),
-	)
+	}, extra...)...)
 }
 
 // notOwnerErr and ownerUnreachableErr are the retryable cluster-mode errors

@@ -89,7 +89,7 @@ func (k *kafkaCluster) join(ctx context.Context, lease *cluster.Lease, self *clu
 	c := n.s.cfg.Cluster
 	for {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		ls, err := jslog.Open(octx, n.nc, jslog.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas})
+		ls, err := jslog.Open(octx, n.nc, jslog.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, WriteTimeout: c.NATSWriteTimeout})
 		cancel()
 		if err == nil {
 			k.store.Store(ls)

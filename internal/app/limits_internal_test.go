@@ -73,7 +73,7 @@ func TestExposedListeners(t *testing.T) {
 		tls, auth  bool
 		clientCA   bool
 		overridden bool
-		kafka      string
+		kafka, dcp string
 		mechs      []string
 		want       []string
 	}{
@@ -91,6 +91,11 @@ func TestExposedListeners(t *testing.T) {
 		{name: "kafka SCRAM without TLS", grpc: "127.0.0.1:0", http: "127.0.0.1:0", kafka: "0.0.0.0:9092", mechs: []string{"SCRAM-SHA-512"},
 			want: []string{"--kafka-addr 0.0.0.0:9092"}},
 		{name: "kafka SASL_SSL with SCRAM only", grpc: "127.0.0.1:0", http: "127.0.0.1:0", kafka: "0.0.0.0:9092", tls: true, mechs: []string{"SCRAM-SHA-512"}},
+		{name: "dcp in the clear", grpc: "127.0.0.1:0", http: "127.0.0.1:0", dcp: "0.0.0.0:11210", want: []string{"--dcp-addr 0.0.0.0:11210"}},
+		{name: "dcp on loopback", grpc: "127.0.0.1:0", http: "127.0.0.1:0", dcp: "127.0.0.1:11210"},
+		{name: "dcp with TLS and SCRAM", grpc: "127.0.0.1:0", http: "127.0.0.1:0", dcp: "0.0.0.0:11210", tls: true, mechs: []string{"SCRAM-SHA-512"}},
+		{name: "kafka and dcp in the clear", grpc: "127.0.0.1:0", http: "127.0.0.1:0", kafka: "0.0.0.0:9092", dcp: "0.0.0.0:11210",
+			want: []string{"--kafka-addr 0.0.0.0:9092", "--dcp-addr 0.0.0.0:11210"}},
 		{name: "SCRAM does not secure gRPC", grpc: "0.0.0.0:1", http: "127.0.0.1:0", kafka: "0.0.0.0:9092", tls: true, mechs: []string{"SCRAM-SHA-256"},
 			want: []string{"--grpc-addr 0.0.0.0:1"}},
 	} {
@@ -106,7 +111,7 @@ func TestExposedListeners(t *testing.T) {
 			if tc.clientCA {
 				cfg.TLSClientCA = "ca.pem"
 			}
-			cfg.KafkaAddr, cfg.KafkaSASLMechanisms = tc.kafka, tc.mechs
+			cfg.KafkaAddr, cfg.KafkaSASLMechanisms, cfg.DCPAddr = tc.kafka, tc.mechs, tc.dcp
 			got, err := exposedListeners(ctx, cfg, tc.overridden)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)

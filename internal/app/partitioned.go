@@ -51,7 +51,7 @@ func (n *clusterNode) openPartitioned(ctx context.Context, ttl time.Duration) bo
 	c := n.s.cfg.Cluster
 	for {
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		ls, err := jslog.Open(octx, n.nc, jslog.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas})
+		ls, err := jslog.Open(octx, n.nc, jslog.Options{Prefix: c.NATSPrefix, Replicas: c.NATSReplicas, WriteTimeout: c.NATSWriteTimeout})
 		cancel()
 		if err == nil {
 			err = n.openLogBackend(ctx, ls)

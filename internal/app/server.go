@@ -81,6 +81,7 @@ import (
 	"github.com/sharelog/sharelog/internal/storage/sharestate"
 	"github.com/sharelog/sharelog/internal/storage/sharestate/statelog"
 	"github.com/sharelog/sharelog/internal/telemetry"
+	"github.com/sharelog/sharelog/internal/transport/dcpwire"
 	"github.com/sharelog/sharelog/internal/transport/grpcapi"
 	"github.com/sharelog/sharelog/internal/transport/httpgw"
 	"github.com/sharelog/sharelog/internal/transport/kafkawire"
@@ -150,6 +151,7 @@ type Server struct {
 	budget       *budget.Bytes   // response bytes in flight (docs/operations.md "Budgets")
 	tickets      *budget.Tickets // the REST gateway's hand-over of its requests' budget
 	kafka        *kafkawire.Listener
+	dcp          *dcpwire.Listener
 	groups       *consumergroup.Coordinator // classic consumer groups (with the Kafka listener)
 	txn          *txn.Coordinator           // Kafka transactions (file-store mode, with the Kafka listener)
 	txnsUsed     atomic.Bool                // the data has transactional records (transactionsUsed)
@@ -257,6 +259,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		// (cluster.go). The registered services are never called.
 		if s.cluster, err = s.newClusterNode(ctx, o, tlsCfg); err != nil {
 			return nil, err
+		}
+		if err := s.cluster.registerClusterMetrics(s.tel.Meter); err != nil {
+			return nil, fmt.Errorf("cluster metrics: %w", err)
 		}
 		logSvc, shareSvc, changeSvc = sharelogv1.UnimplementedLogServiceServer{},
 			sharelogv1.UnimplementedShareGroupServiceServer{}, sharelogv1.UnimplementedChangeStreamServiceServer{}
@@ -385,6 +390,34 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		if s.kafka, err = kafkawire.Listen(kcfg, logAPI); err != nil {
 			kln.Close()
 			return nil, fmt.Errorf("kafka listener on --kafka-addr %s: %w", cfg.KafkaAddr, err)
+		}
+	}
+	if cfg.DCPAddr != "" {
+		// The DCP listener (docs/dcp.md): the Kafka listener's connection
+		// limits, TLS, authentication and SCRAM users over the change
+		// streams and the log domain of the file store, or in cluster
+		// mode of the backend the lease opened here (dcp.go).
+		dln, err := net.Listen("tcp", cfg.DCPAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on --dcp-addr %s: %w", cfg.DCPAddr, err)
+		}
+		dcfg := dcpwire.Config{
+			Listener:       edge.NewLimitListener(dln, "dcp", cfg.MaxConnections, cfg.MaxConnectionsPerIP, log, s.metrics.connRefused),
+			AdvertisedAddr: cfg.DCPAdvertisedAddr,
+			TLS:            tlsCfg, Auth: auth, SASLMechanisms: cfg.kafkaSASLMechanisms(), Users: s.users,
+			Guard: s.guard, Logger: log,
+		}
+		var logAPI *broker.Log
+		if s.cluster != nil {
+			s.cluster.dcp = newDCPCluster(s.cluster)
+			dcfg.Cluster = s.cluster.dcp
+		} else {
+			logAPI = s.fileBackend.logAPI
+		}
+		s.dcp, err = dcpwire.Listen(dcfg, logAPI, s.streams)
+		if err != nil {
+			dln.Close()
+			return nil, fmt.Errorf("dcp listener on --dcp-addr %s: %w", cfg.DCPAddr, err)
 		}
 	}
 	if err := registerDomainMetrics(s.tel.Meter, s.domainSources); err != nil {
@@ -542,7 +575,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 		s.cluster.start(s.GRPCAddr())
 	}
 	s.ready.Store(true)
-	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "kafka_addr", s.KafkaAddr(),
+	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "kafka_addr", s.KafkaAddr(), "dcp_addr", s.DCPAddr(),
 		"console", consoleURL(s.HTTPAddr(), tlsCfg != nil), "trace_exporter", s.tel.TraceExporter,
 		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.Enabled(), "client_certs", auth.ClientCerts(),
 		"authorizer", cfg.Authorizer, "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls,
@@ -595,6 +628,14 @@ func (s *Server) HTTPHandler() http.Handler { return s.httpServer.Handler }
 
 // GRPCAddr is the bound gRPC address (useful with port 0).
 func (s *Server) GRPCAddr() string { return s.grpcListener.Addr().String() }
+
+// DCPAddr is the bound DCP listener address, empty when it is off.
+func (s *Server) DCPAddr() string {
+	if s.dcp == nil {
+		return ""
+	}
+	return s.dcp.Addr().String()
+}
 
 // KafkaAddr is the bound Kafka listener address, empty when it is off.
 func (s *Server) KafkaAddr() string {
@@ -670,6 +711,13 @@ func (s *Server) teardown(ctx context.Context) error {
 	if s.kafka != nil {
 		if err := s.kafka.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close kafka listener: %w", err))
+		}
+	}
+	// The change streams were shut down above: the DCP streams sent their
+	// STREAM_END (disconnected) at their next event.
+	if s.dcp != nil {
+		if err := s.dcp.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close dcp listener: %w", err))
 		}
 	}
 	// After the listener, before the groups its commits write to.

@@ -67,11 +67,12 @@ func (n *clusterNode) readTxnState(ctx context.Context, b *backend) {
 
 func openTxnCoordinator(cfg Config, st txnstate.Store, log *broker.Log, groups *consumergroup.Coordinator, logger *slog.Logger) (*txn.Coordinator, error) {
 	c, err := txn.New(txn.Options{
-		Store:      st,
-		Log:        log,
-		Groups:     groups,
-		MaxTimeout: cfg.TransactionMaxTimeout,
-		Logger:     logger,
+		Store:        st,
+		Log:          log,
+		Groups:       groups,
+		MaxTimeout:   cfg.TransactionMaxTimeout,
+		IDExpiration: cfg.TransactionalIDExpiration,
+		Logger:       logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open the transaction coordinator: %w", err)

@@ -311,10 +311,29 @@ func (l *Lease) renew(ctx context.Context, epoch uint64) {
 	term := l.termStart
 	l.mu.Unlock()
 	ack, err := l.js.PublishMsg(ctx, msg, njs.WithExpectLastSequencePerSubject(epoch), njs.WithMsgTTL(l.o.TTL))
+	var ownRev uint64
+	if sljs.IsWrongLastSequence(err) {
+		// A renewal of ours may have been committed while its answer was
+		// lost (the bucket's leader died mid-call and a new one was
+		// elected): then the key holds this term's own value at a later
+		// revision, and the lease is still ours (docs/cluster.md "Lease
+		// TTL and NATS elections").
+		if val, rev, rerr := l.read(ctx); rerr == nil {
+			var v leaseValue
+			if json.Unmarshal(val, &v) == nil && v.Holder == l.self && v.Term == term && rev > epoch {
+				ownRev = rev
+			}
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.st.Role != Active || l.st.Epoch != epoch {
 		return // fenced meanwhile
+	}
+	if ownRev != 0 {
+		l.o.Logger.Info("a lease renewal whose answer was lost had been applied; the lease is still this instance's", "epoch", ownRev)
+		l.set(Status{Role: Active, Holder: l.self, Epoch: ownRev, Term: term})
+		return // renewed at an unknown time: the stop deadline stays the last known renewal's
 	}
 	switch {
 	case err == nil:

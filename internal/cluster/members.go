@@ -36,6 +36,9 @@ type Member struct {
 	// broker id (KafkaNodeID), the same across its restarts.
 	KafkaAddr   string `json:"kafka_addr,omitempty"`
 	KafkaNodeID int32  `json:"kafka_node_id,omitempty"`
+	// DCPAddr is the DCP listener's advertised host:port, empty when the
+	// instance has no --dcp-addr (docs/dcp.md "Cluster mode").
+	DCPAddr string `json:"dcp_addr,omitempty"`
 }
 
 func memberKey(id string) string { return memberKeyPrefix + hex.EncodeToString([]byte(id)) }

@@ -85,7 +85,9 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	promExp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	// Without the otel_scope_* labels: every series carried three of them,
+	// which say only which instrumentation scope made it.
+	promExp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}

@@ -19,6 +19,10 @@ import (
 // transaction.max.timeout.ms.
 const DefaultMaxTimeout = 15 * time.Minute
 
+// DefaultIDExpiration is --transactional-id-expiration's default, Kafka's
+// transactional.id.expiration.ms (7 days).
+const DefaultIDExpiration = 7 * 24 * time.Hour
+
 // Partition is a topic partition of a transaction.
 type Partition = txnstate.Partition
 
@@ -44,6 +48,11 @@ type Options struct {
 	// MaxTimeout caps a producer's transaction.timeout.ms
 	// (--transaction-max-timeout); 0 means DefaultMaxTimeout.
 	MaxTimeout time.Duration
+	// IDExpiration is how long a transactional id with no transaction
+	// open keeps its state after its last change
+	// (--transactional-id-expiration, Kafka's
+	// transactional.id.expiration.ms); 0 means DefaultIDExpiration.
+	IDExpiration time.Duration
 	// CheckInterval is how often open transactions are checked for their
 	// timeout and unfinished ends retried; 0 means one second.
 	CheckInterval time.Duration
@@ -69,6 +78,9 @@ type entry struct {
 	op sync.Mutex // serialises the id's calls, held across their I/O
 	t  txnstate.Txn
 	ok bool // t was written (the id exists)
+	// gone: the id expired and this entry left the map; a call that
+	// waited on op finds an unknown id (InitProducer looks it up again).
+	gone bool
 }
 
 // New loads the state, completes the transactions a crash left being
@@ -79,6 +91,9 @@ func New(o Options) (*Coordinator, error) {
 	}
 	if o.CheckInterval <= 0 {
 		o.CheckInterval = time.Second
+	}
+	if o.IDExpiration <= 0 {
+		o.IDExpiration = DefaultIDExpiration
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -128,12 +143,22 @@ func (c *Coordinator) loop() {
 	}
 }
 
-// check aborts the open transactions past their timeout and retries the
-// ends that failed (a marker or offset write that errored).
+// idle reports whether t has no transaction open or being ended.
+func idle(t txnstate.Txn) bool {
+	switch t.Status {
+	case txnstate.Empty, txnstate.CompleteCommit, txnstate.CompleteAbort:
+		return true
+	}
+	return false
+}
+
+// check aborts the open transactions past their timeout, retries the
+// ends that failed (a marker or offset write that errored) and expires
+// the idle transactional ids unchanged for IDExpiration.
 func (c *Coordinator) check(ctx context.Context) {
 	now := c.o.Now().UnixMilli()
 	c.mu.Lock()
-	var due []*entry
+	var due, expired []*entry
 	for _, e := range c.ids {
 		switch e.t.Status {
 		case txnstate.Ongoing:
@@ -143,8 +168,14 @@ func (c *Coordinator) check(ctx context.Context) {
 		case txnstate.PrepareCommit, txnstate.PrepareAbort:
 			due = append(due, e)
 		}
+		if e.ok && idle(e.t) && now-e.t.UpdateMs >= c.o.IDExpiration.Milliseconds() {
+			expired = append(expired, e)
+		}
 	}
 	c.mu.Unlock()
+	for _, e := range expired {
+		c.expire(e, now)
+	}
 	for _, e := range due {
 		e.op.Lock()
 		t := c.get(e)
@@ -167,6 +198,32 @@ func (c *Coordinator) check(ctx context.Context) {
 			c.o.Logger.Warn("kafka transaction: completing failed, will retry", "transactional_id", t.ID, "error", err)
 		}
 	}
+}
+
+// expire forgets e's transactional id (Kafka's transactional.id
+// expiration) if it is still idle and unchanged for IDExpiration: its
+// record is deleted, and a producer that comes back with it is a new one
+// (InitProducerID gives it a new producer id); one that did not call
+// InitProducerID again is answered INVALID_PRODUCER_ID_MAPPING.
+func (c *Coordinator) expire(e *entry, now int64) {
+	e.op.Lock()
+	defer e.op.Unlock()
+	t := c.get(e)
+	if !e.ok || e.gone || !idle(t) || now-t.UpdateMs < c.o.IDExpiration.Milliseconds() {
+		return
+	}
+	if err := c.o.Store.Delete(t.ID); err != nil {
+		c.o.Logger.Warn("kafka transactional id: expiring failed, will retry", "transactional_id", t.ID, "error", err)
+		return
+	}
+	c.mu.Lock()
+	if c.ids[t.ID] == e {
+		delete(c.ids, t.ID)
+	}
+	e.t, e.ok, e.gone = txnstate.Txn{ID: t.ID}, false, true
+	c.mu.Unlock()
+	c.o.Logger.Info("kafka transactional id expired", "transactional_id", t.ID, "producer_id", t.ProducerID,
+		"idle_for", time.Duration(now-t.UpdateMs)*time.Millisecond)
 }
 
 // lookup returns the entry of id, made (unwritten) when create.
@@ -222,6 +279,11 @@ func (c *Coordinator) InitProducer(ctx context.Context, id string, timeoutMs int
 	ctx = context.WithoutCancel(ctx) // what is started here is finished
 	e := c.lookup(id, true)
 	e.op.Lock()
+	for e.gone { // expired while this call waited: the id starts anew
+		e.op.Unlock()
+		e = c.lookup(id, true)
+		e.op.Lock()
+	}
 	defer e.op.Unlock()
 	t := c.get(e)
 	if !e.ok {

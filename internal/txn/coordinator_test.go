@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharelog/sharelog/apierr"
+	"github.com/sharelog/sharelog/internal/fsutil"
 	"github.com/sharelog/sharelog/internal/storage/groupoffsets"
 	"github.com/sharelog/sharelog/internal/storage/txnstate"
 )
@@ -216,4 +217,54 @@ func TestRecoveryCompletesDecidedTransactions(t *testing.T) {
 	clk.add(61 * time.Second)
 	newCoord(t, st, lg, gs, clk)
 	assert.Equal(t, []marker{{"t", 1, pid, e0 + 1, false}}, lg.took())
+}
+
+// A transactional id idle for DefaultIDExpiration (Kafka's
+// transactional.id.expiration.ms) is forgotten, in memory and in the
+// state file: its old producer is unknown, and InitProducerID gives it a
+// new producer id. An id with a transaction open is not expired (its
+// timeout aborts it first, which is a change), and one used again in
+// time keeps its state.
+func TestIdleTransactionalIDsExpire(t *testing.T) {
+	ctx := context.Background()
+	lg, gs, clk := &fakeLog{}, &fakeGroups{}, &clock{t: time.UnixMilli(1000)}
+	st := txnstate.Open(t.TempDir(), fsutil.NoSync)
+	c := newCoord(t, st, lg, gs, clk)
+	idle, ie, err := c.InitProducer(ctx, "idle", 10000, -1, -1)
+	require.NoError(t, err)
+	busy, be, err := c.InitProducer(ctx, "busy", 10000, -1, -1)
+	require.NoError(t, err)
+
+	clk.add(DefaultIDExpiration - time.Hour)
+	c.check(ctx)
+	// busy is used again in time: it stays, whatever happens to idle.
+	require.NoError(t, c.AddPartitions(ctx, "busy", busy, be, []Partition{{Topic: "t", Partition: 0}}))
+	require.NoError(t, c.EndTxn(ctx, "busy", busy, be, true))
+	clk.add(time.Hour)
+	c.check(ctx)
+
+	ids := func() []string {
+		all, err := st.Load()
+		require.NoError(t, err)
+		var out []string
+		for _, tx := range all {
+			out = append(out, tx.ID)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"busy"}, ids(), "idle expired, busy kept")
+	assert.Equal(t, apierr.InvalidProducerIDMapping, apierr.ReasonOf(c.AddPartitions(ctx, "idle", idle, ie, []Partition{{Topic: "t", Partition: 0}})),
+		"the expired id's producer is unknown")
+	again, _, err := c.InitProducer(ctx, "idle", 10000, -1, -1)
+	require.NoError(t, err)
+	assert.NotEqual(t, idle, again, "a new producer id for the id that came back")
+
+	// A restart reads the state as expiry left it.
+	c2 := newCoord(t, st, lg, gs, clk)
+	list := c2.List(nil, nil)
+	var names []string
+	for _, tx := range list {
+		names = append(names, tx.ID)
+	}
+	assert.ElementsMatch(t, []string{"busy", "idle"}, names)
 }

@@ -61,6 +61,7 @@ type sizes struct {
 	k2Recs         int64 // K2: records each share consumer group drains
 	k3Calls        int   // K3: batches of 100 per producer each way
 	k4Recs         int64 // K4: records consumed each way
+	s4Recs         int64 // S4: records of the partition backfilled each way
 
 	// Cluster mode (X1–X3): records per side of X1 and X2 and their cap;
 	// --lease-ttl; X3's load before the SIGKILL and after the first write
@@ -85,7 +86,7 @@ var quickSizes = sizes{
 	g1Calls1: 1500, g1Calls100: 300,
 	prefill: 100_000, s2Records: 1_000_000, s2FirstRunOnly: true, s2OrderedOnce: true, c1Cap: 40 * time.Second, c2Acks: 300, c3Dur: 3 * time.Second, c4Recs: 10_000, c4Lock: time.Second, c6Recs: 1000,
 	d1Total: 120_000, d1Purge: 100_000, d1Base: 1500 * time.Millisecond, s3Dur: 5 * time.Second,
-	k1Calls: 500, k2Recs: 100_000, k3Calls: 300, k4Recs: 200_000,
+	k1Calls: 500, k2Recs: 100_000, k3Calls: 300, k4Recs: 200_000, s4Recs: 200_000,
 	xRecords: 30_000, xCap: 60 * time.Second, xLeaseTTL: 2 * time.Second, xBefore: 2 * time.Second, xAfter: 2 * time.Second, x4Records: 30_000,
 	unaryDur: 2 * time.Second, seqWriteMiB: 256, fsyncN: 300, commitRefN: 200,
 }
@@ -95,7 +96,7 @@ var fullSizes = sizes{
 	g1Calls1: 5000, g1Calls100: 2000,
 	prefill: 1_000_000, c1Cap: 180 * time.Second, c2Acks: 2000, c3Dur: 10 * time.Second, c4Recs: 50_000, c4Lock: time.Second, c6Recs: 4000,
 	d1Total: 1_200_000, d1Purge: 1_000_000, d1Base: 3 * time.Second, s3Dur: 60 * time.Second,
-	k1Calls: 2000, k2Recs: 400_000, k3Calls: 1000, k4Recs: 1_000_000,
+	k1Calls: 2000, k2Recs: 400_000, k3Calls: 1000, k4Recs: 1_000_000, s4Recs: 1_000_000,
 	xRecords: 200_000, xCap: 180 * time.Second, xLeaseTTL: 5 * time.Second, xBefore: 5 * time.Second, xAfter: 5 * time.Second, x4Records: 240_000,
 	unaryDur: 5 * time.Second, seqWriteMiB: 512, fsyncN: 2000, commitRefN: 1000,
 }

@@ -28,6 +28,7 @@ type proc struct {
 	grpcAddr  string // sharelog / null server
 	httpAddr  string // sharelog
 	kafkaAddr string // sharelog started with --kafka-addr
+	dcpAddr   string // sharelog started with --dcp-addr
 	natsURL   string // nats-server
 	exited    chan struct{}
 	waitErr   error
@@ -145,6 +146,7 @@ func startSharelog(bin, dir string, args ...string) (*proc, error) {
 		p.grpcAddr, _ = m["grpc_addr"].(string)
 		p.httpAddr, _ = m["http_addr"].(string)
 		p.kafkaAddr, _ = m["kafka_addr"].(string)
+		p.dcpAddr, _ = m["dcp_addr"].(string)
 		return p.grpcAddr != ""
 	})
 	if err == nil && slices.Contains(args, "--authorizer") {

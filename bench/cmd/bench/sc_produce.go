@@ -20,7 +20,7 @@ const recordSize = 1024
 
 // groups lists every scenario group in run order.
 func groups(e *env) []group {
-	return []group{p1Group(), p2Group(), g1Group(), prefilledGroup(e), c3Group(), c4Group(), c5Group(), c6Group(), d1Group(e), s3Group(e), k1Group(), k2Group(), k3Group(), k4Group(), x1Group(), x2Group(), x3Group(), x4Group()}
+	return []group{p1Group(), p2Group(), g1Group(), prefilledGroup(e), c3Group(), c4Group(), c5Group(), c6Group(), d1Group(e), s3Group(e), k1Group(), k2Group(), k3Group(), k4Group(), s4Group(), x1Group(), x2Group(), x3Group(), x4Group()}
 }
 
 type p1Config struct{ batch, producers int }

@@ -127,7 +127,10 @@ export function groupPage(group) {
           const at = n(r.availableAtUnixMs);
           const avail = at ? h('span', { title: fmtTime(at) }, at > now ? 'in ' + ((at - now) / 1000).toFixed(1) + ' s' : 'now') : '';
           ir.push([t.topic, p.partition, r.firstOffset === r.lastOffset ? r.firstOffset : `${r.firstOffset}–${r.lastOffset}`,
-            badge(s), r.deliveryCount, r.ownerMemberId ? h('code', {}, r.ownerMemberId) : '', left, avail]);
+            // The server keeps no delivery count once records are settled
+            // (ACKNOWLEDGED, ARCHIVED: InFlightRange.delivery_count is 0).
+            badge(s), s === 'ACKNOWLEDGED' || s === 'ARCHIVED' ? h('span', { class: 'muted', title: 'not kept once settled' }, '–') : (r.deliveryCount ?? 0),
+            r.ownerMemberId ? h('code', {}, r.ownerMemberId) : '', left, avail]);
         }
       }
     }

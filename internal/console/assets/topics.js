@@ -89,18 +89,25 @@ function produceForm(topic, partitions, after, chosen) {
   part.addEventListener('change', () => { chosen.partition = part.value; });
   const key = h('input', { name: 'key', placeholder: '(none)' });
   const value = h('input', { name: 'value', size: 40 });
+  const headers = h('input', { name: 'headers', size: 30, placeholder: 'k=v, k2=v2' });
   const form = h('form', { class: 'inline', id: 'produce', 'aria-label': 'Produce a record' },
-    field('Partition', part), field('Key', key), field('Value', value), h('button', { type: 'submit', class: 'primary' }, 'Produce'));
+    field('Partition', part), field('Key', key), field('Value', value), field('Headers', headers),
+    h('button', { type: 'submit', class: 'primary' }, 'Produce'));
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     const rec = { value: textToB64(value.value) };
     if (key.value) rec.key = textToB64(key.value);
+    // Headers as "k=v" pairs separated by commas; a value may hold '='.
+    const hs = headers.value.split(',').map((x) => x.trim()).filter((x) => x);
+    if (hs.some((x) => !x.includes('=') || x.startsWith('='))) { setStatus('Headers are k=v pairs separated by commas.', true); return; }
+    if (hs.length) rec.headers = hs.map((x) => { const i = x.indexOf('='); return { key: x.slice(0, i), value: textToB64(x.slice(i + 1)) }; });
     const req = { records: [rec] };
     if (part.value !== '') req.partition = Number(part.value);
     try {
       const res = await api.post('/v1/topics/' + api.enc(topic) + '/records', req);
       const r = res.results?.[0];
       value.value = '';
+      headers.value = '';
       await after();
       // After the reload: the status says the page shows the new record.
       setStatus(`Produced to partition ${r?.partition} at offset ${r?.offset}.`);

@@ -96,6 +96,10 @@ type Store interface {
 	// returns. ErrFenced: another coordinator holds the id now (cluster
 	// mode), nothing was written.
 	Put(t Txn) error
+	// Delete removes id's record (an expired transactional id), durable
+	// when it returns; deleting a missing id is no error. ErrFenced as
+	// Put.
+	Delete(id string) error
 }
 
 // ErrFenced is a write refused because another instance coordinates the
@@ -182,6 +186,29 @@ func (f *File) Put(t Txn) error {
 	return nil
 }
 
+// Delete implements Store.
+func (f *File) Delete(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.load(); err != nil {
+		return err
+	}
+	if _, ok := f.ids[id]; !ok {
+		return nil
+	}
+	next := maps.Clone(f.ids)
+	delete(next, id)
+	b, err := json.Marshal(fileDoc{Version: 1, IDs: next})
+	if err != nil {
+		return err
+	}
+	if err := fsutil.WriteFileAtomic(f.path, b, f.sync); err != nil {
+		return fmt.Errorf("write the transaction state: %w", err)
+	}
+	f.ids = next
+	return nil
+}
+
 // Mem is a Store in memory (tests, and servers without a data directory).
 type Mem struct {
 	mu  sync.Mutex
@@ -207,5 +234,13 @@ func (m *Mem) Put(t Txn) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.ids[t.ID] = t.Clone()
+	return nil
+}
+
+// Delete implements Store.
+func (m *Mem) Delete(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.ids, id)
 	return nil
 }

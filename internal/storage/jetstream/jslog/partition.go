@@ -41,6 +41,10 @@ type partition struct {
 	frames     int64
 	resync     bool // an append's outcome is unknown: re-read the stream's end first
 	cons       njs.ConsumeContext
+	// writeErr is the last append's storage error (nil once one succeeds),
+	// at writeErrAt: what Unwritable reports.
+	writeErr   error
+	writeErrAt time.Time
 }
 
 // load reads the stream's bounds and starts the ordered consumer, once.
@@ -204,12 +208,61 @@ func (s *Store) Append(ctx context.Context, topic string, partition int32, recs 
 	}
 	octx, cancel := s.opCtx(ctx)
 	defer cancel()
-	p, err := s.readyPartition(octx, topic, partition)
+	// The write's own bound (--nats-write-timeout), within the call's: a
+	// stream electing a leader fails the append fast and retryably, also
+	// when the append is the partition's first here and must load it.
+	p, err := s.partition(topic, partition)
 	if err != nil {
+		return 0, err
+	}
+	lctx, lcancel := context.WithTimeout(octx, s.writeTO)
+	err = p.load(lctx)
+	timedOut := lctx.Err() != nil && octx.Err() == nil
+	lcancel()
+	if err != nil {
+		if timedOut && errors.Is(err, context.DeadlineExceeded) {
+			err = s.writeTimedOut(topic, partition, err)
+		}
+		p.noteWrite(ctx, err)
 		return 0, err
 	}
 	p.appendMu.Lock()
 	defer p.appendMu.Unlock()
+	wctx, wcancel := context.WithTimeout(octx, s.writeTO)
+	defer wcancel()
+	base, err := p.appendLocked(ctx, wctx, recs, size)
+	if err != nil && wctx.Err() != nil && octx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		err = s.writeTimedOut(topic, partition, err)
+	}
+	p.noteWrite(ctx, err)
+	return base, err
+}
+
+// noteWrite records an append's outcome for Unwritable: a storage error
+// (not the caller's own deadline) lists the partition, a success clears it.
+func (p *partition) noteWrite(ctx context.Context, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case err == nil:
+		p.writeErr = nil
+	case errors.Is(err, logstore.ErrStorage) && ctx.Err() == nil:
+		p.writeErr, p.writeErrAt = err, time.Now()
+	}
+}
+
+// writeTimedOut is the error of an append that --nats-write-timeout
+// (our bound, not the caller's deadline) cut: a retryable storage error,
+// which must not read as the caller's deadline (err is kept as text only).
+func (s *Store) writeTimedOut(topic string, partition int32, err error) error {
+	return fmt.Errorf("topic %q partition %d: JetStream did not acknowledge within --nats-write-timeout %v (%v): %w",
+		topic, partition, s.writeTO, err, logstore.ErrStorage)
+}
+
+// appendLocked is Append's write under appendMu: ctx is the call's, octx
+// bounds the JetStream calls.
+func (p *partition) appendLocked(ctx, octx context.Context, recs []logstore.Record, size int) (int64, error) {
+	s, topic, partition := p.s, p.topic, p.id
 	if err := p.resyncTail(octx); err != nil {
 		return 0, err
 	}
@@ -718,4 +771,27 @@ func (s *Store) Resync(ctx context.Context, topic string, partition int32) error
 		p.watch.Notify()
 	}
 	return nil
+}
+
+// unwritableFor is how long a failed append keeps its partition listed
+// by Unwritable when no append has been tried since.
+const unwritableFor = 30 * time.Second
+
+// Unwritable lists the partitions whose last append failed with a storage
+// error (no leader within --nats-write-timeout, NATS unreachable) and
+// has not succeeded since, within the last unwritableFor: what /readyz
+// names while it lasts (docs/cluster.md). Err is the failure.
+func (s *Store) Unwritable() []logstore.PartitionInfo {
+	var out []logstore.PartitionInfo
+	now := time.Now()
+	for _, t := range s.topics.All() {
+		for _, p := range t.parts {
+			p.mu.Lock()
+			if p.writeErr != nil && now.Sub(p.writeErrAt) < unwritableFor {
+				out = append(out, logstore.PartitionInfo{Partition: p.id, Err: fmt.Errorf("%s-%d: %w", p.topic, p.id, p.writeErr)})
+			}
+			p.mu.Unlock()
+		}
+	}
+	return out
 }

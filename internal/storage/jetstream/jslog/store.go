@@ -36,6 +36,12 @@ type Options struct {
 	// append is one atomic JetStream batch, which the server caps
 	// (jetstream.limits.batch.max_size, 1000 by default). Default 1000.
 	MaxBatchRecords int
+	// WriteTimeout bounds each append's wait for JetStream's
+	// acknowledgement, within the call's own deadline (default 2 s,
+	// --nats-write-timeout): a stream without a leader fails its appends
+	// with a storage error (retryable) instead of holding them to the
+	// client's deadline. Unwritable lists the partitions it failed.
+	WriteTimeout time.Duration
 }
 
 // recordFormat names the payload of every stream message, recorded in the
@@ -62,6 +68,7 @@ type Store struct {
 	prefix   string
 	replicas int
 	timeout  time.Duration
+	writeTO  time.Duration
 	maxBatch int
 
 	// topics is the topic map; its Update keeps the highest metadata
@@ -152,6 +159,9 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Second
 	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 2 * time.Second
+	}
 	if o.MaxBatchRecords <= 0 {
 		o.MaxBatchRecords = 1000
 	}
@@ -160,7 +170,7 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 		return nil, fmt.Errorf("jetstream: %w (%w)", err, logstore.ErrStorage)
 	}
 	s := &Store{
-		nc: nc, js: js, prefix: o.Prefix, replicas: o.Replicas, timeout: o.Timeout, maxBatch: o.MaxBatchRecords,
+		nc: nc, js: js, prefix: o.Prefix, replicas: o.Replicas, timeout: o.Timeout, writeTO: o.WriteTimeout, maxBatch: o.MaxBatchRecords,
 		topics: logstore.NewCatalog[*topic](), watchDone: make(chan struct{}),
 	}
 	octx, cancel := s.opCtx(ctx)

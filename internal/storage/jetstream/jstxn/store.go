@@ -337,6 +337,37 @@ func (s *Store) Put(t txnstate.Txn) error {
 	return fmt.Errorf("transactional id %q keeps being written by another instance (%w)", t.ID, ErrStorage)
 }
 
+// Delete implements txnstate.Store: the id's key deleted on condition of
+// the revision held, as Put writes it (an expired transactional id). A
+// later Put of the id creates the key again.
+func (s *Store) Delete(id string) error {
+	h, err := s.heldOf(id)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.dropped {
+		return fmt.Errorf("transactional id %q is no longer held by this instance: %w", id, txnstate.ErrFenced)
+	}
+	if h.rev == 0 {
+		return nil // never written by this term: nothing of it to delete
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
+	defer cancel()
+	if err := s.kv.Delete(ctx, key(id), njs.LastRevision(h.rev)); err != nil {
+		if conflict(err) {
+			// Written since: by another term (which now coordinates it)
+			// or by a write of ours whose answer was lost. Either way the
+			// id is not idle as this term knew it; keep it.
+			return fmt.Errorf("transactional id %q was written since this instance last did: %w", id, txnstate.ErrFenced)
+		}
+		return sljs.Wrap(ctx, "delete in "+s.String(), err, ErrStorage)
+	}
+	h.rev = 0 // the next Put creates the key again
+	return nil
+}
+
 // Close makes later calls fail; every write has been acknowledged already.
 func (s *Store) Close() error {
 	s.mu.Lock()

@@ -236,3 +236,32 @@ func TestHasState(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, has)
 }
+
+// Delete (an expired transactional id) removes the id for the next
+// term's Load; the id can be written again afterwards, by this term and by
+// the next; a Delete after another term fenced the id is refused.
+func TestDelete(t *testing.T) {
+	open, _ := opener(t)
+	a := open(jstxn.Options{Epoch: 1})
+	_, err := a.Load()
+	require.NoError(t, err)
+	gone := txnstate.Txn{ID: "gone", ProducerID: 3, TimeoutMs: 1000, Status: txnstate.CompleteCommit}
+	kept := txnstate.Txn{ID: "kept", ProducerID: 4, TimeoutMs: 1000, Status: txnstate.Empty}
+	require.NoError(t, a.Put(gone))
+	require.NoError(t, a.Put(kept))
+	require.NoError(t, a.Delete("gone"))
+	require.NoError(t, a.Delete("never-written"))
+
+	b := open(jstxn.Options{Epoch: 2})
+	got, err := b.Load()
+	require.NoError(t, err)
+	assert.Equal(t, []txnstate.Txn{kept}, got)
+	require.ErrorIs(t, a.Delete("kept"), txnstate.ErrFenced, "b fenced kept")
+	back := gone
+	back.ProducerID = 5
+	require.NoError(t, b.Put(back), "a deleted id is written again")
+	c := open(jstxn.Options{Epoch: 3})
+	got, err = c.Load()
+	require.NoError(t, err)
+	assert.Equal(t, []txnstate.Txn{back, kept}, got)
+}

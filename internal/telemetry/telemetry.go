@@ -134,14 +134,14 @@ func exporterName(getenv func(string) string) string {
 		if endpoint == "" {
 			endpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
 		}
-		switch {
-		case proto == "grpc" && endpoint == "":
-			endpoint = "localhost:4317" // the exporters' defaults
-		case proto == "":
+		if proto == "" {
 			proto = "http/protobuf"
-			fallthrough
-		case endpoint == "":
-			endpoint = "localhost:4318"
+		}
+		if endpoint == "" {
+			endpoint = "localhost:4318" // the exporters' defaults
+			if proto == "grpc" {
+				endpoint = "localhost:4317"
+			}
 		}
 		return "otlp " + proto + " " + endpoint
 	default:

@@ -10,12 +10,15 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sharelog/sharelog/client/shareconsumer"
@@ -48,6 +51,7 @@ type consumeOptions struct {
 	print           bool
 	idleTimeout     time.Duration
 	autoOffsetReset string
+	fromBeginning   bool
 	memberID        string
 	maxWait         time.Duration
 }
@@ -71,10 +75,16 @@ otherwise it prints the summary alone. With --print each record is printed to st
 "topic<TAB>partition<TAB>offset<TAB>key<TAB>value" (with -o json, one JSON object per record,
 bytes in base64, delivery count included) and the summary goes to stderr.
 
-A group starts a partition at its latest offset unless configured otherwise:
---auto-offset-reset earliest sets the group's auto_offset_reset first (it affects only
-partitions the group has not consumed yet).`,
-		Example: `  sharelogctl consume --group billing orders
+A new group starts each partition at its latest offset (Kafka's share.auto.offset.reset
+default), so it skips the records already there; consume then says so on stderr ("hint: ...").
+--from-beginning makes a new group start at the log start offset: when the group has no share
+state yet it sets the group's auto_offset_reset to earliest before joining; a group that
+already has share state resumes where it is, unchanged, and consume says so on stderr (to
+re-read, reset its offsets: sharelogctl share-groups reset-offsets GROUP --to-earliest
+--all-topics --execute, with no member active). --auto-offset-reset sets the group's
+auto_offset_reset first, whatever its state (it affects only partitions the group has not
+consumed yet).`,
+		Example: `  sharelogctl consume --group billing orders --from-beginning
   sharelogctl consume --group billing orders --count 100 --print
   sharelogctl consume --group billing orders --auto-offset-reset earliest --idle-timeout 5s
   sharelogctl consume --group retry-test orders --ack release --count 10 --print`,
@@ -88,9 +98,11 @@ partitions the group has not consumed yet).`,
 	f.BoolVar(&o.print, "print", false, "print each record")
 	f.DurationVar(&o.idleTimeout, "idle-timeout", 0, "exit after this long without a record (0 = wait forever)")
 	f.StringVar(&o.autoOffsetReset, "auto-offset-reset", "", `set the group's auto_offset_reset first: "earliest", "latest" or "by_duration:<ISO-8601>"`)
+	f.BoolVar(&o.fromBeginning, "from-beginning", false, "a new group starts at the log start offset (sets its auto_offset_reset to earliest if it has no share state)")
 	f.StringVar(&o.memberID, "member-id", "", "member ID (default: a random UUID)")
 	f.DurationVar(&o.maxWait, "max-wait", shareconsumer.DefaultMaxWait, "how long one fetch waits for records on the server")
 	_ = cmd.MarkFlagRequired("group")
+	cmd.MarkFlagsMutuallyExclusive("from-beginning", "auto-offset-reset")
 	cmd.RunE = a.runE(func(cmd *cobra.Command, args []string) error {
 		switch {
 		case o.maxRecords < 1:
@@ -121,8 +133,14 @@ type consumeStats struct {
 func (a *app) consume(ctx context.Context, topics []string, o consumeOptions, ackType shareconsumer.AckType) error {
 	// Dials a.conn. The consumer retries an unreachable server and waits for the partitions of a
 	// missing topic until interrupted; a command must fail instead.
-	if _, err := a.describeTopics(ctx, topics...); err != nil {
+	described, err := a.describeTopics(ctx, topics...)
+	if err != nil {
 		return err
+	}
+	if o.fromBeginning || o.autoOffsetReset == "" {
+		if o.autoOffsetReset, err = a.startHint(ctx, o.group, described, o.fromBeginning); err != nil {
+			return err
+		}
 	}
 	if o.autoOffsetReset != "" {
 		callCtx, cancel := a.callCtx(ctx)
@@ -186,9 +204,10 @@ func (a *app) consume(ctx context.Context, topics []string, o consumeOptions, ac
 		stopProgress = a.showProgress(&stats, start)
 	}
 	idleEnd, loopErr := a.consumeLoop(ctx, c, out, o, ackType, &stats)
-	elapsed := time.Since(start)
-	if !idleEnd.IsZero() && idleEnd.After(start) {
-		elapsed = idleEnd.Sub(start) // not counting the final --idle-timeout
+	elapsed := time.Since(start) // the run's wall time, the final --idle-timeout included
+	active := elapsed            // the rate's: up to the last record when --idle-timeout ended it
+	if !idleEnd.IsZero() && idleEnd.After(start) && stats.consumed.Load() > 0 {
+		active = idleEnd.Sub(start)
 	}
 
 	closeTimeout := a.timeout
@@ -207,7 +226,73 @@ func (a *app) consume(ctx context.Context, topics []string, o consumeOptions, ac
 	if err := errors.Join(loopErr, closeErr); err != nil {
 		return err
 	}
-	return a.consumeSummary(o, ackType, &stats, elapsed)
+	return a.consumeSummary(o, ackType, &stats, elapsed, active)
+}
+
+// startHint looks at the group's share state and config before it joins. With fromBeginning
+// it returns "earliest" (the auto_offset_reset to set) for a group without share state, and
+// for one with state says on stderr that nothing changes. Without it, for a new group whose
+// auto_offset_reset is latest over partitions that already hold records, it says on stderr
+// that those records are skipped and how not to skip them. A failure to look (an older
+// server, no DESCRIBE permission on the group) is no error: no hint then.
+func (a *app) startHint(ctx context.Context, group string, topics []*sharelogv1.Topic, fromBeginning bool) (string, error) {
+	client := sharelogv1.NewShareGroupServiceClient(a.conn)
+	callCtx, cancel := a.callCtx(ctx)
+	offs, err := client.DescribeShareGroupOffsets(callCtx, &sharelogv1.DescribeShareGroupOffsetsRequest{GroupId: group})
+	cancel()
+	hasState := false
+	if status.Code(err) == codes.NotFound {
+		err = nil // no such group yet: no state
+	}
+	if err == nil {
+		for _, t := range offs.GetTopics() {
+			for _, p := range t.GetPartitions() {
+				hasState = hasState || p.GetStartOffset() >= 0
+			}
+		}
+	}
+	if fromBeginning {
+		if err != nil {
+			return "", fmt.Errorf("--from-beginning: looking at the group's share state: %w", err)
+		}
+		if hasState {
+			fmt.Fprintf(a.stderr, "note: share group %s already has share state: it resumes where it is and --from-beginning changes nothing "+
+				"(to re-read from the start: sharelogctl share-groups reset-offsets %s --to-earliest --all-topics --execute, with no member active)\n", group, group)
+			return "", nil
+		}
+		return "earliest", nil
+	}
+	if err != nil || hasState {
+		return "", nil
+	}
+	callCtx, cancel = a.callCtx(ctx)
+	cfg, err := client.GetShareGroupConfig(callCtx, &sharelogv1.GetShareGroupConfigRequest{GroupId: group})
+	cancel()
+	switch {
+	case status.Code(err) == codes.NotFound:
+		// No such group yet: it will start with the default, latest.
+	case err != nil || cfg.GetConfig().GetAutoOffsetReset() != "latest":
+		return "", nil
+	}
+	var skipped int64
+	for _, t := range topics {
+		for _, p := range t.GetPartitions() {
+			skipped += max(p.GetHighWatermark()-p.GetLogStartOffset(), 0)
+		}
+	}
+	if skipped > 0 {
+		fmt.Fprintf(a.stderr, "hint: share group %s is new and starts at the latest offset: the %s already in %s are not delivered to it; "+
+			"use --from-beginning to read them\n", group, plural(int(skipped), "record", "records"), strings.Join(topicNames(topics), ", "))
+	}
+	return "", nil
+}
+
+func topicNames(topics []*sharelogv1.Topic) []string {
+	names := make([]string, len(topics))
+	for i, t := range topics {
+		names[i] = t.GetName()
+	}
+	return names
 }
 
 // consumeLoop polls and acknowledges until --count, --idle-timeout (then it
@@ -290,10 +375,12 @@ func (a *app) showProgress(stats *consumeStats, start time.Time) func() {
 	}
 }
 
-func (a *app) consumeSummary(o consumeOptions, ackType shareconsumer.AckType, stats *consumeStats, elapsed time.Duration) error {
+// consumeSummary prints the summary line: elapsed is the run's wall time, active the time the
+// rate is computed over (up to the last record when --idle-timeout ended the run).
+func (a *app) consumeSummary(o consumeOptions, ackType shareconsumer.AckType, stats *consumeStats, elapsed, active time.Duration) error {
 	n := stats.consumed.Load()
 	rate := 0.0
-	if s := elapsed.Seconds(); s > 0 {
+	if s := active.Seconds(); s > 0 {
 		rate = float64(n) / s
 	}
 	failed := stats.ackFailed.Load()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -188,4 +189,47 @@ func TestE2EConsumeProgressOnATerminal(t *testing.T) {
 	assert.Regexp(t, `consumed \d+ records, [0-9.]+ records/s`, res.stdout)
 	// The progress line is cleared before the summary.
 	assert.Regexp(t, "\r\x1b\\[K"+fmt.Sprintf(summaryPattern, "50 records", "g", "ACCEPT"), res.stdout)
+}
+
+// TestE2EConsumeFromBeginning: a new group skips the records already there unless
+// --from-beginning (issue 34, friction 1), consume says so, and the summary's duration is
+// the run's (it said "in 0s" after an --idle-timeout of 3 s).
+func TestE2EConsumeFromBeginning(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	requireOK(t, s.ctl("", "topics", "create", "backlog", "--partitions", "2"))
+	produceValues(t, s, "backlog", 5)
+
+	res := s.ctl("", "consume", "--group", "late", "backlog", "--idle-timeout", "300ms")
+	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+	assert.Equal(t, "hint: share group late is new and starts at the latest offset: the 5 records already in backlog are not delivered to it; use --from-beginning to read them\n", res.stderr)
+	assert.Regexp(t, "^"+fmt.Sprintf(summaryPattern, "0 records", "late", "ACCEPT"), res.stdout)
+	m := regexp.MustCompile(` in ([0-9.]+m?s) `).FindStringSubmatch(res.stdout)
+	require.NotNil(t, m, res.stdout)
+	d, err := time.ParseDuration(m[1])
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, d, 300*time.Millisecond, "the summary counts the idle time of a run without records")
+
+	res = s.ctl("", "consume", "--group", "late", "backlog", "--idle-timeout", "100ms")
+	requireOK(t, res)
+	assert.Empty(t, res.stderr, "the group has share state now: no hint")
+
+	res = s.ctl("", "consume", "--group", "early", "backlog", "--from-beginning", "--count", "5", "--print")
+	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+	assert.Len(t, strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n"), 5, res.stdout)
+	assert.Regexp(t, "^"+fmt.Sprintf(summaryPattern, "5 records", "early", "ACCEPT"), res.stderr, "no hint")
+	res = s.ctl("", "share-groups", "config", "get", "early")
+	requireOK(t, res)
+	assert.Regexp(t, `auto_offset_reset\s+earliest`, res.stdout)
+
+	// A group with state resumes where it is: --from-beginning changes nothing and says so.
+	produceValues(t, s, "backlog", 2)
+	res = s.ctl("", "consume", "--group", "early", "backlog", "--from-beginning", "--idle-timeout", "300ms", "--print")
+	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+	assert.Len(t, strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n"), 2, "only the 2 new records: %s", res.stdout)
+	assert.Contains(t, res.stderr, "note: share group early already has share state: it resumes where it is and --from-beginning changes nothing")
+
+	res = s.ctl("", "consume", "--group", "x", "backlog", "--from-beginning", "--auto-offset-reset", "latest")
+	require.Equal(t, 1, res.code)
+	assert.Contains(t, res.stderr, "none of the others can be")
 }

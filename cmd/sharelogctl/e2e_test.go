@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -479,10 +480,10 @@ func TestE2EPurge(t *testing.T) {
 		requireOK(t, res)
 		assert.Equal(t, "partition: p-0\tlow_watermark: 3\npartition: p-1\tlow_watermark: 2\n", res.stdout)
 
-		res = ctl("", "fetch", "p")
+		res = ctl("", "fetch", "p", "-p", "0")
 		requireOK(t, res)
 		assert.Equal(t, "3\t\tv3\n4\t\tv4\n", res.stdout, "fetch starts at the new log start offset")
-		requireFailure(t, ctl("", "fetch", "p", "--offset", "2"), "OFFSET_OUT_OF_RANGE")
+		requireFailure(t, ctl("", "fetch", "p", "-p", "0", "--offset", "2"), "OFFSET_OUT_OF_RANGE")
 
 		topic := describeJSON(t, ctl, "p")
 		assert.EqualValues(t, 3, topic.GetPartitions()[0].GetLogStartOffset())
@@ -612,4 +613,73 @@ func TestE2EAddPartitions(t *testing.T) {
 	res = ctl("", "topics", "add-partitions", "grow")
 	assert.NotZero(t, res.code)
 	assert.Contains(t, res.stderr, `required flag(s) "count" not set`)
+}
+
+// TestE2EFetchAllPartitions: without --partition, fetch reads every partition, in partition
+// order, each line with its partition (issue 34: it used to read partition 0 only).
+func TestE2EFetchAllPartitions(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	ctl := srv.ctl
+	requireOK(t, ctl("", "topics", "create", "multi", "--partitions", "3"))
+	requireOK(t, ctl("a0\na1\n", "produce", "multi", "--partition", "0"))
+	requireOK(t, ctl("k\tc0\nc1\nc2\n", "produce", "multi", "--partition", "2"))
+
+	res := ctl("", "fetch", "multi")
+	requireOK(t, res)
+	assert.Equal(t, "0\t0\t\ta0\n0\t1\t\ta1\n2\t0\tk\tc0\n2\t1\t\tc1\n2\t2\t\tc2\n", res.stdout)
+
+	t.Run("one partition keeps its format", func(t *testing.T) {
+		res := ctl("", "fetch", "multi", "-p", "2")
+		requireOK(t, res)
+		assert.Equal(t, "0\tk\tc0\n1\t\tc1\n2\t\tc2\n", res.stdout)
+	})
+	t.Run("max records over all partitions", func(t *testing.T) {
+		res := ctl("", "fetch", "multi", "--max-records", "3")
+		requireOK(t, res)
+		assert.Equal(t, "0\t0\t\ta0\n0\t1\t\ta1\n2\t0\tk\tc0\n", res.stdout)
+	})
+	t.Run("offset in every partition", func(t *testing.T) {
+		res := ctl("", "fetch", "multi", "--offset", "2")
+		requireOK(t, res)
+		assert.Equal(t, "2\t2\t\tc2\n", res.stdout, "partitions below the offset print nothing")
+	})
+	t.Run("json names the partition", func(t *testing.T) {
+		res := ctl("", "fetch", "multi", "--offset", "1", "-o", "json")
+		requireOK(t, res)
+		lines := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
+		require.Len(t, lines, 3, res.stdout)
+		var rec struct {
+			Partition int32  `json:"partition"`
+			Offset    string `json:"offset"`
+			Value     []byte `json:"value"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(lines[0]), &rec))
+		assert.EqualValues(t, 0, rec.Partition)
+		assert.Equal(t, "1", rec.Offset)
+		assert.Equal(t, []byte("a1"), rec.Value)
+		require.NoError(t, json.Unmarshal([]byte(lines[2]), &rec))
+		assert.EqualValues(t, 2, rec.Partition)
+		assert.Equal(t, "2", rec.Offset)
+	})
+	t.Run("follow reads every partition", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var stdout, stderr syncBuffer
+		done := make(chan int, 1)
+		go func() {
+			done <- run(ctx, []string{"--addr", srv.addr, "--timeout", "5s", "fetch", "multi", "--follow", "--offset", "2"}, strings.NewReader(""), &stdout, &stderr)
+		}()
+		require.Eventually(t, func() bool { return stdout.String() == "2\t2\t\tc2\n" }, 10*time.Second, 10*time.Millisecond, "got %q", stdout.String())
+		requireOK(t, ctl("b0\nb1\nb2\n", "produce", "multi", "--partition", "1"))
+		require.Eventually(t, func() bool { return stdout.String() == "2\t2\t\tc2\n1\t2\t\tb2\n" },
+			10*time.Second, 10*time.Millisecond, "got %q", stdout.String())
+		cancel()
+		select {
+		case code := <-done:
+			assert.Equal(t, 0, code, "stderr: %s", stderr.String())
+		case <-time.After(10 * time.Second):
+			t.Fatal("fetch --follow did not stop when interrupted")
+		}
+	})
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,15 +33,26 @@ func (a *app) fetchCmd() *cobra.Command {
 	var o fetchOptions
 	cmd := &cobra.Command{
 		Use:   "fetch TOPIC",
-		Short: "Print the records of a partition",
-		Long: `Print the records of one partition, one line each: "offset<TAB>key<TAB>value"
-(--print-timestamp adds the timestamp in ms after the offset, --print-headers adds
-"k=v,k=v" before the key). A missing key prints empty; a missing value (a tombstone) prints
---null-value. With -o json each record is printed as a protojson object.
+		Short: "Print the records of a topic (every partition, or one)",
+		Long: `Print the records of every partition of a topic (as rpk topic consume does), or of one
+with --partition, one line each: "offset<TAB>key<TAB>value" (--print-timestamp adds the
+timestamp in ms after the offset, --print-headers adds "k=v,k=v" before the key). A missing key
+prints empty; a missing value (a tombstone) prints --null-value. With -o json each record is
+printed as a protojson object.
 
-It starts at --offset, or at the log start offset (the earliest readable record). Without
---follow it stops at the high watermark seen by its first fetch; with --follow it waits for
-new records until interrupted (Ctrl-C exits with status 0).
+Output order: without --partition on a topic of several partitions, each line starts with a
+partition column ("partition<TAB>offset<TAB>key<TAB>value"; with -o json each object gains a
+"partition" field), and the partitions are printed one after the other, in partition order,
+each in offset order. --max-records counts records over all of them. With --follow the
+partitions are read at once and the lines of different partitions interleave in arrival order
+(each partition's still in offset order). On a topic of one partition, or with --partition, the
+lines have no partition column.
+
+Each partition starts at --offset, or at its log start offset (the earliest readable record).
+Reading every partition, a partition whose high watermark is at or below --offset prints
+nothing (with --follow it prints its records from --offset on once they exist). Without
+--follow it stops at the high watermark seen by the partition's first fetch; with --follow it
+waits for new records until interrupted (Ctrl-C exits with status 0).
 
 --isolation-level read_committed prints a Kafka transactional producer's committed records
 only (not those of open or aborted transactions) and stops at the last stable offset instead
@@ -51,8 +64,8 @@ of the high watermark.`,
 		Args: cobra.ExactArgs(1),
 	}
 	f := cmd.Flags()
-	f.Int32VarP(&o.partition, "partition", "p", 0, "partition to read")
-	f.Int64Var(&o.offset, "offset", 0, "first offset to read (default: the log start offset)")
+	f.Int32VarP(&o.partition, "partition", "p", 0, "partition to read (default: every partition)")
+	f.Int64Var(&o.offset, "offset", 0, "first offset to read in each partition (default: the log start offset)")
 	f.BoolVar(&o.fromBeginning, "from-beginning", false, "start at the log start offset (the default)")
 	f.IntVar(&o.maxRecords, "max-records", 0, "stop after this many records (0 = no limit)")
 	f.BoolVarP(&o.follow, "follow", "f", false, "keep waiting for new records until interrupted")
@@ -75,7 +88,12 @@ of the high watermark.`,
 		if err != nil {
 			return err
 		}
-		err = a.fetch(cmd.Context(), client, args[0], o, cmd.Flags().Changed("offset"))
+		haveOffset := cmd.Flags().Changed("offset")
+		if cmd.Flags().Changed("partition") {
+			err = a.fetch(cmd.Context(), client, args[0], o, haveOffset)
+		} else {
+			err = a.fetchAll(cmd.Context(), client, args[0], o, haveOffset)
+		}
 		if o.follow && cmd.Context().Err() != nil {
 			return nil // interrupted: the normal end of --follow
 		}
@@ -84,16 +102,143 @@ of the high watermark.`,
 	return cmd
 }
 
-func (a *app) fetch(ctx context.Context, client sharelogv1.LogServiceClient, topic string, o fetchOptions, haveOffset bool) error {
-	out := bufio.NewWriter(a.stdout)
-	defer out.Flush()
+// errEnough ends the reads once --max-records records are printed.
+var errEnough = errors.New("max records printed")
 
+// recordSink prints the records of one or more partitions; with --follow over several
+// partitions it is called from one goroutine per partition, so it locks.
+type recordSink struct {
+	a       *app
+	o       fetchOptions
+	tagged  bool // print the partition of each record (reading several)
+	mu      sync.Mutex
+	out     *bufio.Writer
+	printed int
+}
+
+// print prints rec of partition p; errEnough once --max-records are printed.
+func (s *recordSink) print(p int32, rec *sharelogv1.Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.o.maxRecords > 0 && s.printed >= s.o.maxRecords {
+		return errEnough
+	}
+	if err := s.a.printRecord(s.out, p, rec, s.o, s.tagged); err != nil {
+		return err
+	}
+	s.printed++
+	if s.o.maxRecords > 0 && s.printed >= s.o.maxRecords {
+		return errEnough
+	}
+	return nil
+}
+
+// remaining is how many records may still be printed (0 = no limit).
+func (s *recordSink) remaining() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.o.maxRecords == 0 {
+		return 0
+	}
+	return max(s.o.maxRecords-s.printed, 1)
+}
+
+func (s *recordSink) flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.out.Flush()
+}
+
+// fetch prints the records of partition o.partition.
+func (a *app) fetch(ctx context.Context, client sharelogv1.LogServiceClient, topic string, o fetchOptions, haveOffset bool) error {
+	sink := &recordSink{a: a, o: o, out: bufio.NewWriter(a.stdout)}
+	defer sink.flush()
+	err := a.fetchPartition(ctx, client, topic, o.partition, o, haveOffset, -1, sink)
+	if errors.Is(err, errEnough) {
+		return nil
+	}
+	return err
+}
+
+// fetchAll prints the records of every partition of topic: one partition after the other in
+// partition order, or, with --follow, all at once.
+func (a *app) fetchAll(ctx context.Context, client sharelogv1.LogServiceClient, topic string, o fetchOptions, haveOffset bool) error {
+	topics, err := a.describeTopics(ctx, topic)
+	if err != nil {
+		return err
+	}
+	parts := topics[0].GetPartitions()
+	sink := &recordSink{a: a, o: o, tagged: len(parts) > 1, out: bufio.NewWriter(a.stdout)}
+	defer sink.flush()
+	if len(parts) == 1 {
+		// One partition: exactly what --partition 0 does, errors included.
+		err := a.fetchPartition(ctx, client, topic, parts[0].GetPartition(), o, haveOffset, -1, sink)
+		if errors.Is(err, errEnough) {
+			return nil
+		}
+		return err
+	}
+	// With --offset, a partition that has not reached it yet prints nothing now (and, with
+	// --follow, starts at its high watermark, printing from --offset on).
+	startOf := func(tp *sharelogv1.TopicPartition) (start int64, skip bool) {
+		if !haveOffset || o.offset <= tp.GetHighWatermark() {
+			return o.offset, false
+		}
+		return tp.GetHighWatermark(), !o.follow
+	}
+	if !o.follow {
+		for _, tp := range parts {
+			start, skip := startOf(tp)
+			if skip {
+				continue
+			}
+			po := o
+			po.offset = start
+			err := a.fetchPartition(ctx, client, topic, tp.GetPartition(), po, haveOffset, o.offset, sink)
+			if errors.Is(err, errEnough) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(parts))
+	for _, tp := range parts {
+		start, _ := startOf(tp)
+		po := o
+		po.offset = start
+		go func() {
+			errs <- a.fetchPartition(ctx, client, topic, tp.GetPartition(), po, haveOffset, o.offset, sink)
+		}()
+	}
+	var first error
+	for range parts {
+		err := <-errs
+		if first == nil && err != nil {
+			first = err
+			cancel() // one partition failed or --max-records is reached: stop the others
+		}
+	}
+	if errors.Is(first, errEnough) {
+		return nil
+	}
+	return first
+}
+
+// fetchPartition prints the records of one partition from o.offset (or its log start without
+// haveOffset) to the high watermark of its first fetch, or on with --follow; records below
+// minOffset (>= 0) are not printed.
+func (a *app) fetchPartition(ctx context.Context, client sharelogv1.LogServiceClient, topic string, partition int32, o fetchOptions, haveOffset bool, minOffset int64, sink *recordSink) error {
 	offset := o.offset
 	if !haveOffset {
 		callCtx, cancel := a.callCtx(ctx)
 		resp, err := client.ListOffsets(callCtx, &sharelogv1.ListOffsetsRequest{
 			Topic:     topic,
-			Partition: o.partition,
+			Partition: partition,
 			Spec:      sharelogv1.OffsetSpec_OFFSET_SPEC_EARLIEST,
 		})
 		cancel()
@@ -111,19 +256,18 @@ func (a *app) fetch(ctx context.Context, client sharelogv1.LogServiceClient, top
 		}
 	}
 	end := int64(-1) // without --follow: the high watermark of the first fetch
-	printed := 0
 	for {
 		req := &sharelogv1.FetchRequest{
 			Topic:     topic,
-			Partition: o.partition,
+			Partition: partition,
 			Offset:    offset,
 			MaxWaitMs: int32(maxWait / time.Millisecond),
 		}
 		if o.isolation == "read_committed" {
 			req.IsolationLevel = sharelogv1.IsolationLevel_ISOLATION_LEVEL_READ_COMMITTED
 		}
-		if o.maxRecords > 0 {
-			req.MaxRecords = int32(min(o.maxRecords-printed, 10000))
+		if n := sink.remaining(); n > 0 {
+			req.MaxRecords = int32(min(n, 10000))
 		}
 		callCtx, cancel := a.callCtx(ctx)
 		resp, err := client.Fetch(callCtx, req)
@@ -141,16 +285,15 @@ func (a *app) fetch(ctx context.Context, client sharelogv1.LogServiceClient, top
 			if !o.follow && rec.GetOffset() >= end {
 				return nil
 			}
-			if err := a.printRecord(out, rec, o); err != nil {
+			offset = rec.GetOffset() + 1
+			if rec.GetOffset() < minOffset {
+				continue
+			}
+			if err := sink.print(partition, rec); err != nil {
 				return err
 			}
-			offset = rec.GetOffset() + 1
-			printed++
-			if o.maxRecords > 0 && printed >= o.maxRecords {
-				return nil
-			}
 		}
-		if err := out.Flush(); err != nil {
+		if err := sink.flush(); err != nil {
 			return err
 		}
 		if !o.follow && (offset >= end || len(resp.GetRecords()) == 0) {
@@ -159,12 +302,20 @@ func (a *app) fetch(ctx context.Context, client sharelogv1.LogServiceClient, top
 	}
 }
 
-func (a *app) printRecord(out *bufio.Writer, rec *sharelogv1.Record, o fetchOptions) error {
+// printRecord prints rec of partition p, with its partition when tagged.
+func (a *app) printRecord(out *bufio.Writer, p int32, rec *sharelogv1.Record, o fetchOptions, tagged bool) error {
 	if a.jsonOutput() {
 		if err := out.Flush(); err != nil {
 			return err
 		}
-		return a.printJSON(rec)
+		if !tagged {
+			return a.printJSON(rec)
+		}
+		return a.printJSONWith(rec, "partition", strconv.FormatInt(int64(p), 10))
+	}
+	if tagged {
+		out.WriteString(strconv.FormatInt(int64(p), 10))
+		out.WriteByte('\t')
 	}
 	out.WriteString(strconv.FormatInt(rec.GetOffset(), 10))
 	out.WriteByte('\t')

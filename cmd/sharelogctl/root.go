@@ -361,6 +361,29 @@ func (a *app) printJSON(m proto.Message) error {
 	return err
 }
 
+// printJSONWith prints m as printJSON does, with one more field first: "name":rawValue
+// (rawValue is JSON already).
+func (a *app) printJSONWith(m proto.Message, name, rawValue string) error {
+	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return err
+	}
+	obj := buf.Bytes()
+	var line bytes.Buffer
+	line.WriteString(`{"` + name + `":` + rawValue)
+	if len(obj) > 2 {
+		line.WriteByte(',')
+	}
+	line.Write(obj[1:])
+	line.WriteByte('\n')
+	_, err = a.stdout.Write(line.Bytes())
+	return err
+}
+
 // formatError renders err as "error: <message> (<REASON>)" for gRPC statuses, the reason being
 // the google.rpc.ErrorInfo reason when the server sent one and the gRPC code name otherwise.
 func formatError(err error) string {

@@ -19,7 +19,7 @@ import (
 // next scrape, and its counters (kept on the share-partition) go with it.
 // Label sets are bounded by the topics, partitions and groups that exist.
 //
-// In Prometheus (see README "Metrics"):
+// In Prometheus (see docs/metrics.md):
 //
 //	sharelog_log_start_offset{topic,partition}
 //	sharelog_log_high_watermark{topic,partition}

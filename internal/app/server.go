@@ -17,8 +17,8 @@
 // gRPC server, the connection limits at accept (every listener, Kafka's
 // included), the per-IP probe limits,
 // trusted proxies, and the refusal to serve beyond loopback in the clear
-// (exposedListeners maps the configuration onto it; see README "Limits
-// and exposure").
+// (exposedListeners maps the configuration onto it; see docs/server-flags.md
+// "Limits and exposure").
 //
 // Also here:
 //   - health.go: readiness checks behind /readyz and gRPC health;
@@ -576,11 +576,29 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Options) (
 	}
 	s.ready.Store(true)
 	log.Info("sharelog serving", "grpc_addr", s.GRPCAddr(), "http_addr", s.HTTPAddr(), "kafka_addr", s.KafkaAddr(), "dcp_addr", s.DCPAddr(),
+		"console", consoleURL(s.HTTPAddr(), tlsCfg != nil), "trace_exporter", s.tel.TraceExporter,
 		"data_dir", cfg.DataDir, "fsync", cfg.Fsync, "tls", tlsCfg != nil, "auth", auth.Enabled(), "client_certs", auth.ClientCerts(),
 		"authorizer", cfg.Authorizer, "max_connections", cfg.MaxConnections, "max_connections_per_ip", cfg.MaxConnectionsPerIP, "max_long_polls", cfg.MaxLongPolls,
 		"max_long_polls_per_principal", cfg.longPollsPerPrincipal(), "max_response_bytes_in_flight", cfg.MaxResponseBytesInFlight,
 		"max_response_bytes_per_principal", cfg.responseBytesPerPrincipal(), "max_fetch_bytes", cfg.MaxFetchBytes)
 	return s, nil
+}
+
+// consoleURL is the web console's address on the HTTP listener addr, for the
+// startup line (a listener on every interface is named by localhost).
+func consoleURL(addr string, tls bool) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + "/ui/"
 }
 
 func (s *Server) serve(name string, fn func() error) {

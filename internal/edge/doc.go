@@ -27,7 +27,7 @@
 //     credential, per client IP.
 //   - exposure.go: the refusal to serve beyond loopback without TLS and
 //     authentication, and the repeated warning under
-//     --insecure-allow-remote (README "Limits and exposure").
+//     --insecure-allow-remote (docs/server-flags.md "Limits and exposure").
 //   - logging.go: the gRPC call logger.
 //
 // Errors are apierr reasons (Unauthenticated, ThrottlingQuotaExceeded,

@@ -83,6 +83,11 @@ type group struct {
 	// Records copied to the dead-letter topic, and archived without a
 	// copy (deadletter.go), since Open.
 	dlqCopied, dlqSkipped atomic.Uint64
+
+	// latestHinted: the INFO line "a new share group starts at latest over records
+	// already in the log" was logged for this group (once per group and process;
+	// partition.go initStart).
+	latestHinted atomic.Bool
 }
 
 type partKey struct {

@@ -389,7 +389,15 @@ func (p *sharePartition) initStart(ctx context.Context, ls, hw int64) (uint64, e
 	p.status, p.spso, p.speo, p.runs, p.below = spLive, spso, spso-1, nil, nil
 	p.keys, p.nextAvail = nil, never
 	p.logStart = max(p.logStart, ls)
-	return p.writeFull()
+	ticket, err := p.writeFull()
+	if err == nil && cfg.reset.kind == resetLatest && hw > ls && p.g.latestHinted.CompareAndSwap(false, true) {
+		// The first-hour trap: a new group at "latest" skips what is already there, and a
+		// consumer then waits with nothing to show. Say it once per group.
+		m.log.Info("share group starts at the latest offset: the records already in the partition are not delivered to it; "+
+			"set its auto_offset_reset to earliest before its first consumer joins to read them (sharelogctl consume --from-beginning)",
+			"group", p.g.id, "topic", p.topic, "partition", p.part, "skipped_records", hw-ls)
+	}
+	return ticket, err
 }
 
 // --- session end ---------------------------------------------------------

@@ -35,6 +35,9 @@ type Telemetry struct {
 	Meter   *sdkmetric.MeterProvider
 	sdk     *sdktrace.TracerProvider // nil when Tracer is a no-op
 	Metrics http.Handler             // Prometheus text exposition
+	// TraceExporter names where spans go, for the startup log line: "none",
+	// "console", or "otlp <protocol> <endpoint>".
+	TraceExporter string
 }
 
 // Options configure Setup. Zero values read the environment.
@@ -92,10 +95,11 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	return &Telemetry{
-		Tracer:  tp,
-		sdk:     sdk,
-		Meter:   mp,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Tracer:        tp,
+		sdk:           sdk,
+		Meter:         mp,
+		Metrics:       promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		TraceExporter: exporterName(getenv),
 	}, nil
 }
 
@@ -113,6 +117,36 @@ func serviceName(getenv func(string) string) string {
 		return n
 	}
 	return "sharelog"
+}
+
+// exporterName describes the exporter traceExporter builds from the same
+// variables (which it has validated).
+func exporterName(getenv func(string) string) string {
+	switch kind := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); kind {
+	case "", "none":
+		return "none"
+	case "otlp":
+		proto := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+		if proto == "" {
+			proto = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+		}
+		endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+		if endpoint == "" {
+			endpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+		}
+		if proto == "" {
+			proto = "http/protobuf"
+		}
+		if endpoint == "" {
+			endpoint = "localhost:4318" // the exporters' defaults
+			if proto == "grpc" {
+				endpoint = "localhost:4317"
+			}
+		}
+		return "otlp " + proto + " " + endpoint
+	default:
+		return kind
+	}
 }
 
 func traceExporter(ctx context.Context, getenv func(string) string, console io.Writer) (sdktrace.SpanExporter, error) {

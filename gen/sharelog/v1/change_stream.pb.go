@@ -253,8 +253,13 @@ type StreamChangesRequest struct {
 	// The topic_id the client's state belongs to; a different current id → ROLLBACK_REQUIRED.
 	TopicId *string `protobuf:"bytes,5,opt,name=topic_id,json=topicId,proto3,oneof" json:"topic_id,omitempty"`
 	// Only keys starting with these bytes.
-	KeyPrefix     []byte  `protobuf:"bytes,6,opt,name=key_prefix,json=keyPrefix,proto3,oneof" json:"key_prefix,omitempty"`
-	OsoMode       OsoMode `protobuf:"varint,7,opt,name=oso_mode,json=osoMode,proto3,enum=sharelog.v1.OsoMode" json:"oso_mode,omitempty"`
+	KeyPrefix []byte  `protobuf:"bytes,6,opt,name=key_prefix,json=keyPrefix,proto3,oneof" json:"key_prefix,omitempty"`
+	OsoMode   OsoMode `protobuf:"varint,7,opt,name=oso_mode,json=osoMode,proto3,enum=sharelog.v1.OsoMode" json:"oso_mode,omitempty"`
+	// How keys and values come back, as FetchRequest.encoding: "" or "bytes"
+	// in `key` and `value` (base64 in JSON); "text" in `key_text` and
+	// `value_text` when they are valid UTF-8, else still in `key` and `value`
+	// (REST: `?encoding=text`). Anything else is INVALID_REQUEST.
+	Encoding      string `protobuf:"bytes,8,opt,name=encoding,proto3" json:"encoding,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -336,6 +341,13 @@ func (x *StreamChangesRequest) GetOsoMode() OsoMode {
 		return x.OsoMode
 	}
 	return OsoMode_OSO_MODE_UNSPECIFIED
+}
+
+func (x *StreamChangesRequest) GetEncoding() string {
+	if x != nil {
+		return x.Encoding
+	}
+	return ""
 }
 
 // One message of the stream: consecutive events, in stream order. The
@@ -650,12 +662,18 @@ func (x *OsoSnapshot) GetPhase() OsoPhase {
 
 // A record with a value.
 type Mutation struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Offset        int64                  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
-	Timestamp     int64                  `protobuf:"varint,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
-	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
-	Headers       []*RecordHeader        `protobuf:"bytes,5,rep,name=headers,proto3" json:"headers,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Offset    int64                  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Timestamp int64                  `protobuf:"varint,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	// The key; unset only when `key_text` holds it (encoding "text").
+	Key []byte `protobuf:"bytes,3,opt,name=key,proto3,oneof" json:"key,omitempty"`
+	// The value; unset only when `value_text` holds it (encoding "text").
+	Value   []byte          `protobuf:"bytes,4,opt,name=value,proto3,oneof" json:"value,omitempty"`
+	Headers []*RecordHeader `protobuf:"bytes,5,rep,name=headers,proto3" json:"headers,omitempty"`
+	// With encoding "text": the key, valid UTF-8, as text instead of `key`.
+	KeyText *string `protobuf:"bytes,6,opt,name=key_text,json=keyText,proto3,oneof" json:"key_text,omitempty"`
+	// With encoding "text": the value, valid UTF-8, as text instead of `value`.
+	ValueText     *string `protobuf:"bytes,7,opt,name=value_text,json=valueText,proto3,oneof" json:"value_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -725,12 +743,29 @@ func (x *Mutation) GetHeaders() []*RecordHeader {
 	return nil
 }
 
+func (x *Mutation) GetKeyText() string {
+	if x != nil && x.KeyText != nil {
+		return *x.KeyText
+	}
+	return ""
+}
+
+func (x *Mutation) GetValueText() string {
+	if x != nil && x.ValueText != nil {
+		return *x.ValueText
+	}
+	return ""
+}
+
 // A tombstone: the key was deleted.
 type Deletion struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Offset        int64                  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
-	Timestamp     int64                  `protobuf:"varint,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
-	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Offset    int64                  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Timestamp int64                  `protobuf:"varint,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	// The key; unset only when `key_text` holds it (encoding "text").
+	Key []byte `protobuf:"bytes,3,opt,name=key,proto3,oneof" json:"key,omitempty"`
+	// With encoding "text": the key, valid UTF-8, as text instead of `key`.
+	KeyText       *string `protobuf:"bytes,4,opt,name=key_text,json=keyText,proto3,oneof" json:"key_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -784,6 +819,13 @@ func (x *Deletion) GetKey() []byte {
 		return x.Key
 	}
 	return nil
+}
+
+func (x *Deletion) GetKeyText() string {
+	if x != nil && x.KeyText != nil {
+		return *x.KeyText
+	}
+	return ""
 }
 
 // Every offset <= `offset` is covered.
@@ -880,7 +922,7 @@ var File_sharelog_v1_change_stream_proto protoreflect.FileDescriptor
 
 const file_sharelog_v1_change_stream_proto_rawDesc = "" +
 	"\n" +
-	"\x1fsharelog/v1/change_stream.proto\x12\vsharelog.v1\x1a\x18sharelog/v1/common.proto\"\xb1\x02\n" +
+	"\x1fsharelog/v1/change_stream.proto\x12\vsharelog.v1\x1a\x18sharelog/v1/common.proto\"\xcd\x02\n" +
 	"\x14StreamChangesRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12!\n" +
@@ -890,7 +932,8 @@ const file_sharelog_v1_change_stream_proto_rawDesc = "" +
 	"\btopic_id\x18\x05 \x01(\tH\x01R\atopicId\x88\x01\x01\x12\"\n" +
 	"\n" +
 	"key_prefix\x18\x06 \x01(\fH\x02R\tkeyPrefix\x88\x01\x01\x12/\n" +
-	"\boso_mode\x18\a \x01(\x0e2\x14.sharelog.v1.OsoModeR\aosoModeB\r\n" +
+	"\boso_mode\x18\a \x01(\x0e2\x14.sharelog.v1.OsoModeR\aosoMode\x12\x1a\n" +
+	"\bencoding\x18\b \x01(\tR\bencodingB\r\n" +
 	"\v_end_offsetB\v\n" +
 	"\t_topic_idB\r\n" +
 	"\v_key_prefix\"\x9f\x01\n" +
@@ -912,17 +955,27 @@ const file_sharelog_v1_change_stream_proto_rawDesc = "" +
 	"end_offset\x18\x02 \x01(\x03R\tendOffset\x123\n" +
 	"\x06source\x18\x03 \x01(\x0e2\x1b.sharelog.v1.SnapshotSourceR\x06source\":\n" +
 	"\vOsoSnapshot\x12+\n" +
-	"\x05phase\x18\x01 \x01(\x0e2\x15.sharelog.v1.OsoPhaseR\x05phase\"\x9d\x01\n" +
+	"\x05phase\x18\x01 \x01(\x0e2\x15.sharelog.v1.OsoPhaseR\x05phase\"\x99\x02\n" +
 	"\bMutation\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x1c\n" +
-	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12\x10\n" +
-	"\x03key\x18\x03 \x01(\fR\x03key\x12\x14\n" +
-	"\x05value\x18\x04 \x01(\fR\x05value\x123\n" +
-	"\aheaders\x18\x05 \x03(\v2\x19.sharelog.v1.RecordHeaderR\aheaders\"R\n" +
+	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12\x15\n" +
+	"\x03key\x18\x03 \x01(\fH\x00R\x03key\x88\x01\x01\x12\x19\n" +
+	"\x05value\x18\x04 \x01(\fH\x01R\x05value\x88\x01\x01\x123\n" +
+	"\aheaders\x18\x05 \x03(\v2\x19.sharelog.v1.RecordHeaderR\aheaders\x12\x1e\n" +
+	"\bkey_text\x18\x06 \x01(\tH\x02R\akeyText\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"value_text\x18\a \x01(\tH\x03R\tvalueText\x88\x01\x01B\x06\n" +
+	"\x04_keyB\b\n" +
+	"\x06_valueB\v\n" +
+	"\t_key_textB\r\n" +
+	"\v_value_text\"\x8c\x01\n" +
 	"\bDeletion\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x1c\n" +
-	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12\x10\n" +
-	"\x03key\x18\x03 \x01(\fR\x03key\"(\n" +
+	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12\x15\n" +
+	"\x03key\x18\x03 \x01(\fH\x00R\x03key\x88\x01\x01\x12\x1e\n" +
+	"\bkey_text\x18\x04 \x01(\tH\x01R\akeyText\x88\x01\x01B\x06\n" +
+	"\x04_keyB\v\n" +
+	"\t_key_text\"(\n" +
 	"\x0eOffsetAdvanced\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\"A\n" +
 	"\tStreamEnd\x124\n" +
@@ -1016,6 +1069,8 @@ func file_sharelog_v1_change_stream_proto_init() {
 		(*ChangeEvent_OffsetAdvanced)(nil),
 		(*ChangeEvent_StreamEnd)(nil),
 	}
+	file_sharelog_v1_change_stream_proto_msgTypes[5].OneofWrappers = []any{}
+	file_sharelog_v1_change_stream_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -193,8 +193,18 @@ type Record struct {
 	// Optional key. Absent = keyless (round-robin routing, never in change streams).
 	Key []byte `protobuf:"bytes,3,opt,name=key,proto3,oneof" json:"key,omitempty"`
 	// Optional value. Absent = tombstone: a deletion of `key` for change streams.
-	Value         []byte          `protobuf:"bytes,4,opt,name=value,proto3,oneof" json:"value,omitempty"`
-	Headers       []*RecordHeader `protobuf:"bytes,5,rep,name=headers,proto3" json:"headers,omitempty"`
+	Value   []byte          `protobuf:"bytes,4,opt,name=value,proto3,oneof" json:"value,omitempty"`
+	Headers []*RecordHeader `protobuf:"bytes,5,rep,name=headers,proto3" json:"headers,omitempty"`
+	// The key as UTF-8 text instead of bytes: in JSON a plain string, not base64
+	// (`"keyText":"user-1"`; `"key":"user-1"` is base64, as the protobuf JSON
+	// mapping wants). At most one of `key` and `key_text` is set, as in a oneof:
+	// a Produce with both is INVALID_REQUEST. Produce stores it as the key's
+	// bytes; Fetch sets it instead of `key` with `encoding` "text" when the key
+	// is valid UTF-8.
+	KeyText *string `protobuf:"bytes,6,opt,name=key_text,json=keyText,proto3,oneof" json:"key_text,omitempty"`
+	// The value as UTF-8 text, as `key_text` is the key's; at most one of
+	// `value` and `value_text`. Neither set = a tombstone.
+	ValueText     *string `protobuf:"bytes,7,opt,name=value_text,json=valueText,proto3,oneof" json:"value_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -264,6 +274,20 @@ func (x *Record) GetHeaders() []*RecordHeader {
 	return nil
 }
 
+func (x *Record) GetKeyText() string {
+	if x != nil && x.KeyText != nil {
+		return *x.KeyText
+	}
+	return ""
+}
+
+func (x *Record) GetValueText() string {
+	if x != nil && x.ValueText != nil {
+		return *x.ValueText
+	}
+	return ""
+}
+
 // One record header.
 type RecordHeader struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -321,15 +345,20 @@ var File_sharelog_v1_common_proto protoreflect.FileDescriptor
 
 const file_sharelog_v1_common_proto_rawDesc = "" +
 	"\n" +
-	"\x18sharelog/v1/common.proto\x12\vsharelog.v1\"\xb7\x01\n" +
+	"\x18sharelog/v1/common.proto\x12\vsharelog.v1\"\x97\x02\n" +
 	"\x06Record\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x1c\n" +
 	"\ttimestamp\x18\x02 \x01(\x03R\ttimestamp\x12\x15\n" +
 	"\x03key\x18\x03 \x01(\fH\x00R\x03key\x88\x01\x01\x12\x19\n" +
 	"\x05value\x18\x04 \x01(\fH\x01R\x05value\x88\x01\x01\x123\n" +
-	"\aheaders\x18\x05 \x03(\v2\x19.sharelog.v1.RecordHeaderR\aheadersB\x06\n" +
+	"\aheaders\x18\x05 \x03(\v2\x19.sharelog.v1.RecordHeaderR\aheaders\x12\x1e\n" +
+	"\bkey_text\x18\x06 \x01(\tH\x02R\akeyText\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"value_text\x18\a \x01(\tH\x03R\tvalueText\x88\x01\x01B\x06\n" +
 	"\x04_keyB\b\n" +
-	"\x06_value\"6\n" +
+	"\x06_valueB\v\n" +
+	"\t_key_textB\r\n" +
+	"\v_value_text\"6\n" +
 	"\fRecordHeader\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value*\xb1\x05\n" +

@@ -1151,8 +1151,13 @@ type FetchRequest struct {
 	// watermark), without those of aborted transactions; they and the
 	// transactions' markers are offset gaps, as compaction's are.
 	IsolationLevel IsolationLevel `protobuf:"varint,7,opt,name=isolation_level,json=isolationLevel,proto3,enum=sharelog.v1.IsolationLevel" json:"isolation_level,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How keys and values come back: "" or "bytes" in `key` and `value`
+	// (base64 in JSON); "text" in `key_text` and `value_text` when they are
+	// valid UTF-8, else still in `key` and `value` (REST: `?encoding=text`).
+	// Anything else is INVALID_REQUEST. Header values are always bytes.
+	Encoding      string `protobuf:"bytes,8,opt,name=encoding,proto3" json:"encoding,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FetchRequest) Reset() {
@@ -1232,6 +1237,13 @@ func (x *FetchRequest) GetIsolationLevel() IsolationLevel {
 		return x.IsolationLevel
 	}
 	return IsolationLevel_ISOLATION_LEVEL_UNSPECIFIED
+}
+
+func (x *FetchRequest) GetEncoding() string {
+	if x != nil {
+		return x.Encoding
+	}
+	return ""
 }
 
 type FetchResponse struct {
@@ -2176,7 +2188,7 @@ const file_sharelog_v1_log_proto_rawDesc = "" +
 	"\x14InitProducerResponse\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\x03R\n" +
 	"producerId\x12%\n" +
-	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch\"\xfe\x01\n" +
+	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch\"\x9a\x02\n" +
 	"\fFetchRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
@@ -2185,7 +2197,8 @@ const file_sharelog_v1_log_proto_rawDesc = "" +
 	"maxRecords\x12\x1b\n" +
 	"\tmax_bytes\x18\x05 \x01(\x05R\bmaxBytes\x12\x1e\n" +
 	"\vmax_wait_ms\x18\x06 \x01(\x05R\tmaxWaitMs\x12D\n" +
-	"\x0fisolation_level\x18\a \x01(\x0e2\x1b.sharelog.v1.IsolationLevelR\x0eisolationLevel\"\xd9\x01\n" +
+	"\x0fisolation_level\x18\a \x01(\x0e2\x1b.sharelog.v1.IsolationLevelR\x0eisolationLevel\x12\x1a\n" +
+	"\bencoding\x18\b \x01(\tR\bencoding\"\xd9\x01\n" +
 	"\rFetchResponse\x12-\n" +
 	"\arecords\x18\x01 \x03(\v2\x13.sharelog.v1.RecordR\arecords\x12%\n" +
 	"\x0ehigh_watermark\x18\x02 \x01(\x03R\rhighWatermark\x12(\n" +

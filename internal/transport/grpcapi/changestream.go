@@ -23,6 +23,7 @@ package grpcapi
 
 import (
 	"fmt"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/metadata"
 
@@ -65,7 +66,11 @@ func (s *ChangeStreamService) StreamChanges(req *sharelogv1.StreamChangesRequest
 		// gateway, which waits for them) knows the stream is positioned.
 		Started: func() { _ = stream.SendHeader(metadata.MD{}) },
 	}
-	b := &eventBatcher{send: stream.Send}
+	text, err := textEncoding(req.GetEncoding())
+	if err != nil {
+		return err
+	}
+	b := &eventBatcher{send: stream.Send, text: text}
 	if s.guard.Enforcing() {
 		// A stream may stay open for days: a READ revoked meanwhile ends
 		// it before its next message, as it would refuse the next call.
@@ -98,6 +103,9 @@ const (
 // and sends a message when the next event would not fit or at Flush.
 type eventBatcher struct {
 	send func(*sharelogv1.StreamChangesResponse) error
+	// text: keys and values that are valid UTF-8 go out in key_text and
+	// value_text (encoding "text").
+	text bool
 	// mayRead, if set, is asked before each message goes out; its error
 	// (the caller may no longer READ the topic) ends the stream instead.
 	mayRead func() error
@@ -112,7 +120,11 @@ func (b *eventBatcher) Send(ev *changestream.Event) error {
 			return err
 		}
 	}
-	b.resp.Events = append(b.resp.Events, eventToProto(ev))
+	pe := eventToProto(ev)
+	if b.text {
+		eventAsText(pe)
+	}
+	b.resp.Events = append(b.resp.Events, pe)
 	b.bytes += n
 	return nil
 }
@@ -165,12 +177,12 @@ func eventToProto(ev *changestream.Event) *sharelogv1.ChangeEvent {
 	case changestream.EventMutation:
 		r := ev.Record
 		return &sharelogv1.ChangeEvent{Event: &sharelogv1.ChangeEvent_Mutation{Mutation: &sharelogv1.Mutation{
-			Offset: r.Offset, Timestamp: r.Timestamp, Key: r.Key, Value: r.Value, Headers: headersToProto(r.Headers),
+			Offset: r.Offset, Timestamp: r.Timestamp, Key: present(r.Key), Value: present(r.Value), Headers: headersToProto(r.Headers),
 		}}}
 	case changestream.EventDeletion:
 		r := ev.Record
 		return &sharelogv1.ChangeEvent{Event: &sharelogv1.ChangeEvent_Deletion{Deletion: &sharelogv1.Deletion{
-			Offset: r.Offset, Timestamp: r.Timestamp, Key: r.Key,
+			Offset: r.Offset, Timestamp: r.Timestamp, Key: present(r.Key),
 		}}}
 	case changestream.EventOffsetAdvanced:
 		return &sharelogv1.ChangeEvent{Event: &sharelogv1.ChangeEvent_OffsetAdvanced{OffsetAdvanced: &sharelogv1.OffsetAdvanced{Offset: ev.Offset}}}
@@ -178,6 +190,39 @@ func eventToProto(ev *changestream.Event) *sharelogv1.ChangeEvent {
 		return &sharelogv1.ChangeEvent{Event: &sharelogv1.ChangeEvent_StreamEnd{StreamEnd: &sharelogv1.StreamEnd{Reason: sharelogv1.StreamEndReason(ev.Reason)}}}
 	}
 	panic(fmt.Sprintf("changestream event of unknown kind %d", ev.Kind))
+}
+
+// present is b, or an empty slice for nil: a mutation's key and value and a
+// deletion's key are always there (the fields are optional only so that
+// encoding "text" can leave them unset).
+func present(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// eventAsText moves a mutation's or deletion's key and value that are valid
+// UTF-8 to key_text and value_text (encoding "text").
+func eventAsText(pe *sharelogv1.ChangeEvent) {
+	switch e := pe.GetEvent().(type) {
+	case *sharelogv1.ChangeEvent_Mutation:
+		m := e.Mutation
+		if utf8.Valid(m.Key) {
+			t := string(m.Key)
+			m.KeyText, m.Key = &t, nil
+		}
+		if utf8.Valid(m.Value) {
+			t := string(m.Value)
+			m.ValueText, m.Value = &t, nil
+		}
+	case *sharelogv1.ChangeEvent_Deletion:
+		d := e.Deletion
+		if utf8.Valid(d.Key) {
+			t := string(d.Key)
+			d.KeyText, d.Key = &t, nil
+		}
+	}
 }
 
 // ChangeEventFromProto is eventToProto reversed: a change stream's event

@@ -168,7 +168,9 @@ func TestChangeEventRoundTrip(t *testing.T) {
 		{Event: &sharelogv1.ChangeEvent_OsoSnapshot{OsoSnapshot: &sharelogv1.OsoSnapshot{Phase: sharelogv1.OsoPhase_OSO_PHASE_END}}},
 		{Event: &sharelogv1.ChangeEvent_Mutation{Mutation: &sharelogv1.Mutation{Offset: 3, Timestamp: 77, Key: []byte("k"), Value: []byte("v"),
 			Headers: []*sharelogv1.RecordHeader{{Key: "h", Value: []byte("x")}}}}},
-		{Event: &sharelogv1.ChangeEvent_Mutation{Mutation: &sharelogv1.Mutation{Offset: 4, Key: []byte("empty value")}}},
+		// A mutation's key and value are optional fields (so that encoding "text" can leave
+		// them unset) that the server always sets, even empty.
+		{Event: &sharelogv1.ChangeEvent_Mutation{Mutation: &sharelogv1.Mutation{Offset: 4, Key: []byte("empty value"), Value: []byte{}}}},
 		{Event: &sharelogv1.ChangeEvent_Deletion{Deletion: &sharelogv1.Deletion{Offset: 5, Timestamp: 78, Key: []byte("k")}}},
 		{Event: &sharelogv1.ChangeEvent_OffsetAdvanced{OffsetAdvanced: &sharelogv1.OffsetAdvanced{Offset: 6}}},
 	}
@@ -188,4 +190,12 @@ func TestChangeEventRoundTrip(t *testing.T) {
 	}
 	_, err := ChangeEventFromProto(&sharelogv1.ChangeEvent{})
 	assert.Error(t, err, "an event of no kind")
+
+	// A peer of the version before sent an empty value as no field at all (the fields had
+	// no presence then): relayed, it is the same empty value.
+	ev, err := ChangeEventFromProto(&sharelogv1.ChangeEvent{Event: &sharelogv1.ChangeEvent_Mutation{Mutation: &sharelogv1.Mutation{Offset: 4, Key: []byte("k")}}})
+	require.NoError(t, err)
+	back := eventToProto(ev).GetMutation()
+	assert.NotNil(t, back.Value, "present")
+	assert.Empty(t, back.Value)
 }

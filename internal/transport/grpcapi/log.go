@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sharelog/sharelog/apierr"
 	sharelogv1 "github.com/sharelog/sharelog/gen/sharelog/v1"
@@ -210,7 +211,11 @@ func (s *LogService) Produce(ctx context.Context, req *sharelogv1.ProduceRequest
 	}
 	recs := make([]broker.Record, len(req.GetRecords()))
 	for i, r := range req.GetRecords() {
-		recs[i] = broker.Record{Timestamp: r.GetTimestamp(), Key: r.Key, Value: r.Value, Headers: headersFromProto(r.GetHeaders())}
+		key, value, err := recordBytes(i, r)
+		if err != nil {
+			return nil, err
+		}
+		recs[i] = broker.Record{Timestamp: r.GetTimestamp(), Key: key, Value: value, Headers: headersFromProto(r.GetHeaders())}
 	}
 	var res broker.Produced
 	var err error
@@ -264,6 +269,10 @@ func (s *LogService) Fetch(ctx context.Context, req *sharelogv1.FetchRequest) (*
 	if err != nil {
 		return nil, err
 	}
+	text, err := textEncoding(req.GetEncoding())
+	if err != nil {
+		return nil, err
+	}
 	res, err := s.log.Fetch(ctx, broker.FetchRequest{
 		Topic:         req.GetTopic(),
 		Partition:     req.GetPartition(),
@@ -277,6 +286,9 @@ func (s *LogService) Fetch(ctx context.Context, req *sharelogv1.FetchRequest) (*
 		return nil, err
 	}
 	out := &sharelogv1.FetchResponse{Records: recordsToProto(res.Records), HighWatermark: res.HighWatermark, LogStartOffset: res.LogStartOffset}
+	if text {
+		asText(out.Records)
+	}
 	if committed {
 		out.LastStableOffset = &res.LastStableOffset
 	}
@@ -341,6 +353,54 @@ func recordsToProto(recs []broker.Record) []*sharelogv1.Record {
 		out[i] = m
 	}
 	return out
+}
+
+// recordBytes is the key and value of the i-th record of a Produce: `key` or
+// `key_text` (at most one), `value` or `value_text` (at most one; neither is
+// a tombstone). The text fields are the UTF-8 bytes of their string (a string
+// field is valid UTF-8 by the protobuf rules).
+func recordBytes(i int, r *sharelogv1.Record) (key, value []byte, err error) {
+	key, value = r.Key, r.Value
+	if r.KeyText != nil {
+		if r.Key != nil {
+			return nil, nil, apierr.Invalid("records[%d]: key and key_text are both set: send one (key_text for UTF-8 text, key for base64 bytes)", i)
+		}
+		key = []byte(*r.KeyText)
+	}
+	if r.ValueText != nil {
+		if r.Value != nil {
+			return nil, nil, apierr.Invalid("records[%d]: value and value_text are both set: send one (value_text for UTF-8 text, value for base64 bytes)", i)
+		}
+		value = []byte(*r.ValueText)
+	}
+	return key, value, nil
+}
+
+// textEncoding reads a Fetch's encoding: "" and "bytes" keep the bytes
+// fields, "text" asks for key_text and value_text.
+func textEncoding(e string) (bool, error) {
+	switch e {
+	case "", "bytes":
+		return false, nil
+	case "text":
+		return true, nil
+	}
+	return false, apierr.Invalid(`encoding must be "bytes" (the default) or "text", got %q`, e)
+}
+
+// asText moves each record's key and value that are valid UTF-8 to key_text
+// and value_text; the others stay bytes (base64 in JSON).
+func asText(recs []*sharelogv1.Record) {
+	for _, r := range recs {
+		if r.Key != nil && utf8.Valid(r.Key) {
+			t := string(r.Key)
+			r.KeyText, r.Key = &t, nil
+		}
+		if r.Value != nil && utf8.Valid(r.Value) {
+			t := string(r.Value)
+			r.ValueText, r.Value = &t, nil
+		}
+	}
 }
 
 // readCommitted reads a Fetch's isolation_level (docs/kafka.md

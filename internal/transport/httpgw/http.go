@@ -195,6 +195,9 @@ func NewHandler(ctx context.Context, conn *grpc.ClientConn, d Deps) (http.Handle
 	// /openapi.json; its pages call the API above with the user's token.
 	mux.Handle("GET /ui/", console.Handler("/ui/"))
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	// A browser pointed at the server lands on the console rather than on the
+	// gateway's JSON 404 (a 302: the root may serve something else one day).
+	mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	mux.Handle("/", limitBody(d.MaxRequestBytes, holdBudget(d.Tickets, gw)))
 
 	return bodyDeadline(d.ReadTimeout, otelhttp.NewHandler(labelRoutes(mux), "http",

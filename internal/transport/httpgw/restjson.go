@@ -163,6 +163,16 @@ func (p produceParser) record(r *sharelogv1.Record) bool {
 		case "value":
 			// Present, even empty: a value "" is not a tombstone.
 			r.Value, ok = p.bytes()
+		case "keyText":
+			var s []byte
+			s, ok = p.str()
+			t := string(s)
+			r.KeyText = &t
+		case "valueText":
+			var s []byte
+			s, ok = p.str()
+			t := string(s)
+			r.ValueText = &t
 		case "headers":
 			ok = p.array(func() bool {
 				h := &sharelogv1.RecordHeader{}
@@ -311,6 +321,12 @@ func fetchResponseSize(resp *sharelogv1.FetchResponse) (int, bool) {
 		if r.Value != nil {
 			n += len(`"value":"",`) + base64.StdEncoding.EncodedLen(len(r.Value))
 		}
+		if r.KeyText != nil {
+			n += len(`,"keyText":`) + jsonStringLen(*r.KeyText)
+		}
+		if r.ValueText != nil {
+			n += len(`,"valueText":`) + jsonStringLen(*r.ValueText)
+		}
 		for _, h := range r.GetHeaders() {
 			if !plainString(h.GetKey()) {
 				return 0, false
@@ -367,7 +383,18 @@ func appendFetchResponse(b []byte, resp *sharelogv1.FetchResponse) []byte {
 			b = base64.StdEncoding.AppendEncode(b, h.GetValue())
 			b = append(b, `"}`...)
 		}
-		b = append(b, `]}`...)
+		b = append(b, ']')
+		// key_text and value_text (fields 6 and 7) follow headers (5) in
+		// protojson's field-number order.
+		if r.KeyText != nil {
+			b = append(b, `,"keyText":`...)
+			b = appendJSONString(b, *r.KeyText)
+		}
+		if r.ValueText != nil {
+			b = append(b, `,"valueText":`...)
+			b = appendJSONString(b, *r.ValueText)
+		}
+		b = append(b, '}')
 	}
 	b = append(b, `],"highWatermark":"`...)
 	b = strconv.AppendInt(b, resp.GetHighWatermark(), 10)
@@ -378,6 +405,58 @@ func appendFetchResponse(b []byte, resp *sharelogv1.FetchResponse) []byte {
 		b = strconv.AppendInt(b, resp.GetLastStableOffset(), 10)
 	}
 	return append(b, `"}`...)
+}
+
+// appendJSONString appends s (valid UTF-8: a proto string) quoted as
+// protojson writes it: '"', '\\' and the control characters below U+0020
+// escaped (\b \f \n \r \t by name, the others as \u00XX), every other
+// character as is (no HTML escaping, no \u2028).
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		start = i + 1
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\b':
+			b = append(b, '\\', 'b')
+		case '\f':
+			b = append(b, '\\', 'f')
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			const hex = "0123456789abcdef"
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// jsonStringLen is the length of appendJSONString's output for s.
+func jsonStringLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t':
+			n += 2
+		case c < 0x20:
+			n += 6
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // producedAll: every result of resp succeeded.

@@ -38,6 +38,9 @@ var produceBodies = []struct {
 	{"int32 as string", `{"partition":"2"}`, true},
 	{"escaped field name", `{"p\u0061rtition":1}`, true},
 	{"escaped topic", `{"topic":"t\u00e9\n\"x"}`, true},
+	{"text key and value", `{"records":[{"keyText":"user-1","valueText":"h\u00e9llo \"w\"\n"},{"valueText":""}]}`, true},
+	{"text fields by their proto names", `{"records":[{"key_text":"k","value_text":"v"}]}`, false},
+	{"text value as a number", `{"records":[{"valueText":1}]}`, false},
 	{"escaped base64", `{"records":[{"value":"eHh\u0034"}]}`, true},
 	{"base64 with escaped line breaks", `{"records":[{"value":"eHh4\r\neHh4"}]}`, true},
 	{"base64 url-safe", `{"records":[{"value":"-_-_"}]}`, true},
@@ -236,6 +239,14 @@ func TestFastJSONFetchResponseMatchesProtojson(t *testing.T) {
 			{Offset: 6, Value: []byte("v"), Headers: []*sharelogv1.RecordHeader{{Key: "h", Value: []byte("x")}, {}}},
 		}},
 		{Records: []*sharelogv1.Record{{Headers: []*sharelogv1.RecordHeader{{Key: "quote\"d\n", Value: []byte("x")}}}}},
+		// encoding=text (docs/README.md "Text instead of base64"): key_text and value_text after the headers,
+		// escaped exactly as protojson escapes strings.
+		{Records: []*sharelogv1.Record{
+			{Offset: 1, KeyText: proto.String("user-1"), ValueText: proto.String("hello"), Headers: []*sharelogv1.RecordHeader{{Key: "h", Value: []byte("x")}}},
+			{Offset: 2, KeyText: proto.String(""), ValueText: proto.String("")},
+			{Offset: 3, Key: []byte{0xff}, ValueText: proto.String("q\"b\\s/\b\f\n\r\t\x00\x01\x1f\x7f <>& \u2028\u2029 é 日本 🦀 \ufffd")},
+			{Offset: 4, KeyText: proto.String("k"), Value: big},
+		}},
 	} {
 		want, err := jsonMarshaler.Marshal(resp)
 		require.NoError(t, err)

@@ -19,7 +19,7 @@ import (
 // The differential suite runs one scenario table against franz-go's kfake
 // (a reference Kafka server) and against this listener, and compares what
 // a client observes. Every difference must be fixed or listed in
-// knownDeviations, which the README's "Kafka clients" section documents.
+// knownDeviations, which docs/kafka.md's "Kafka clients" section documents.
 
 type diffEnv struct {
 	t     *testing.T

@@ -539,7 +539,8 @@ func describeRepo(root string) string {
 	if out, err := exec.Command("git", "-C", root, "status", "--porcelain", "--", ".", ":!bench").Output(); err == nil && len(out) > 0 {
 		dirty = " + uncommitted changes"
 	}
-	return "built from " + root + " at " + rev + dirty + " (`go build ./cmd/server`)"
+	// The revision, not the checkout's path: a result names no machine.
+	return "built from this repository at " + rev + dirty + " (`go build ./cmd/server`)"
 }
 
 func moduleVersion(path string) string {
